@@ -1,0 +1,42 @@
+"""Checks 3 and 7, on the normalized output: every used name is defined, every added import survives."""
+
+from __future__ import annotations
+
+import ast
+
+from generator.errors import ImportRemovedError, UndefinedNameError
+from generator.normalize.ruff import Diagnostic
+
+MAX_LISTED = 10
+
+
+def check_undefined_names(config_name: str, diagnostics: tuple[Diagnostic, ...]) -> None:
+    """ruff F821/F811 left after fixing means the output would not import or shadows a name."""
+    bad = [d for d in diagnostics if d.code in ("F821", "F811")]
+    if bad:
+        listed = "; ".join(d.describe() for d in bad[:MAX_LISTED])
+        more = f" (and {len(bad) - MAX_LISTED} more)" if len(bad) > MAX_LISTED else ""
+        raise UndefinedNameError(f"output uses undefined or redefined names: {listed}{more}", config=config_name)
+
+
+def _module_level_imports(text: str) -> set[str]:
+    names = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(a.asname or a.name.split(".")[0] for a in node.names)
+    return names
+
+
+def check_imports_kept(config_name: str, text: str, imports: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
+    """An add_import whose names normalization removed as unused was a mistake in the config."""
+    if not imports:
+        return
+    present = _module_level_imports(text)
+    for rendered, names in imports:
+        gone = [n for n in names if n not in present]
+        if gone:
+            raise ImportRemovedError(
+                f"add_import '{rendered}': {', '.join(gone)} unused in the output, so normalization removes it; drop the import or use it",
+                config=config_name,
+                target=rendered,
+            )

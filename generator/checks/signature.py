@@ -1,0 +1,108 @@
+"""Check 2: an override still matches the upstream signature it replaces.
+
+Upstream's parameters must all be present in the override with the same order,
+kind and default; the override may add parameters only where callers written
+against upstream cannot notice (with a default, or ``*args``/``**kwargs``).
+That is the pin-bump hazard: a patch that keeps applying to a changed contract.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from generator.codegen.plan import Plan, ResolvedPatch
+from generator.errors import SignatureMismatchError
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str
+    default: str | None
+
+    def describe(self) -> str:
+        default = f"={self.default}" if self.default is not None else ""
+        return f"{self.name} ({self.kind}{default})"
+
+
+def parameters(fn: FunctionNode) -> list[Param]:
+    """The parameters of ``fn`` with kinds and source-normalized defaults."""
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    out = [
+        Param(a.arg, "positional-only" if i < len(args.posonlyargs) else "positional-or-keyword", ast.unparse(d) if d else None)
+        for i, (a, d) in enumerate(zip(positional, defaults))
+    ]
+    if args.vararg:
+        out.append(Param(args.vararg.arg, "var-positional", None))
+    out += [Param(a.arg, "keyword-only", ast.unparse(d) if d else None) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    if args.kwarg:
+        out.append(Param(args.kwarg.arg, "var-keyword", None))
+    return out
+
+
+def signature_problems(upstream: FunctionNode, override: FunctionNode) -> list[str]:
+    """Human-readable differences; empty when the override honours upstream's contract."""
+    want = parameters(upstream)
+    have = parameters(override)
+    have_by_name = {p.name: p for p in have}
+    problems = []
+    for p in want:
+        got = have_by_name.get(p.name)
+        if got is None:
+            problems.append(f"missing upstream parameter {p.describe()}")
+        elif got != p:
+            problems.append(f"parameter {p.name}: upstream {p.describe()}, override {got.describe()}")
+    shared = [p.name for p in have if p.name in {w.name for w in want}]
+    if not problems and shared != [p.name for p in want]:
+        problems.append(f"parameter order differs: upstream {[p.name for p in want]}, override {shared}")
+    want_names = {p.name for p in want}
+    first_new_positional = True
+    for i, p in enumerate(have):
+        if p.name in want_names:
+            continue
+        if p.kind in ("var-positional", "var-keyword") or p.default is not None:
+            continue
+        problems.append(f"new parameter {p.name} has no default, so upstream callers would break")
+    for i, p in enumerate(have):
+        if p.name in want_names or p.kind != "positional-or-keyword" or not first_new_positional:
+            continue
+        later_upstream_positional = [q for q in have[i + 1 :] if q.name in want_names and q.kind.startswith("positional")]
+        if later_upstream_positional:
+            problems.append(f"new parameter {p.name} shifts upstream positional parameter {later_upstream_positional[0].name}")
+        first_new_positional = False
+    return problems
+
+
+def _pairs(resolved: ResolvedPatch) -> list[tuple[str, FunctionNode, FunctionNode]]:
+    patch, source, upstream = resolved.patch, resolved.source, resolved.upstream
+    if source is None or upstream is None or not patch.check_signature:
+        return []
+    if isinstance(upstream, ast.ClassDef) and isinstance(source.node, ast.ClassDef):
+        pairs = []
+        for name in ("__init__", "forward"):
+            up = next((n for n in upstream.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+            new = next((n for n in source.node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+            if up is not None and new is not None:
+                pairs.append((f"{patch.target}.{name}", up, new))
+        return pairs
+    if isinstance(upstream, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(source.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [(patch.target if patch.kind != "modify_init" else f"{patch.target}.__init__", upstream, source.node)]
+    return []
+
+
+def check_signatures(plan: Plan) -> None:
+    """Raise on the first override whose signature drifted from upstream."""
+    for resolved in plan.all_resolved():
+        for target, upstream, override in _pairs(resolved):
+            problems = signature_problems(upstream, override)
+            if problems:
+                raise SignatureMismatchError(
+                    "signature does not match upstream: " + "; ".join(problems) + " (check_signature=False opts out)",
+                    config=plan.config_name,
+                    target=target,
+                )

@@ -1,0 +1,171 @@
+"""``patchgen`` and ``generate-all``: the only place that maps failures to exit codes.
+
+Exit codes: 0 ok, 1 drift (``--check``), 2 bad input or a failed check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from generator.discovery import LoadedConfig, Settings, config_module_from_arg, discover, find_settings, load_config
+from generator.errors import OrphanedOutputError, PatchgenError
+
+EXIT_OK, EXIT_DRIFT, EXIT_ERROR = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="patchgen",
+        description="Generate patched transformers modeling files from patch configs.",
+    )
+    parser.add_argument("configs", nargs="*", metavar="config.module", help="config module(s), dotted or as a path")
+    parser.add_argument("-o", "--output-dir", type=Path, help="write here instead of <config dir>/generated")
+    parser.add_argument("-c", "--config-name", metavar="NAME", help="the PatchConfig variable to use (default: the one the module defines)")
+    parser.add_argument("--list", action="store_true", help="list the patches of the selected configs; generate nothing")
+    parser.add_argument("--all", action="store_true", help="select every config found via [tool.patchgen]")
+    parser.add_argument("--dry-run", action="store_true", help="run every check, write nothing")
+    parser.add_argument("--diff", action="store_true", help="also write the .diff against upstream next to each file")
+    parser.add_argument("-v", "--verbose", action="store_true", help="say what happens to every file")
+    parser.add_argument("--check", action="store_true", help="exit 1 if generated files differ from what generation would write")
+    parser.add_argument("--fix", action="store_true", help="with --check: rewrite drifted files, remove orphans")
+    parser.add_argument("-j", "--jobs", type=int, help="worker processes (default: one per core, at most one per config)")
+    return parser
+
+
+class Reporter:
+    """Terminal progress on a TTY, plain lines in CI logs."""
+
+    def __init__(self, verbose: bool) -> None:
+        self.verbose = verbose
+        self.interactive = sys.stderr.isatty() and not os.environ.get("CI")
+
+    def status(self, message: str):
+        if self.interactive:
+            from rich.console import Console
+
+            return Console(stderr=True).status(message)
+        from contextlib import nullcontext
+
+        return nullcontext()
+
+    def info(self, message: str) -> None:
+        print(message)
+
+    def detail(self, message: str) -> None:
+        if self.verbose:
+            print(message)
+
+
+def _select(args: argparse.Namespace, settings: Settings) -> list[str]:
+    if args.configs:
+        return [config_module_from_arg(arg, settings) for arg in args.configs]
+    if args.all or args.check or args.list:
+        return discover(settings)
+    raise PatchgenError("name a config module, or pass --all (see patchgen --help)")
+
+
+def _load(names: list[str], args: argparse.Namespace, settings: Settings) -> list[LoadedConfig]:
+    if args.config_name and len(names) > 1:
+        raise PatchgenError("-c NAME selects a variable in one config module; name exactly one")
+    return [load_config(n, settings, variable=args.config_name, output_dir=args.output_dir) for n in names]
+
+
+def _list(configs: list[LoadedConfig], reporter: Reporter) -> int:
+    for loaded in configs:
+        config = loaded.config
+        reporter.info(f"{loaded.name}: {config.source_module} -> {config.target_file}")
+        for patch in config.patches:
+            reporter.info(f"  {patch.kind:<17} {patch.target}" + (f"  ({patch.description})" if patch.description else ""))
+        for name in config.exclusions:
+            reporter.info(f"  {'exclude':<17} {name}")
+        for name in config.dropped_imports:
+            reporter.info(f"  {'drop_import':<17} {name}")
+    return EXIT_OK
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.fix and not args.check:
+        raise PatchgenError("--fix only works with --check")
+    reporter = Reporter(args.verbose)
+    settings = find_settings()
+    names = _select(args, settings)
+    zoo_wide = not args.configs
+    configs = _load(names, args, settings)
+    if args.list:
+        return _list(configs, reporter)
+
+    from generator import drift
+    from generator.output.write import write_all
+    from generator.pipeline import generate
+
+    started = time.perf_counter()
+    with reporter.status(f"generating {len(configs)} config(s)"):
+        files = generate(configs, settings, jobs=args.jobs)
+    reporter.detail(f"generated {len(files)} file(s) in {time.perf_counter() - started:.2f}s")
+    with_diff = args.diff or (args.check and settings.write_diff)
+    expected = drift.expected_files(files, with_diff=with_diff)
+    stale = drift.orphans(settings, {p.resolve() for p in expected} | _siblings(files)) if zoo_wide and not args.output_dir else []
+
+    if args.check:
+        drifts = drift.compare(expected) + stale
+        for item in drifts:
+            reporter.info(f"{'fixed' if args.fix else 'drift'}: {_rel(item.path, settings)} ({item.reason})")
+        if args.fix:
+            write_all({d.path: d.expected for d in drifts if d.expected is not None})
+            for item in stale:
+                item.path.unlink()
+            return EXIT_OK
+        if drifts:
+            reporter.info(f"{len(drifts)} generated file(s) out of date; run `patchgen --check --fix` or `generate-all`")
+            return EXIT_DRIFT
+        reporter.detail(f"{len(expected)} generated file(s) up to date")
+        return EXIT_OK
+
+    if stale:
+        raise OrphanedOutputError(f"generated file {_rel(stale[0].path, settings)} has no config (delete it, or restore its config)")
+    changed = {p: t for p, t in expected.items() if not p.is_file() or p.read_text(encoding="utf-8") != t}
+    verb = "would write" if args.dry_run else "wrote"
+    if not args.dry_run:
+        write_all(changed)
+    for path in sorted(expected):
+        if path in changed:
+            reporter.info(f"{verb} {_rel(path, settings)}")
+        else:
+            reporter.detail(f"unchanged {_rel(path, settings)}")
+    return EXIT_OK
+
+
+def _siblings(files) -> set[Path]:
+    # A .diff next to a generated file is owned by it even when this run does not write diffs.
+    return {f.diff_path.resolve() for f in files}
+
+
+def _rel(path: Path, settings: Settings) -> str:
+    try:
+        return path.resolve().relative_to(settings.root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except PatchgenError as exc:
+        print(f"patchgen: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def generate_all(argv: Sequence[str] | None = None) -> int:
+    """``generate-all``: ``patchgen --all --diff`` over the whole zoo."""
+    extra = list(sys.argv[1:] if argv is None else argv)
+    return main(["--all", "--diff", *extra])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

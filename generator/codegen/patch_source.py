@@ -1,0 +1,134 @@
+"""Turn a patch's body (a config-defined object or a snippet) into source text.
+
+Sources are read from the defining file with ``ast`` positions, so patch
+bodies keep their comments.  Decorators that only register the patch with a
+PatchConfig are stripped; any other decorator on the patch is kept.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from generator.codegen.tokens import reindent
+from generator.dsl.config import PatchConfig
+from generator.dsl.patches import SnippetRef
+from generator.errors import PatchSourceError
+from generator.upstream.index import statement_start
+
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+
+@dataclass(frozen=True)
+class PatchSource:
+    """A definition's text at column 0 (from ``def``/``class``), its decorators, and its AST."""
+
+    name: str
+    text: str
+    decorators: tuple[str, ...]
+    node: Definition
+    origin: str
+    # Rows (1-based, within ``text``) where docstrings start; they re-indent with the code.
+    docstring_rows: frozenset[int]
+    files: tuple[Path, ...] = ()
+    # Module-level imports a snippet declares ahead of its definition.
+    imports: tuple[str, ...] = ()
+
+
+def docstring_rows(node: ast.AST, first_row: int = 1) -> frozenset[int]:
+    rows = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and sub.body:
+            first = sub.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                rows.add(first.lineno - first_row + 1)
+    return frozenset(rows)
+
+
+def from_definition(node: Definition, lines: list[str], *, origin: str, skip: set[int] = frozenset(), files: tuple[Path, ...] = ()) -> PatchSource:
+    """Cut ``node`` out of ``lines``; decorators at indexes in ``skip`` are dropped."""
+    decorators = tuple(decorator_text(lines, d) for i, d in enumerate(node.decorator_list) if i not in skip)
+    text = "".join(lines[node.lineno - 1 : node.end_lineno])
+    rows = docstring_rows(node, node.lineno)
+    text = reindent(text, -node.col_offset, docstring_rows=rows)
+    parsed = ast.parse(text).body[0]
+    return PatchSource(node.name, text, decorators, parsed, origin, docstring_rows(parsed), files)
+
+
+def decorator_text(lines: list[str], node: ast.expr) -> str:
+    """``@expr`` at column 0, continuation lines shifted with it."""
+    col = node.col_offset - 1
+    return reindent(" " * col + "@" + _span(lines, node), -col)
+
+
+def _span(lines: list[str], node: ast.expr) -> str:
+    if node.lineno == node.end_lineno:
+        return lines[node.lineno - 1][node.col_offset : node.end_col_offset]
+    first = lines[node.lineno - 1][node.col_offset :]
+    middle = lines[node.lineno : node.end_lineno - 1]
+    last = lines[node.end_lineno - 1][: node.end_col_offset]
+    return "".join([first, *middle, last])
+
+
+@lru_cache(maxsize=64)
+def _parse_file(path: str) -> tuple[list[str], ast.Module]:
+    text = Path(path).read_text(encoding="utf-8")
+    return text.splitlines(keepends=True), ast.parse(text, filename=path)
+
+
+def _is_registration(decorator: ast.expr, module_globals: dict[str, Any]) -> bool:
+    """True for ``@<a PatchConfig>.<primitive>(...)``: it registers the patch, it is not part of it."""
+    call = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return (
+        isinstance(call, ast.Attribute)
+        and isinstance(call.value, ast.Name)
+        and isinstance(module_globals.get(call.value.id), PatchConfig)
+    )
+
+
+def from_object(obj: Any) -> PatchSource:
+    """Source of a function or class defined at the top level of a config (or helper) module."""
+    module = sys.modules.get(getattr(obj, "__module__", ""), None)
+    filename = getattr(getattr(obj, "__code__", None), "co_filename", None) or getattr(module, "__file__", None)
+    name = getattr(obj, "__name__", None)
+    if not filename or not name or not Path(filename).is_file():
+        raise PatchSourceError(f"cannot find the source file of patch body {obj!r}")
+    lines, tree = _parse_file(filename)
+    first_line = getattr(getattr(obj, "__code__", None), "co_firstlineno", None)
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or node.name != name:
+            continue
+        if first_line is not None and first_line not in (node.lineno, statement_start(node)):
+            continue
+        globals_ = vars(module) if module else {}
+        skip = {i for i, d in enumerate(node.decorator_list) if _is_registration(d, globals_)}
+        return from_definition(node, lines, origin=f"{filename}:{node.lineno}", skip=skip, files=(Path(filename),))
+    raise PatchSourceError(f"no definition of {name!r} found in {filename}")
+
+
+def from_text(text: str, *, origin: str) -> PatchSource:
+    """Source of the single top-level def/class in ``text`` (a rendered snippet)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as exc:
+        raise PatchSourceError(f"{origin} is not valid Python: line {exc.lineno}: {exc.msg}") from exc
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    if len(defs) != 1 or len(imports) + 1 != len(tree.body) or tree.body[-1] is not defs[0]:
+        raise PatchSourceError(f"{origin} must hold imports, then exactly one function or class")
+    source = from_definition(defs[0], text.splitlines(keepends=True), origin=origin)
+    return replace(source, imports=tuple(ast.get_source_segment(text, n) for n in imports))
+
+
+def resolve(body: Any, render_snippet: Any) -> PatchSource:
+    """Source for any patch body: a snippet reference, source text, or a Python object."""
+    if isinstance(body, SnippetRef):
+        text, files = render_snippet(body)
+        return replace(from_text(text, origin=f"snippet {body.name}"), files=files)
+    if isinstance(body, str):
+        return from_text(body, origin="inline source")
+    return from_object(body)

@@ -1,0 +1,91 @@
+"""Token-exact edits: identifier renames and re-indentation that never touch strings or comments.
+
+Both work from ``tokenize`` positions, so a rename changes identifiers only and
+re-indenting leaves the inside of string literals byte-for-byte as written.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from collections.abc import Mapping
+
+
+def _tokens(source: str) -> list[tokenize.TokenInfo]:
+    return list(tokenize.generate_tokens(io.StringIO(source).readline))
+
+
+def apply_edits(source: str, edits: list[tuple[int, int, int, int, str]]) -> str:
+    """Replace ``(row, col, end_row, end_col, text)`` spans (1-based rows) in ``source``."""
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    out, pos = [], 0
+    for row, col, end_row, end_col, text in sorted(edits):
+        start, end = offsets[row - 1] + col, offsets[end_row - 1] + end_col
+        out.append(source[pos:start])
+        out.append(text)
+        pos = end
+    out.append(source[pos:])
+    return "".join(out)
+
+
+def rename_identifiers(source: str, mapping: Mapping[str, str]) -> str:
+    """Rewrite every identifier containing a key of ``mapping`` (e.g. ``Qwen3`` -> ``Qwen3Moe``).
+
+    Keys match inside identifiers (``Qwen3RMSNorm``), longest key first, so a
+    prefix rename reaches every class of a model family; strings and comments
+    are not identifiers and stay untouched.
+    """
+    if not mapping:
+        return source
+    pattern = re.compile("|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)))
+    edits = []
+    for tok in _tokens(source):
+        if tok.type == tokenize.NAME and pattern.search(tok.string):
+            new = pattern.sub(lambda m: mapping[m.group(0)], tok.string)
+            edits.append((*tok.start, *tok.end, new))
+    return apply_edits(source, edits)
+
+
+def rename_definition(source: str, new_name: str) -> str:
+    """Rename the first ``def``/``class`` statement in ``source`` to ``new_name``."""
+    toks = _tokens(source)
+    for prev, tok in zip(toks, toks[1:]):
+        if prev.type == tokenize.NAME and prev.string in ("def", "class") and tok.type == tokenize.NAME:
+            return apply_edits(source, [(*tok.start, *tok.end, new_name)])
+    raise ValueError("no def or class statement to rename")
+
+
+def string_continuation_lines(source: str, *, docstrings_only_excluded: set[int] | None = None) -> set[int]:
+    """1-based rows that lie inside a multi-line string literal (not its first row)."""
+    rows: set[int] = set()
+    for tok in _tokens(source):
+        if tok.type == tokenize.STRING and tok.end[0] > tok.start[0]:
+            if docstrings_only_excluded and tok.start[0] in docstrings_only_excluded:
+                continue
+            rows.update(range(tok.start[0] + 1, tok.end[0] + 1))
+    return rows
+
+
+def reindent(source: str, delta: int, *, docstring_rows: set[int] = frozenset()) -> str:
+    """Shift code lines by ``delta`` columns; lines inside string literals keep their bytes.
+
+    Docstrings (whose starting rows are given) move with the code: their
+    indentation is not content, and ``inspect.cleandoc`` strips it anyway.
+    """
+    if delta == 0:
+        return source
+    frozen = string_continuation_lines(source, docstrings_only_excluded=set(docstring_rows))
+    out = []
+    for row, line in enumerate(source.splitlines(keepends=True), start=1):
+        if row in frozen or not line.strip():
+            out.append(line if line.strip() or row in frozen else line.lstrip(" \t"))
+        elif delta > 0:
+            out.append(" " * delta + line)
+        else:
+            width = len(line) - len(line.lstrip(" "))
+            out.append(line[min(width, -delta) :])
+    return "".join(out)

@@ -1,0 +1,54 @@
+"""The drift check: do the files on disk equal what generation would write now?"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from generator.discovery import Settings
+from generator.pipeline import GeneratedFile
+
+
+@dataclass(frozen=True)
+class Drift:
+    path: Path
+    reason: str  # "differs" | "missing" | "orphaned"
+    expected: str | None = None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def expected_files(files: list[GeneratedFile], *, with_diff: bool) -> dict[Path, str]:
+    out = {f.path: f.text for f in files}
+    if with_diff:
+        out.update({f.diff_path: f.diff for f in files})
+    return out
+
+
+def compare(expected: dict[Path, str]) -> list[Drift]:
+    drifts = []
+    for path in sorted(expected):
+        actual = _read(path)
+        if actual is None:
+            drifts.append(Drift(path, "missing", expected[path]))
+        elif actual != expected[path]:
+            drifts.append(Drift(path, "differs", expected[path]))
+    return drifts
+
+
+def orphans(settings: Settings, expected: set[Path]) -> list[Drift]:
+    """Generated files under the discovery roots that no config produces any more."""
+    found = []
+    for root in settings.roots:
+        for folder in sorted(root.rglob(settings.output_subdir)):
+            if not folder.is_dir():
+                continue
+            for path in sorted(folder.iterdir()):
+                if path.suffix in (".py", ".diff") and path.name != "__init__.py" and path.resolve() not in expected:
+                    found.append(Drift(path, "orphaned"))
+    return found

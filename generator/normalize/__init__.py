@@ -1,0 +1,1 @@
+"""Output normalization: ruff fix + format, once per batch of files."""

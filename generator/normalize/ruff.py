@@ -1,0 +1,97 @@
+"""Run the installed ruff (never one from PATH) over a whole batch in two processes.
+
+Files are written under their real target names in a scratch directory, so
+generation, dry runs and ``--check`` see exactly the same path-dependent
+behaviour and settings.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from generator.errors import NormalizationError
+
+SETTINGS = Path(__file__).resolve().parent.parent / "ruff.toml"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    message: str
+    row: int
+    line: str
+
+    def describe(self) -> str:
+        return f"{self.code} line {self.row}: {self.message}: {self.line.strip()}"
+
+
+@dataclass(frozen=True)
+class Normalized:
+    text: str
+    diagnostics: tuple[Diagnostic, ...]
+
+
+@lru_cache(maxsize=1)
+def ruff_binary() -> str:
+    try:
+        from ruff.__main__ import find_ruff_bin
+    except ImportError as exc:
+        raise NormalizationError("the ruff package is not installed (pip install the project)") from exc
+    return str(find_ruff_bin())
+
+
+@lru_cache(maxsize=1)
+def ruff_version() -> str:
+    from importlib.metadata import version
+
+    return version("ruff")
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([ruff_binary(), *args], capture_output=True, text=True, check=False)
+    if proc.returncode not in (0, 1):
+        raise NormalizationError(f"ruff {' '.join(args[:1])} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def normalize(batch: dict[str, tuple[str, str]]) -> dict[str, Normalized]:
+    """``batch``: key -> (file name, text).  Returns key -> fixed + formatted text and leftover diagnostics."""
+    if not batch:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="patchgen-") as tmp:
+        paths: dict[str, Path] = {}
+        for i, (key, (name, text)) in enumerate(sorted(batch.items())):
+            path = Path(tmp) / str(i) / name
+            path.parent.mkdir()
+            path.write_text(text, encoding="utf-8")
+            paths[key] = path
+        files = [str(p) for p in paths.values()]
+        check = _run(["check", "--config", str(SETTINGS), "--fix", "--exit-zero", "--output-format", "json", "--no-cache", *files])
+        try:
+            reported = json.loads(check.stdout or "[]")
+        except json.JSONDecodeError as exc:
+            raise NormalizationError(f"unreadable ruff output: {check.stdout[:200]!r}") from exc
+        fixed = {key: path.read_text(encoding="utf-8").splitlines() for key, path in paths.items()}
+        fmt = _run(["format", "--config", str(SETTINGS), "--no-cache", *files])
+        if fmt.returncode != 0:
+            raise NormalizationError(f"ruff format failed: {fmt.stderr.strip()}")
+        by_path: dict[str, list[dict]] = {}
+        for item in reported:
+            by_path.setdefault(str(Path(item["filename"]).resolve()), []).append(item)
+        results = {}
+        for key, path in paths.items():
+            items = by_path.get(str(path.resolve()), [])
+            diagnostics = tuple(_diagnostic(item, fixed[key]) for item in items)
+            results[key] = Normalized(path.read_text(encoding="utf-8"), diagnostics)
+        return results
+
+
+def _diagnostic(item: dict, lines: list[str]) -> Diagnostic:
+    row = item["location"]["row"]
+    line = lines[row - 1] if 0 < row <= len(lines) else ""
+    return Diagnostic(item.get("code") or "", item.get("message", ""), row, line)

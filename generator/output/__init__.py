@@ -1,0 +1,1 @@
+"""What a generated file looks like on disk: header, diff, atomic writes."""

@@ -1,0 +1,51 @@
+"""The do-not-edit header of a generated file, with a fingerprint of every input byte."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+
+from generator.dsl.config import PatchConfig
+
+# Bump when the output layout changes in a way the inputs cannot show.
+FORMAT_VERSION = "1"
+
+
+def fingerprint(*, upstream_version: str, source_module: str, upstream_bytes: bytes, files: Iterable[tuple[str, bytes]], ruff_version: str) -> str:
+    """Stable digest of the inputs: same inputs, same header, on any machine."""
+    digest = hashlib.sha256()
+    for part in (FORMAT_VERSION, upstream_version, source_module, ruff_version):
+        digest.update(part.encode() + b"\0")
+    digest.update(hashlib.sha256(upstream_bytes).digest())
+    for name, data in sorted(files):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return digest.hexdigest()[:20]
+
+
+def render_header(config: PatchConfig, *, config_name: str, upstream_version: str, fingerprint: str, regenerate: str) -> str:
+    top = config.source_module.split(".")[0]
+    lines = [
+        "# " + "=" * 100,
+        "# GENERATED FILE - DO NOT EDIT BY HAND.",
+        f"# Regenerate with: {regenerate}",
+        f"# Source: {config.source_module} ({top}=={upstream_version})",
+        f"# Config: {config_name}",
+    ]
+    if config.description:
+        lines.append(f"# Description: {config.description}")
+    lines.append(f"# Fingerprint: {fingerprint}")
+    if config.patches:
+        lines.append("# Patches:")
+        lines += [f"#   - {p.kind} {p.target}" + (f": {p.description}" if p.description else "") for p in config.patches]
+    if config.exclusions:
+        lines.append(f"# Excluded: {', '.join(config.exclusions)}")
+    lines.append("# " + "=" * 100)
+    return "\n".join(lines) + "\n"
+
+
+def relative_name(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.name

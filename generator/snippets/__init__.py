@@ -1,0 +1,63 @@
+"""Jinja-templated override snippets shared by many models (``<name>.py.j2`` files here).
+
+A snippet renders to Python source defining exactly one function or class,
+which is then applied like a hand-written patch, under the same checks.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from generator.dsl.patches import SnippetRef
+from generator.errors import SnippetError
+
+SNIPPET_DIR = Path(__file__).resolve().parent
+SUFFIX = ".py.j2"
+
+
+def available() -> list[str]:
+    return sorted(p.name[: -len(SUFFIX)] for p in SNIPPET_DIR.glob(f"*{SUFFIX}"))
+
+
+@lru_cache(maxsize=1)
+def _environment():
+    import jinja2  # imported on first use: plain configs and --check on a warm cache never need it
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(SNIPPET_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.globals["fail"] = _fail
+    return env
+
+
+def _fail(message: str) -> None:
+    """``{{ fail("...") }}`` in a template: reject a variable value with a clear message."""
+    raise SnippetError(message)
+
+
+def snippet_path(name: str) -> Path:
+    return SNIPPET_DIR / f"{name}{SUFFIX}"
+
+
+def render(ref: SnippetRef) -> tuple[str, tuple[Path, ...]]:
+    """Rendered source of ``ref`` and the template file it came from."""
+    import jinja2
+
+    path = snippet_path(ref.name)
+    if not path.is_file():
+        raise SnippetError(f"no snippet named {ref.name!r} (available: {', '.join(available()) or 'none'})")
+    try:
+        text = _environment().get_template(path.name).render(**ref.variables)
+    except SnippetError as exc:
+        raise SnippetError(f"snippet {ref.name!r}: {exc.cause}") from exc
+    except jinja2.UndefinedError as exc:
+        raise SnippetError(f"snippet {ref.name!r} needs a variable that was not given: {exc.message}") from exc
+    except jinja2.TemplateError as exc:
+        raise SnippetError(f"snippet {ref.name!r} cannot be rendered: {exc}") from exc
+    return text, (path,)

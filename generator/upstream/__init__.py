@@ -1,0 +1,1 @@
+"""Reading upstream transformers source from disk (never importing it)."""

@@ -1,0 +1,143 @@
+"""A parsed upstream module: the stdlib AST plus the exact source it came from.
+
+Positions (``lineno``/``end_lineno`` and decorator starts) are what codegen
+uses to keep untouched upstream text byte-for-byte, comments included.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from generator.errors import UpstreamError
+from generator.upstream.locate import module_path, resolve_relative
+
+
+def statement_start(node: ast.stmt) -> int:
+    """First line of a statement, counting its decorators."""
+    decorators = getattr(node, "decorator_list", None)
+    return min([d.lineno for d in decorators] + [node.lineno]) if decorators else node.lineno
+
+
+def defined_names(node: ast.stmt) -> tuple[str, ...]:
+    """Names a top-level statement binds (definitions and plain assignments)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return (node.name,)
+    if isinstance(node, ast.Assign):
+        return tuple(t.id for t in node.targets if isinstance(t, ast.Name))
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return (node.target.id,)
+    return ()
+
+
+@dataclass
+class ModuleIndex:
+    """Top-level members of one module, by name, with their source text."""
+
+    module: str
+    path: Path
+    source: str
+    tree: ast.Module
+    members: dict[str, ast.stmt] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, module: str, path: Path | None = None) -> ModuleIndex:
+        path = path or module_path(module)
+        source = path.read_text(encoding="utf-8")
+        try:
+            tree = ast.parse(source, filename=str(path))
+        except SyntaxError as exc:
+            raise UpstreamError(f"{path} is not valid Python: {exc}") from exc
+        index = cls(module=module, path=path, source=source, tree=tree)
+        for node in tree.body:
+            for name in defined_names(node):
+                index.members[name] = node
+        return index
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.source.splitlines(keepends=True)
+
+    @property
+    def is_package(self) -> bool:
+        return self.path.name == "__init__.py"
+
+    def segment(self, node: ast.AST) -> str:
+        """Exact source of ``node`` including decorators, as whole lines."""
+        start = statement_start(node) if isinstance(node, ast.stmt) else node.lineno
+        return "".join(self.lines[start - 1 : node.end_lineno])
+
+    def classes(self) -> dict[str, ast.ClassDef]:
+        return {n: node for n, node in self.members.items() if isinstance(node, ast.ClassDef)}
+
+    def functions(self) -> dict[str, ast.FunctionDef]:
+        return {n: node for n, node in self.members.items() if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    def method(self, class_name: str, method: str) -> ast.FunctionDef | None:
+        cls_node = self.members.get(class_name)
+        if not isinstance(cls_node, ast.ClassDef):
+            return None
+        for node in cls_node.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == method:
+                return node
+        return None
+
+    @cached_property
+    def imported_from(self) -> dict[str, tuple[str, str]]:
+        """Top-level ``from x import y [as z]``: bound name -> (absolute module, original name)."""
+        result: dict[str, tuple[str, str]] = {}
+        for node in self.tree.body:
+            if isinstance(node, ast.ImportFrom):
+                module = resolve_relative(self.module, node.level, node.module, is_package=self.is_package) if node.level else node.module
+                for alias in node.names:
+                    result[alias.asname or alias.name] = (module or "", alias.name)
+        return result
+
+
+class UpstreamSources:
+    """Caches parsed modules so a batch parses each upstream file once."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, ModuleIndex] = {}
+
+    def get(self, module: str) -> ModuleIndex:
+        if module not in self._cache:
+            self._cache[module] = ModuleIndex.parse(module)
+        return self._cache[module]
+
+    def resolve_class(self, index: ModuleIndex, name: str) -> tuple[ModuleIndex, ast.ClassDef] | None:
+        """Find class ``name`` as seen from ``index``: defined there or imported into it."""
+        node = index.members.get(name)
+        if isinstance(node, ast.ClassDef):
+            return index, node
+        origin = index.imported_from.get(name)
+        if origin is None:
+            return None
+        try:
+            other = self.get(origin[0])
+        except UpstreamError:
+            return None
+        return self.resolve_class(other, origin[1])
+
+    def inherited_method(self, index: ModuleIndex, class_name: str, method: str) -> tuple[ModuleIndex, ast.FunctionDef] | None:
+        """The definition of ``method`` that ``class_name`` inherits, following bases in MRO-ish order."""
+        found = self.resolve_class(index, class_name)
+        if found is None:
+            return None
+        owner_index, cls_node = found
+        for base in cls_node.bases:
+            if not isinstance(base, ast.Name):
+                continue
+            base_found = self.resolve_class(owner_index, base.id)
+            if base_found is None:
+                continue
+            base_index, base_node = base_found
+            own = base_index.method(base_node.name, method)
+            if own is not None:
+                return base_index, own
+            deeper = self.inherited_method(base_index, base_node.name, method)
+            if deeper is not None:
+                return deeper
+        return None

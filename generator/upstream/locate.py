@@ -1,0 +1,51 @@
+"""Find upstream source files by dotted module name without importing them.
+
+``importlib.util.find_spec`` on a top-level name only locates the package; the
+rest of the path is walked on disk, so no ``__init__`` of transformers runs.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from functools import lru_cache
+from pathlib import Path
+
+from generator.errors import UpstreamError
+
+
+@lru_cache(maxsize=None)
+def package_root(top_level: str) -> Path:
+    spec = importlib.util.find_spec(top_level)
+    if spec is None or not spec.submodule_search_locations:
+        raise UpstreamError(f"package {top_level!r} is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def module_path(module: str) -> Path:
+    """The .py file of ``module`` (a package resolves to its ``__init__.py``)."""
+    top, _, rest = module.partition(".")
+    base = package_root(top)
+    candidate = base.joinpath(*rest.split(".")) if rest else base
+    for path in (candidate.with_suffix(".py"), candidate / "__init__.py"):
+        if path.is_file():
+            return path
+    raise UpstreamError(f"module {module!r} not found under {base}")
+
+
+def distribution_version(top_level: str) -> str:
+    """Version of the installed distribution that provides ``top_level``."""
+    try:
+        return importlib.metadata.version(top_level)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise UpstreamError(f"no installed distribution named {top_level!r}") from exc
+
+
+def resolve_relative(module: str, level: int, name: str | None, *, is_package: bool = False) -> str:
+    """Absolute module name for ``from <level dots><name> import ...`` inside ``module``."""
+    parts = module.split(".")
+    package = parts if is_package else parts[:-1]
+    if level > len(package):
+        raise UpstreamError(f"relative import beyond top-level package in {module}")
+    base = package[: len(package) - level + 1]
+    return ".".join(base + ([name] if name else []))

@@ -1,0 +1,16 @@
+"""Qwen3, NPU backend: the GPU config's patches, helpers and imports, for an Ascend build.
+
+Device kernels are chosen by binding op slots (see models.ops), so this
+sibling inherits every patch; it differs in its target and in what the
+loader binds for backend "npu".
+"""
+
+from generator import PatchConfig
+from models.qwen3.qwen3_gpu_patch_gen_config import config as gpu_config
+
+config = PatchConfig(
+    source_module="transformers.models.qwen3.modeling_qwen3",
+    target_file="patched_modeling_qwen3_npu.py",
+    description="Qwen3 for NPU: the GPU config's slot guards; NPU kernels bind to the same slots",
+)
+config.inherit_from(gpu_config)
