@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="say what happens to every file")
     parser.add_argument("--check", action="store_true", help="exit 1 if generated files differ from what generation would write")
     parser.add_argument("--fix", action="store_true", help="with --check: rewrite drifted files, remove orphans")
+    parser.add_argument("--no-cache", action="store_true", help="with --check: ignore the content-hash cache, regenerate everything")
     parser.add_argument("-j", "--jobs", type=int, help="worker processes (default: one per core, at most one per config)")
     return parser
 
@@ -101,16 +102,35 @@ def run(argv: Sequence[str] | None = None) -> int:
         return _list(configs, reporter)
 
     from generator import drift
+    from generator.cache import CheckCache
     from generator.output.write import write_all
     from generator.pipeline import generate
 
-    started = time.perf_counter()
-    with reporter.status(f"generating {len(configs)} config(s)"):
-        files = generate(configs, settings, jobs=args.jobs)
-    reporter.detail(f"generated {len(files)} file(s) in {time.perf_counter() - started:.2f}s")
     with_diff = args.diff or (args.check and settings.write_diff)
+    cache = CheckCache(settings.cache_dir) if settings.cache_dir and not args.output_dir and not args.no_cache else None
+
+    def outputs_of(loaded: LoadedConfig) -> list[Path]:
+        return [loaded.output_path] + ([loaded.diff_path] if with_diff else [])
+
+    todo = configs
+    if args.check and cache is not None:
+        todo = [c for c in configs if not cache.is_clean(c.name, outputs_of(c))]
+        reporter.detail(f"check cache: {len(configs) - len(todo)} of {len(configs)} config(s) unchanged since generated")
+
+    started = time.perf_counter()
+    with reporter.status(f"generating {len(todo)} config(s)"):
+        files = generate(todo, settings, jobs=args.jobs) if todo else []
+    reporter.detail(f"generated {len(files)} file(s) in {time.perf_counter() - started:.2f}s")
     expected = drift.expected_files(files, with_diff=with_diff)
-    stale = drift.orphans(settings, {p.resolve() for p in expected} | _siblings(files)) if zoo_wide and not args.output_dir else []
+    owned = {p.resolve() for c in configs for p in (c.output_path, c.diff_path)}
+    stale = drift.orphans(settings, owned) if zoo_wide and not args.output_dir else []
+
+    def remember() -> None:
+        if cache is None or args.dry_run:
+            return
+        for f in files:
+            cache.record(f.config_name, f.inputs, {p: t for p, t in expected.items() if p in (f.path, f.diff_path)})
+        cache.save()
 
     if args.check:
         drifts = drift.compare(expected) + stale
@@ -120,11 +140,13 @@ def run(argv: Sequence[str] | None = None) -> int:
             write_all({d.path: d.expected for d in drifts if d.expected is not None})
             for item in stale:
                 item.path.unlink()
+            remember()
             return EXIT_OK
         if drifts:
             reporter.info(f"{len(drifts)} generated file(s) out of date; run `patchgen --check --fix` or `generate-all`")
             return EXIT_DRIFT
-        reporter.detail(f"{len(expected)} generated file(s) up to date")
+        remember()
+        reporter.detail(f"{len(configs)} config(s) up to date")
         return EXIT_OK
 
     if stale:
@@ -133,17 +155,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     verb = "would write" if args.dry_run else "wrote"
     if not args.dry_run:
         write_all(changed)
+        remember()
     for path in sorted(expected):
         if path in changed:
             reporter.info(f"{verb} {_rel(path, settings)}")
         else:
             reporter.detail(f"unchanged {_rel(path, settings)}")
     return EXIT_OK
-
-
-def _siblings(files) -> set[Path]:
-    # A .diff next to a generated file is owned by it even when this run does not write diffs.
-    return {f.diff_path.resolve() for f in files}
 
 
 def _rel(path: Path, settings: Settings) -> str:

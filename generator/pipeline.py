@@ -104,6 +104,7 @@ def project_closure(path: Path, root: Path) -> list[Path]:
 def prepare(loaded: LoadedConfig, root: Path) -> Prepared:
     """Plan, check and assemble one config (checks 1, 2, 4 and 5)."""
     config = loaded.config
+    _SOURCES.accessed.clear()
     try:
         index = _SOURCES.get(config.source_module)
         plan = build_plan(loaded.name, config, index, _SOURCES, _resolve_body)
@@ -124,19 +125,22 @@ def prepare(loaded: LoadedConfig, root: Path) -> Prepared:
             ruff_version=ruff_version(),
         )
         header = render_header(config, config_name=loaded.name, upstream_version=version, fingerprint=digest, regenerate=f"patchgen {loaded.name}")
-        imports = _requested_imports(config, plan)
+        imports = _requested_imports(config, plan, index)
         text = Assembler(plan, list(imports), config.post_import_blocks, header).build()
     except PatchgenError as exc:
         raise exc.with_context(config=loaded.name) from exc
-    inputs = tuple(sorted({str(f) for f in files} | {str(index.path)}))
+    package_inits = [p / "__init__.py" for p in loaded.path.parents if p == root or root in p.parents]
+    inputs = files | _SOURCES.accessed | {f for f in package_inits if f.is_file()}
+    inputs = tuple(sorted(str(f) for f in inputs))
     return Prepared(loaded.name, config.target_file, text, tuple(imports.items()), inputs)
 
 
-def _requested_imports(config: PatchConfig, plan) -> dict[str, tuple[str, ...]]:
+def _requested_imports(config: PatchConfig, plan, index) -> dict[str, tuple[str, ...]]:
     """Import statement -> names it binds: add_import calls, then the imports snippets declare.
 
     From-imports of one module are merged into one statement with sorted names,
-    so ten snippets importing ten slots read as one line.
+    so ten snippets importing ten slots read as one line; a name upstream
+    already imports from the same module is not imported twice.
     """
     statements = [spec.render() for spec in config.additional_imports]
     for resolved in plan.all_resolved():
@@ -147,13 +151,20 @@ def _requested_imports(config: PatchConfig, plan) -> dict[str, tuple[str, ...]]:
         node = ast.parse(statement).body[0]
         if isinstance(node, ast.ImportFrom):
             names = from_names.setdefault(node.module or "", [])
-            names += [f"{a.name} as {a.asname}" if a.asname else a.name for a in node.names if a.name not in names]
+            for alias in node.names:
+                bound = alias.asname or alias.name
+                if index.imported_from.get(bound) == (node.module, alias.name):
+                    continue
+                spelled = f"{alias.name} as {alias.asname}" if alias.asname else alias.name
+                if spelled not in names:
+                    names.append(spelled)
         elif statement not in plain:
             plain.append(statement)
     imports = {s: tuple((a.asname or a.name).split(".")[0] for a in ast.parse(s).body[0].names) for s in plain}
     for module, names in from_names.items():
-        unique = sorted(set(names))
-        imports[f"from {module} import {', '.join(unique)}"] = tuple(n.split(" as ")[-1] for n in unique)
+        if names:
+            unique = sorted(set(names))
+            imports[f"from {module} import {', '.join(unique)}"] = tuple(n.split(" as ")[-1] for n in unique)
     return imports
 
 

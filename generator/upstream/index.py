@@ -101,11 +101,15 @@ class UpstreamSources:
 
     def __init__(self) -> None:
         self._cache: dict[str, ModuleIndex] = {}
+        # Every file handed out since the last reset: a config's upstream inputs, for the check cache.
+        self.accessed: set[Path] = set()
 
     def get(self, module: str) -> ModuleIndex:
         if module not in self._cache:
             self._cache[module] = ModuleIndex.parse(module)
-        return self._cache[module]
+        index = self._cache[module]
+        self.accessed.add(index.path)
+        return index
 
     def resolve_class(self, index: ModuleIndex, name: str) -> tuple[ModuleIndex, ast.ClassDef] | None:
         """Find class ``name`` as seen from ``index``: defined there or imported into it."""

@@ -1,0 +1,92 @@
+"""Content-hash cache that lets ``--check`` skip regeneration on an unchanged tree.
+
+An entry records, for one config, every input file it was generated from and
+the hash of every output it produced.  It is trusted only when a fresh hash of
+all those inputs, the generator's own code and the ruff version equals the
+stored key, and the files on disk hash to the stored outputs.  Anything else,
+including a corrupt or foreign cache file, is a miss and means real
+generation, so a stale cache can cost time but never hide drift.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from generator.normalize.ruff import ruff_version
+from generator.output.write import write_atomic
+
+GENERATOR_ROOT = Path(__file__).resolve().parent
+SCHEMA = 1
+
+
+def _file_digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
+
+
+@lru_cache(maxsize=1)
+def generator_digest() -> str:
+    """Hash of the generator's own code, templates and ruff settings, plus the ruff version."""
+    digest = hashlib.sha256(ruff_version().encode())
+    for path in sorted(GENERATOR_ROOT.rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".j2", ".toml"):
+            digest.update(path.relative_to(GENERATOR_ROOT).as_posix().encode() + b"\0" + bytes.fromhex(_file_digest(path)))
+    return digest.hexdigest()
+
+
+def inputs_key(inputs: list[str]) -> str:
+    digest = hashlib.sha256(generator_digest().encode())
+    for name in sorted(inputs):
+        digest.update(name.encode() + b"\0" + _file_digest(Path(name)).encode())
+    return digest.hexdigest()
+
+
+def _entry_checksum(entry: dict) -> str:
+    body = {k: v for k, v in entry.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+class CheckCache:
+    """One JSON file per project under the git-ignored cache folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "check-cache.json"
+        self.entries: dict[str, dict] = self._load()
+
+    def _load(self) -> dict[str, dict]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("entries"), dict):
+            return {}
+        return {k: v for k, v in data["entries"].items() if isinstance(v, dict) and v.get("checksum") == _entry_checksum(v)}
+
+    def is_clean(self, config_name: str, outputs: list[Path]) -> bool:
+        """True only if the stored key matches the inputs now and every output on disk is as generated."""
+        entry = self.entries.get(config_name)
+        if entry is None or not isinstance(entry.get("inputs"), list) or not isinstance(entry.get("outputs"), dict):
+            return False
+        if inputs_key(entry["inputs"]) != entry.get("key"):
+            return False
+        recorded = entry["outputs"]
+        if sorted(recorded) != sorted(str(p) for p in outputs):
+            return False
+        return all(_file_digest(Path(p)) == recorded[p] for p in recorded)
+
+    def record(self, config_name: str, inputs: tuple[str, ...], outputs: dict[Path, str]) -> None:
+        entry = {
+            "inputs": sorted(inputs),
+            "key": inputs_key(list(inputs)),
+            "outputs": {str(p): hashlib.sha256(text.encode()).hexdigest() for p, text in sorted(outputs.items())},
+        }
+        entry["checksum"] = _entry_checksum(entry)
+        self.entries[config_name] = entry
+
+    def save(self) -> None:
+        write_atomic(self.path, json.dumps({"schema": SCHEMA, "entries": self.entries}, indent=1, sort_keys=True) + "\n")
