@@ -35,7 +35,8 @@ def check_docstrings(plan: Plan) -> None:
             continue
         if "auto_docstring" not in {_decorator_name(d) for d in upstream.decorator_list}:
             continue
-        if not resolved.patch.keep_decorators:
+        keep = resolved.patch.keep_decorators
+        if keep is False or (isinstance(keep, tuple) and "auto_docstring" in keep):
             continue
         known = {p.name for p in parameters(upstream)}
         new = [p.name for p in parameters(source.node) if p.name not in known and p.kind not in ("var-positional", "var-keyword")]

@@ -61,20 +61,15 @@ def signature_problems(upstream: FunctionNode, override: FunctionNode) -> list[s
     if not problems and shared != [p.name for p in want]:
         problems.append(f"parameter order differs: upstream {[p.name for p in want]}, override {shared}")
     want_names = {p.name for p in want}
-    first_new_positional = True
     for i, p in enumerate(have):
         if p.name in want_names:
             continue
-        if p.kind in ("var-positional", "var-keyword") or p.default is not None:
-            continue
-        problems.append(f"new parameter {p.name} has no default, so upstream callers would break")
-    for i, p in enumerate(have):
-        if p.name in want_names or p.kind != "positional-or-keyword" or not first_new_positional:
-            continue
-        later_upstream_positional = [q for q in have[i + 1 :] if q.name in want_names and q.kind.startswith("positional")]
-        if later_upstream_positional:
-            problems.append(f"new parameter {p.name} shifts upstream positional parameter {later_upstream_positional[0].name}")
-        first_new_positional = False
+        if p.kind not in ("var-positional", "var-keyword") and p.default is None:
+            problems.append(f"new parameter {p.name} has no default, so upstream callers would break")
+        if p.kind.startswith("positional"):
+            shifted = [q.name for q in have[i + 1 :] if q.name in want_names and q.kind.startswith("positional")]
+            if shifted:
+                problems.append(f"new parameter {p.name} shifts upstream positional parameter {shifted[0]}")
     return problems
 
 

@@ -59,12 +59,12 @@ def rename_definition(source: str, new_name: str) -> str:
     raise ValueError("no def or class statement to rename")
 
 
-def string_continuation_lines(source: str, *, docstrings_only_excluded: set[int] | None = None) -> set[int]:
-    """1-based rows that lie inside a multi-line string literal (not its first row)."""
+def string_continuation_lines(source: str, *, except_starting_at: set[int] = frozenset()) -> set[int]:
+    """1-based rows inside a multi-line string literal (not its first row), except strings starting at the given rows."""
     rows: set[int] = set()
     for tok in _tokens(source):
         if tok.type == tokenize.STRING and tok.end[0] > tok.start[0]:
-            if docstrings_only_excluded and tok.start[0] in docstrings_only_excluded:
+            if tok.start[0] in except_starting_at:
                 continue
             rows.update(range(tok.start[0] + 1, tok.end[0] + 1))
     return rows
@@ -78,7 +78,7 @@ def reindent(source: str, delta: int, *, docstring_rows: set[int] = frozenset())
     """
     if delta == 0:
         return source
-    frozen = string_continuation_lines(source, docstrings_only_excluded=set(docstring_rows))
+    frozen = string_continuation_lines(source, except_starting_at=set(docstring_rows))
     out = []
     for row, line in enumerate(source.splitlines(keepends=True), start=1):
         if row in frozen or not line.strip():
