@@ -1,0 +1,109 @@
+"""Build a model: the generated class for a registered ``model_type``, or plain transformers on request.
+
+The loader is a convenience, not a requirement: a generated class used directly behaves like upstream
+because unbound slots run upstream code. What the loader adds is choosing the class from a config,
+binding the requested kernels before the model exists, and clear errors when something is missing.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import transformers
+from transformers import PreTrainedConfig, PreTrainedModel
+
+from models.ops import OpsConfig, bind_ops
+from models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY, UnknownEntryError
+
+__all__ = ["build_model", "get_model_class"]
+
+
+def _hf_class(architecture: str) -> type[PreTrainedModel]:
+    cls = getattr(transformers, architecture, None)
+    if not isinstance(cls, type) or not issubclass(cls, PreTrainedModel):
+        raise UnknownEntryError(f"transformers {transformers.__version__} has no model class {architecture!r}")
+    return cls
+
+
+def get_model_class(
+    model_type: str, architecture: str, backend: str = "gpu", use_hf: bool = False
+) -> type[PreTrainedModel]:
+    """The class to instantiate for ``architecture`` of ``model_type``.
+
+    ``use_hf=True`` returns ``transformers.<architecture>`` (the opt-out: upstream code, slots ignored);
+    otherwise the class of that name in the model's generated module for ``backend``.
+    """
+    if use_hf:
+        return _hf_class(architecture)
+    return MODELING_REGISTRY.get_class(model_type, architecture, backend)
+
+
+def _config_from_architecture(architecture: str, use_hf: bool, overrides: dict[str, Any]) -> PreTrainedConfig:
+    """Upstream names the config class of every model class; the registry says which one we build."""
+    upstream_config_cls = _hf_class(architecture).config_class
+    config_cls = upstream_config_cls if use_hf else MODEL_CONFIG_REGISTRY[upstream_config_cls.model_type]
+    return config_cls(**overrides)
+
+
+def _config_with_overrides(config: PreTrainedConfig, overrides: dict[str, Any]) -> PreTrainedConfig:
+    unknown = sorted(key for key in overrides if not hasattr(config, key))
+    if unknown:
+        raise ValueError(f"{type(config).__name__} has no attribute(s) {unknown} to override")
+    config = copy.deepcopy(config)
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
+
+
+def _architecture_of(config: PreTrainedConfig, architecture: str | None) -> str:
+    if architecture is not None:
+        return architecture
+    if config.architectures:
+        return config.architectures[0]
+    raise ValueError(f"{type(config).__name__} lists no architectures; pass architecture= (e.g. 'Qwen3ForCausalLM')")
+
+
+def build_model(
+    config_or_architecture: PreTrainedConfig | str,
+    *,
+    backend: str = "gpu",
+    ops: OpsConfig | None = None,
+    use_hf: bool = False,
+    architecture: str | None = None,
+    attn_implementation: str | None = None,
+    **config_overrides: Any,
+) -> PreTrainedModel:
+    """Instantiate a model with freshly initialized weights (``cls(config)``).
+
+    ``config_or_architecture`` is either a config instance, whose class is ``architecture`` or else
+    ``config.architectures[0]`` (no guessing: a config without architectures needs ``architecture=``),
+    or an architecture name such as ``"Qwen3ForCausalLM"``, whose config is built from
+    ``config_overrides`` by the config class registered for its model_type (upstream's, with ``use_hf``).
+    For a config instance, ``config_overrides`` are set as attributes on a copy, as
+    ``from_pretrained(**kwargs)`` does: values derived from them in the config's ``__init__`` are not
+    recomputed. ``attn_implementation`` selects the attention backend either way.
+
+    ``ops`` is bound before the model is built (None leaves the current binding alone). Slots are
+    process-global, so the binding holds for every generated model in the process. ``use_hf=True``
+    builds the plain transformers class, which never consults slots, so non-eager ops are rejected.
+    """
+    if isinstance(config_or_architecture, str):
+        if architecture is not None and architecture != config_or_architecture:
+            raise ValueError(
+                f"conflicting architectures: {config_or_architecture!r} positionally, {architecture!r} by keyword"
+            )
+        architecture = config_or_architecture
+        config = _config_from_architecture(architecture, use_hf, config_overrides)
+    else:
+        architecture = _architecture_of(config_or_architecture, architecture)
+        config = _config_with_overrides(config_or_architecture, config_overrides)
+    if attn_implementation is not None:
+        config._attn_implementation = attn_implementation
+
+    if use_hf and ops is not None and not ops.is_eager:
+        raise ValueError(f"ops {dict(ops.kernels)} have no effect on a plain transformers model (use_hf=True)")
+    cls = get_model_class(config.model_type, architecture, backend=backend, use_hf=use_hf)
+    if ops is not None:
+        bind_ops(ops)
+    return cls(config)

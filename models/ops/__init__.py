@@ -1,0 +1,42 @@
+"""Op slots that generated modeling code consults, the kernels that can fill them, and how to bind them.
+
+Generated code imports the slot instances from here; training code builds an ``OpsConfig`` and binds it
+(``bind_ops`` / ``bound_ops``, or through ``models.loader.build_model``) before building a model.
+"""
+
+from models.ops.binding import bind_ops, bound_ops, current_ops, unbind_ops
+from models.ops.config import OpsConfig
+from models.ops.errors import KernelUnavailableError, OpsConfigError, OpsError, UnboundSlotError
+from models.ops.kernels import KERNEL_FAMILIES, kernel_names
+from models.ops.slots import (
+    SLOTS,
+    BoundKernel,
+    OpSlot,
+    causal_lm_loss_slot,
+    glu_activation_slot,
+    rms_norm_slot,
+    rope_slot,
+    sequence_classification_loss_slot,
+)
+
+__all__ = [
+    "KERNEL_FAMILIES",
+    "SLOTS",
+    "BoundKernel",
+    "KernelUnavailableError",
+    "OpSlot",
+    "OpsConfig",
+    "OpsConfigError",
+    "OpsError",
+    "UnboundSlotError",
+    "bind_ops",
+    "bound_ops",
+    "causal_lm_loss_slot",
+    "current_ops",
+    "glu_activation_slot",
+    "kernel_names",
+    "rms_norm_slot",
+    "rope_slot",
+    "sequence_classification_loss_slot",
+    "unbind_ops",
+]

@@ -1,0 +1,25 @@
+"""The failures of op-slot binding, one type per cause so callers and tests can tell them apart."""
+
+from __future__ import annotations
+
+
+class OpsError(Exception):
+    """Base of every op-slot error."""
+
+
+class OpsConfigError(OpsError, ValueError):
+    """An ops config names a slot or kernel that does not exist, or options a kernel does not take."""
+
+
+class KernelUnavailableError(OpsError, RuntimeError):
+    """A kernel exists but cannot run on this machine (no CUDA device, package not installed)."""
+
+    def __init__(self, slot: str, kernel: str, cause: str) -> None:
+        super().__init__(f"cannot bind kernel {kernel!r} to slot {slot!r}: {cause}")
+        self.slot = slot
+        self.kernel = kernel
+        self.cause = cause
+
+
+class UnboundSlotError(OpsError, RuntimeError):
+    """A slot was called with no kernel bound; generated code checks ``use_non_eager_impl`` first."""

@@ -1,0 +1,108 @@
+"""Op slots: the named hooks that generated modeling code consults before running upstream code.
+
+A patched method reads ``if slot.use_non_eager_impl: return slot(...)`` and otherwise falls through to
+the unchanged upstream body, so an unbound slot means upstream numerics. The slot names and call
+contracts below are referenced verbatim by generated files; ``models.ops.kernels.eager`` holds the
+reference implementation of each contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from models.ops.errors import UnboundSlotError
+
+__all__ = [
+    "SLOTS",
+    "BoundKernel",
+    "OpSlot",
+    "causal_lm_loss_slot",
+    "glu_activation_slot",
+    "rms_norm_slot",
+    "rope_slot",
+    "sequence_classification_loss_slot",
+]
+
+
+@dataclass(frozen=True)
+class BoundKernel:
+    """A kernel bound to a slot, with the name it was bound under (for reporting and restoring)."""
+
+    name: str
+    fn: Callable[..., Any]
+
+
+class OpSlot:
+    """One replaceable operation; holds at most one non-eager kernel."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._bound: BoundKernel | None = None
+
+    @property
+    def use_non_eager_impl(self) -> bool:
+        """True iff a non-eager kernel is bound; generated code calls the slot only then."""
+        return self._bound is not None
+
+    @property
+    def bound(self) -> BoundKernel | None:
+        """The current binding, or None when the upstream (eager) code path runs."""
+        return self._bound
+
+    @property
+    def bound_kernel_name(self) -> str | None:
+        """Name of the bound kernel, or None when unbound (eager)."""
+        return None if self._bound is None else self._bound.name
+
+    def bind(self, kernel: Callable[..., Any], name: str | None = None) -> None:
+        """Route calls to ``kernel``; ``name`` defaults to its qualified name."""
+        if not callable(kernel):
+            raise TypeError(f"slot {self.name!r}: kernel must be callable, got {kernel!r}")
+        if name is None:
+            name = f"{getattr(kernel, '__module__', '?')}.{getattr(kernel, '__qualname__', repr(kernel))}"
+        self._bound = BoundKernel(name=name, fn=kernel)
+
+    def unbind(self) -> None:
+        """Return to the upstream code path."""
+        self._bound = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._bound is None:
+            raise UnboundSlotError(
+                f"slot {self.name!r} has no kernel bound; check `use_non_eager_impl` before calling it "
+                "(unbound means the upstream code path runs)"
+            )
+        return self._bound.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"OpSlot({self.name!r}, bound={self.bound_kernel_name or 'eager'})"
+
+
+_slots: dict[str, OpSlot] = {}
+
+
+def _define(name: str) -> OpSlot:
+    slot = OpSlot(name)
+    _slots[name] = slot
+    return slot
+
+
+# Call contracts (see models.ops.kernels.eager for the reference semantics):
+# rms_norm_slot(hidden_states, weight, eps, *, offset=0.0) -> Tensor
+rms_norm_slot = _define("rms_norm")
+# glu_activation_slot(gate, up, activation) -> ACT2FN[activation](gate) * up
+glu_activation_slot = _define("glu_activation")
+# rope_slot(q, k, cos, sin, unsqueeze_dim=1) -> (q_embed, k_embed)
+rope_slot = _define("rope")
+# causal_lm_loss_slot(hidden_states, lm_head_weight, labels, *, vocab_size, num_items_in_batch=None,
+#                     ignore_index=-100, shift_labels=None, final_logit_softcapping=None, **kwargs)
+#     -> (loss, logits or None)
+causal_lm_loss_slot = _define("causal_lm_loss")
+# sequence_classification_loss_slot(logits, labels, pooled_logits, config) -> loss
+sequence_classification_loss_slot = _define("sequence_classification_loss")
+
+#: Every slot by name, in definition order.
+SLOTS: Mapping[str, OpSlot] = MappingProxyType(_slots)
