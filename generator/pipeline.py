@@ -30,7 +30,8 @@ from generator.errors import PatchgenError, PatchSourceError, SnippetError
 from generator.normalize.ruff import normalize, ruff_version
 from generator.output.diff import unified_diff
 from generator.output.header import fingerprint, relative_name, render_header
-from generator.upstream.index import UpstreamSources
+from generator.codegen.plan import Plan
+from generator.upstream.index import ModuleIndex, UpstreamSources
 from generator.upstream.locate import distribution_version, package_root
 
 _SOURCES = UpstreamSources()
@@ -135,12 +136,12 @@ def prepare(loaded: LoadedConfig, root: Path) -> Prepared:
     return Prepared(loaded.name, config.target_file, text, tuple(imports.items()), inputs)
 
 
-def _requested_imports(config: PatchConfig, plan, index) -> dict[str, tuple[str, ...]]:
+def _requested_imports(config: PatchConfig, plan: Plan, index: ModuleIndex) -> dict[str, tuple[str, ...]]:
     """Import statement -> names it binds: add_import calls, then the imports snippets declare.
 
     From-imports of one module are merged into one statement with sorted names,
     so ten snippets importing ten slots read as one line; a name upstream
-    already imports from the same module is not imported twice.
+    still imports from the same module (not dropped) is not imported twice.
     """
     statements = [spec.render() for spec in config.additional_imports]
     for resolved in plan.all_resolved():
@@ -153,7 +154,7 @@ def _requested_imports(config: PatchConfig, plan, index) -> dict[str, tuple[str,
             names = from_names.setdefault(node.module or "", [])
             for alias in node.names:
                 bound = alias.asname or alias.name
-                if index.imported_from.get(bound) == (node.module, alias.name):
+                if bound not in plan.dropped_imports and index.imported_from.get(bound) == (node.module, alias.name):
                     continue
                 spelled = f"{alias.name} as {alias.asname}" if alias.asname else alias.name
                 if spelled not in names:

@@ -73,13 +73,19 @@ def _drop_import_edits(index: ModuleIndex, names: set[str]) -> tuple[list[Edit],
 
 
 def _all_edit(index: ModuleIndex, dropped: set[str]) -> list[Edit]:
+    """Remove dropped names from ``__all__``, keeping upstream's one-name-per-line layout when it has one."""
     node = index.members.get("__all__")
     if not dropped or not isinstance(node, ast.Assign) or not isinstance(node.value, (ast.List, ast.Tuple)):
         return []
     value = node.value
-    kept = [e for e in value.elts if not (isinstance(e, ast.Constant) and e.value in dropped)]
-    if len(kept) == len(value.elts):
+    gone = [e for e in value.elts if isinstance(e, ast.Constant) and e.value in dropped]
+    if not gone:
         return []
+    rows = [e.lineno for e in value.elts]
+    if len(set(rows)) == len(rows) and value.lineno not in rows:
+        # One element per line: delete those lines whole.
+        return [(e.lineno, 0, e.lineno + 1, 0, "") for e in gone]
+    kept = [e for e in value.elts if e not in gone]
     new = type(value)(elts=kept, ctx=ast.Load())
     return [(value.lineno, value.col_offset, value.end_lineno, value.end_col_offset, ast.unparse(new))]
 
@@ -154,7 +160,7 @@ class Assembler:
         self.imports = imports
         self.post_import_blocks = post_import_blocks
         self.header = header
-        self.dropped = dropped_members(self.index, plan.excluded)
+        self.dropped = dropped_members(self.index, plan)
         drop_edits, touched = _drop_import_edits(self.index, plan.dropped_imports)
         self.emitter = _Emitter(self.index, drop_edits + _absolute_import_edits(self.index, touched) + _all_edit(self.index, self.dropped))
 

@@ -36,7 +36,6 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
@@ -49,15 +48,20 @@ from transformers.modeling_layers import (
     GenericForTokenClassification,
     GradientCheckpointingLayer,
 )
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPast,
+    CausalLMOutputWithPast,
+    SequenceClassifierOutputWithPast,
+)
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
+from transformers.utils import logging as transformers_logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
-from transformers.models.qwen3.configuration_qwen3 import Qwen3Config
 
 from models.ops.slots import (
     causal_lm_loss_slot,
@@ -66,8 +70,6 @@ from models.ops.slots import (
     rope_slot,
     sequence_classification_loss_slot,
 )
-from transformers.modeling_outputs import SequenceClassifierOutputWithPast
-from transformers.utils import logging as transformers_logging
 
 
 # [MODIFIED CLASS] Qwen3RMSNorm

@@ -1,0 +1,25 @@
+"""Qwen2: the generated modeling matches upstream transformers.
+
+Layer 0 attends fully and layers 1-2 through a 3-token sliding window, shorter than the 11-token test
+batch, so the mask of each attention type reaches its layers.
+"""
+
+from transformers import Qwen2Config
+
+from models.testing.dense_suite import DenseModel, DenseParitySuite
+
+QWEN2 = DenseModel(
+    model_type="qwen2",
+    config_class=Qwen2Config,
+    causal_lm="Qwen2ForCausalLM",
+    sequence_classification="Qwen2ForSequenceClassification",
+    sizes={"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
+)
+
+
+class TestQwen2Parity(DenseParitySuite):
+    model = QWEN2
+
+
+def test_tiny_config_mixes_full_and_sliding_layers() -> None:
+    assert QWEN2.config().layer_types == ["full_attention", "sliding_attention", "sliding_attention"]
