@@ -35,7 +35,9 @@ def generator_digest() -> str:
     digest = hashlib.sha256(ruff_version().encode())
     for path in sorted(GENERATOR_ROOT.rglob("*")):
         if path.is_file() and path.suffix in (".py", ".j2", ".toml"):
-            digest.update(path.relative_to(GENERATOR_ROOT).as_posix().encode() + b"\0" + bytes.fromhex(_file_digest(path)))
+            digest.update(
+                path.relative_to(GENERATOR_ROOT).as_posix().encode() + b"\0" + bytes.fromhex(_file_digest(path))
+            )
     return digest.hexdigest()
 
 
@@ -65,7 +67,9 @@ class CheckCache:
             return {}
         if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("entries"), dict):
             return {}
-        return {k: v for k, v in data["entries"].items() if isinstance(v, dict) and v.get("checksum") == _entry_checksum(v)}
+        return {
+            k: v for k, v in data["entries"].items() if isinstance(v, dict) and v.get("checksum") == _entry_checksum(v)
+        }
 
     def is_clean(self, config_name: str, outputs: list[Path]) -> bool:
         """True only if the stored key matches the inputs now and every output on disk is as generated."""
@@ -89,4 +93,6 @@ class CheckCache:
         self.entries[config_name] = entry
 
     def save(self) -> None:
-        write_atomic(self.path, json.dumps({"schema": SCHEMA, "entries": self.entries}, indent=1, sort_keys=True) + "\n")
+        write_atomic(
+            self.path, json.dumps({"schema": SCHEMA, "entries": self.entries}, indent=1, sort_keys=True) + "\n"
+        )

@@ -25,16 +25,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("configs", nargs="*", metavar="config.module", help="config module(s), dotted or as a path")
     parser.add_argument("-o", "--output-dir", type=Path, help="write here instead of <config dir>/generated")
-    parser.add_argument("-c", "--config-name", metavar="NAME", help="the PatchConfig variable to use (default: the one the module defines)")
-    parser.add_argument("--list", action="store_true", help="list the patches of the selected configs; generate nothing")
+    parser.add_argument(
+        "-c",
+        "--config-name",
+        metavar="NAME",
+        help="the PatchConfig variable to use (default: the one the module defines)",
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list the patches of the selected configs; generate nothing"
+    )
     parser.add_argument("--all", action="store_true", help="select every config found via [tool.patchgen]")
     parser.add_argument("--dry-run", action="store_true", help="run every check, write nothing")
     parser.add_argument("--diff", action="store_true", help="also write the .diff against upstream next to each file")
     parser.add_argument("-v", "--verbose", action="store_true", help="say what happens to every file")
-    parser.add_argument("--check", action="store_true", help="exit 1 if generated files differ from what generation would write")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if generated files differ from what generation would write"
+    )
     parser.add_argument("--fix", action="store_true", help="with --check: rewrite drifted files, remove orphans")
-    parser.add_argument("--no-cache", action="store_true", help="with --check: ignore the content-hash cache, regenerate everything")
-    parser.add_argument("-j", "--jobs", type=int, help="worker processes (default: one per core, at most one per config)")
+    parser.add_argument(
+        "--no-cache", action="store_true", help="with --check: ignore the content-hash cache, regenerate everything"
+    )
+    parser.add_argument(
+        "-j", "--jobs", type=int, help="worker processes (default: one per core, at most one per config)"
+    )
     return parser
 
 
@@ -81,7 +94,9 @@ def _list(configs: list[LoadedConfig], reporter: Reporter) -> int:
         config = loaded.config
         reporter.info(f"{loaded.name}: {config.source_module} -> {config.target_file}")
         for patch in config.patches:
-            reporter.info(f"  {patch.kind:<17} {patch.target}" + (f"  ({patch.description})" if patch.description else ""))
+            reporter.info(
+                f"  {patch.kind:<17} {patch.target}" + (f"  ({patch.description})" if patch.description else "")
+            )
         for name in config.exclusions:
             reporter.info(f"  {'exclude':<17} {name}")
         for name in config.dropped_imports:
@@ -107,7 +122,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     from generator.pipeline import generate
 
     with_diff = args.diff or (args.check and settings.write_diff)
-    cache = CheckCache(settings.cache_dir) if settings.cache_dir and not args.output_dir and not args.no_cache else None
+    cache = (
+        CheckCache(settings.cache_dir) if settings.cache_dir and not args.output_dir and not args.no_cache else None
+    )
 
     def outputs_of(loaded: LoadedConfig) -> list[Path]:
         return [loaded.output_path] + ([loaded.diff_path] if with_diff else [])
@@ -115,7 +132,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     todo = configs
     if args.check and cache is not None:
         todo = [c for c in configs if not cache.is_clean(c.name, outputs_of(c))]
-        reporter.detail(f"check cache: {len(configs) - len(todo)} of {len(configs)} config(s) unchanged since generated")
+        reporter.detail(
+            f"check cache: {len(configs) - len(todo)} of {len(configs)} config(s) unchanged since generated"
+        )
 
     started = time.perf_counter()
     with reporter.status(f"generating {len(todo)} config(s)"):
@@ -143,14 +162,18 @@ def run(argv: Sequence[str] | None = None) -> int:
             remember()
             return EXIT_OK
         if drifts:
-            reporter.info(f"{len(drifts)} generated file(s) out of date; run `patchgen --check --fix` or `generate-all`")
+            reporter.info(
+                f"{len(drifts)} generated file(s) out of date; run `patchgen --check --fix` or `generate-all`"
+            )
             return EXIT_DRIFT
         remember()
         reporter.detail(f"{len(configs)} config(s) up to date")
         return EXIT_OK
 
     if stale:
-        raise OrphanedOutputError(f"generated file {_rel(stale[0].path, settings)} has no config (delete it, or restore its config)")
+        raise OrphanedOutputError(
+            f"generated file {_rel(stale[0].path, settings)} has no config (delete it, or restore its config)"
+        )
     changed = {p: t for p, t in expected.items() if not p.is_file() or p.read_text(encoding="utf-8") != t}
     verb = "would write" if args.dry_run else "wrote"
     if not args.dry_run:

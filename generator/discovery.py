@@ -112,7 +112,9 @@ def _import(module_name: str, settings: Settings) -> ModuleType:
         raise ConfigLoadError(f"failed to import: {type(exc).__name__}: {exc}{where}", config=module_name) from exc
 
 
-def load_config(module_name: str, settings: Settings, *, variable: str | None = None, output_dir: Path | None = None) -> LoadedConfig:
+def load_config(
+    module_name: str, settings: Settings, *, variable: str | None = None, output_dir: Path | None = None
+) -> LoadedConfig:
     """Import ``module_name`` and pick its PatchConfig (by ``variable`` name, or the one it defines)."""
     module = _import(module_name, settings)
     if variable is not None:
@@ -120,7 +122,9 @@ def load_config(module_name: str, settings: Settings, *, variable: str | None = 
         if not isinstance(config, PatchConfig):
             raise ConfigLoadError(f"has no PatchConfig named {variable!r}", config=module_name)
     else:
-        own = {id(v): v for v in vars(module).values() if isinstance(v, PatchConfig) and v.defined_in == module.__name__}
+        own = {
+            id(v): v for v in vars(module).values() if isinstance(v, PatchConfig) and v.defined_in == module.__name__
+        }
         if not own:
             raise ConfigLoadError("defines no PatchConfig", config=module_name)
         if len(own) > 1:

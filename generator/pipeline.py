@@ -24,13 +24,13 @@ from generator.checks.signature import check_signatures
 from generator.checks.targets import build_plan
 from generator.codegen.assemble import Assembler
 from generator.codegen.patch_source import PatchSource, resolve
+from generator.codegen.plan import Plan
 from generator.discovery import LoadedConfig, Settings
 from generator.dsl.config import PatchConfig
 from generator.errors import PatchgenError, PatchSourceError, SnippetError
 from generator.normalize.ruff import normalize, ruff_version
 from generator.output.diff import unified_diff
 from generator.output.header import fingerprint, relative_name, render_header
-from generator.codegen.plan import Plan
 from generator.upstream.index import ModuleIndex, UpstreamSources
 from generator.upstream.locate import distribution_version, package_root
 
@@ -125,7 +125,13 @@ def prepare(loaded: LoadedConfig, root: Path) -> Prepared:
             files=[(relative_name(f, root), f.read_bytes()) for f in files],
             ruff_version=ruff_version(),
         )
-        header = render_header(config, config_name=loaded.name, upstream_version=version, fingerprint=digest, regenerate=f"patchgen {loaded.name}")
+        header = render_header(
+            config,
+            config_name=loaded.name,
+            upstream_version=version,
+            fingerprint=digest,
+            regenerate=f"patchgen {loaded.name}",
+        )
         imports = _requested_imports(config, plan, index)
         text = Assembler(plan, list(imports), config.post_import_blocks, header).build()
     except PatchgenError as exc:
@@ -207,7 +213,9 @@ def generate(configs: list[LoadedConfig], settings: Settings, *, jobs: int | Non
         check_imports_kept(item.name, out.text, item.imports)
         index = _SOURCES.get(loaded.config.source_module)
         upstream_name = relative_name(index.path, package_root(loaded.config.source_module.split(".")[0]).parent)
-        diff = unified_diff(index.source, out.text, upstream_name=upstream_name, generated_name=loaded.config.target_file)
+        diff = unified_diff(
+            index.source, out.text, upstream_name=upstream_name, generated_name=loaded.config.target_file
+        )
         results.append(GeneratedFile(item.name, loaded.output_path, out.text, loaded.diff_path, diff, item.inputs))
     return results
 
@@ -218,5 +226,7 @@ def _check_unique_outputs(configs: list[LoadedConfig]) -> None:
         other = owners.setdefault(loaded.output_path, loaded.name)
         if other != loaded.name:
             raise PatchgenError(
-                f"writes {loaded.output_path}, which {other} writes too", config=loaded.name, target=loaded.config.target_file
+                f"writes {loaded.output_path}, which {other} writes too",
+                config=loaded.name,
+                target=loaded.config.target_file,
             )

@@ -30,7 +30,11 @@ def dataclass_fields(sources: UpstreamSources, index: ModuleIndex, name: str) ->
 
 
 def _constructed_names(fn: ast.AST) -> set[str]:
-    return {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id[:1].isupper()}
+    return {
+        n.func.id
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id[:1].isupper()
+    }
 
 
 def check_dataclass_fields(plan: Plan, sources: UpstreamSources, origin_modules: dict[int, str]) -> None:

@@ -39,7 +39,11 @@ def check_docstrings(plan: Plan) -> None:
         if keep is False or (isinstance(keep, tuple) and "auto_docstring" in keep):
             continue
         known = {p.name for p in parameters(upstream)}
-        new = [p.name for p in parameters(source.node) if p.name not in known and p.kind not in ("var-positional", "var-keyword")]
+        new = [
+            p.name
+            for p in parameters(source.node)
+            if p.name not in known and p.kind not in ("var-positional", "var-keyword")
+        ]
         docstring = ast.get_docstring(source.node) or ""
         missing = [name for name in new if not documented(docstring, name)]
         if missing:

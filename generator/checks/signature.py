@@ -34,12 +34,18 @@ def parameters(fn: FunctionNode) -> list[Param]:
     positional = args.posonlyargs + args.args
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
     out = [
-        Param(a.arg, "positional-only" if i < len(args.posonlyargs) else "positional-or-keyword", ast.unparse(d) if d else None)
+        Param(
+            a.arg,
+            "positional-only" if i < len(args.posonlyargs) else "positional-or-keyword",
+            ast.unparse(d) if d else None,
+        )
         for i, (a, d) in enumerate(zip(positional, defaults))
     ]
     if args.vararg:
         out.append(Param(args.vararg.arg, "var-positional", None))
-    out += [Param(a.arg, "keyword-only", ast.unparse(d) if d else None) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    out += [
+        Param(a.arg, "keyword-only", ast.unparse(d) if d else None) for a, d in zip(args.kwonlyargs, args.kw_defaults)
+    ]
     if args.kwarg:
         out.append(Param(args.kwarg.arg, "var-keyword", None))
     return out
@@ -80,12 +86,28 @@ def _pairs(resolved: ResolvedPatch) -> list[tuple[str, FunctionNode, FunctionNod
     if isinstance(upstream, ast.ClassDef) and isinstance(source.node, ast.ClassDef):
         pairs = []
         for name in ("__init__", "forward"):
-            up = next((n for n in upstream.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
-            new = next((n for n in source.node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+            up = next(
+                (
+                    n
+                    for n in upstream.body
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+                ),
+                None,
+            )
+            new = next(
+                (
+                    n
+                    for n in source.node.body
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+                ),
+                None,
+            )
             if up is not None and new is not None:
                 pairs.append((f"{patch.target}.{name}", up, new))
         return pairs
-    if isinstance(upstream, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(source.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    if isinstance(upstream, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(
+        source.node, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
         return [(patch.target if patch.kind != "modify_init" else f"{patch.target}.__init__", upstream, source.node)]
     return []
 

@@ -22,14 +22,25 @@ def _renamed(source: PatchSource, name_map: dict[str, str]) -> PatchSource:
     text = rename_identifiers(source.text, name_map)
     decorators = tuple(rename_identifiers(d, name_map) for d in source.decorators)
     renamed = from_text(text, origin=source.origin)
-    return replace(source, name=renamed.name, text=renamed.text, decorators=decorators, node=renamed.node, docstring_rows=renamed.docstring_rows)
+    return replace(
+        source,
+        name=renamed.name,
+        text=renamed.text,
+        decorators=decorators,
+        node=renamed.node,
+        docstring_rows=renamed.docstring_rows,
+    )
 
 
 def _expect_kind(patch: Patch, source: PatchSource, config_name: str) -> None:
     want_class = patch.kind == "replace_class"
     if want_class != isinstance(source.node, ast.ClassDef):
         what = "a class" if want_class else "a function"
-        raise TargetError(f"{patch.kind} needs {what}, but {source.origin} defines {source.name!r}", config=config_name, target=patch.target)
+        raise TargetError(
+            f"{patch.kind} needs {what}, but {source.origin} defines {source.name!r}",
+            config=config_name,
+            target=patch.target,
+        )
 
 
 def build_plan(
@@ -79,12 +90,17 @@ def build_plan(
             inherited = None if own is not None else sources.inherited_method(index, cls_name, member)
             if patch.add:
                 if own is not None or inherited is not None:
-                    raise fail("add=True, but upstream already defines this method; drop add=True to override it", patch.target)
+                    raise fail(
+                        "add=True, but upstream already defines this method; drop add=True to override it",
+                        patch.target,
+                    )
                 plan.added_methods.setdefault(cls_name, []).append(ResolvedPatch(patch, source, None))
             elif own is not None:
                 plan.methods.setdefault(cls_name, {})[member] = ResolvedPatch(patch, source, own, index)
             elif inherited is not None:
-                plan.methods.setdefault(cls_name, {})[member] = ResolvedPatch(patch, source, inherited[1], inherited[0], inherited=True)
+                plan.methods.setdefault(cls_name, {})[member] = ResolvedPatch(
+                    patch, source, inherited[1], inherited[0], inherited=True
+                )
             else:
                 raise fail(
                     f"upstream class {cls_name} has no method {member!r} (nor inherits one); "

@@ -32,7 +32,9 @@ class _Emitter:
     def render(self, first: int, last: int) -> str:
         """Lines ``first..last`` (1-based, inclusive) with the edits that fall inside them."""
         text = "".join(self.index.lines[first - 1 : last])
-        local = [(r - first + 1, c, er - first + 1, ec, t) for r, c, er, ec, t in self.edits if first <= r and er <= last]
+        local = [
+            (r - first + 1, c, er - first + 1, ec, t) for r, c, er, ec, t in self.edits if first <= r and er <= last
+        ]
         return apply_edits(text, local) if local else text
 
 
@@ -64,7 +66,11 @@ def _drop_import_edits(index: ModuleIndex, names: set[str]) -> tuple[list[Edit],
         if not kept:
             text = ""
         elif isinstance(node, ast.ImportFrom):
-            module = resolve_relative(index.module, node.level, node.module, is_package=index.is_package) if node.level else node.module
+            module = (
+                resolve_relative(index.module, node.level, node.module, is_package=index.is_package)
+                if node.level
+                else node.module
+            )
             text = ast.unparse(ast.ImportFrom(module=module, names=kept, level=0))
         else:
             text = ast.unparse(ast.Import(names=kept))
@@ -92,7 +98,9 @@ def _all_edit(index: ModuleIndex, dropped: set[str]) -> list[Edit]:
 
 def _same_decorator(a: str, b: str) -> bool:
     try:
-        return ast.dump(ast.parse(a.lstrip("@").strip(), mode="eval")) == ast.dump(ast.parse(b.lstrip("@").strip(), mode="eval"))
+        return ast.dump(ast.parse(a.lstrip("@").strip(), mode="eval")) == ast.dump(
+            ast.parse(b.lstrip("@").strip(), mode="eval")
+        )
     except SyntaxError:
         return a.strip() == b.strip()
 
@@ -162,7 +170,9 @@ class Assembler:
         self.header = header
         self.dropped = dropped_members(self.index, plan)
         drop_edits, touched = _drop_import_edits(self.index, plan.dropped_imports)
-        self.emitter = _Emitter(self.index, drop_edits + _absolute_import_edits(self.index, touched) + _all_edit(self.index, self.dropped))
+        self.emitter = _Emitter(
+            self.index, drop_edits + _absolute_import_edits(self.index, touched) + _all_edit(self.index, self.dropped)
+        )
 
     def _preamble_block(self) -> str:
         parts = []
@@ -277,7 +287,9 @@ class Assembler:
 
 def _is_placeholder(stmt: ast.stmt) -> bool:
     """``pass`` or ``...``: a body that only exists because Python needs one."""
-    return isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and getattr(stmt.value, "value", None) is Ellipsis)
+    return isinstance(stmt, ast.Pass) or (
+        isinstance(stmt, ast.Expr) and getattr(stmt.value, "value", None) is Ellipsis
+    )
 
 
 def _strip_attached_comments(gap: str) -> str:

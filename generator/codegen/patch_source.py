@@ -44,12 +44,18 @@ def docstring_rows(node: ast.AST, first_row: int = 1) -> frozenset[int]:
     for sub in ast.walk(node):
         if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and sub.body:
             first = sub.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 rows.add(first.lineno - first_row + 1)
     return frozenset(rows)
 
 
-def from_definition(node: Definition, lines: list[str], *, origin: str, skip: set[int] = frozenset(), files: tuple[Path, ...] = ()) -> PatchSource:
+def from_definition(
+    node: Definition, lines: list[str], *, origin: str, skip: set[int] = frozenset(), files: tuple[Path, ...] = ()
+) -> PatchSource:
     """Cut ``node`` out of ``lines``; decorators at indexes in ``skip`` are dropped."""
     decorators = tuple(decorator_text(lines, d) for i, d in enumerate(node.decorator_list) if i not in skip)
     text = "".join(lines[node.lineno - 1 : node.end_lineno])

@@ -21,7 +21,9 @@ class PatchConfig:
 
     def __init__(self, source_module: str, target_file: str, description: str = "") -> None:
         if not source_module or not target_file.endswith(".py"):
-            raise ValueError(f"PatchConfig needs a source module and a .py target file, got {source_module!r}, {target_file!r}")
+            raise ValueError(
+                f"PatchConfig needs a source module and a .py target file, got {source_module!r}, {target_file!r}"
+            )
         # The module that created this config: how discovery tells a config from one it imported.
         self.defined_in = sys._getframe(1).f_globals.get("__name__", "")
         self.source_module = source_module
@@ -46,7 +48,9 @@ class PatchConfig:
         """Replace the whole upstream class ``target`` (decorator, or ``replacement=``)."""
         return self._register("replace_class", target, replacement, description, **options)
 
-    def replace_function(self, target: str, *, replacement: Callable | None = None, description: str = "", **options: Any):
+    def replace_function(
+        self, target: str, *, replacement: Callable | None = None, description: str = "", **options: Any
+    ):
         """Replace the module-level function ``target``."""
         return self._register("replace_function", target, replacement, description, **options)
 
@@ -76,7 +80,16 @@ class PatchConfig:
         self.patches.append(patch)
         return patch
 
-    def apply_snippet(self, name: str, target: str, *, kind: str | None = None, description: str = "", add: bool = False, **variables: Any) -> Patch:
+    def apply_snippet(
+        self,
+        name: str,
+        target: str,
+        *,
+        kind: str | None = None,
+        description: str = "",
+        add: bool = False,
+        **variables: Any,
+    ) -> Patch:
         """Render snippet ``name`` with ``variables`` and apply it to ``target``.
 
         The kind follows from the target unless given: ``Class.method`` is a
@@ -94,7 +107,14 @@ class PatchConfig:
         return patch
 
     # -- module-level edits ----------------------------------------------------------------
-    def add_import(self, module: str, names: list[str] | tuple[str, ...] | None = None, *, alias: str | None = None, is_from_import: bool = True) -> None:
+    def add_import(
+        self,
+        module: str,
+        names: list[str] | tuple[str, ...] | None = None,
+        *,
+        alias: str | None = None,
+        is_from_import: bool = True,
+    ) -> None:
         """Import something the patch bodies use; normalization must keep it."""
         if is_from_import and not names:
             raise ValueError(f"add_import({module!r}) needs names= for a from-import, or is_from_import=False")

@@ -71,7 +71,19 @@ def normalize(batch: dict[str, tuple[str, str]]) -> dict[str, Normalized]:
             path.write_text(text, encoding="utf-8")
             paths[key] = path
         files = [str(p) for p in paths.values()]
-        check = _run(["check", "--config", str(SETTINGS), "--fix", "--exit-zero", "--output-format", "json", "--no-cache", *files])
+        check = _run(
+            [
+                "check",
+                "--config",
+                str(SETTINGS),
+                "--fix",
+                "--exit-zero",
+                "--output-format",
+                "json",
+                "--no-cache",
+                *files,
+            ]
+        )
         try:
             reported = json.loads(check.stdout or "[]")
         except json.JSONDecodeError as exc:

@@ -12,7 +12,14 @@ from generator.dsl.config import PatchConfig
 FORMAT_VERSION = "1"
 
 
-def fingerprint(*, upstream_version: str, source_module: str, upstream_bytes: bytes, files: Iterable[tuple[str, bytes]], ruff_version: str) -> str:
+def fingerprint(
+    *,
+    upstream_version: str,
+    source_module: str,
+    upstream_bytes: bytes,
+    files: Iterable[tuple[str, bytes]],
+    ruff_version: str,
+) -> str:
     """Stable digest of the inputs: same inputs, same header, on any machine."""
     digest = hashlib.sha256()
     for part in (FORMAT_VERSION, upstream_version, source_module, ruff_version):
@@ -23,7 +30,9 @@ def fingerprint(*, upstream_version: str, source_module: str, upstream_bytes: by
     return digest.hexdigest()[:20]
 
 
-def render_header(config: PatchConfig, *, config_name: str, upstream_version: str, fingerprint: str, regenerate: str) -> str:
+def render_header(
+    config: PatchConfig, *, config_name: str, upstream_version: str, fingerprint: str, regenerate: str
+) -> str:
     top = config.source_module.split(".")[0]
     lines = [
         "# " + "=" * 100,
@@ -37,7 +46,9 @@ def render_header(config: PatchConfig, *, config_name: str, upstream_version: st
     lines.append(f"# Fingerprint: {fingerprint}")
     if config.patches:
         lines.append("# Patches:")
-        lines += [f"#   - {p.kind} {p.target}" + (f": {p.description}" if p.description else "") for p in config.patches]
+        lines += [
+            f"#   - {p.kind} {p.target}" + (f": {p.description}" if p.description else "") for p in config.patches
+        ]
     if config.exclusions:
         lines.append(f"# Excluded: {', '.join(config.exclusions)}")
     lines.append("# " + "=" * 100)

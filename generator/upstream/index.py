@@ -73,7 +73,9 @@ class ModuleIndex:
         return {n: node for n, node in self.members.items() if isinstance(node, ast.ClassDef)}
 
     def functions(self) -> dict[str, ast.FunctionDef]:
-        return {n: node for n, node in self.members.items() if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        return {
+            n: node for n, node in self.members.items() if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
 
     def method(self, class_name: str, method: str) -> ast.FunctionDef | None:
         cls_node = self.members.get(class_name)
@@ -90,7 +92,11 @@ class ModuleIndex:
         result: dict[str, tuple[str, str]] = {}
         for node in self.tree.body:
             if isinstance(node, ast.ImportFrom):
-                module = resolve_relative(self.module, node.level, node.module, is_package=self.is_package) if node.level else node.module
+                module = (
+                    resolve_relative(self.module, node.level, node.module, is_package=self.is_package)
+                    if node.level
+                    else node.module
+                )
                 for alias in node.names:
                     result[alias.asname or alias.name] = (module or "", alias.name)
         return result
@@ -99,14 +105,16 @@ class ModuleIndex:
 class UpstreamSources:
     """Caches parsed modules so a batch parses each upstream file once."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path | None = None) -> None:
+        # None reads the installed packages; a folder reads an unpacked reference tree instead.
+        self.root = root
         self._cache: dict[str, ModuleIndex] = {}
         # Every file handed out since the last reset: a config's upstream inputs, for the check cache.
         self.accessed: set[Path] = set()
 
     def get(self, module: str) -> ModuleIndex:
         if module not in self._cache:
-            self._cache[module] = ModuleIndex.parse(module)
+            self._cache[module] = ModuleIndex.parse(module, module_path(module, self.root))
         index = self._cache[module]
         self.accessed.add(index.path)
         return index
@@ -125,7 +133,9 @@ class UpstreamSources:
             return None
         return self.resolve_class(other, origin[1])
 
-    def inherited_method(self, index: ModuleIndex, class_name: str, method: str) -> tuple[ModuleIndex, ast.FunctionDef] | None:
+    def inherited_method(
+        self, index: ModuleIndex, class_name: str, method: str
+    ) -> tuple[ModuleIndex, ast.FunctionDef] | None:
         """The definition of ``method`` that ``class_name`` inherits, following bases in MRO-ish order."""
         found = self.resolve_class(index, class_name)
         if found is None:

@@ -22,10 +22,14 @@ def package_root(top_level: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def module_path(module: str) -> Path:
-    """The .py file of ``module`` (a package resolves to its ``__init__.py``)."""
+def module_path(module: str, root: Path | None = None) -> Path:
+    """The .py file of ``module`` (a package resolves to its ``__init__.py``).
+
+    ``root`` is the folder holding the top-level package, when it is not the
+    installed one (an unpacked wheel of another version, for pin bumps).
+    """
     top, _, rest = module.partition(".")
-    base = package_root(top)
+    base = root / top if root is not None else package_root(top)
     candidate = base.joinpath(*rest.split(".")) if rest else base
     for path in (candidate.with_suffix(".py"), candidate / "__init__.py"):
         if path.is_file():
