@@ -60,6 +60,12 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             requires_cuda=True,
             requires_packages=("liger_kernel",),
         ),
+        "npu": KernelFamily(
+            name="npu",
+            module="models.ops.kernels.npu",
+            slots=frozenset({"rms_norm", "glu_activation", "rope"}),
+            requires_packages=("torch_npu",),
+        ),
     }
 )
 

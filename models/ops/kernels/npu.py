@@ -1,0 +1,33 @@
+"""Ascend NPU kernels (torch_npu) behind the slot contracts: the device half of the npu backend.
+
+The npu generated files carry the same slot guards as the gpu ones; what makes
+a model run NPU kernels is binding this family. Imported only by
+``models.ops.kernels.load_kernel`` after it checked that ``torch_npu`` exists.
+Argument layouts follow torch_npu's documented fused operators.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch_npu
+
+
+def rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float, *, offset: float = 0.0) -> torch.Tensor:
+    """``npu_rms_norm`` returns (normed, rstd); gemma's (1 + weight) scale is folded into the weight."""
+    scale = weight if offset == 0.0 else weight.float() + offset
+    return torch_npu.npu_rms_norm(hidden_states, scale.to(hidden_states.dtype), epsilon=eps)[0]
+
+
+def glu_activation(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
+    """``npu_swiglu`` takes gate and up concatenated on the last dimension; SiLU only."""
+    if activation not in ("silu", "swish"):
+        raise ValueError(f"npu glu_activation supports hidden_act silu/swish, got {activation!r}; bind 'eager'")
+    return torch_npu.npu_swiglu(torch.cat((gate, up), dim=-1), dim=-1)
+
+
+def rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``npu_rotary_mul`` applies rotate-half RoPE with cos/sin broadcast over the heads dimension."""
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return torch_npu.npu_rotary_mul(q, cos, sin), torch_npu.npu_rotary_mul(k, cos, sin)
