@@ -11,6 +11,7 @@ generation, so a stale cache can cost time but never hide drift.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -48,6 +49,13 @@ def inputs_key(inputs: list[str]) -> str:
     return digest.hexdigest()
 
 
+def _installed(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _entry_checksum(entry: dict) -> str:
     body = {k: v for k, v in entry.items() if k != "checksum"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
@@ -78,13 +86,19 @@ class CheckCache:
             return False
         if inputs_key(entry["inputs"]) != entry.get("key"):
             return False
+        versions = entry.get("versions")
+        if not isinstance(versions, dict) or any(_installed(name) != v for name, v in versions.items()):
+            return False
         recorded = entry["outputs"]
         if sorted(recorded) != sorted(str(p) for p in outputs):
             return False
         return all(_file_digest(Path(p)) == recorded[p] for p in recorded)
 
-    def record(self, config_name: str, inputs: tuple[str, ...], outputs: dict[Path, str]) -> None:
+    def record(
+        self, config_name: str, inputs: tuple[str, ...], outputs: dict[Path, str], versions: dict[str, str]
+    ) -> None:
         entry = {
+            "versions": dict(sorted(versions.items())),
             "inputs": sorted(inputs),
             "key": inputs_key(list(inputs)),
             "outputs": {str(p): hashlib.sha256(text.encode()).hexdigest() for p, text in sorted(outputs.items())},

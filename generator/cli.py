@@ -1,6 +1,6 @@
 """``patchgen`` and ``generate-all``: the only place that maps failures to exit codes.
 
-Exit codes: 0 ok, 1 drift (``--check``), 2 bad input or a failed check.
+Exit codes: 0 ok, 1 drift (``--check``), 2 bad input or a failed check, 3 a bug in patchgen.
 """
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from generator.discovery import LoadedConfig, Settings, config_module_from_arg, discover, find_settings, load_config
 from generator.errors import OrphanedOutputError, PatchgenError
 
-EXIT_OK, EXIT_DRIFT, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_DRIFT, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,7 +149,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         if cache is None or args.dry_run:
             return
         for f in files:
-            cache.record(f.config_name, f.inputs, {p: t for p, t in expected.items() if p in (f.path, f.diff_path)})
+            outputs = {p: t for p, t in expected.items() if p in (f.path, f.diff_path)}
+            cache.record(f.config_name, f.inputs, outputs, dict(f.versions))
         cache.save()
 
     if args.check:
@@ -200,6 +202,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PatchgenError as exc:
         print(f"patchgen: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except Exception:
+        # A bug in patchgen itself: never let it read as drift (1) or as bad input (2).
+        traceback.print_exc()
+        print("patchgen: internal error (the traceback above is a bug in patchgen; please report it)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 def generate_all(argv: Sequence[str] | None = None) -> int:

@@ -46,6 +46,7 @@ class Prepared:
     text: str
     imports: tuple[tuple[str, tuple[str, ...]], ...]
     inputs: tuple[str, ...]
+    versions: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class GeneratedFile:
     diff_path: Path
     diff: str
     inputs: tuple[str, ...]
+    # Installed distributions whose version the output names (the header's transformers==X).
+    versions: tuple[tuple[str, str], ...] = ()
 
 
 def _resolve_body(body: Any) -> PatchSource:
@@ -82,8 +85,20 @@ def _origin_modules(config: PatchConfig) -> dict[int, str]:
     return origins
 
 
+def _module_file(name: str, root: Path) -> Path | None:
+    candidate = root.joinpath(*name.split("."))
+    for file in (candidate.with_suffix(".py"), candidate / "__init__.py"):
+        if file.is_file():
+            return file.resolve()
+    return None
+
+
 def project_closure(path: Path, root: Path) -> list[Path]:
-    """``path`` and every project module it imports, transitively: the config's input files."""
+    """``path`` and every project module it imports, transitively: the config's input files.
+
+    Follows absolute and relative imports, ``from package import module``
+    forms, and the ``__init__`` of every package on the way.
+    """
     seen: list[Path] = []
     stack = [path.resolve()]
     while stack:
@@ -91,14 +106,24 @@ def project_closure(path: Path, root: Path) -> list[Path]:
         if current in seen or not current.is_file():
             continue
         seen.append(current)
+        rel = current.relative_to(root).with_suffix("")
+        parts = list(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        package = parts if current.name == "__init__.py" else parts[:-1]
+        names: list[str] = []
         for node in ast.walk(ast.parse(current.read_text(encoding="utf-8"))):
-            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
-            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            for name in names:
-                candidate = root.joinpath(*name.split("."))
-                for file in (candidate.with_suffix(".py"), candidate / "__init__.py"):
-                    if file.is_file() and file.name != "__init__.py":
-                        stack.append(file.resolve())
+            if isinstance(node, ast.Import):
+                names += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+                names += [base] + [f"{base}.{a.name}" if base else a.name for a in node.names]
+        for name in names:
+            dotted = name.split(".")
+            for depth in range(1, len(dotted) + 1):
+                file = _module_file(".".join(dotted[:depth]), root)
+                if file is not None:
+                    stack.append(file)
     return sorted(seen)
 
 
@@ -118,11 +143,13 @@ def prepare(loaded: LoadedConfig, root: Path) -> Prepared:
         files.update(f for helper, _ in plan.helpers if isinstance(helper, PatchSource) for f in helper.files)
         top = config.source_module.split(".")[0]
         version = distribution_version(top)
+        upstream_root = package_root(top).parent
+        consulted = [(relative_name(p, upstream_root), p.read_bytes()) for p in _SOURCES.accessed if p != index.path]
         digest = fingerprint(
             upstream_version=version,
             source_module=config.source_module,
             upstream_bytes=index.source.encode(),
-            files=[(relative_name(f, root), f.read_bytes()) for f in files],
+            files=[(relative_name(f, root), f.read_bytes()) for f in files] + consulted,
             ruff_version=ruff_version(),
         )
         header = render_header(
@@ -136,10 +163,9 @@ def prepare(loaded: LoadedConfig, root: Path) -> Prepared:
         text = Assembler(plan, list(imports), config.post_import_blocks, header).build()
     except PatchgenError as exc:
         raise exc.with_context(config=loaded.name) from exc
-    package_inits = [p / "__init__.py" for p in loaded.path.parents if p == root or root in p.parents]
-    inputs = files | _SOURCES.accessed | {f for f in package_inits if f.is_file()}
+    inputs = files | _SOURCES.accessed
     inputs = tuple(sorted(str(f) for f in inputs))
-    return Prepared(loaded.name, config.target_file, text, tuple(imports.items()), inputs)
+    return Prepared(loaded.name, config.target_file, text, tuple(imports.items()), inputs, ((top, version),))
 
 
 def _requested_imports(config: PatchConfig, plan: Plan, index: ModuleIndex) -> dict[str, tuple[str, ...]]:
@@ -216,7 +242,9 @@ def generate(configs: list[LoadedConfig], settings: Settings, *, jobs: int | Non
         diff = unified_diff(
             index.source, out.text, upstream_name=upstream_name, generated_name=loaded.config.target_file
         )
-        results.append(GeneratedFile(item.name, loaded.output_path, out.text, loaded.diff_path, diff, item.inputs))
+        results.append(
+            GeneratedFile(item.name, loaded.output_path, out.text, loaded.diff_path, diff, item.inputs, item.versions)
+        )
     return results
 
 

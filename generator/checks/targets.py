@@ -12,7 +12,7 @@ from generator.codegen.plan import Plan, ResolvedPatch
 from generator.codegen.tokens import rename_identifiers
 from generator.dsl.config import PatchConfig
 from generator.dsl.patches import Patch
-from generator.errors import TargetError
+from generator.errors import PatchgenError, TargetError
 from generator.upstream.index import ModuleIndex, UpstreamSources
 
 
@@ -62,7 +62,12 @@ def build_plan(
         if key in seen:
             raise fail("patched more than once; each target takes exactly one patch", patch.target)
         seen.add(key)
-        source = None if patch.kind == "external_class" else _renamed(resolve_body(patch.body), dict(patch.name_map))
+        try:
+            source = (
+                None if patch.kind == "external_class" else _renamed(resolve_body(patch.body), dict(patch.name_map))
+            )
+        except PatchgenError as exc:
+            raise exc.with_context(config=config_name, target=patch.target) from exc
         if source is not None:
             _expect_kind(patch, source, config_name)
         cls_name, member = patch.class_name, patch.member_name

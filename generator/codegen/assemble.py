@@ -13,7 +13,7 @@ import textwrap
 from dataclasses import dataclass, field
 
 from generator.codegen.exclusion import dropped_members
-from generator.codegen.patch_source import PatchSource, decorator_text
+from generator.codegen.patch_source import PatchSource, decorator_text, leading_comment_start
 from generator.codegen.plan import Plan, ResolvedPatch
 from generator.codegen.tokens import apply_edits, reindent, rename_definition
 from generator.upstream.index import ModuleIndex, defined_names, statement_start
@@ -148,7 +148,7 @@ def _init_extra(resolved: ResolvedPatch, upstream_init: ast.FunctionDef) -> str:
     if not body:
         return ""
     lines = source.text.splitlines(keepends=True)
-    text = "".join(lines[statement_start(body[0]) - 1 : body[-1].end_lineno])
+    text = "".join(lines[leading_comment_start(body[0], lines) - 1 :])
     target_col = upstream_init.body[0].col_offset
     text = reindent(text, target_col - body[0].col_offset)
     description = f": {resolved.patch.description}" if resolved.patch.description else ""

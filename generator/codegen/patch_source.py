@@ -58,11 +58,40 @@ def from_definition(
 ) -> PatchSource:
     """Cut ``node`` out of ``lines``; decorators at indexes in ``skip`` are dropped."""
     decorators = tuple(decorator_text(lines, d) for i, d in enumerate(node.decorator_list) if i not in skip)
-    text = "".join(lines[node.lineno - 1 : node.end_lineno])
+    text = "".join(lines[node.lineno - 1 : _end_with_trailing_comments(node, lines)])
     rows = docstring_rows(node, node.lineno)
     text = reindent(text, -node.col_offset, docstring_rows=rows)
     parsed = ast.parse(text).body[0]
     return PatchSource(node.name, text, decorators, parsed, origin, docstring_rows(parsed), files)
+
+
+def _comment_indent(line: str) -> int | None:
+    stripped = line.lstrip()
+    return len(line) - len(stripped) if stripped.startswith("#") else None
+
+
+def _end_with_trailing_comments(node: Definition, lines: list[str]) -> int:
+    """Last line of ``node`` counting comments after its last statement that are indented into its body."""
+    end = last = node.end_lineno
+    while end < len(lines):
+        line = lines[end]
+        indent = _comment_indent(line)
+        if indent is not None and indent > node.col_offset:
+            end += 1
+            last = end
+        elif not line.strip():
+            end += 1
+        else:
+            break
+    return last
+
+
+def leading_comment_start(stmt: ast.stmt, lines: list[str]) -> int:
+    """First line of the comment block directly above ``stmt`` at its indentation (else its own start)."""
+    start = statement_start(stmt)
+    while start > 1 and _comment_indent(lines[start - 2]) == stmt.col_offset:
+        start -= 1
+    return start
 
 
 def decorator_text(lines: list[str], node: ast.expr) -> str:

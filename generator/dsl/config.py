@@ -93,8 +93,8 @@ class PatchConfig:
         """Render snippet ``name`` with ``variables`` and apply it to ``target``.
 
         The kind follows from the target unless given: ``Class.method`` is a
-        method override, anything else a function or class replacement decided by
-        what the snippet defines.
+        method override, anything else a function replacement; a snippet that
+        defines a class is applied with ``kind="replace_class"``.
         """
         patch = Patch(
             kind=kind or ("override_method" if "." in target else "replace_function"),

@@ -40,9 +40,10 @@ class Normalized:
 def ruff_binary() -> str:
     try:
         from ruff.__main__ import find_ruff_bin
-    except ImportError as exc:
-        raise NormalizationError("the ruff package is not installed (pip install the project)") from exc
-    return str(find_ruff_bin())
+
+        return str(find_ruff_bin())
+    except (ImportError, FileNotFoundError) as exc:
+        raise NormalizationError(f"the ruff package is not usable ({exc}); reinstall the project") from exc
 
 
 @lru_cache(maxsize=1)

@@ -1,8 +1,8 @@
 """Qwen3, NPU backend: the GPU config's patches, helpers and imports, for an Ascend build.
 
 Device kernels are chosen by binding op slots (see models.ops), so this
-sibling inherits every patch; it differs in its target and in what the
-loader binds for backend "npu".
+sibling inherits every patch and differs in its target file; on Ascend the
+"npu" kernel family (torch_npu RMSNorm, SwiGLU, RoPE) is bound to those slots.
 """
 
 from generator import PatchConfig

@@ -1,0 +1,19 @@
+"""The budgets of design.md section 6 (and the issue that made them numbers), in one place.
+
+Each bench module judges its own rows against these, so changing a budget is a one-line edit here.
+"""
+
+from __future__ import annotations
+
+#: ``generate-all`` over the whole zoo from cold; the peer tool takes about 6 s, 3 of them importing torch.
+COLD_GENERATION_S = 1.5
+#: ``patchgen --check`` on an unchanged tree (a pre-commit hook must feel instant).
+CHECK_UNCHANGED_S = 0.5
+#: Peak RSS of any generator run (largest single process of the run).
+GENERATOR_PEAK_RSS_MIB = 150.0
+#: Train-step time of a generated model over upstream HF's, same weights and batch; at most 1.
+TRAIN_STEP_RATIO = 1.0
+#: Ratios up to this much above ``TRAIN_STEP_RATIO`` count as noise on a shared 2-core machine.
+TRAIN_STEP_NOISE = 0.05
+#: Peak memory of the chunked loss (forward + backward) over the eager lm_head + cross-entropy.
+CHUNKED_LOSS_MEMORY_RATIO = 0.25

@@ -1,0 +1,152 @@
+"""``python benchmarks/run.py``: run the benchmark sections, print one table, write it to a file.
+
+Sections: ``generator`` (whole-process time and peak RSS of generate-all / patchgen --check),
+``runtime`` (train step, generated vs upstream, per dense model), ``loss`` (chunked vs eager peak
+memory). Each budget row says met or MISSED; a missed budget is reported, not fatal, unless
+``--strict``. ``--smoke`` runs every section at toy sizes in well under a minute: it proves the
+script works, its figures mean nothing. See docs/performance.md for how to read the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # run as a script: make `benchmarks` and `models` importable
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks import loss_bench, runtime_bench  # noqa: E402
+from benchmarks.generator_bench import bench_generator  # noqa: E402
+from benchmarks.report import BAD_STATUSES, FAILED, Row, render_report  # noqa: E402
+
+SECTIONS = ("generator", "runtime", "loss")
+DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "latest.md"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--only", action="append", choices=SECTIONS, help="run only this section (repeatable; default: all)"
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="runs per timed measurement (default 5)")
+    parser.add_argument("--models", help="runtime section: comma-separated model types (default: every registered)")
+    parser.add_argument("--threads", type=int, default=0, help="runtime section: torch threads (default: torch's)")
+    parser.add_argument("--smoke", action="store_true", help="toy sizes, one repeat, first model only")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"where to write the table ({DEFAULT_OUTPUT.relative_to(REPO_ROOT)})")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a budget is missed, not only on failures")
+    return parser
+
+
+def _git_revision() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    if head.returncode != 0:
+        return "no commit yet" + (" (uncommitted changes)" if dirty.stdout.strip() else "")
+    return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _load() -> str:
+    try:
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def machine_lines() -> list[str]:
+    """What the figures were measured on: a reader comparing runs needs this first."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return [
+        f"machine: {cores} cores ({_cpu_model()}), {platform.system()} {platform.release()}",
+        f"python {platform.python_version()}, torch {_version('torch')}, transformers {_version('transformers')}, "
+        f"ruff {_version('ruff')}",
+        f"revision: {_git_revision()}",
+    ]
+
+
+def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
+    """Rows of every selected section, and the lines describing their setup."""
+    sections = args.only or list(SECTIONS)
+    repeats = 1 if args.smoke else args.repeats
+    rows: list[Row] = []
+    setup: list[str] = []
+    for section in sections:
+        started = time.perf_counter()
+        print(f"[benchmarks] {section} ...", file=sys.stderr, flush=True)
+        if section == "generator":
+            rows += bench_generator(repeats)
+        elif section == "runtime":
+            sizes = runtime_bench.SMOKE_SIZES if args.smoke else runtime_bench.RuntimeSizes()
+            models = args.models.split(",") if args.models else None
+            if args.smoke and models is None:
+                models = runtime_bench.registered_models()[:1]
+            section_rows, line = runtime_bench.bench_runtime(repeats, sizes, models, threads=args.threads)
+            rows += section_rows
+            setup += [line] if line else []
+        elif section == "loss":
+            section_rows, line = loss_bench.bench_loss(loss_bench.SMOKE_SIZES if args.smoke else loss_bench.LossSizes())
+            rows += section_rows
+            setup += [line] if line else []
+        print(f"[benchmarks] {section} done in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    return rows, setup
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.repeats < 1:
+        raise SystemExit("--repeats must be at least 1")
+    load_before = _load()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    rows, setup = run_sections(args)
+    command = "python benchmarks/run.py" + ("" if argv is None and len(sys.argv) == 1 else " ") + shlex.join(
+        list(argv) if argv is not None else sys.argv[1:]
+    )
+    preamble = [
+        *machine_lines(),
+        f"command: `{command.strip()}` at {started:%Y-%m-%d %H:%M} UTC",
+        f"load average (1/5/15 min) before: {load_before}, after: {_load()}",
+        *setup,
+        "definitions (cold, peak memory, ratios): docs/performance.md",
+    ]
+    if args.smoke:
+        preamble.insert(0, "SMOKE RUN: toy sizes and one repeat; the figures and verdicts mean nothing")
+    report = render_report("modelgraft benchmarks", preamble, rows)
+    print(report)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(report, encoding="utf-8")
+    print(f"written to {args.output}", file=sys.stderr)
+    bad = {FAILED} if not args.strict else BAD_STATUSES
+    return 1 if any(row.status in bad for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""Runtime benchmark on CPU: one training step (forward + backward) of each dense model, generated vs upstream.
+
+Both sides are built from the same config, seed and state dict (``models.testing.build_pair``), fp32,
+eager attention, every op slot unbound (eager), so the generated class runs upstream numerics and any
+time difference is the cost of the patched code itself (slot guards, patched forwards).
+
+Time: one child process builds both models, warms each up, then runs the steps interleaved, swapping
+which side goes first every round (A B, B A, ...), so a machine that speeds up or slows down over the
+run (frequency scaling, a neighbour) hits both sides alike. The figure is the median over rounds of
+generated-time / upstream-time, with the spread of those per-round ratios.
+
+Memory: each side in its own child process, the peak RSS growth over one training step after a
+warm-up step (``benchmarks.peak_memory``): activations, gradients and temporaries of the step; the
+weights and the batch are in the baseline. No optimizer, so no optimizer state.
+
+Models are whatever ``models.MODELING_REGISTRY`` holds when the benchmark runs, so a new model joins
+without an edit here; sparse (MoE) and composite (VLM) configs are reported as skipped, as is a
+model whose generated module cannot be imported yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from benchmarks import budgets
+from benchmarks.child import ChildError, emit_result, run_child
+from benchmarks.peak_memory import MEASURE_ENV
+from benchmarks.report import FAILED, INFO, SKIPPED, Row, judge_at_most
+from benchmarks.stats import summarize
+
+SECTION = "runtime"
+MODULE = "benchmarks.runtime_bench"
+VARIANTS = ("upstream", "generated")
+
+#: Config keys whose non-zero value marks a sparse (MoE) model, benchmarked elsewhere if at all.
+_SPARSE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+@dataclass(frozen=True)
+class RuntimeSizes:
+    """A small but real-shaped decoder: a 2-core machine runs all five dense models in a few minutes."""
+
+    hidden_size: int = 512
+    intermediate_size: int = 1408
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 2
+    head_dim: int = 64
+    vocab_size: int = 32000
+    seq_len: int = 256
+    batch_size: int = 2
+    warmup: int = 1
+
+    def config_overrides(self) -> dict[str, Any]:
+        sizes = asdict(self)
+        for key in ("seq_len", "batch_size", "warmup"):
+            sizes.pop(key)
+        return {**sizes, "max_position_embeddings": max(self.seq_len, 64)}
+
+    def describe(self) -> str:
+        return (
+            f"hidden {self.hidden_size}, intermediate {self.intermediate_size}, {self.num_hidden_layers} layers, "
+            f"heads {self.num_attention_heads}/kv {self.num_key_value_heads} x {self.head_dim}, "
+            f"vocab {self.vocab_size}, batch {self.batch_size} x seq {self.seq_len}, fp32, eager attention"
+        )
+
+
+SMOKE_SIZES = RuntimeSizes(
+    hidden_size=64,
+    intermediate_size=176,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=512,
+    seq_len=32,
+    batch_size=2,
+)
+
+
+# ---------------------------------------------------------------- child side (imports torch)
+
+
+class Skip(Exception):
+    """This model cannot be benchmarked here; the message says why."""
+
+
+def _prepare(model_type: str, sizes: RuntimeSizes):
+    """Config, upstream class and generated class of ``model_type``'s causal LM, or Skip."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from models import MODEL_CONFIG_REGISTRY
+    from models.loader import get_model_class
+    from models.testing import tiny_config
+
+    architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    if architecture is None:
+        raise Skip(f"transformers has no causal-LM class for {model_type!r}")
+    config = tiny_config(MODEL_CONFIG_REGISTRY[model_type], **sizes.config_overrides())
+    if any(getattr(config, key, 0) for key in _SPARSE_KEYS):
+        raise Skip("sparse (MoE) model; this benchmark covers dense models")
+    if getattr(config, "sub_configs", None):
+        raise Skip("composite (multimodal) config; this benchmark covers dense text models")
+    upstream = get_model_class(model_type, architecture, use_hf=True)
+    try:
+        generated = get_model_class(model_type, architecture)
+    except (ImportError, KeyError, TypeError) as exc:
+        raise Skip(f"generated module not available: {exc}") from exc
+    return config, upstream, generated
+
+
+def _step(model, batch) -> float:
+    """One training step from freed grads; returns the loss.
+
+    Reseeded first, so dropout (Seed-OSS keeps residual dropout on) draws the same masks on both sides
+    and every round: both sides do the same work, and their losses must agree.
+    """
+    import torch
+
+    torch.manual_seed(0)
+    model.zero_grad(set_to_none=True)
+    loss = model(**batch, use_cache=False).loss
+    loss.backward()
+    return float(loss.detach())
+
+
+def _time_model(model_type: str, sizes: RuntimeSizes, repeats: int) -> dict[str, Any]:
+    from models.ops import OpsConfig, bound_ops
+    from models.testing import build_pair, causal_lm_batch
+
+    config, upstream_cls, generated_cls = _prepare(model_type, sizes)
+    pair = build_pair(config, upstream_cls, generated_cls, seed=0)
+    models = {"upstream": pair.upstream, "generated": pair.generated}
+    batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    with bound_ops(OpsConfig()):  # every slot eager: the generated side runs upstream numerics
+        first = {name: _step(model, batch) for name, model in models.items()}
+        for _ in range(sizes.warmup - 1):
+            for model in models.values():
+                _step(model, batch)
+        for round_ in range(repeats):
+            for name in VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]:
+                start = time.perf_counter()
+                _step(models[name], batch)
+                times[name].append(time.perf_counter() - start)
+    return {"times": times, "loss_abs_diff": abs(first["generated"] - first["upstream"])}
+
+
+def _set_threads(threads: int | None) -> None:
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def _child_timing(model_types: Sequence[str], sizes: RuntimeSizes, repeats: int) -> dict[str, Any]:
+    import torch
+
+    results: dict[str, Any] = {}
+    for model_type in model_types:
+        try:
+            results[model_type] = _time_model(model_type, sizes, repeats)
+        except Skip as exc:
+            results[model_type] = {"skipped": str(exc)}
+    return {"models": results, "threads": torch.get_num_threads(), "torch": torch.__version__}
+
+
+def _child_memory(model_type: str, variant: str, sizes: RuntimeSizes) -> dict[str, Any]:
+    from benchmarks.peak_memory import peak_memory
+    from models.ops import OpsConfig, bound_ops
+    from models.testing import causal_lm_batch, seed_everything
+
+    config, upstream_cls, generated_cls = _prepare(model_type, sizes)
+    seed_everything(0)
+    model = (upstream_cls if variant == "upstream" else generated_cls)(config).float().train()
+    batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
+    with bound_ops(OpsConfig()):
+        for _ in range(sizes.warmup):
+            _step(model, batch)
+        model.zero_grad(set_to_none=True)
+        with peak_memory() as peak:
+            _step(model, batch)
+    return {"peak_mib": peak.peak_delta_mib, "baseline_mib": peak.baseline_mib, "method": peak.method}
+
+
+def child_main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="runtime benchmark child process (run by benchmarks/run.py)")
+    parser.add_argument("mode", choices=("timing", "memory"))
+    parser.add_argument("--models", required=True, help="comma-separated model types")
+    parser.add_argument("--variant", choices=VARIANTS)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sizes", required=True, help="RuntimeSizes as JSON")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = parser.parse_args(argv)
+    sizes = RuntimeSizes(**json.loads(args.sizes))
+    _set_threads(args.threads)
+    if args.mode == "timing":
+        emit_result(_child_timing(args.models.split(","), sizes, args.repeats))
+    else:
+        emit_result(_child_memory(args.models, args.variant, sizes))
+
+
+# ---------------------------------------------------------------- parent side (torch-free)
+
+
+def registered_models() -> list[str]:
+    """Every model type the zoo registers (``import models`` is torch-free)."""
+    import models
+
+    return list(models.MODELING_REGISTRY)
+
+
+def _timing_row(model_type: str, result: dict[str, Any]) -> Row:
+    times = result["times"]
+    ratios = [g / u for g, u in zip(times["generated"], times["upstream"], strict=True)]
+    ratio = summarize(ratios)
+    upstream, generated = summarize(times["upstream"]), summarize(times["generated"])
+    limit = budgets.TRAIN_STEP_RATIO
+    return Row(
+        SECTION,
+        f"{model_type}: train step time, generated / upstream",
+        f"{ratio.median:.3f}x",
+        ratio.spread(),
+        f"<= {limit:g} (+{budgets.TRAIN_STEP_NOISE:g} noise)",
+        judge_at_most(ratio.median, limit, noise=budgets.TRAIN_STEP_NOISE),
+        f"median step: upstream {upstream.median:.3f} s, generated {generated.median:.3f} s; "
+        f"first-step loss |diff| {result['loss_abs_diff']:.1e}",
+    )
+
+
+def _memory_child(model_type: str, variant: str, sizes: RuntimeSizes, threads: int) -> dict[str, Any]:
+    args = ["memory", "--models", model_type, "--variant", variant, "--sizes", json.dumps(asdict(sizes))]
+    return run_child(MODULE, [*args, "--threads", str(threads)], extra_env=MEASURE_ENV)
+
+
+def _memory_row(model_type: str, sizes: RuntimeSizes, threads: int) -> Row:
+    name = f"{model_type}: train step peak memory, generated / upstream"
+    # Peak RSS is per process, so the two sides may run side by side: CPU contention moves time, not memory.
+    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
+        futures = {v: pool.submit(_memory_child, model_type, v, sizes, threads) for v in VARIANTS}
+    try:
+        peaks = {variant: future.result() for variant, future in futures.items()}
+    except ChildError as exc:
+        return Row(SECTION, name, "error", status=FAILED, notes=str(exc)[-500:])
+    up, gen = peaks["upstream"]["peak_mib"], peaks["generated"]["peak_mib"]
+    return Row(
+        SECTION,
+        name,
+        f"{gen / up:.3f}x" if up else "n/a",
+        status=INFO,
+        notes=f"generated {gen:.0f} MiB, upstream {up:.0f} MiB over the weights ({peaks['upstream']['method']})",
+    )
+
+
+def bench_runtime(
+    repeats: int, sizes: RuntimeSizes, model_types: Sequence[str] | None = None, *, threads: int = 0
+) -> tuple[list[Row], str]:
+    """Rows for every selected model (default: every registered one), and a line on how the steps ran."""
+    selected = list(model_types) if model_types else registered_models()
+    args = ["timing", "--models", ",".join(selected), "--repeats", str(repeats), "--sizes", json.dumps(asdict(sizes))]
+    try:
+        timing = run_child(MODULE, [*args, "--threads", str(threads)])
+    except ChildError as exc:
+        return [Row(SECTION, "train step, all models", "error", status=FAILED, notes=str(exc)[-500:])], ""
+    rows: list[Row] = []
+    for model_type in selected:
+        result = timing["models"][model_type]
+        if "skipped" in result:
+            rows.append(Row(SECTION, f"{model_type}: train step", "-", status=SKIPPED, notes=result["skipped"]))
+            continue
+        rows.append(_timing_row(model_type, result))
+        rows.append(_memory_row(model_type, sizes, threads))
+    setup = f"runtime: {sizes.describe()}; torch {timing['torch']} with {timing['threads']} threads"
+    return rows, setup
+
+
+if __name__ == "__main__":
+    child_main()
