@@ -86,10 +86,10 @@ def test_documented_options_exist() -> None:
 
 
 def test_exit_codes_are_documented() -> None:
-    assert (cli.EXIT_OK, cli.EXIT_DRIFT, cli.EXIT_ERROR) == (0, 1, 2)
+    assert (cli.EXIT_OK, cli.EXIT_DRIFT, cli.EXIT_ERROR, cli.EXIT_INTERNAL) == (0, 1, 2, 3)
     table = dict(re.findall(r"^\| `(\d)` \| (\w+)", CLI_MD, re.M))
-    assert table == {"0": "success", "1": "drift", "2": "bad"}, table
-    assert "`0` ok, `1` drift" in README and "`2` bad input" in README
+    assert table == {"0": "success", "1": "drift", "2": "bad", "3": "internal"}, table
+    assert "`0` ok, `1` drift" in README and "`2` bad input" in README and "`3` a bug" in README
 
 
 def test_every_pyproject_setting_is_documented() -> None:
