@@ -396,6 +396,24 @@ def test_jobs_runs_the_batch_in_worker_processes(project):
     assert generated_files(project) == ALL_FOUR
 
 
+def test_an_internal_error_exits_3_never_1_or_2(project, monkeypatch):
+    from generator import pipeline
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("simulated bug in patchgen")
+
+    two_models(project)
+    monkeypatch.setattr(pipeline, "generate", crash)  # the only way to provoke a bug that does not exist
+    before = project.snapshot()
+
+    result = project.run("--all")
+
+    assert result.code == 3
+    assert "RuntimeError: simulated bug in patchgen" in result.err
+    assert "patchgen: internal error" in result.err
+    assert project.snapshot() == before
+
+
 # -- generate-all -----------------------------------------------------------------------------------------------------
 
 

@@ -166,6 +166,51 @@ def test_check_catches_an_edited_module_the_config_imports_from_its_package(proj
     assert f"drift: {TOY} (differs)" in result.out
 
 
+def test_check_catches_a_comment_only_edit_of_a_module_the_config_imports_relatively(project, check):
+    project.write("zoo/toy/common.py", 'DESCRIPTION = "wording"\n')
+    project.config(
+        "toy",
+        config_source(
+            """
+            @config.override_method("ToyMLP.forward", description=DESCRIPTION)
+            def mlp_forward(self, x):
+                return x
+            """,
+            header="from .common import DESCRIPTION\n",
+        ),
+    )
+    assert project.generate_all().code == 0
+    assert project.run("--check").code == 0
+    project.write("zoo/toy/common.py", '# a comment is still an input\nDESCRIPTION = "wording"\n')
+
+    result = project.run(*check)
+
+    assert result.code == 1, result.out
+    assert f"drift: {TOY} (differs)" in result.out
+
+
+def test_check_catches_a_comment_only_edit_of_an_upstream_base_class_module(project, check):
+    project.config(
+        "toy",
+        config_source(
+            """
+            @config.override_method("ToyForSequenceClassification.forward")
+            def forward(self, input_ids=None, labels=None, **kwargs):
+                return None
+            """
+        ),
+    )
+    assert project.generate_all().code == 0
+    assert project.run("--check").code == 0
+    base = project.site / "toyupstream/modeling_layers.py"
+    base.write_text("# upstream touched this file\n" + base.read_text(encoding="utf-8"), encoding="utf-8")
+
+    result = project.run(*check)
+
+    assert result.code == 1, result.out
+    assert f"drift: {TOY} (differs)" in result.out
+
+
 def test_check_catches_an_edited_snippet(project, snippet_dir, check):
     template = snippet_dir / "identity_forward.py.j2"
     template.write_text("{# the first wording #}\ndef forward(self, x):\n    return x\n", encoding="utf-8")
