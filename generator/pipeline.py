@@ -23,7 +23,7 @@ from generator.checks.names import check_imports_kept, check_undefined_names
 from generator.checks.signature import check_signatures
 from generator.checks.targets import build_plan
 from generator.codegen.assemble import Assembler
-from generator.codegen.patch_source import PatchSource, resolve
+from generator.codegen.patch_source import PatchSource, clear_source_cache, resolve
 from generator.codegen.plan import Plan
 from generator.discovery import LoadedConfig, Settings
 from generator.dsl.config import PatchConfig
@@ -226,7 +226,14 @@ def default_jobs(count: int) -> int:
 
 
 def generate(configs: list[LoadedConfig], settings: Settings, *, jobs: int | None = None) -> list[GeneratedFile]:
-    """Every output of ``configs``, fully checked; raises the first PatchgenError."""
+    """Every output of ``configs``, fully checked; raises the first PatchgenError.
+
+    Parsed sources are cached for one call only, so a long-lived process that
+    edits files between calls sees what a fresh process would.
+    """
+    global _SOURCES
+    _SOURCES = UpstreamSources()
+    clear_source_cache()
     _check_unique_outputs(configs)
     prepared = _prepare_all(configs, settings.root, jobs if jobs is not None else default_jobs(len(configs)))
     normalized = normalize({p.name: (p.filename, p.text) for p in prepared})
@@ -235,7 +242,7 @@ def generate(configs: list[LoadedConfig], settings: Settings, *, jobs: int | Non
     for item in prepared:
         loaded = by_name[item.name]
         out = normalized[item.name]
-        check_undefined_names(item.name, out.diagnostics)
+        check_undefined_names(item.name, out.diagnostics, out.fixed)
         check_imports_kept(item.name, out.text, item.imports)
         index = _SOURCES.get(loaded.config.source_module)
         upstream_name = relative_name(index.path, package_root(loaded.config.source_module.split(".")[0]).parent)

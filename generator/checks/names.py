@@ -10,13 +10,38 @@ from generator.normalize.ruff import Diagnostic
 MAX_LISTED = 10
 
 
-def check_undefined_names(config_name: str, diagnostics: tuple[Diagnostic, ...]) -> None:
-    """ruff F821/F811 left after fixing means the output would not import or shadows a name."""
+def enclosing_member(tree: ast.Module, row: int) -> str | None:
+    """Dotted name of the innermost class/function around ``row`` (``Cls.method``), if any."""
+    path: list[str] = []
+    body = tree.body
+    while True:
+        for node in body:
+            if (
+                isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.lineno <= row <= node.end_lineno
+            ):
+                path.append(node.name)
+                body = node.body
+                break
+        else:
+            return ".".join(path) or None
+
+
+def check_undefined_names(config_name: str, diagnostics: tuple[Diagnostic, ...], fixed_text: str) -> None:
+    """ruff F821/F811 left after fixing means the output would not import or shadows a name.
+
+    The target named is the member of the output where the first offending line lies.
+    """
     bad = [d for d in diagnostics if d.code in ("F821", "F811")]
     if bad:
         listed = "; ".join(d.describe() for d in bad[:MAX_LISTED])
         more = f" (and {len(bad) - MAX_LISTED} more)" if len(bad) > MAX_LISTED else ""
-        raise UndefinedNameError(f"output uses undefined or redefined names: {listed}{more}", config=config_name)
+        target = enclosing_member(ast.parse(fixed_text), bad[0].row) if fixed_text else None
+        raise UndefinedNameError(
+            f"output uses undefined or redefined names: {listed}{more}",
+            config=config_name,
+            target=target or "module level",
+        )
 
 
 def _module_level_imports(text: str) -> set[str]:

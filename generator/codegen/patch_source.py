@@ -115,6 +115,11 @@ def _parse_file(path: str) -> tuple[list[str], ast.Module]:
     return text.splitlines(keepends=True), ast.parse(text, filename=path)
 
 
+def clear_source_cache() -> None:
+    """Forget parsed config files (they may have changed since the last generation in this process)."""
+    _parse_file.cache_clear()
+
+
 def _is_registration(decorator: ast.expr, module_globals: dict[str, Any]) -> bool:
     """True for ``@<a PatchConfig>.<primitive>(...)``: it registers the patch, it is not part of it."""
     call = decorator.func if isinstance(decorator, ast.Call) else decorator

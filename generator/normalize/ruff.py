@@ -34,6 +34,8 @@ class Diagnostic:
 class Normalized:
     text: str
     diagnostics: tuple[Diagnostic, ...]
+    # The text after fixing, before formatting: the one diagnostic rows refer to.
+    fixed: str = ""
 
 
 @lru_cache(maxsize=1)
@@ -89,7 +91,7 @@ def normalize(batch: dict[str, tuple[str, str]]) -> dict[str, Normalized]:
             reported = json.loads(check.stdout or "[]")
         except json.JSONDecodeError as exc:
             raise NormalizationError(f"unreadable ruff output: {check.stdout[:200]!r}") from exc
-        fixed = {key: path.read_text(encoding="utf-8").splitlines() for key, path in paths.items()}
+        fixed = {key: path.read_text(encoding="utf-8") for key, path in paths.items()}
         fmt = _run(["format", "--config", str(SETTINGS), "--no-cache", *files])
         if fmt.returncode != 0:
             raise NormalizationError(f"ruff format failed: {fmt.stderr.strip()}")
@@ -99,8 +101,9 @@ def normalize(batch: dict[str, tuple[str, str]]) -> dict[str, Normalized]:
         results = {}
         for key, path in paths.items():
             items = by_path.get(str(path.resolve()), [])
-            diagnostics = tuple(_diagnostic(item, fixed[key]) for item in items)
-            results[key] = Normalized(path.read_text(encoding="utf-8"), diagnostics)
+            lines = fixed[key].splitlines()
+            diagnostics = tuple(_diagnostic(item, lines) for item in items)
+            results[key] = Normalized(path.read_text(encoding="utf-8"), diagnostics, fixed[key])
         return results
 
 

@@ -424,7 +424,7 @@ def toy_activation(x):
 
 def test_undefined_name_in_a_patch_body_is_rejected(project):
     result = reject(project, UNDEFINED)
-    names(result, target=None, cause="output uses undefined or redefined names: F821")
+    names(result, target="toy_activation", cause="output uses undefined or redefined names: F821")
     assert "undefined_kernel" in result.err
     assert "return undefined_kernel(x)" in result.err
 
@@ -444,7 +444,7 @@ def test_helper_redefining_an_upstream_name_is_rejected(project):
             return x
         """,
     )
-    names(result, target=None, cause="F811")
+    names(result, target="shared_helper", cause="F811")
     assert "shared_helper" in result.err
 
 
