@@ -35,6 +35,7 @@ from generator.upstream.index import ModuleIndex, UpstreamSources
 from generator.upstream.locate import distribution_version, package_root
 
 _SOURCES = UpstreamSources()
+GENERATOR_ROOT = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ def project_closure(path: Path, root: Path) -> list[Path]:
             dotted = name.split(".")
             for depth in range(1, len(dotted) + 1):
                 file = _module_file(".".join(dotted[:depth]), root)
-                if file is not None:
+                # The generator's own code is not a config input: the check cache keys on it separately.
+                if file is not None and GENERATOR_ROOT not in file.parents:
                     stack.append(file)
     return sorted(seen)
 

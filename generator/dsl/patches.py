@@ -68,13 +68,6 @@ class ImportSpec:
             return f"from {self.module} import {', '.join(self.names)}"
         return f"import {self.module}" + (f" as {self.alias}" if self.alias else "")
 
-    @property
-    def bound_names(self) -> tuple[str, ...]:
-        """The names this import binds in the output module."""
-        if self.is_from_import:
-            return tuple(n.split(" as ")[-1].strip() for n in self.names)
-        return (self.alias or self.module.split(".")[0],)
-
 
 @dataclass(frozen=True)
 class Helper:

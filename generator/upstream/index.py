@@ -64,19 +64,6 @@ class ModuleIndex:
     def is_package(self) -> bool:
         return self.path.name == "__init__.py"
 
-    def segment(self, node: ast.AST) -> str:
-        """Exact source of ``node`` including decorators, as whole lines."""
-        start = statement_start(node) if isinstance(node, ast.stmt) else node.lineno
-        return "".join(self.lines[start - 1 : node.end_lineno])
-
-    def classes(self) -> dict[str, ast.ClassDef]:
-        return {n: node for n, node in self.members.items() if isinstance(node, ast.ClassDef)}
-
-    def functions(self) -> dict[str, ast.FunctionDef]:
-        return {
-            n: node for n, node in self.members.items() if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        }
-
     def method(self, class_name: str, method: str) -> ast.FunctionDef | None:
         cls_node = self.members.get(class_name)
         if not isinstance(cls_node, ast.ClassDef):
