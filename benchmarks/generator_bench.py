@@ -3,14 +3,19 @@
 What "cold" means here (docs/performance.md says the same):
 
 - a fresh Python process, so nothing is cached in memory (imports, parsed upstream sources, ruff);
-- a fresh scratch copy of the repository per run, without any ``generated/`` output, without the
-  generator's cache dir (``[tool.patchgen] cache_dir``) and without ``__pycache__`` of the project's
-  own code: every config is imported, planned, checked, normalized by ruff, and every file written;
+- a fresh scratch clone of the working tree per run (the files ``git ls-files`` lists, tracked or
+  untracked but not ignored) without any ``generated/`` output; git-ignored files stay behind, so
+  there is no generator cache (``[tool.patchgen] cache_dir``) and no bytecode of the project's own
+  code: every config is imported, planned, checked, normalized by ruff, and every file written;
 - what stays warm is what a developer's machine has warm anyway: the installed packages' bytecode
   in site-packages and the OS page cache (it cannot be dropped without root).
 
-The check runs in a scratch tree that the cold run just generated, after one unmeasured warm-up
-run, so it measures the everyday pre-commit case: bytecode compiled, any generator cache filled.
+``--check`` on an unchanged tree is measured twice, in a scratch tree the cold run just generated:
+
+- warm: after one unmeasured warm-up run, so bytecode is compiled and the check cache
+  (``[tool.patchgen] cache_dir``) is filled: the everyday pre-commit case;
+- fresh clone: each run in a new copy of that tree without the cache and without bytecode, as CI
+  sees a checkout; the check then has to regenerate everything in memory to compare.
 Both run as ``python -m generator`` from the scratch root, which is what ``patchgen`` / ``generate-all``
 run (they are console scripts for ``generator.cli``), but from the scratch copy's sources.
 """
@@ -18,11 +23,14 @@ run (they are console scripts for ``generator.cli``), but from the scratch copy'
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks import budgets
 from benchmarks.child import REPO_ROOT
@@ -30,15 +38,16 @@ from benchmarks.measure import ProcessSample, measure_process, quiet_env
 from benchmarks.report import FAILED, INFO, Row, judge_at_most
 from benchmarks.stats import Summary, summarize
 
+if TYPE_CHECKING:
+    from generator.discovery import Settings
+
 SECTION = "generator"
 
 GENERATE_ALL = ("-m", "generator", "--all", "--diff")
 CHECK = ("-m", "generator", "--check")
 
-#: Never copied into a scratch tree, at any depth: bytecode and tool caches.
-_IGNORED_ANYWHERE = ("__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info")
-#: Top-level entries generation does not read: VCS data, environments, build output, docs, benchmarks.
-_IGNORED_AT_TOP = {".git", ".venv", "build", "dist", ".benchmarks", "benchmarks", "tests", "docs"}
+#: Never copied into a scratch tree, at any depth: bytecode and tool caches (all git-ignored).
+_IGNORED_ANYWHERE = ("__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info", ".git", ".venv")
 
 
 @dataclass(frozen=True)
@@ -60,35 +69,67 @@ class Runs:
         return [s for s in self.samples if s.returncode != 0]
 
 
-def _settings():
+@lru_cache(maxsize=1)
+def _settings() -> Settings:
     # Torch-free by design (design.md section 1), so the parent may import it.
-    sys.path.insert(0, str(REPO_ROOT))
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
     from generator.discovery import find_settings
 
     return find_settings(REPO_ROOT)
 
 
+def _checkout_files() -> list[Path] | None:
+    """What a clone of the working tree holds: tracked and untracked files git does not ignore."""
+    try:
+        listing = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    if listing.returncode != 0:
+        return None
+    return [REPO_ROOT / name for name in listing.stdout.decode().split("\0") if name]
+
+
+def _copy_tree(source: Path, dest: Path, *, extra_ignored: tuple[str, ...] = ()) -> None:
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns(*_IGNORED_ANYWHERE, *extra_ignored), symlinks=True)
+
+
 def make_cold_tree(dest: Path) -> tuple[Path, int]:
-    """Copy the repo to ``dest`` minus outputs and caches; return the root and the number of outputs removed."""
+    """A clone of the working tree at ``dest`` without generated outputs; returns it and how many were left out.
+
+    Files come from ``git ls-files`` (so caches, bytecode and other ignored files stay behind); without
+    git, the whole tree is copied minus bytecode, tool caches and the generator's cache dir.
+    """
     settings = _settings()
-    at_top = set(_IGNORED_AT_TOP)
-    if settings.cache_dir is not None and settings.cache_dir.parent == REPO_ROOT:
-        at_top.add(settings.cache_dir.name)
-    anywhere = shutil.ignore_patterns(*_IGNORED_ANYWHERE)
+    outputs = {path.resolve() for path in _output_paths(REPO_ROOT)}
+    files = _checkout_files()
+    if files is None:
+        cache = (settings.cache_dir.name,) if settings.cache_dir is not None else ()
+        _copy_tree(REPO_ROOT, dest, extra_ignored=cache)
+        for path in _output_paths(dest):
+            path.unlink()
+        return dest, len(outputs)
+    for path in files:
+        if not path.is_file() or path.resolve() in outputs:
+            continue
+        target = dest / path.relative_to(REPO_ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    return dest, len(outputs)
 
-    def ignore(folder: str, names: list[str]) -> set[str]:
-        skipped = set(anywhere(folder, names))
-        return skipped | (at_top & set(names) if Path(folder) == REPO_ROOT else set())
 
-    shutil.copytree(REPO_ROOT, dest, ignore=ignore, symlinks=True)
-    removed = 0
+def _output_paths(tree: Path) -> list[Path]:
+    """Every generated file under the discovery roots of ``tree``."""
+    settings = _settings()
+    found = []
     for root in settings.roots:
-        scratch_root = dest / root.relative_to(REPO_ROOT)
-        for generated in sorted(scratch_root.rglob(settings.output_subdir)):
-            if generated.is_dir():
-                removed += sum(1 for p in generated.rglob("*") if p.is_file())
-                shutil.rmtree(generated)
-    return dest, removed
+        found += [p for p in (tree / root.relative_to(REPO_ROOT)).rglob(f"{settings.output_subdir}/*") if p.is_file()]
+    return sorted(found)
 
 
 def config_count() -> int:
@@ -99,13 +140,9 @@ def config_count() -> int:
 
 
 def _outputs(tree: Path) -> dict[str, bytes]:
-    settings = _settings()
-    found: dict[str, bytes] = {}
-    for root in settings.roots:
-        for path in (tree / root.relative_to(REPO_ROOT)).rglob(f"{settings.output_subdir}/*"):
-            if path.is_file() and path.suffix in (".py", ".diff"):
-                found[path.relative_to(tree).as_posix()] = path.read_bytes()
-    return found
+    return {
+        p.relative_to(tree).as_posix(): p.read_bytes() for p in _output_paths(tree) if p.suffix in (".py", ".diff")
+    }
 
 
 def _repeat(repeats: int, run_once: Callable[[], ProcessSample]) -> Runs:
@@ -114,6 +151,13 @@ def _repeat(repeats: int, run_once: Callable[[], ProcessSample]) -> Runs:
 
 def _python(*args: str, cwd: Path) -> ProcessSample:
     return measure_process([sys.executable, *args], cwd=cwd, env=quiet_env())
+
+
+def _fresh_clone(tree: Path, dest: Path) -> Path:
+    """``tree`` as a checkout would have it: outputs present, no generator cache, no bytecode."""
+    settings = _settings()
+    _copy_tree(tree, dest, extra_ignored=(settings.cache_dir.name,) if settings.cache_dir is not None else ())
+    return dest
 
 
 def _cold_generation(repeats: int, workdir: Path) -> tuple[Runs, Path]:
@@ -133,7 +177,9 @@ def _ratio(runs: Runs, baseline: Runs) -> str:
 def _wall_row(name: str, runs: Runs, *, budget_s: float | None = None, notes: str = "") -> Row:
     if runs.failures:
         failed = runs.failures[0]
-        return Row(SECTION, name, "error", status=FAILED, notes=f"exit {failed.returncode}: {failed.output_tail[-300:]}")
+        return Row(
+            SECTION, name, "error", status=FAILED, notes=f"exit {failed.returncode}: {failed.output_tail[-300:]}"
+        )
     wall = runs.wall
     status = judge_at_most(wall.median, budget_s) if budget_s is not None else INFO
     budget = f"< {budget_s:g} s" if budget_s is not None else ""
@@ -158,14 +204,20 @@ def bench_generator(repeats: int) -> list[Row]:
 
         expected = _outputs(REPO_ROOT)
         produced = _outputs(tree)
-        differing = sorted(name for name in expected.keys() | produced.keys() if expected.get(name) != produced.get(name))
+        differing = sorted(
+            name for name in expected.keys() | produced.keys() if expected.get(name) != produced.get(name)
+        )
         agreement = (
             f"{len(produced)} files written, byte-identical to the repo's"
             if not differing
             else f"{len(produced)} files written; {len(differing)} differ from the repo's: {', '.join(differing[:3])}"
         )
 
-        _python(*CHECK, cwd=tree)  # warm-up: compiles bytecode, fills any generator cache
+        clones = iter(range(repeats))
+        check_clone = _repeat(
+            repeats, lambda: _python(*CHECK, cwd=_fresh_clone(tree, workdir / f"clone-{next(clones)}"))
+        )
+        _python(*CHECK, cwd=tree)  # warm-up: compiles bytecode, fills the check cache
         check = _repeat(repeats, lambda: _python(*CHECK, cwd=tree))
         regenerate = _repeat(repeats, lambda: _python(*GENERATE_ALL, cwd=tree))
 
@@ -183,12 +235,21 @@ def bench_generator(repeats: int) -> list[Row]:
         ),
         _rss_row("generate-all, cold", cold, budget_mib=budgets.GENERATOR_PEAK_RSS_MIB),
         _wall_row(
-            "patchgen --check, unchanged tree",
+            "patchgen --check, unchanged tree, warm",
             check,
             budget_s=budgets.CHECK_UNCHANGED_S,
-            notes=_ratio(check, startup),
+            notes=f"{_ratio(check, startup)}; check cache and bytecode present",
         ),
-        _rss_row("patchgen --check, unchanged tree", check, budget_mib=budgets.GENERATOR_PEAK_RSS_MIB),
+        _rss_row("patchgen --check, unchanged tree, warm", check, budget_mib=budgets.GENERATOR_PEAK_RSS_MIB),
+        _wall_row(
+            "patchgen --check, unchanged tree, fresh clone",
+            check_clone,
+            budget_s=budgets.CHECK_UNCHANGED_S,
+            notes=f"{_ratio(check_clone, startup)}; no check cache, no bytecode (CI checkout)",
+        ),
+        _rss_row(
+            "patchgen --check, unchanged tree, fresh clone", check_clone, budget_mib=budgets.GENERATOR_PEAK_RSS_MIB
+        ),
         _wall_row("generate-all, unchanged tree", regenerate, notes=f"{_ratio(regenerate, startup)}; writes nothing"),
         _rss_row("generate-all, unchanged tree", regenerate, budget_mib=budgets.GENERATOR_PEAK_RSS_MIB),
     ]

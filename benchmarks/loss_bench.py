@@ -120,7 +120,12 @@ def _child_run(variant: str, sizes: LossSizes, out: Path) -> dict[str, Any]:
         seconds = time.perf_counter() - start
         del logits
     results = {"loss": loss.detach(), "grad_hidden": hidden.grad, "grad_weight": weight.grad}
-    measured = {"peak_mib": peak.peak_delta_mib, "baseline_mib": peak.baseline_mib, "method": peak.method, "s": seconds}
+    measured = {
+        "peak_mib": peak.peak_delta_mib,
+        "baseline_mib": peak.baseline_mib,
+        "method": peak.method,
+        "s": seconds,
+    }
     if variant == "eager":
         torch.save(results, out / REFERENCE_FILE)
         return measured
@@ -178,7 +183,9 @@ def bench_loss(sizes: LossSizes) -> tuple[list[Row], str]:
             # One after the other, eager first: at full size the eager side alone needs several GiB,
             # and the chunked side compares with what it saved.
             runs = {
-                variant: run_child(MODULE, [variant, "--sizes", json.dumps(asdict(sizes)), *out], extra_env=MEASURE_ENV)
+                variant: run_child(
+                    MODULE, [variant, "--sizes", json.dumps(asdict(sizes)), *out], extra_env=MEASURE_ENV
+                )
                 for variant in VARIANTS
             }
         except ChildError as exc:

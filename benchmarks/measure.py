@@ -49,9 +49,7 @@ def _maxrss_to_mib(maxrss: int) -> float:
     return maxrss / MIB if sys.platform == "darwin" else maxrss / 1024
 
 
-def measure_process(
-    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None
-) -> ProcessSample:
+def measure_process(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> ProcessSample:
     """Run ``argv`` once in a fresh wrapper and return its wall time and peak RSS."""
     wrapper = subprocess.run(
         [sys.executable, "-c", _WRAPPER, *argv],

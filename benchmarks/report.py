@@ -60,9 +60,8 @@ def render_report(title: str, preamble: Iterable[str], rows: Sequence[Row]) -> s
     """The whole file: title, machine/command lines, the table, and a budget verdict line."""
     judged = [r for r in rows if r.budget]
     bad = [r for r in rows if r.status in BAD_STATUSES]
-    verdict = (
-        f"{len(judged) - len([r for r in judged if r.status in BAD_STATUSES])}/{len(judged)} budgets met"
-        + (f"; not met or failed: {', '.join(f'{r.section}: {r.measurement}' for r in bad)}" if bad else "")
+    verdict = f"{len(judged) - len([r for r in judged if r.status in BAD_STATUSES])}/{len(judged)} budgets met" + (
+        f"; not met or failed: {', '.join(f'{r.section}: {r.measurement}' for r in bad)}" if bad else ""
     )
     parts = [f"# {title}", "", *[f"- {line}" for line in preamble], "", render_table(rows), "", verdict, ""]
     return "\n".join(parts)

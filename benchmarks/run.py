@@ -25,9 +25,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `benchmarks` and `models` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import loss_bench, runtime_bench  # noqa: E402
-from benchmarks.generator_bench import bench_generator  # noqa: E402
-from benchmarks.report import BAD_STATUSES, FAILED, Row, render_report  # noqa: E402
+from benchmarks import loss_bench, runtime_bench
+from benchmarks.generator_bench import bench_generator
+from benchmarks.report import BAD_STATUSES, FAILED, Row, render_report
 
 SECTIONS = ("generator", "runtime", "loss")
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "latest.md"
@@ -40,17 +40,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--repeats", type=int, default=5, help="runs per timed measurement (default 5)")
     parser.add_argument("--models", help="runtime section: comma-separated model types (default: every registered)")
-    parser.add_argument("--threads", type=int, default=0, help="runtime section: torch threads (default: torch's)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="runtime section: torch threads (default 1: immune to oversubscription on a shared machine; 0: torch's default)",
+    )
     parser.add_argument("--smoke", action="store_true", help="toy sizes, one repeat, first model only")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"where to write the table ({DEFAULT_OUTPUT.relative_to(REPO_ROOT)})")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        help=f"where to write the table ({DEFAULT_OUTPUT.relative_to(REPO_ROOT)})",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a budget is missed, not only on failures")
     return parser
 
 
 def _git_revision() -> str:
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True)
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+        )
     except OSError:
         return "unknown"
     if head.returncode != 0:
@@ -87,8 +101,10 @@ def machine_lines() -> list[str]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return [
         f"machine: {cores} cores ({_cpu_model()}), {platform.system()} {platform.release()}",
-        f"python {platform.python_version()}, torch {_version('torch')}, transformers {_version('transformers')}, "
-        f"ruff {_version('ruff')}",
+        (
+            f"python {platform.python_version()}, torch {_version('torch')}, "
+            f"transformers {_version('transformers')}, ruff {_version('ruff')}"
+        ),
         f"revision: {_git_revision()}",
     ]
 
@@ -113,7 +129,9 @@ def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
             rows += section_rows
             setup += [line] if line else []
         elif section == "loss":
-            section_rows, line = loss_bench.bench_loss(loss_bench.SMOKE_SIZES if args.smoke else loss_bench.LossSizes())
+            section_rows, line = loss_bench.bench_loss(
+                loss_bench.SMOKE_SIZES if args.smoke else loss_bench.LossSizes()
+            )
             rows += section_rows
             setup += [line] if line else []
         print(f"[benchmarks] {section} done in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
@@ -127,12 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = _load()
     started = datetime.datetime.now(datetime.timezone.utc)
     rows, setup = run_sections(args)
-    command = "python benchmarks/run.py" + ("" if argv is None and len(sys.argv) == 1 else " ") + shlex.join(
-        list(argv) if argv is not None else sys.argv[1:]
-    )
+    command = shlex.join(["python", "benchmarks/run.py", *(sys.argv[1:] if argv is None else argv)])
     preamble = [
         *machine_lines(),
-        f"command: `{command.strip()}` at {started:%Y-%m-%d %H:%M} UTC",
+        f"command: `{command}` at {started:%Y-%m-%d %H:%M} UTC",
         f"load average (1/5/15 min) before: {load_before}, after: {_load()}",
         *setup,
         "definitions (cold, peak memory, ratios): docs/performance.md",

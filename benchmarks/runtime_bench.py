@@ -4,7 +4,12 @@ Both sides are built from the same config, seed and state dict (``models.testing
 eager attention, every op slot unbound (eager), so the generated class runs upstream numerics and any
 time difference is the cost of the patched code itself (slot guards, patched forwards).
 
-Time: one child process builds both models, warms each up, then runs the steps interleaved, swapping
+Time: by default on one torch thread. The ratio is a property of the code, not of the thread count,
+and with torch's default (one thread per core) a 2-core machine shared with anything else makes
+OpenMP threads wait for each other: per-round ratios then scatter over 0.2-4.7x (measured), while
+one thread keeps them within a few percent. ``run.py --threads 0`` uses torch's default.
+
+One child process builds both models, warms each up, then runs the steps interleaved, swapping
 which side goes first every round (A B, B A, ...), so a machine that speeds up or slows down over the
 run (frequency scaling, a neighbour) hits both sides alike. The figure is the median over rounds of
 generated-time / upstream-time, with the spread of those per-round ratios.
@@ -168,6 +173,8 @@ def _child_timing(model_types: Sequence[str], sizes: RuntimeSizes, repeats: int)
             results[model_type] = _time_model(model_type, sizes, repeats)
         except Skip as exc:
             results[model_type] = {"skipped": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - one broken model must not hide the others' figures
+            results[model_type] = {"error": f"{type(exc).__name__}: {exc}"}
     return {"models": results, "threads": torch.get_num_threads(), "torch": torch.__version__}
 
 
@@ -259,7 +266,7 @@ def _memory_row(model_type: str, sizes: RuntimeSizes, threads: int) -> Row:
 
 
 def bench_runtime(
-    repeats: int, sizes: RuntimeSizes, model_types: Sequence[str] | None = None, *, threads: int = 0
+    repeats: int, sizes: RuntimeSizes, model_types: Sequence[str] | None = None, *, threads: int = 1
 ) -> tuple[list[Row], str]:
     """Rows for every selected model (default: every registered one), and a line on how the steps ran."""
     selected = list(model_types) if model_types else registered_models()
@@ -274,9 +281,14 @@ def bench_runtime(
         if "skipped" in result:
             rows.append(Row(SECTION, f"{model_type}: train step", "-", status=SKIPPED, notes=result["skipped"]))
             continue
+        if "error" in result:
+            rows.append(
+                Row(SECTION, f"{model_type}: train step", "error", status=FAILED, notes=result["error"][-500:])
+            )
+            continue
         rows.append(_timing_row(model_type, result))
         rows.append(_memory_row(model_type, sizes, threads))
-    setup = f"runtime: {sizes.describe()}; torch {timing['torch']} with {timing['threads']} threads"
+    setup = f"runtime: {sizes.describe()}; torch {timing['torch']}, {timing['threads']} torch thread(s)"
     return rows, setup
 
 

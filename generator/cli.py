@@ -120,7 +120,6 @@ def run(argv: Sequence[str] | None = None) -> int:
     from generator import drift
     from generator.cache import CheckCache
     from generator.output.write import write_all
-    from generator.pipeline import generate
 
     with_diff = args.diff or (args.check and settings.write_diff)
     cache = (
@@ -139,7 +138,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
     started = time.perf_counter()
     with reporter.status(f"generating {len(todo)} config(s)"):
-        files = generate(todo, settings, jobs=args.jobs) if todo else []
+        files = _generate(todo, settings, args.jobs) if todo else []
     reporter.detail(f"generated {len(files)} file(s) in {time.perf_counter() - started:.2f}s")
     expected = drift.expected_files(files, with_diff=with_diff)
     owned = {p.resolve() for c in configs for p in (c.output_path, c.diff_path)}
@@ -187,6 +186,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         else:
             reporter.detail(f"unchanged {_rel(path, settings)}")
     return EXIT_OK
+
+
+def _generate(configs: list[LoadedConfig], settings: Settings, jobs: int | None) -> list:
+    # Imported here: a --check that the cache answers never loads the pipeline, ruff or jinja.
+    from generator.pipeline import generate
+
+    return generate(configs, settings, jobs=jobs)
 
 
 def _rel(path: Path, settings: Settings) -> str:

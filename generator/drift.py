@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from generator.discovery import Settings
-from generator.pipeline import GeneratedFile
+
+if TYPE_CHECKING:  # the pipeline is imported only when something has to be generated
+    from generator.pipeline import GeneratedFile
 
 
 @dataclass(frozen=True)

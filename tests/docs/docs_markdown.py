@@ -24,8 +24,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS = REPO_ROOT / "docs"
 
-_MARKER = re.compile(r"^[ \t]*<!--\s*(example|example-error):\s*(\S+)\s+(\S+)\s*-->[ \t]*$", re.M)
-_FENCE = re.compile(r"\s*^([ \t]*)```([\w-]*)[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.S | re.M)
+_MARKER = re.compile(r"^[ \t]*<!--\s*(example|example-error):\s*(\S+)\s+(\S+)\s*-->[ \t]*$", re.MULTILINE)
+_FENCE = re.compile(r"\s*^([ \t]*)```([\w-]*)[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def _fence_at(text: str, pos: int, where: str) -> tuple[str, str, int]:
         raise ValueError(f"{where}: an example marker must be followed by a fenced code block")
     indent, language, body = match.groups()
     lines = body.splitlines(keepends=True)
-    body = "".join(line[len(indent) :] if line.startswith(indent) else line for line in lines)
+    body = "".join(line.removeprefix(indent) for line in lines)
     return language, body, match.end()
 
 
@@ -84,4 +84,4 @@ def groups(doc: str) -> dict[str, list[Example]]:
 
 def message_pattern(expected: str) -> re.Pattern[str]:
     """``expected`` as a full-match pattern in which ``...`` stands for any text."""
-    return re.compile(".*?".join(re.escape(part) for part in expected.split("...")), re.S)
+    return re.compile(".*?".join(re.escape(part) for part in expected.split("...")), re.DOTALL)

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from docs_markdown import Example, examples, groups, message_pattern
 
 import generator.snippets
-from docs_markdown import Example, examples, groups, message_pattern
 from generator.cli import EXIT_ERROR, EXIT_OK, main
 from generator.dsl.config import PatchConfig
 
@@ -51,7 +51,9 @@ def _write_project(root: Path, members: list[Example]) -> Path | None:
         elif path.startswith("generator/snippets/") and path.endswith(".py.j2"):
             if snippet_dir is None:
                 snippet_dir = root / "snippets"
-                shutil.copytree(generator.snippets.SNIPPET_DIR, snippet_dir, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+                shutil.copytree(
+                    generator.snippets.SNIPPET_DIR, snippet_dir, ignore=shutil.ignore_patterns("*.py", "__pycache__")
+                )
             dest = snippet_dir / Path(path).name
         else:
             raise AssertionError(f"{members[0].where}: example path {path!r} is neither a config nor a snippet")
@@ -62,7 +64,11 @@ def _write_project(root: Path, members: list[Example]) -> Path | None:
 def _banner_targets(generated: str) -> list[str]:
     """Targets listed under '# Patches:' in a generated header."""
     header = generated.split("# Patches:\n", 1)[1].split("# " + "=" * 100, 1)[0] if "# Patches:\n" in generated else ""
-    return [re.match(r"#   - \w+ (\S+?):?(?: |$)", line).group(1) for line in header.splitlines() if line.startswith("#   - ")]
+    return [
+        re.match(r"#   - \w+ (\S+?):?(?: |$)", line).group(1)
+        for line in header.splitlines()
+        if line.startswith("#   - ")
+    ]
 
 
 @pytest.fixture
@@ -90,7 +96,11 @@ def test_example_group(doc: str, group: str, members: list[Example], project: Pa
     out, err = capsys.readouterr()
 
     if errors:
-        actual = err.strip().replace(f"config {PROJECT_PACKAGE}.", "config models.").replace(f"{PROJECT_PACKAGE}/", "models/")
+        actual = (
+            err.strip()
+            .replace(f"config {PROJECT_PACKAGE}.", "config models.")
+            .replace(f"{PROJECT_PACKAGE}/", "models/")
+        )
         assert code == EXIT_ERROR, f"{where}: expected exit {EXIT_ERROR}, got {code}\n{out}{err}"
         assert message_pattern(errors[0].expected_error).fullmatch(actual), (
             f"{where}: the message the doc shows is not what patchgen says\n"
@@ -106,10 +116,16 @@ def test_example_group(doc: str, group: str, members: list[Example], project: Pa
     for path in outputs:
         text = path.read_text(encoding="utf-8")
         compile(text, str(path), "exec")
-        assert text.startswith("# " + "=" * 100 + "\n# GENERATED FILE - DO NOT EDIT BY HAND."), f"{path.name}: no header"
+        assert text.startswith("# " + "=" * 100 + "\n# GENERATED FILE - DO NOT EDIT BY HAND."), (
+            f"{path.name}: no header"
+        )
         for target in _banner_targets(text):
-            assert re.search(rf"^ *# \[[A-Z ]+\] {re.escape(target)}\b", text, re.M), f"{where}: no banner for {target} in {path.name}"
-        assert path.with_suffix(".diff").read_text(encoding="utf-8").startswith("--- a/transformers/"), f"{path.name}: no diff"
+            assert re.search(rf"^ *# \[[A-Z ]+\] {re.escape(target)}\b", text, re.MULTILINE), (
+                f"{where}: no banner for {target} in {path.name}"
+            )
+        assert path.with_suffix(".diff").read_text(encoding="utf-8").startswith("--- a/transformers/"), (
+            f"{path.name}: no diff"
+        )
     assert main(["--check", "-j", "1"]) == EXIT_OK, f"{where}: fresh output drifts\n{capsys.readouterr().out}"
 
 
@@ -128,7 +144,14 @@ def test_dsl_examples_use_every_primitive() -> None:
     primitives = [name for name, _ in inspect.getmembers(PatchConfig, inspect.isfunction) if not name.startswith("_")]
     assert "override_method" in primitives
     missing = [name for name in primitives if f".{name}(" not in code]
-    for needle in ("create_patch_from_external(", "name_map=", "alias=", "is_from_import=False", "add=True", "keep_decorators="):
+    for needle in (
+        "create_patch_from_external(",
+        "name_map=",
+        "alias=",
+        "is_from_import=False",
+        "add=True",
+        "keep_decorators=",
+    ):
         if needle not in code:
             missing.append(needle)
     assert not missing, f"docs/dsl.md has no runnable example of: {', '.join(missing)}"

@@ -10,11 +10,11 @@ import shlex
 import sys
 
 import pytest
+from docs_markdown import DOCS, REPO_ROOT
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 import generator.errors
-from docs_markdown import DOCS, REPO_ROOT
 from generator import cli
 
 if sys.version_info >= (3, 11):
@@ -80,14 +80,18 @@ def test_documented_options_exist() -> None:
     """The reverse: no option in the patchgen tables of the CLI reference that the parser lacks."""
     known = set(_parser_options())
     section = CLI_MD.split("## `patchgen-pin`", 1)[0]
-    documented = set(re.findall(r"^\| `(-[-\w]+)", section, re.M)) | set(re.findall(r"^\| `-\w[^`]*`, `(--[-\w]+)", section, re.M))
+    documented = set(re.findall(r"^\| `(-[-\w]+)", section, re.MULTILINE)) | set(
+        re.findall(r"^\| `-\w[^`]*`, `(--[-\w]+)", section, re.MULTILINE)
+    )
     assert "--check" in documented, "the option table of docs/cli.md was not found"
-    assert not documented - known, f"docs/cli.md documents options patchgen does not have: {sorted(documented - known)}"
+    assert not documented - known, (
+        f"docs/cli.md documents options patchgen does not have: {sorted(documented - known)}"
+    )
 
 
 def test_exit_codes_are_documented() -> None:
     assert (cli.EXIT_OK, cli.EXIT_DRIFT, cli.EXIT_ERROR, cli.EXIT_INTERNAL) == (0, 1, 2, 3)
-    table = dict(re.findall(r"^\| `(\d)` \| (\w+)", CLI_MD, re.M))
+    table = dict(re.findall(r"^\| `(\d)` \| (\w+)", CLI_MD, re.MULTILINE))
     assert table == {"0": "success", "1": "drift", "2": "bad", "3": "internal"}, table
     assert "`0` ok, `1` drift" in README and "`2` bad input" in README and "`3` a bug" in README
 
@@ -107,7 +111,7 @@ def test_every_pyproject_setting_is_documented() -> None:
         and isinstance(node.args[0], ast.Constant)
     }
     assert {"roots", "cache_dir"} <= keys
-    table = set(re.findall(r"^\| `(\w+)` \|", CLI_MD.split("## Discovery", 1)[1], re.M))
+    table = set(re.findall(r"^\| `(\w+)` \|", CLI_MD.split("## Discovery", 1)[1], re.MULTILINE))
     assert keys <= table, f"docs/cli.md lacks [tool.patchgen] key(s): {sorted(keys - table)}"
 
 
@@ -115,7 +119,9 @@ def test_every_error_type_is_documented() -> None:
     types = [
         name
         for name, value in vars(generator.errors).items()
-        if isinstance(value, type) and issubclass(value, generator.errors.PatchgenError) and value is not generator.errors.PatchgenError
+        if isinstance(value, type)
+        and issubclass(value, generator.errors.PatchgenError)
+        and value is not generator.errors.PatchgenError
     ]
     assert len(types) >= 10
     missing = [name for name in types if f"`{name}`" not in CLI_MD]
@@ -130,7 +136,7 @@ def _ci_command() -> str:
 
 
 def _readme_commands() -> list[str]:
-    blocks = re.findall(r"^```bash\n(.*?)^```", README, re.S | re.M)
+    blocks = re.findall(r"^```bash\n(.*?)^```", README, re.DOTALL | re.MULTILINE)
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
 
 
@@ -151,7 +157,9 @@ def test_the_pinned_torch_is_admitted_by_the_project() -> None:
     assert len(pins) == 1, _ci_command()
     pinned = Version(pins[0].split("==", 1)[1])
     declared = next(d for d in PYPROJECT["project"]["dependencies"] if Requirement(d).name == "torch")
-    assert pinned in Requirement(declared).specifier, f"CI installs torch {pinned}, but pyproject.toml requires {declared}"
+    assert pinned in Requirement(declared).specifier, (
+        f"CI installs torch {pinned}, but pyproject.toml requires {declared}"
+    )
     assert f"`{declared}`" in README, f"README should quote the project's torch range `{declared}`"
 
 
@@ -159,6 +167,9 @@ def test_readme_links_resolve() -> None:
     links = re.findall(r"\]\(((?:docs/)?[\w./-]+\.md)(?:#[\w-]+)?\)", README)
     assert "docs/cli.md" in links and "docs/performance.md" in links
     for doc in (DOCS).glob("*.md"):
-        links += [f"docs/{target}" for target in re.findall(r"\]\(([\w-]+\.md)(?:#[\w-]+)?\)", doc.read_text(encoding="utf-8"))]
+        links += [
+            f"docs/{target}"
+            for target in re.findall(r"\]\(([\w-]+\.md)(?:#[\w-]+)?\)", doc.read_text(encoding="utf-8"))
+        ]
     missing = sorted({link for link in links if not (REPO_ROOT / link).is_file() and link != "docs/performance.md"})
     assert not missing, f"links to missing files: {missing}"

@@ -69,7 +69,8 @@ class _ChunkedLinearCrossEntropySum(torch.autograd.Function):
             if grad_hidden is not None:
                 grad_hidden[start : start + chunk_size] = grad_logits @ weight
             if grad_weight is not None:
-                grad_weight += (grad_logits.T @ rows).float()
+                # In place: a plain `+=` would first build the whole [vocab, hidden] product.
+                grad_weight.addmm_(grad_logits.T.float(), rows.float())
 
         ctx.save_for_backward(
             grad_hidden if grad_hidden is not None else torch.empty(0),
