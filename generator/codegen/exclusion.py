@@ -44,6 +44,13 @@ def _class_references(node: ast.ClassDef, plan: Plan) -> set[str]:
     return refs
 
 
+def _public_names(index: ModuleIndex) -> set[str]:
+    node = index.members.get("__all__")
+    if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple)):
+        return {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    return set()
+
+
 def member_references(index: ModuleIndex, plan: Plan) -> dict[str, set[str]]:
     """Top-level name -> names its emitted code uses; module-level statements pool under ROOTS."""
     refs: dict[str, set[str]] = {ROOTS: set()}
@@ -68,7 +75,7 @@ def member_references(index: ModuleIndex, plan: Plan) -> dict[str, set[str]]:
 
 
 def dropped_members(index: ModuleIndex, plan: Plan) -> set[str]:
-    """The excluded classes plus every member reachable only through them.
+    """The excluded classes plus every private member reachable only through them.
 
     Raises when something kept still uses an excluded class: the output would
     not import, and the message says which member to patch.
@@ -86,7 +93,9 @@ def dropped_members(index: ModuleIndex, plan: Plan) -> set[str]:
         candidates.add(name)
         stack.extend(refs[name])
     reachable: set[str] = set()
-    stack = [n for n in refs if n not in candidates]
+    # Kept roots: every member the excluded classes do not use, plus upstream's public API
+    # (``__all__``): a public class stays even when only an excluded class refers to it.
+    stack = [n for n in refs if n not in candidates] + sorted(_public_names(index) - set(excluded))
     while stack:
         name = stack.pop()
         if name in reachable or name in excluded:

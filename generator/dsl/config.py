@@ -136,7 +136,10 @@ class PatchConfig:
         return body
 
     def exclude_from_output(self, *class_names: str) -> None:
-        """Drop classes from the output, and every upstream member only they used."""
+        """Drop classes from the output, and every private upstream member only they used.
+
+        Names in upstream's ``__all__`` stay unless excluded themselves: they are public API.
+        """
         self.exclusions.extend(class_names)
 
     def inherit_from(self, other: PatchConfig, *, patches: bool = True, skip_targets: tuple[str, ...] = ()) -> None:

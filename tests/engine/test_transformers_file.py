@@ -236,3 +236,45 @@ def test_real_file_output_imports_and_runs_a_tiny_model(qwen2):
     result = run_python([sys.executable, "-c", script], cwd=path.parent, pythonpath=[path.parent, REPO_ROOT])
     assert result.code == 0, result.err
     assert result.out.strip().endswith("ok")
+
+
+OMNI = "transformers.models.qwen2_5_omni.modeling_qwen2_5_omni"
+
+OMNI_CONFIG = f'''
+from generator import PatchConfig
+
+config = PatchConfig({OMNI!r}, "patched_modeling_qwen2_5_omni_gpu.py")
+config.exclude_from_output(
+    "Qwen2_5OmniForConditionalGeneration",
+    "Qwen2_5OmniTalkerForConditionalGeneration",
+    "Qwen2_5OmniTalkerModel",
+    "Qwen2_5OmniToken2WavModel",
+    "Qwen2_5OmniToken2WavDiTModel",
+    "Qwen2_5OmniToken2WavBigVGANModel",
+)
+'''
+
+
+@pytest.fixture(scope="module")
+def omni_thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The Omni file with its top-level wrapper, talker and vocoder entry point excluded."""
+    with (
+        pytest.MonkeyPatch.context() as monkeypatch,
+        toy_project(tmp_path_factory.mktemp("omni"), monkeypatch) as project,
+    ):
+        project.config("qwen2_5_omni", OMNI_CONFIG)
+        result = project.run(project.module("qwen2_5_omni"))
+        assert result.code == 0, result.err
+        yield project.generated("qwen2_5_omni")
+
+
+def test_real_file_exclusion_keeps_public_classes_only_an_excluded_class_used(omni_thinker):
+    # Only the excluded wrapper refers to the thinker, but it is upstream's public API (__all__).
+    assert "class Qwen2_5OmniThinkerForConditionalGeneration(" in omni_thinker
+    assert "class Qwen2_5OmniThinkerTextModel(" in omni_thinker
+
+
+def test_real_file_exclusion_drops_private_members_only_excluded_classes_used(omni_thinker):
+    assert "class Qwen2_5OmniTalkerModel(" not in omni_thinker
+    assert "class Qwen2_5OmniTalkerCausalLMOutputWithPast(" not in omni_thinker
+    assert "class RungeKutta4ODESolver" not in omni_thinker
