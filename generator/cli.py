@@ -195,6 +195,18 @@ def _generate(configs: list[LoadedConfig], settings: Settings, jobs: int | None)
     return generate(configs, settings, jobs=jobs)
 
 
+def _config_file(module: str | None) -> str | None:
+    """The file of a config module, relative to the project root, for error messages."""
+    if not module:
+        return None
+    try:
+        root = find_settings().root
+    except PatchgenError:
+        return None
+    path = root.joinpath(*module.split(".")).with_suffix(".py")
+    return path.relative_to(root).as_posix() if path.is_file() else None
+
+
 def _rel(path: Path, settings: Settings) -> str:
     try:
         return path.resolve().relative_to(settings.root).as_posix()
@@ -206,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(argv)
     except PatchgenError as exc:
-        print(f"patchgen: error: {exc}", file=sys.stderr)
+        print(f"patchgen: error: {exc.format(_config_file(exc.config))}", file=sys.stderr)
         return EXIT_ERROR
     except Exception:
         # A bug in patchgen itself: never let it read as drift (1) or as bad input (2).

@@ -11,18 +11,17 @@ from __future__ import annotations
 class PatchgenError(Exception):
     """Bad input: a config, a target or an environment the generator cannot use."""
 
-    exit_code = 2
-
     def __init__(self, cause: str, *, config: str | None = None, target: str | None = None) -> None:
         self.cause = cause
         self.config = config
         self.target = target
         super().__init__(self.format())
 
-    def format(self) -> str:
+    def format(self, config_file: str | None = None) -> str:
+        """``config <module> (<file>), target <target>: <cause>``, leaving out what is unknown."""
         where = []
         if self.config:
-            where.append(f"config {self.config}")
+            where.append(f"config {self.config}" + (f" ({config_file})" if config_file else ""))
         if self.target:
             where.append(f"target {self.target}")
         prefix = f"{', '.join(where)}: " if where else ""

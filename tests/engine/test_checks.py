@@ -29,8 +29,8 @@ def reject(project: Project, body: str, *argv: str, header: str = "") -> Result:
 
 
 def names(result: Result, *, target: str | None, cause: str, config: str = CONFIG) -> None:
-    """The message names the config, the target (when there is one) and the cause."""
-    assert f"config {config}" in result.err
+    """The message names the config and its file, the target (when there is one) and the cause."""
+    assert f"config {config} ({config.replace('.', '/')}.py)" in result.err
     if target is not None:
         assert f"target {target}" in result.err
     assert cause in result.err
