@@ -165,7 +165,10 @@ def test_c_naming_no_patchconfig_is_an_error(project):
     result = project.run(project.module("toy"), "-c", "third")
 
     assert result.code == 2
-    assert "config zoo.toy.toy_gpu_patch_gen_config (zoo/toy/toy_gpu_patch_gen_config.py): has no PatchConfig named 'third'" in result.err
+    assert (
+        "config zoo.toy.toy_gpu_patch_gen_config (zoo/toy/toy_gpu_patch_gen_config.py): has no PatchConfig named 'third'"
+        in result.err
+    )
 
 
 def test_c_with_several_modules_is_an_error(project):
@@ -486,7 +489,10 @@ def test_patchgen_console_script_exit_codes_in_real_processes(project):
     assert drift.code == 1
     assert f"drift: {TOY} (differs)" in drift.out
     assert error.code == 2
-    assert "patchgen: error: config zoo.toy.toy_gpu_patch_gen_config (zoo/toy/toy_gpu_patch_gen_config.py), target Nope: cannot exclude" in error.err
+    assert (
+        "patchgen: error: config zoo.toy.toy_gpu_patch_gen_config (zoo/toy/toy_gpu_patch_gen_config.py), target Nope: cannot exclude"
+        in error.err
+    )
 
 
 def test_help_lists_every_flag(project):

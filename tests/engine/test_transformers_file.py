@@ -240,7 +240,7 @@ def test_real_file_output_imports_and_runs_a_tiny_model(qwen2):
 
 OMNI = "transformers.models.qwen2_5_omni.modeling_qwen2_5_omni"
 
-OMNI_CONFIG = f'''
+OMNI_CONFIG = f"""
 from generator import PatchConfig
 
 config = PatchConfig({OMNI!r}, "patched_modeling_qwen2_5_omni_gpu.py")
@@ -252,7 +252,7 @@ config.exclude_from_output(
     "Qwen2_5OmniToken2WavDiTModel",
     "Qwen2_5OmniToken2WavBigVGANModel",
 )
-'''
+"""
 
 
 @pytest.fixture(scope="module")
