@@ -97,8 +97,10 @@ def _module_file(name: str, root: Path) -> Path | None:
 def project_closure(path: Path, root: Path) -> list[Path]:
     """``path`` and every project module it imports, transitively: the config's input files.
 
-    Follows absolute and relative imports, ``from package import module``
-    forms, and the ``__init__`` of every package on the way.
+    Follows absolute and relative imports and ``from package import module``
+    forms. A package's ``__init__`` counts only when names are imported from
+    it, not merely because a module below it was imported, so registering a
+    new model in ``models/__init__.py`` is not an input of every config.
     """
     seen: list[Path] = []
     stack = [path.resolve()]
@@ -110,22 +112,22 @@ def project_closure(path: Path, root: Path) -> list[Path]:
         rel = current.relative_to(root).with_suffix("")
         parts = list(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
         package = parts if current.name == "__init__.py" else parts[:-1]
-        names: list[str] = []
+        modules: list[str] = []
         for node in ast.walk(ast.parse(current.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
-                names += [a.name for a in node.names]
+                modules += [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
                     base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
-                names += [base] + [f"{base}.{a.name}" if base else a.name for a in node.names]
-        for name in names:
-            dotted = name.split(".")
-            for depth in range(1, len(dotted) + 1):
-                file = _module_file(".".join(dotted[:depth]), root)
-                # The generator's own code is not a config input: the check cache keys on it separately.
-                if file is not None and GENERATOR_ROOT not in file.parents:
-                    stack.append(file)
+                for alias in node.names:
+                    submodule = f"{base}.{alias.name}" if base else alias.name
+                    modules.append(submodule if _module_file(submodule, root) else base)
+        for name in modules:
+            file = _module_file(name, root) if name else None
+            # The generator's own code is not a config input: the check cache keys on it separately.
+            if file is not None and GENERATOR_ROOT not in file.parents:
+                stack.append(file)
     return sorted(seen)
 
 
