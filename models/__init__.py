@@ -15,6 +15,7 @@ MODEL_PACKAGES: tuple[str, ...] = (
     "qwen2",
     "seed_oss",
     "gemma3",
+    "qwen3_moe",
 )
 
 for _package in MODEL_PACKAGES:

@@ -11,6 +11,39 @@ from collections.abc import Sequence
 from generator.dsl.config import PatchConfig
 
 
+def apply_norms(config: PatchConfig, *, prefix: str, rms_norm: str, extra_norms: Sequence[str] = ()) -> None:
+    """RMSNorm forward of ``<prefix>RMSNorm`` (and ``extra_norms``) behind the rms_norm slot."""
+    for norm in (f"{prefix}RMSNorm", *extra_norms):
+        config.apply_snippet(
+            "rms_norm_forward", f"{norm}.forward", formulation=rms_norm, description="rms_norm slot guard"
+        )
+
+
+def apply_gated_mlp(
+    config: PatchConfig, *, mlp: str, activation_attr: str, residual_dropout: bool, description: str
+) -> None:
+    """Gated MLP forward of class ``mlp`` behind the glu_activation slot."""
+    config.apply_snippet(
+        "glu_mlp_forward",
+        f"{mlp}.forward",
+        activation_attr=activation_attr,
+        residual_dropout=residual_dropout,
+        description=description,
+    )
+
+
+def apply_rope(config: PatchConfig) -> None:
+    """Module-level ``apply_rotary_pos_emb`` behind the rope slot."""
+    config.apply_snippet("apply_rotary_pos_emb", "apply_rotary_pos_emb", description="rope slot guard")
+
+
+def apply_sequence_classification(config: PatchConfig, *, head: str) -> None:
+    """``<head>.forward`` (inherited from the generic head upstream) with its loss behind a slot."""
+    config.apply_snippet(
+        "sequence_classification_forward", f"{head}.forward", description="sequence_classification_loss slot"
+    )
+
+
 def dense_text(
     config: PatchConfig,
     *,
@@ -33,18 +66,15 @@ def dense_text(
     vocabulary from; ``causal_lm`` / ``sequence_classification`` default to
     ``<prefix>ForCausalLM`` / ``<prefix>ForSequenceClassification``.
     """
-    for norm in (f"{prefix}RMSNorm", *extra_norms):
-        config.apply_snippet(
-            "rms_norm_forward", f"{norm}.forward", formulation=rms_norm, description="rms_norm slot guard"
-        )
-    config.apply_snippet(
-        "glu_mlp_forward",
-        f"{prefix}MLP.forward",
+    apply_norms(config, prefix=prefix, rms_norm=rms_norm, extra_norms=extra_norms)
+    apply_gated_mlp(
+        config,
+        mlp=f"{prefix}MLP",
         activation_attr=activation_attr,
         residual_dropout=mlp_residual_dropout,
         description="glu_activation slot guard",
     )
-    config.apply_snippet("apply_rotary_pos_emb", "apply_rotary_pos_emb", description="rope slot guard")
+    apply_rope(config)
     config.apply_snippet(
         "causal_lm_forward",
         f"{causal_lm or prefix + 'ForCausalLM'}.forward",
@@ -53,9 +83,5 @@ def dense_text(
         logit_softcapping=logit_softcapping,
         description="logits_to_keep slicing before the causal_lm_loss slot",
     )
-    config.apply_snippet(
-        "sequence_classification_forward",
-        f"{sequence_classification or prefix + 'ForSequenceClassification'}.forward",
-        description="sequence_classification_loss slot",
-    )
+    apply_sequence_classification(config, head=sequence_classification or f"{prefix}ForSequenceClassification")
     return config

@@ -21,6 +21,8 @@ __all__ = [
     "OpSlot",
     "causal_lm_loss_slot",
     "glu_activation_slot",
+    "load_balancing_loss_slot",
+    "moe_experts_slot",
     "rms_norm_slot",
     "rope_slot",
     "sequence_classification_loss_slot",
@@ -103,6 +105,11 @@ rope_slot = _define("rope")
 causal_lm_loss_slot = _define("causal_lm_loss")
 # sequence_classification_loss_slot(logits, labels, pooled_logits, config) -> loss
 sequence_classification_loss_slot = _define("sequence_classification_loss")
+# moe_experts_slot(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, activation)
+#     -> Tensor [tokens, hidden]; fused layout gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I]
+moe_experts_slot = _define("moe_experts")
+# load_balancing_loss_slot(router_logits, num_experts, top_k, attention_mask) -> Tensor, or the int 0 without logits
+load_balancing_loss_slot = _define("load_balancing_loss")
 
 #: Every slot by name, in definition order.
 SLOTS: Mapping[str, OpSlot] = MappingProxyType(_slots)

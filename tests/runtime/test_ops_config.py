@@ -51,6 +51,8 @@ def test_kernel_registry_per_slot() -> None:
     assert kernel_names("rope") == ("eager", "liger", "npu")
     assert kernel_names("causal_lm_loss") == ("eager", "chunked", "liger")
     assert kernel_names("sequence_classification_loss") == ("eager",)
+    assert kernel_names("moe_experts") == ("eager", "grouped")
+    assert kernel_names("load_balancing_loss") == ("eager",)
 
 
 def test_kernel_options_for_an_eager_slot_are_rejected() -> None:

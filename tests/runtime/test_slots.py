@@ -14,6 +14,8 @@ GENERATED_CODE_SLOT_NAMES = {
     "rope_slot": "rope",
     "causal_lm_loss_slot": "causal_lm_loss",
     "sequence_classification_loss_slot": "sequence_classification_loss",
+    "moe_experts_slot": "moe_experts",
+    "load_balancing_loss_slot": "load_balancing_loss",
 }
 
 

@@ -53,6 +53,11 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             module="models.ops.kernels.chunked_loss",
             slots=frozenset({"causal_lm_loss"}),
         ),
+        "grouped": KernelFamily(
+            name="grouped",
+            module="models.ops.kernels.grouped_experts",
+            slots=frozenset({"moe_experts"}),
+        ),
         "liger": KernelFamily(
             name="liger",
             module="models.ops.kernels.liger",

@@ -116,3 +116,71 @@ def sequence_classification_loss(
     if config.problem_type == "multi_label_classification":
         return F.binary_cross_entropy_with_logits(pooled_logits, labels)
     raise ValueError(f"invalid problem_type {config.problem_type!r}")
+
+
+def moe_experts(
+    hidden_states: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    activation: str,
+) -> torch.Tensor:
+    """Routed experts over the fused layout, upstream's per-expert loop (``Qwen3MoeExperts.forward``).
+
+    ``hidden_states`` is ``[tokens, H]``, ``top_k_index`` / ``top_k_weights`` are ``[tokens, K]``,
+    ``gate_up_proj`` is ``[E, 2I, H]`` with the gate rows first and ``down_proj`` is ``[E, H, I]``.
+    Each token's output is the routing-weighted sum of ``down(ACT(gate(x)) * up(x))`` over its K experts,
+    accumulated expert by expert in the output dtype.
+    """
+    num_experts = gate_up_proj.shape[0]
+    act_fn = _activation(activation)
+    final_hidden_states = torch.zeros_like(hidden_states)
+    with torch.no_grad():
+        expert_mask = F.one_hot(top_k_index, num_classes=num_experts).permute(2, 1, 0)
+        expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+
+    for expert_idx in expert_hit:
+        expert_idx = expert_idx[0]
+        top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+        gate, up = F.linear(hidden_states[token_idx], gate_up_proj[expert_idx]).chunk(2, dim=-1)
+        current = F.linear(act_fn(gate) * up, down_proj[expert_idx])
+        current = current * top_k_weights[token_idx, top_k_pos, None]
+        final_hidden_states.index_add_(0, token_idx, current.to(final_hidden_states.dtype))
+    return final_hidden_states
+
+
+def load_balancing_loss(
+    router_logits: Any, num_experts: int, top_k: int, attention_mask: torch.Tensor | None
+) -> torch.Tensor | int:
+    """Switch-Transformer auxiliary loss, HF ``load_balancing_loss_func`` semantics.
+
+    ``router_logits`` is a tuple of per-layer ``[batch * seq, num_experts]`` logits; anything else (None,
+    a bare tensor, an empty tuple) has no routing to balance and gives the **int** ``0``, as upstream
+    does for None. ``attention_mask`` (``[batch, seq]``) keeps padding out of both statistics.
+    """
+    if not isinstance(router_logits, tuple) or not router_logits:
+        return 0
+    device = router_logits[0].device
+    tokens_per_expert = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    router_prob = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    total_rows: Any = 0.0
+    if attention_mask is not None:
+        flat_mask = attention_mask.reshape(-1).to(device=device, dtype=torch.float32)
+    for layer_logits in router_logits:
+        routing_weights = F.softmax(layer_logits.to(device), dim=-1)
+        _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
+        if attention_mask is None:
+            counts = torch.bincount(selected_experts.reshape(-1), minlength=num_experts).float()
+            tokens_per_expert = tokens_per_expert + counts
+            router_prob = router_prob + routing_weights.float().sum(dim=0)
+            total_rows = total_rows + routing_weights.shape[0]
+        else:
+            counts = torch.zeros(num_experts, dtype=torch.float32, device=device).scatter_add_(
+                0, selected_experts.reshape(-1), flat_mask.repeat_interleave(top_k)
+            )
+            tokens_per_expert = tokens_per_expert + counts
+            router_prob = router_prob + (routing_weights.float() * flat_mask.unsqueeze(-1)).sum(dim=0)
+            total_rows = total_rows + flat_mask.sum()
+    overall = torch.sum((tokens_per_expert / total_rows) * (router_prob / total_rows).unsqueeze(0))
+    return overall * num_experts

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3.modeling_qwen3 (transformers==5.16.1)
 # Config: models.qwen3.qwen3_gpu_patch_gen_config
 # Description: Qwen3 with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: c58399bb28b52ceffde2
+# Fingerprint: aeaf50c617137905d3b2
 # Patches:
 #   - override_method Qwen3RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MLP.forward: glu_activation slot guard

@@ -1,0 +1,132 @@
+"""Load a safetensors checkpoint into a built model, one tensor at a time, through the model's converter.
+
+``load_checkpoint(model, path)`` reads a ``.safetensors`` file, a folder of them, or a sharded folder
+with ``model.safetensors.index.json``. Tensors are read one by one with ``safetensors.safe_open`` and
+copied into the model's parameters and buffers right away, so the checkpoint is never held in memory
+as a whole; a converter (``models.converters``) may hold the pieces of one fused tensor until they are
+complete. By default the converter registered for ``model.config.model_type`` is used, if any.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from safetensors import safe_open
+
+from models.converters import CheckpointConverter, converter_for
+
+__all__ = ["CheckpointError", "LoadResult", "checkpoint_files", "load_checkpoint"]
+
+INDEX_FILE = "model.safetensors.index.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit the model: missing or unexpected keys, a shape mismatch, no files."""
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What a load did; with ``strict=True`` (the default) ``missing`` and ``unexpected`` are empty."""
+
+    files: tuple[Path, ...]
+    loaded: tuple[str, ...]
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+
+
+def checkpoint_files(path: str | Path) -> tuple[Path, ...]:
+    """The safetensors files of a checkpoint: the file itself, the shards of its index, or every file."""
+    path = Path(path)
+    if path.is_file():
+        return (path,)
+    if not path.is_dir():
+        raise CheckpointError(f"no checkpoint at {path}")
+    index = path / INDEX_FILE
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        files = tuple(path / name for name in sorted(set(weight_map.values())))
+        absent = [f.name for f in files if not f.is_file()]
+        if absent:
+            raise CheckpointError(f"{index} lists shard(s) that do not exist: {', '.join(absent)}")
+    else:
+        files = tuple(sorted(path.glob("*.safetensors")))
+    if not files:
+        raise CheckpointError(f"{path} holds no .safetensors files")
+    return files
+
+
+def _stream(files: Iterable[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            for key in handle.keys():  # noqa: SIM118  (a safe_open handle is not iterable)
+                yield key, handle.get_tensor(key)
+
+
+def _listed(keys: Iterable[str], limit: int = 10) -> str:
+    keys = sorted(keys)
+    more = f" (and {len(keys) - limit} more)" if len(keys) > limit else ""
+    return ", ".join(keys[:limit]) + more
+
+
+def load_checkpoint(
+    model: torch.nn.Module,
+    path: str | Path,
+    *,
+    converter: CheckpointConverter | Literal["auto"] | None = "auto",
+    strict: bool = True,
+) -> LoadResult:
+    """Copy the checkpoint at ``path`` into ``model`` (its ``state_dict`` entries, in place).
+
+    ``converter="auto"`` uses the converter registered for ``model.config.model_type`` (none: keys are
+    loaded as they are); pass a converter to use that one, or None for no conversion. Each tensor is
+    cast to the dtype of the entry it fills. A shape mismatch raises at once; with ``strict`` a key the
+    model lacks, or a model entry the checkpoint does not fill (tied weights count as filled when the
+    tensor they share is), raises after reading everything, naming the keys.
+    """
+    if converter == "auto":
+        config = getattr(model, "config", None)
+        converter = converter_for(config) if config is not None else None
+    files = checkpoint_files(path)
+    targets = model.state_dict()
+    loaded: dict[str, None] = {}
+    unexpected: list[str] = []
+
+    def assign(pairs: Iterable[tuple[str, torch.Tensor]]) -> None:
+        for key, tensor in pairs:
+            target = targets.get(key)
+            if target is None:
+                unexpected.append(key)
+                continue
+            if key in loaded:
+                raise CheckpointError(f"{key!r} is given twice by the checkpoint")
+            if tuple(target.shape) != tuple(tensor.shape):
+                raise CheckpointError(
+                    f"{key!r}: checkpoint shape {list(tensor.shape)}, model shape {list(target.shape)}"
+                )
+            with torch.no_grad():
+                target.copy_(tensor)
+            loaded[key] = None
+
+    for key, tensor in _stream(files):
+        if converter is not None and converter.can_handle(key):
+            assign(converter.convert(key, tensor))
+        else:
+            assign([(key, tensor)])
+    if converter is not None:
+        assign(converter.finalize())
+
+    filled = {targets[key].data_ptr() for key in loaded}
+    missing = [key for key in targets if key not in loaded and targets[key].data_ptr() not in filled]
+    if strict and (missing or unexpected):
+        problems = []
+        if missing:
+            problems.append(f"missing from the checkpoint: {_listed(missing)}")
+        if unexpected:
+            problems.append(f"not in the model: {_listed(unexpected)}")
+        raise CheckpointError(f"checkpoint {path} does not fit {type(model).__name__}: " + "; ".join(problems))
+    return LoadResult(files=files, loaded=tuple(loaded), missing=tuple(missing), unexpected=tuple(unexpected))

@@ -1,0 +1,182 @@
+"""Per-expert MoE checkpoints -> the fused expert tensors of transformers 5.x modeling.
+
+Checkpoints on the hub (Qwen3-MoE, Qwen2-MoE, ...) store one ``nn.Linear`` per expert::
+
+    model.layers.3.mlp.experts.17.gate_proj.weight   [I, H]
+    model.layers.3.mlp.experts.17.up_proj.weight     [I, H]
+    model.layers.3.mlp.experts.17.down_proj.weight   [H, I]
+
+while the modeling holds one parameter per projection for all E experts of a layer::
+
+    model.layers.3.mlp.experts.gate_up_proj          [E, 2I, H]   (per expert: gate rows, then up rows)
+    model.layers.3.mlp.experts.down_proj             [E, H, I]
+
+which is what transformers' own loading does for these models (``conversion_mapping.py``, "qwen2_moe":
+``MergeModulelist(dim=0)`` then ``Concatenate(dim=1)``). :class:`FusedExpertsConverter` buffers the
+per-expert pieces of a layer and emits a fused tensor as soon as all E experts of it arrived, so at
+most one layer's experts are held at a time. Already-fused keys pass through; fused tensors stored
+transposed (``[E, H, 2I]`` / ``[E, I, H]``, the layout some exporters and VL-MoE checkpoints use) and
+transposed per-expert pieces are recognised by shape and transposed. When both orientations have the
+same shape (``H == 2I`` for gate_up, ``H == I`` for down) the stored layout is taken to be canonical.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from models.converters.base import ConversionError
+
+__all__ = ["FusedExpertsConverter"]
+
+
+@dataclass
+class _LayerBuffer:
+    """Per-expert pieces of one experts module, by projection role ("gate", "up", "down") and expert."""
+
+    pieces: dict[str, dict[int, torch.Tensor]] = field(default_factory=lambda: {"gate": {}, "up": {}, "down": {}})
+
+
+class FusedExpertsConverter:
+    """Fuse ``<module>.<i>.{gate,up,down}_proj.weight`` into ``<module>.gate_up_proj`` / ``<module>.down_proj``.
+
+    ``num_experts``, ``hidden_size`` and ``intermediate_size`` (the per-expert one, e.g.
+    ``moe_intermediate_size``) come from the model config and fix every expected shape. ``gate``,
+    ``up`` and ``down`` name the per-expert projections as the checkpoint spells them (Mixtral-style
+    checkpoints use ``w1``, ``w3``, ``w2``); ``experts`` is the name of the experts module.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_experts: int,
+        hidden_size: int,
+        intermediate_size: int,
+        gate: str = "gate_proj",
+        up: str = "up_proj",
+        down: str = "down_proj",
+        experts: str = "experts",
+    ) -> None:
+        self.num_experts = num_experts
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self._names = {"gate": gate, "up": up, "down": down}
+        roles = "|".join(re.escape(name) for name in (gate, up, down))
+        module = rf"(?P<module>(?:.+\.)?{re.escape(experts)})"
+        self._per_expert = re.compile(rf"^{module}\.(?P<expert>\d+)\.(?P<proj>{roles})\.weight$")
+        self._fused = re.compile(rf"^{module}\.(?P<proj>gate_up_proj|down_proj)$")
+        self._role = {gate: "gate", up: "up", down: "down"}
+        self._buffers: dict[str, _LayerBuffer] = {}
+        self._emitted: set[str] = set()
+
+    # -- the protocol ---------------------------------------------------------------------------
+    def can_handle(self, key: str) -> bool:
+        return bool(self._per_expert.match(key) or self._fused.match(key))
+
+    def convert(self, key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        fused = self._fused.match(key)
+        if fused is not None:
+            module, proj = fused["module"], fused["proj"]
+            if proj == "gate_up_proj":
+                expected = (self.num_experts, 2 * self.intermediate_size, self.hidden_size)
+            else:
+                expected = (self.num_experts, self.hidden_size, self.intermediate_size)
+            return [self._emit(module, proj, _oriented(key, tensor, expected))]
+
+        match = self._per_expert.match(key)
+        if match is None:
+            raise ConversionError(f"{key!r} is not an expert weight this converter handles")
+        module, expert, role = match["module"], int(match["expert"]), self._role[match["proj"]]
+        if expert >= self.num_experts:
+            raise ConversionError(f"{key!r}: expert {expert} does not exist, the model has {self.num_experts} experts")
+        if role == "down":
+            expected = (self.hidden_size, self.intermediate_size)
+        else:
+            expected = (self.intermediate_size, self.hidden_size)
+        target = f"{module}.{'down_proj' if role == 'down' else 'gate_up_proj'}"
+        if target in self._emitted:
+            raise ConversionError(f"{key!r}: {target!r} was already given fused; a checkpoint holds one or the other")
+        pieces = self._buffers.setdefault(module, _LayerBuffer()).pieces
+        if expert in pieces[role]:
+            raise ConversionError(f"{key!r} appears twice in the checkpoint")
+        pieces[role][expert] = _oriented(key, tensor, expected)
+        return self._complete(module)
+
+    def finalize(self) -> list[tuple[str, torch.Tensor]]:
+        """Nothing is left to emit (fused tensors go out as soon as complete); leftovers are missing experts."""
+        problems = []
+        for module, buffer in sorted(self._buffers.items()):
+            pieces = buffer.pieces
+            groups = (("gate", "up"), ("down",))
+            for roles in groups:
+                if not any(pieces[role] for role in roles):
+                    continue  # none of this group buffered: it was emitted, or the loader reports the missing key
+                for role in roles:
+                    missing = [i for i in range(self.num_experts) if i not in pieces[role]]
+                    if missing:
+                        name = self._names[role]
+                        problems.append(f"{module}.<i>.{name}.weight is missing expert(s) {_ranges(missing)}")
+        self._buffers.clear()
+        if problems:
+            raise ConversionError(
+                f"incomplete per-expert checkpoint ({self.num_experts} experts per layer): " + "; ".join(problems)
+            )
+        return []
+
+    # -- internals --------------------------------------------------------------------------------
+    def _complete(self, module: str) -> list[tuple[str, torch.Tensor]]:
+        """Emit the fused tensors of ``module`` whose per-expert pieces are all here."""
+        pieces = self._buffers[module].pieces
+        out = []
+        if len(pieces["gate"]) == len(pieces["up"]) == self.num_experts:
+            gate_up = torch.stack([torch.cat((pieces["gate"][i], pieces["up"][i])) for i in range(self.num_experts)])
+            out.append(self._emit(module, "gate_up_proj", gate_up))
+            pieces["gate"].clear()
+            pieces["up"].clear()
+        if len(pieces["down"]) == self.num_experts:
+            out.append(
+                self._emit(module, "down_proj", torch.stack([pieces["down"][i] for i in range(self.num_experts)]))
+            )
+            pieces["down"].clear()
+        if not any(pieces.values()):
+            del self._buffers[module]
+        return out
+
+    def _emit(self, module: str, proj: str, tensor: torch.Tensor) -> tuple[str, torch.Tensor]:
+        key = f"{module}.{proj}"
+        if key in self._emitted:
+            raise ConversionError(f"{key!r} is given twice (fused, or fused and per expert)")
+        self._emitted.add(key)
+        return key, tensor
+
+
+def _oriented(key: str, tensor: torch.Tensor, expected: tuple[int, ...]) -> torch.Tensor:
+    """``tensor`` in the ``expected`` shape, transposing its last two dims if that is how it is stored."""
+    shape = tuple(tensor.shape)
+    if shape == expected:
+        return tensor
+    transposed = (*expected[:-2], expected[-1], expected[-2])
+    if shape == transposed:
+        return tensor.transpose(-2, -1).contiguous()
+    raise ConversionError(
+        f"{key!r} has shape {list(shape)}; expected {list(expected)} or transposed {list(transposed)}"
+    )
+
+
+def _ranges(indices: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``: readable even when a whole layer is missing."""
+    parts = []
+    start = prev = None
+    for i in indices:
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = i
+    if start is not None:
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)

@@ -1,0 +1,250 @@
+"""The parity suite every MoE text model runs (design.md section 5), declared once.
+
+A MoE model's test file is a declaration, as for dense models: a :class:`MoeModel` and a
+``Test<Model>Parity`` subclass of :class:`MoeParitySuite`. The suite runs every dense test
+(:class:`~models.testing.dense_suite.DenseParitySuite`: registry, eager parity of both heads,
+``logits_to_keep``, the chunked loss, slot guards, reference kernels) on the MoE model, plus what MoE
+adds: the auxiliary loss and router logits against upstream, the grouped experts kernel, the
+``moe_experts`` / ``load_balancing_loss`` guards, the int-0 aux loss of a model without sparse layers,
+the expert-parallel plan, and a per-expert safetensors checkpoint loaded through the model's converter.
+
+The tiny config runs upstream's experts with ``experts_implementation="eager"`` (the per-expert loop,
+which is what the ``moe_experts`` reference kernel implements), the MoE analogue of eager attention;
+``test_default_experts_implementation_matches_upstream`` covers transformers' default (``grouped_mm``).
+Tolerances as in ``dense_suite``: eager parity is ``torch.equal`` on logits, router logits and aux loss
+and ``EAGER_TOLERANCE`` on loss and gradients; CPU kernels within ``KERNEL_TOLERANCE``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from transformers import PreTrainedConfig
+
+from models.checkpoint import INDEX_FILE, load_checkpoint
+from models.converters import converter_for
+from models.loader import build_model, get_model_class
+from models.ops import OpsConfig
+from models.testing import (
+    build_pair,
+    causal_lm_batch,
+    check_parity,
+    seed_everything,
+    tiny_config,
+)
+from models.testing.dense_suite import CHUNKED_LOSS, DenseModel, DenseParitySuite, reference_kernels_bound
+
+__all__ = ["GROUPED_EXPERTS", "MoeModel", "MoeParitySuite", "per_expert_state_dict", "plan_matches"]
+
+#: The grouped (sort-by-expert) experts kernel, a CPU-capable kernel of the moe_experts slot.
+GROUPED_EXPERTS = OpsConfig({"moe_experts": "grouped"})
+
+
+@dataclass(frozen=True)
+class MoeModel(DenseModel):
+    """A dense model declaration plus the MoE facts its checkpoint tests need."""
+
+    #: Per-expert projection names of the model's hub checkpoints (gate, up, down), as upstream spells them.
+    expert_projections: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
+    #: The config attribute holding the number of routed experts.
+    num_experts_attr: str = "num_experts"
+
+    def config(self, **overrides: Any) -> PreTrainedConfig:
+        """The tiny fp32 config, eager attention and the eager (per-expert loop) experts implementation."""
+        return tiny_config(self.config_class, **{"experts_implementation": "eager", **self.sizes, **overrides})
+
+
+def per_expert_state_dict(
+    state_dict: Mapping[str, torch.Tensor], projections: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
+) -> dict[str, torch.Tensor]:
+    """``state_dict`` with every fused expert tensor split the way hub checkpoints store it.
+
+    ``<m>.gate_up_proj [E, 2I, H]`` -> ``<m>.<i>.<gate>.weight [I, H]`` and ``<m>.<i>.<up>.weight [I, H]``;
+    ``<m>.down_proj [E, H, I]`` -> ``<m>.<i>.<down>.weight [H, I]``; everything else unchanged.
+    """
+    gate, up, down = projections
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in state_dict.items():
+        module, _, name = key.rpartition(".")
+        if module.endswith("experts") and name == "gate_up_proj":
+            for expert, fused in enumerate(tensor):
+                gate_rows, up_rows = fused.chunk(2, dim=0)
+                out[f"{module}.{expert}.{gate}.weight"] = gate_rows.clone()
+                out[f"{module}.{expert}.{up}.weight"] = up_rows.clone()
+        elif module.endswith("experts") and name == "down_proj":
+            for expert, fused in enumerate(tensor):
+                out[f"{module}.{expert}.{down}.weight"] = fused.clone()
+        else:
+            out[key] = tensor.clone()
+    return out
+
+
+def plan_matches(pattern: str, names: list[str]) -> list[str]:
+    """The names a parallel-plan pattern selects: ``*`` is exactly one dotted component."""
+    regex = re.compile("^" + r"[^.]+".join(re.escape(part) for part in pattern.split("*")) + "$")
+    return [name for name in names if regex.match(name)]
+
+
+def _write_sharded(tensors: Mapping[str, torch.Tensor], folder: Path) -> None:
+    """Two shards and an index, keys interleaved so every layer's experts straddle both shards."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shards: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] = ({}, {})
+    for position, (key, tensor) in enumerate(tensors.items()):
+        shards[position % 2][key] = tensor.contiguous()
+    weight_map = {}
+    for number, shard in enumerate(shards, start=1):
+        name = f"model-0000{number}-of-00002.safetensors"
+        save_file(shard, str(folder / name))
+        weight_map.update(dict.fromkeys(shard, name))
+    (folder / INDEX_FILE).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}), encoding="utf-8")
+
+
+class MoeParitySuite(DenseParitySuite):
+    """Generated vs upstream ``transformers`` for one MoE text model; subclasses set ``model``."""
+
+    def _router_batch(self, config: PreTrainedConfig) -> dict[str, Any]:
+        batch: dict[str, Any] = causal_lm_batch(config)
+        batch["output_router_logits"] = True
+        return batch
+
+    def _num_sparse_layers(self, config: PreTrainedConfig) -> int:
+        model = build_model(config, architecture=self.model.causal_lm)
+        return sum(name.endswith(".experts.gate_up_proj") for name, _ in model.named_parameters())
+
+    # -- the auxiliary loss and router logits, eager ------------------------------------------------
+    def test_aux_loss_logits_loss_and_gradients_match_upstream(self, backend: str) -> None:
+        config = self.model.config()
+        check_parity(config, self.model.causal_lm, backend=backend, batch=self._router_batch(config))
+
+    def test_router_logits_and_aux_loss_equal_upstreams(self, backend: str) -> None:
+        config = self.model.config()
+        pair = build_pair(
+            config,
+            get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True),
+            get_model_class(self.model.model_type, self.model.causal_lm, backend),
+        )
+        batch = self._router_batch(config)
+        with torch.no_grad():
+            expected, actual = pair.upstream(**batch), pair.generated(**batch)
+        assert len(actual.router_logits) == len(expected.router_logits) == self._num_sparse_layers(config)
+        for layer, (want, got) in enumerate(zip(expected.router_logits, actual.router_logits)):
+            assert torch.equal(got, want), f"router logits of sparse layer {layer} differ from upstream"
+        assert torch.equal(actual.aux_loss, expected.aux_loss)
+
+    def test_default_experts_implementation_matches_upstream(self, backend: str) -> None:
+        """transformers' default experts path (grouped_mm) runs unchanged when the slot is unbound."""
+        config = self.model.config(experts_implementation=None)
+        check_parity(config, self.model.causal_lm, backend=backend, batch=self._router_batch(config))
+
+    def test_no_sparse_layer_gives_the_int_zero_aux_loss_and_the_plain_loss(self, backend: str) -> None:
+        """Upstream raises here (it indexes an empty tuple); the patched head adds nothing instead."""
+        base = self.model.config()
+        config = self.model.config(mlp_only_layers=list(range(base.num_hidden_layers)))
+        model = build_model(config, architecture=self.model.causal_lm, backend=backend)
+        batch = causal_lm_batch(config)
+        with torch.no_grad():
+            plain = model(**batch).loss
+            routed = model(**batch, output_router_logits=True)
+        assert routed.router_logits == ()
+        assert routed.aux_loss == 0 and not isinstance(routed.aux_loss, torch.Tensor)
+        assert torch.equal(routed.loss, plain)
+
+    # -- kernels ----------------------------------------------------------------------------------
+    def test_grouped_experts_kernel_matches_upstream(self, backend: str) -> None:
+        config = self.model.config()
+        check_parity(
+            config, self.model.causal_lm, backend=backend, ops=GROUPED_EXPERTS, batch=self._router_batch(config)
+        )
+
+    def test_chunked_loss_with_the_aux_loss_matches_upstream(self, backend: str) -> None:
+        config = self.model.config()
+        check_parity(config, self.model.causal_lm, backend=backend, ops=CHUNKED_LOSS, batch=self._router_batch(config))
+
+    def test_causal_lm_consults_the_experts_and_aux_loss_slots(self, backend: str) -> None:
+        config = self.model.config()
+        model = build_model(config, architecture=self.model.causal_lm, backend=backend)
+        calls: Counter[str] = Counter()
+        with reference_kernels_bound(calls):
+            model(**self._router_batch(config))
+        assert calls["moe_experts"] == self._num_sparse_layers(config)
+        assert calls["load_balancing_loss"] == 1
+
+    def test_a_bound_experts_kernel_runs_whatever_the_experts_implementation(self, backend: str) -> None:
+        """upstream's @use_experts_implementation dispatch cannot route around a bound kernel."""
+        config = self.model.config(experts_implementation="grouped_mm")
+        model = build_model(config, architecture=self.model.causal_lm, backend=backend)
+        calls: Counter[str] = Counter()
+        with reference_kernels_bound(calls):
+            model(**causal_lm_batch(config))
+        assert calls["moe_experts"] == self._num_sparse_layers(config)
+
+    # -- expert parallelism -------------------------------------------------------------------------
+    def test_parallel_plan_shards_every_fused_expert_tensor_by_expert(self, backend: str) -> None:
+        config = self.model.config()
+        model = build_model(config, architecture=self.model.causal_lm, backend=backend)
+        state = model.state_dict()
+        names = list(state)
+        plan = model.get_parallel_plan()
+        selected: set[str] = set()
+        for pattern, placement in plan.items():
+            matched = plan_matches(pattern, names)
+            assert matched, f"parallel plan pattern {pattern!r} names no parameter of {type(model).__name__}"
+            assert placement == "shard(0)"
+            assert all(state[name].shape[0] == getattr(config, self.model.num_experts_attr) for name in matched)
+            selected.update(matched)
+        experts = {name for name in names if ".experts." in name}
+        assert experts and experts == selected
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+    def test_per_expert_checkpoint_loads_to_upstream_logits(self, backend: str, tmp_path: Path) -> None:
+        """Hub-style per-expert shards -> the model's converter -> the generated model == upstream."""
+        config = self.model.config()
+        upstream_cls = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)
+        seed_everything(0)
+        upstream = upstream_cls(config).float().eval()
+        _write_sharded(per_expert_state_dict(upstream.state_dict(), self.model.expert_projections), tmp_path)
+
+        seed_everything(1)  # different initial weights: everything must come from the checkpoint
+        generated = build_model(config, architecture=self.model.causal_lm, backend=backend).float().eval()
+        load_checkpoint(generated, tmp_path)
+        batch = causal_lm_batch(config)
+        del batch["labels"]
+        with torch.no_grad():
+            assert torch.equal(generated(**batch).logits, upstream(**batch).logits)
+
+    def test_converter_agrees_with_transformers_own_checkpoint_conversion(self, backend: str, tmp_path: Path) -> None:
+        """The real upstream layout: transformers' from_pretrained reads the same per-expert file the same way."""
+        config = self.model.config()
+        upstream_cls = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)
+        seed_everything(0)
+        source = upstream_cls(config).float()
+        config.save_pretrained(tmp_path)
+        save_file(
+            per_expert_state_dict(source.state_dict(), self.model.expert_projections),
+            str(tmp_path / "model.safetensors"),
+        )
+
+        by_transformers = upstream_cls.from_pretrained(tmp_path, experts_implementation="eager").state_dict()
+        seed_everything(1)
+        ours = build_model(config, architecture=self.model.causal_lm, backend=backend)
+        load_checkpoint(ours, tmp_path / "model.safetensors")
+        for name, tensor in ours.state_dict().items():
+            assert torch.equal(tensor, by_transformers[name]), f"{name} differs from transformers' own loading"
+
+    def test_the_model_type_has_a_checkpoint_converter(self) -> None:
+        config = self.model.config()
+        converter = converter_for(config)
+        assert converter is not None
+        gate, _, down = self.model.expert_projections
+        assert converter.can_handle(f"model.layers.0.mlp.experts.0.{gate}.weight")
+        assert converter.can_handle(f"model.layers.0.mlp.experts.0.{down}.weight")
+        assert converter.can_handle("model.layers.0.mlp.experts.down_proj")
+        assert not converter.can_handle("model.layers.0.mlp.gate.weight")
