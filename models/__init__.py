@@ -1,25 +1,34 @@
 """Run-time support for the generated model zoo; importing it registers every model.
 
-Model packages only call ``models.registry.register_model`` with dotted strings, so this import stays
-free of torch and transformers and generation-time code can use it.
+A model package is a folder of models/ that holds a patch config (``<m>_<backend>_patch_gen_config.py``,
+docs/adding-a-model.md); importing it registers the model. Packages are found on disk, so a new model,
+scaffolded or written by hand, needs no edit here. Model packages only call
+``models.registry.register_model`` with dotted strings, so this import stays free of torch and
+transformers and generation-time code can use it.
 """
 
 import importlib
+from pathlib import Path
 
 from models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
 
-#: One entry per model package under models/; adding a model is adding its name here.
-MODEL_PACKAGES: tuple[str, ...] = (
-    "llama",
-    "qwen3",
-    "qwen2",
-    "seed_oss",
-    "gemma3",
-    "qwen3_moe",
-)
+
+def _model_packages() -> tuple[str, ...]:
+    """The model packages under models/, by name: run-time support (ops, testing, converters) has no config."""
+    root = Path(__file__).parent
+    return tuple(
+        sorted(
+            folder.name
+            for folder in root.iterdir()
+            if (folder / "__init__.py").is_file() and any(folder.glob("*_patch_gen_config.py"))
+        )
+    )
+
+
+#: One entry per model package under models/, found on disk.
+MODEL_PACKAGES: tuple[str, ...] = _model_packages()
 
 for _package in MODEL_PACKAGES:
     importlib.import_module(f"{__name__}.{_package}")
-del _package
 
 __all__ = ["MODELING_REGISTRY", "MODEL_CONFIG_REGISTRY", "MODEL_PACKAGES", "MODEL_PROCESSOR_REGISTRY"]

@@ -1,0 +1,111 @@
+"""Real git repositories for the template tests: a copy of this checkout as the template source, scaffolds in it.
+
+In the spirit of Copier's own test helpers: ``git init``, commit and tag for real, no mocks. The
+template's source is the repository itself (``copier copy --trust . models/<m>`` from its root), so a
+test repository is this checkout's working tree (tracked files and new ones git does not ignore),
+committed and tagged ``v0.1.0``, and scaffolds are copied into its own ``models/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import copier
+from copier.errors import DirtyLocalWarning
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: Who commits in test repositories; no signing, whatever the machine's git configuration says.
+_GIT_CONFIG = ("-c", "user.name=template tests", "-c", "user.email=tests@example.invalid")
+_GIT_CONFIG += ("-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false", "-c", "init.defaultBranch=main")
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in ``repo``; fail the test with git's message if it fails."""
+    result = subprocess.run(["git", *_GIT_CONFIG, *args], cwd=repo, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, f"git {' '.join(args)} failed in {repo}:\n{result.stdout}{result.stderr}"
+    return result.stdout
+
+
+def commit_all(repo: Path, message: str) -> None:
+    git(repo, "add", "--all")
+    git(repo, "commit", "--quiet", "--allow-empty", "-m", message)
+
+
+def tag(repo: Path, name: str) -> None:
+    git(repo, "tag", name)
+
+
+def checkout_files() -> list[str]:
+    """This checkout as git sees it: tracked files that exist and new files that are not ignored."""
+    listed = git(REPO_ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    return sorted({path for path in listed.split("\0") if path and (REPO_ROOT / path).is_file()})
+
+
+def build_template_source(folder: Path) -> Path:
+    """A git repository holding this checkout's files in one commit tagged ``v0.1.0``: the template source."""
+    folder.mkdir(parents=True)
+    for path in checkout_files():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / path, folder / path)
+    git(folder, "init", "--quiet")
+    commit_all(folder, "modelgraft at v0.1.0")
+    tag(folder, "v0.1.0")
+    return folder
+
+
+def clone(source: Path, folder: Path) -> Path:
+    git(source.parent, "clone", "--quiet", str(source), str(folder))
+    return folder
+
+
+@contextmanager
+def working_directory(path: Path) -> Iterator[None]:
+    previous = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+def copy_model(repo: Path, model: str, /, *, generate: bool = True, **answers: Any) -> Path:
+    """``copier copy --trust --defaults . models/<model>`` in ``repo``; ``generate`` runs the template's task."""
+    with working_directory(repo), warnings.catch_warnings():
+        warnings.simplefilter("error", DirtyLocalWarning)  # a test repository is always committed
+        copier.run_copy(
+            ".",
+            f"models/{model}",
+            data=answers,
+            defaults=True,
+            overwrite=True,
+            unsafe=True,
+            quiet=True,
+            skip_tasks=not generate,
+        )
+    return repo / "models" / model
+
+
+def run(repo: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``python <args>`` in ``repo``, with this interpreter and nothing of this process's import path."""
+    env = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "PYTEST_ADDOPTS"}}
+    return subprocess.run(
+        [sys.executable, *args], cwd=repo, env=env, capture_output=True, text=True, check=False, timeout=timeout
+    )
+
+
+def ruff(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The installed ruff (as the generator finds it), with ``repo``'s own settings."""
+    from ruff.__main__ import find_ruff_bin
+
+    return subprocess.run(
+        [str(find_ruff_bin()), *args], cwd=repo, capture_output=True, text=True, check=False, timeout=120
+    )
