@@ -88,6 +88,8 @@ class PatchConfig:
         kind: str | None = None,
         description: str = "",
         add: bool = False,
+        keep_decorators: bool | tuple[str, ...] = True,
+        check_signature: bool = True,
         **variables: Any,
     ) -> Patch:
         """Render snippet ``name`` with ``variables`` and apply it to ``target``.
@@ -95,6 +97,8 @@ class PatchConfig:
         The kind follows from the target unless given: ``Class.method`` is a
         method override, anything else a function replacement; a snippet that
         defines a class is applied with ``kind="replace_class"``.
+        ``add``, ``keep_decorators`` and ``check_signature`` mean what they
+        mean for hand-written patches; every other keyword is a template variable.
         """
         patch = Patch(
             kind=kind or ("override_method" if "." in target else "replace_function"),
@@ -102,6 +106,8 @@ class PatchConfig:
             description=description or f"snippet {name}",
             body=SnippetRef(name=name, variables=dict(variables)),
             add=add,
+            keep_decorators=keep_decorators,
+            check_signature=check_signature,
         )
         self.patches.append(patch)
         return patch
@@ -153,6 +159,9 @@ class PatchConfig:
         self.post_import_blocks.extend(other.post_import_blocks)
         self.helpers.extend(other.helpers)
         self.exclusions.extend(other.exclusions)
+        unknown = sorted(set(skip_targets) - {p.target for p in other.patches})
+        if unknown:
+            raise ValueError(f"inherit_from: {other!r} has no patch for skip_targets {unknown}")
         if patches:
             self.patches.extend(p for p in other.patches if p.target not in skip_targets)
 

@@ -860,6 +860,24 @@ def test_inherit_from_skip_targets_leaves_those_patches_to_the_sibling(project):
     assert "# [PATCHED FUNCTION] toy_activation: from gpu" not in text
 
 
+def test_inherit_from_skip_targets_must_name_a_patch_of_the_sibling(project):
+    project.config("toy", config_source(GPU_CONFIG))
+    project.config(
+        "toy",
+        config_source(
+            'config.inherit_from(gpu, skip_targets=("toy_activaton",))\n',
+            target="patched_modeling_toy_npu.py",
+            header="from zoo.toy.toy_gpu_patch_gen_config import config as gpu\n",
+        ),
+        backend="npu",
+    )
+
+    result = project.run(project.module("toy", backend="npu"))
+
+    assert result.code == 2
+    assert "skip_targets ['toy_activaton']" in result.err
+
+
 def test_inherit_from_without_patches_takes_only_module_level_edits(project):
     text = _npu(
         project,

@@ -132,3 +132,27 @@ def test_snippet_errors_happen_at_generation_not_when_the_config_loads(project: 
 
     assert listed.code == 0
     assert "override_method   ToyMLP.forward  (snippet scaled_forward)" in listed.out
+
+
+MODEL_FORWARD = """\
+def forward(self, input_ids=None, attention_mask=None, *, output_hidden_states: bool = False, **kwargs):
+    return self.mlp.forward(input_ids)
+"""
+
+
+def test_a_snippet_keeps_the_upstream_decorators_by_default(project: Project, snippet_dir):
+    write_snippet(snippet_dir, "model_forward", MODEL_FORWARD)
+
+    text = project.generate('config.apply_snippet("model_forward", "ToyModel.forward")\n')
+
+    assert "    @can_return_tuple\n    @auto_docstring\n    def forward(" in text
+
+
+def test_a_snippet_can_drop_upstream_decorators(project: Project, snippet_dir):
+    write_snippet(snippet_dir, "model_forward", MODEL_FORWARD)
+
+    text = project.generate(
+        'config.apply_snippet("model_forward", "ToyModel.forward", keep_decorators=("auto_docstring",))\n'
+    )
+
+    assert "    @can_return_tuple\n    def forward(" in text
