@@ -24,9 +24,37 @@ CONFIG = f'''
 
 from __future__ import annotations
 
-from generator import PatchConfig
+from generator import PatchConfig, create_patch_from_external
 
 config = PatchConfig({QWEN2!r}, "patched_modeling_qwen2_gpu.py", description="engine test")
+config.add_post_import_block("QWEN2_BLOCK_MARKER = 'block'\\n")
+config.add_patch(
+    create_patch_from_external(
+        "Qwen2RotaryEmbedding",
+        "transformers.models.llama.modeling_llama",
+        "LlamaRotaryEmbedding",
+        description="external marker",
+    )
+)
+
+
+@config.add_helper(description="helper marker")
+def qwen2_helper_marker(x):
+    return x
+
+
+def _mlp_name_written_for_llama(self):
+    # LLAMA-REUSED-BODY: the class name below is an identifier, renamed by name_map
+    return LlamaMLP.__name__
+
+
+config.override_method(
+    "Qwen2DecoderLayer.mlp_class_name",
+    replacement=_mlp_name_written_for_llama,
+    name_map={{"Llama": "Qwen2"}},
+    add=True,
+    description="reused marker",
+)
 config.exclude_from_output("Qwen2ForQuestionAnswering")
 config.drop_import_names("GenericForQuestionAnswering")
 config.add_import("collections", names=["OrderedDict"])
@@ -199,6 +227,31 @@ def test_real_file_every_relative_import_became_absolute(qwen2):
     assert "from transformers.models.qwen2.configuration_qwen2 import Qwen2Config\n" in text
 
 
+def test_real_file_post_import_block_and_helper_follow_the_imports(qwen2):
+    _, text = qwen2
+    block = text.index('QWEN2_BLOCK_MARKER = "block"')
+    helper = text.index("# [HELPERS]: helper marker\ndef qwen2_helper_marker(x):")
+    assert text.index("from transformers.models.qwen2.configuration_qwen2 import Qwen2Config") < block < helper
+    assert helper < text.index("class Qwen2MLP")
+
+
+def test_real_file_external_class_points_at_the_other_implementation(qwen2):
+    _, text = qwen2
+    assert (
+        "# [PATCHED CLASS] Qwen2RotaryEmbedding: external marker\n"
+        "from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding as Qwen2RotaryEmbedding\n"
+    ) in text
+    assert "class Qwen2RotaryEmbedding(" not in text
+
+
+def test_real_file_name_map_renames_identifiers_of_a_reused_body(qwen2):
+    _, text = qwen2
+    method = section(text, "# [ADDED METHOD] Qwen2DecoderLayer.mlp_class_name: reused marker", "__name__")
+    assert "    def mlp_class_name(self):\n" in method
+    assert "# LLAMA-REUSED-BODY" in method
+    assert "        return Qwen2MLP.__name__\n" in text
+
+
 def test_real_file_diff_is_against_the_upstream_file(qwen2):
     path, _ = qwen2
     diff = path.with_suffix(".diff").read_text(encoding="utf-8")
@@ -217,7 +270,11 @@ def test_real_file_output_imports_and_runs_a_tiny_model(qwen2):
 
         import patched_modeling_qwen2_gpu as m
 
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
         assert m.Qwen2RMSNorm.PATCHED_MARKER == "rmsnorm"
+        assert m.QWEN2_BLOCK_MARKER == "block" and m.qwen2_helper_marker(3) == 3
+        assert m.Qwen2RotaryEmbedding is LlamaRotaryEmbedding
         assert not hasattr(m, "Qwen2ForQuestionAnswering")
         config = Qwen2Config(
             vocab_size=32, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
@@ -227,6 +284,7 @@ def test_real_file_output_imports_and_runs_a_tiny_model(qwen2):
         model = m.Qwen2ForCausalLM(config)
         assert model.get_parallel_plan() == {"lm_head": "colwise"}
         assert model.model.patched_init_marker == {"layers": 1}
+        assert model.model.layers[0].mlp_class_name() == "Qwen2MLP"
         logits = model(torch.tensor([[1, 2, 3]])).logits
         assert tuple(logits.shape) == (1, 3, 32), logits.shape
         assert model.model.layers[0].mlp.patched_forward_calls == 1
