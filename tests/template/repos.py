@@ -4,11 +4,16 @@ In the spirit of Copier's own test helpers: ``git init``, commit and tag for rea
 template's source is the repository itself (``copier copy --trust . models/<m>`` from its root), so a
 test repository is this checkout's working tree (tracked files and new ones git does not ignore),
 committed and tagged ``v0.1.0``, and scaffolds are copied into its own ``models/``.
+
+The zoo's models are scaffolds (``models/<m>/.copier-answers.yml``) recorded at whatever version tag
+the checkout's zoo was last updated to; a test repository has one version, v0.1.0, holding this
+checkout's template, so its copy of every answers file records ``_commit: v0.1.0``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import copier
+import yaml
 from copier.errors import DirtyLocalWarning
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -50,12 +56,19 @@ def checkout_files() -> list[str]:
     return sorted({path for path in listed.split("\0") if path and (REPO_ROOT / path).is_file()})
 
 
+#: The template version a scaffold was made from or last updated to, as Copier records it.
+_RECORDED_VERSION = re.compile(r"^_commit: .*$", re.MULTILINE)
+
+
 def build_template_source(folder: Path) -> Path:
     """A git repository holding this checkout's files in one commit tagged ``v0.1.0``: the template source."""
     folder.mkdir(parents=True)
     for path in checkout_files():
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / path, folder / path)
+    for answers in folder.glob("models/*/.copier-answers.yml"):
+        text = answers.read_text(encoding="utf-8")
+        answers.write_text(_RECORDED_VERSION.sub("_commit: v0.1.0", text, count=1), encoding="utf-8")
     git(folder, "init", "--quiet")
     commit_all(folder, "modelgraft at v0.1.0")
     tag(folder, "v0.1.0")
@@ -92,6 +105,12 @@ def copy_model(repo: Path, model: str, /, *, generate: bool = True, **answers: A
             skip_tasks=not generate,
         )
     return repo / "models" / model
+
+
+def recorded_answers(model_dir: Path) -> dict[str, Any]:
+    """The answers a scaffold's ``.copier-answers.yml`` records, without Copier's own ``_src_path`` / ``_commit``."""
+    answers = yaml.safe_load((model_dir / ".copier-answers.yml").read_text(encoding="utf-8"))
+    return {key: value for key, value in answers.items() if not key.startswith("_")}
 
 
 def run(repo: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,131 @@
+"""The zoo's hand-written models are scaffolds too: `scaffold-update` reaches every model directory.
+
+Each model package under models/ records the answers (``.copier-answers.yml``) that make the template
+reproduce it as closely as it can, at template version v0.1.0. Whatever differs from that rendering was
+written by hand on purpose (llama's docstring, gemma3's ``_init_weights`` override, the parity tests'
+tiny sizes): for ``copier update`` these are local modifications, kept through every update. These tests
+pin the list of such files, check that an update without a template change changes nothing, and that a
+template change reaches every model and keeps the modifications (docs/scaffolding.md, "Adopting").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.version import Version
+
+from scaffold.update import EXIT_OK, main
+
+from .repos import REPO_ROOT, commit_all, copy_model, git, recorded_answers, run, tag, working_directory
+
+#: Every model of the zoo, and its files that differ from the template's rendering of its answers.
+LOCAL_MODIFICATIONS = {
+    # The config's docstring calls llama "the minimal dense example".
+    "llama": ["llama_gpu_patch_gen_config.py"],
+    # The tiny configs turn on sliding windows (and test that they do).
+    "qwen2": ["tests/test_qwen2_parity.py"],
+    "qwen3": ["tests/test_qwen3_parity.py"],
+    # The config's docstring says why the recipe keeps the residual dropout; the test trains with it on.
+    "seed_oss": ["seed_oss_gpu_patch_gen_config.py", "tests/test_seed_oss_parity.py"],
+    # Text path only: docstrings, the excluded multimodal classes and the _init_weights override, the test's
+    # sliding window and soft-cap.
+    "gemma3": ["__init__.py", "gemma3_gpu_patch_gen_config.py", "tests/test_gemma3_parity.py"],
+    # The MoE scaffold is qwen3_moe's package, byte for byte.
+    "qwen3_moe": [],
+}
+
+#: A template change that reaches every model: the description every config template writes.
+BEFORE, AFTER = "slot-backed losses", "slot-backed loss heads"
+CONFIG_TEMPLATE = "template/{{ model }}_gpu_patch_gen_config.py.jinja"
+
+
+def _modified(repo: Path, model: str) -> list[str]:
+    """Files of models/<model> that differ from HEAD, or are new, relative to the model folder."""
+    status = git(repo, "status", "--porcelain", "--untracked-files=all", f"models/{model}").splitlines()
+    return sorted(line[3:].removeprefix(f"models/{model}/") for line in status)
+
+
+def _update(repo: Path, *args: str) -> int:
+    with working_directory(repo):
+        return main(list(args))
+
+
+def test_every_model_of_the_zoo_is_a_scaffold() -> None:
+    """A model package (a folder of models/ with a patch config) without answers would miss every update."""
+    packages = sorted(p.parent.name for p in REPO_ROOT.glob("models/*/*_patch_gen_config.py"))
+    assert sorted(set(packages)) == sorted(LOCAL_MODIFICATIONS), "a new model? adopt it (docs/scaffolding.md)"
+    for model in LOCAL_MODIFICATIONS:
+        answers = yaml.safe_load((REPO_ROOT / "models" / model / ".copier-answers.yml").read_text(encoding="utf-8"))
+        # As Copier records a copy from the repository root at a version tag, which every update can start from.
+        assert answers["_src_path"] == ".", model
+        assert not Version(str(answers["_commit"])).is_prerelease, model
+        assert answers["model"] == model
+
+
+@pytest.mark.parametrize("model", sorted(LOCAL_MODIFICATIONS))
+def test_recorded_answers_render_the_zoo_but_its_local_modifications(repo: Path, model: str) -> None:
+    """Rendered over the zoo's own package from its answers, only the files written by hand on purpose change."""
+    copy_model(repo, model, generate=False, **recorded_answers(repo / "models" / model))
+
+    # .copier-answers.yml is not among them: the recorded file is what Copier writes for these answers.
+    # Another file among them after a template change: the zoo is behind the template (tag, scaffold-update).
+    assert _modified(repo, model) == LOCAL_MODIFICATIONS[model], git(repo, "diff", f"models/{model}")
+
+
+def test_an_update_without_a_template_change_changes_nothing(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _update(repo) == EXIT_OK
+
+    out = capsys.readouterr().out
+    for model in LOCAL_MODIFICATIONS:
+        assert f"models/{model}: current (template v0.1.0)" in out
+    # Byte for byte: nothing modified, nothing new, nothing left unmerged.
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_a_template_change_reaches_every_model_and_keeps_its_local_modifications(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hand_written = {
+        "llama": ("llama_gpu_patch_gen_config.py", "GPU backend: the minimal dense example."),
+        "qwen3": ("tests/test_qwen3_parity.py", '"sliding_window": 3'),
+        "seed_oss": ("seed_oss_gpu_patch_gen_config.py", "Seed-OSS's MLP ends in a residual dropout"),
+        "gemma3": ("gemma3_gpu_patch_gen_config.py", "def _init_weights(self, module):"),
+    }
+    template = repo / CONFIG_TEMPLATE
+    text = template.read_text(encoding="utf-8")
+    assert text.count(BEFORE) == 3  # the dense description, the MoE one and the MoE docstring
+    template.write_text(text.replace(BEFORE, AFTER), encoding="utf-8")
+    commit_all(repo, "template: the losses are heads")
+    tag(repo, "v0.2.0")
+
+    assert _update(repo) == EXIT_OK
+
+    out = capsys.readouterr().out
+    for model in LOCAL_MODIFICATIONS:
+        model_dir = repo / "models" / model
+        assert f"models/{model}: updated (template v0.1.0 -> v0.2.0)" in out
+        config = (model_dir / f"{model}_gpu_patch_gen_config.py").read_text(encoding="utf-8")
+        assert AFTER in config and BEFORE not in config, model
+        assert yaml.safe_load((model_dir / ".copier-answers.yml").read_text(encoding="utf-8"))["_commit"] == "v0.2.0"
+        # The configs changed and nothing else did.
+        changed = {".copier-answers.yml", f"{model}_gpu_patch_gen_config.py"}
+        assert set(_modified(repo, model)) == changed, model
+    for model, (path, written) in hand_written.items():
+        assert written in (repo / "models" / model / path).read_text(encoding="utf-8"), f"{model}/{path}"
+    gemma3 = (repo / "models" / "gemma3" / "gemma3_gpu_patch_gen_config.py").read_text(encoding="utf-8")
+    assert 'config.exclude_from_output(\n    "Gemma3Model",' in gemma3
+    assert git(repo, "ls-files", "--unmerged") == ""
+
+    # The configs changed, so the modeling must be regenerated (generate-all); then there is no drift.
+    generated = run(repo, "-m", "generator", "--all", "--diff")
+    assert generated.returncode == 0, generated.stdout + generated.stderr
+    check = run(repo, "-m", "generator", "--check", "--no-cache")
+    assert check.returncode == 0, check.stdout + check.stderr
+    for model in LOCAL_MODIFICATIONS:
+        header = (repo / "models" / model / "generated" / f"patched_modeling_{model}_gpu.py").read_text()[:3000]
+        assert AFTER in header, model
+    commit_all(repo, "the zoo at template v0.2.0")
+    assert _update(repo) == EXIT_OK
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
