@@ -33,6 +33,7 @@ from generator.output.diff import unified_diff
 from generator.output.header import fingerprint, relative_name, render_header
 from generator.upstream.index import ModuleIndex, UpstreamSources
 from generator.upstream.locate import distribution_version, package_root
+from generator.upstream.member import UpstreamMember
 
 _SOURCES = UpstreamSources()
 GENERATOR_ROOT = Path(__file__).resolve().parent
@@ -64,9 +65,10 @@ class GeneratedFile:
     versions: tuple[tuple[str, str], ...] = ()
 
 
-def _resolve_body(body: Any) -> PatchSource:
+def _resolve_body(body: Any, upstream: UpstreamMember | None = None) -> PatchSource:
+    """Source of a patch body; a snippet renders with ``upstream``, the member it patches."""
     try:
-        return resolve(body, snippets.render)
+        return resolve(body, lambda ref: snippets.render(ref, upstream))
     except PatchSourceError as exc:
         if isinstance(body, snippets.SnippetRef):
             raise SnippetError(f"snippet {body.name!r} rendered to invalid Python: {exc.cause}") from exc

@@ -14,6 +14,7 @@ from generator.dsl.config import PatchConfig
 from generator.dsl.patches import Patch
 from generator.errors import PatchgenError, TargetError
 from generator.upstream.index import ModuleIndex, UpstreamSources
+from generator.upstream.member import UpstreamMember
 
 
 def _renamed(source: PatchSource, name_map: dict[str, str]) -> PatchSource:
@@ -48,7 +49,7 @@ def build_plan(
     config: PatchConfig,
     index: ModuleIndex,
     sources: UpstreamSources,
-    resolve_body: Callable[[Any], PatchSource],
+    resolve_body: Callable[[Any, UpstreamMember | None], PatchSource],
 ) -> Plan:
     """Resolve every record of ``config`` against ``index`` or raise naming the first bad one."""
     plan = Plan(config_name=config_name, index=index)
@@ -62,56 +63,67 @@ def build_plan(
         if key in seen:
             raise fail("patched more than once; each target takes exactly one patch", patch.target)
         seen.add(key)
-        try:
-            source = (
-                None if patch.kind == "external_class" else _renamed(resolve_body(patch.body), dict(patch.name_map))
-            )
-        except PatchgenError as exc:
-            raise exc.with_context(config=config_name, target=patch.target) from exc
-        if source is not None:
-            _expect_kind(patch, source, config_name)
         cls_name, member = patch.class_name, patch.member_name
+        node: ast.AST | None = None
+        owner: ModuleIndex = index
+        inherited = False
         if patch.kind in ("replace_class", "external_class"):
             node = index.members.get(patch.target)
             if not isinstance(node, ast.ClassDef):
                 raise fail(f"upstream {index.module} defines no class {patch.target!r}", patch.target)
-            plan.replaced[patch.target] = ResolvedPatch(patch, source, node, index)
         elif patch.kind == "replace_function":
             node = index.members.get(patch.target)
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 raise fail(f"upstream {index.module} defines no module-level function {patch.target!r}", patch.target)
-            plan.replaced[patch.target] = ResolvedPatch(patch, source, node, index)
         elif patch.kind == "modify_init":
             if not isinstance(index.members.get(patch.target), ast.ClassDef):
                 raise fail(f"upstream {index.module} defines no class {patch.target!r}", patch.target)
-            init = index.method(patch.target, "__init__")
-            if init is None:
+            node = index.method(patch.target, "__init__")
+            if node is None:
                 raise fail("modify_init needs an __init__ defined in the class itself", patch.target)
-            plan.init_extras[patch.target] = ResolvedPatch(patch, source, init, index)
         else:
             if not isinstance(index.members.get(cls_name), ast.ClassDef):
                 raise fail(f"upstream {index.module} defines no class {cls_name!r}", patch.target)
-            own = index.method(cls_name, member)
-            inherited = None if own is not None else sources.inherited_method(index, cls_name, member)
-            if patch.add:
-                if own is not None or inherited is not None:
-                    raise fail(
-                        "add=True, but upstream already defines this method; drop add=True to override it",
-                        patch.target,
-                    )
-                plan.added_methods.setdefault(cls_name, []).append(ResolvedPatch(patch, source, None))
-            elif own is not None:
-                plan.methods.setdefault(cls_name, {})[member] = ResolvedPatch(patch, source, own, index)
-            elif inherited is not None:
-                plan.methods.setdefault(cls_name, {})[member] = ResolvedPatch(
-                    patch, source, inherited[1], inherited[0], inherited=True
+            node = index.method(cls_name, member)
+            found = None if node is not None else sources.inherited_method(index, cls_name, member)
+            if patch.add and (node is not None or found is not None):
+                raise fail(
+                    "add=True, but upstream already defines this method; drop add=True to override it",
+                    patch.target,
                 )
-            else:
+            if found is not None:
+                owner, node, inherited = found[0], found[1], True
+            if node is None and not patch.add:
                 raise fail(
                     f"upstream class {cls_name} has no method {member!r} (nor inherits one); "
                     "pass add=True to add a new method",
                     patch.target,
                 )
+        upstream = (
+            UpstreamMember(owner, node, patch.target)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and patch.kind != "modify_init"
+            else None
+        )
+        try:
+            source = (
+                None
+                if patch.kind == "external_class"
+                else _renamed(resolve_body(patch.body, upstream), dict(patch.name_map))
+            )
+        except PatchgenError as exc:
+            raise exc.with_context(config=config_name, target=patch.target) from exc
+        if source is not None:
+            _expect_kind(patch, source, config_name)
+        if patch.kind in ("replace_class", "external_class", "replace_function"):
+            plan.replaced[patch.target] = ResolvedPatch(patch, source, node, index)
+        elif patch.kind == "modify_init":
+            plan.init_extras[patch.target] = ResolvedPatch(patch, source, node, index)
+        elif patch.add:
+            plan.added_methods.setdefault(cls_name, []).append(ResolvedPatch(patch, source, None))
+        else:
+            plan.methods.setdefault(cls_name, {})[member] = ResolvedPatch(
+                patch, source, node, owner, inherited=inherited
+            )
 
     for name in config.exclusions:
         if name in plan.excluded:
@@ -132,7 +144,7 @@ def build_plan(
 
     for helper in config.helpers:
         body = helper.body
-        plan.helpers.append((body if isinstance(body, str) else resolve_body(body), helper.description))
+        plan.helpers.append((body if isinstance(body, str) else resolve_body(body, None), helper.description))
     return plan
 
 

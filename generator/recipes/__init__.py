@@ -1,6 +1,7 @@
-"""Category recipes: one call that applies every snippet a model category shares."""
+"""Category recipes: one call that applies every snippet a model category shares, and the parts they guard."""
 
 from generator.recipes.dense import dense_text
 from generator.recipes.moe import moe_text
+from generator.recipes.parts import Experts, LossHead, Mlp, Norm
 
-__all__ = ["dense_text", "moe_text"]
+__all__ = ["Experts", "LossHead", "Mlp", "Norm", "dense_text", "moe_text"]

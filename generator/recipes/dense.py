@@ -1,7 +1,8 @@
-"""The dense text-model recipe: slot guards for RMSNorm, the gated MLP, RoPE and both loss heads.
+"""The dense text-model recipe: slot guards for the norms, gated MLPs, RoPE and both loss heads.
 
-A dense config is then one PatchConfig plus one :func:`dense_text` call that
-names what differs between models; everything else is the shared snippets.
+Every guard keeps upstream's own code as the eager path (the snippets put the guard in front of, or
+around, upstream's statements), so a dense config is one PatchConfig plus one :func:`dense_text` call
+that lists what the model has; everything else comes from the shared snippets.
 """
 
 from __future__ import annotations
@@ -9,79 +10,91 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from generator.dsl.config import PatchConfig
+from generator.recipes.parts import LossHead, Mlp, Norm
 
 
-def apply_norms(config: PatchConfig, *, prefix: str, rms_norm: str, extra_norms: Sequence[str] = ()) -> None:
-    """RMSNorm forward of ``<prefix>RMSNorm`` (and ``extra_norms``) behind the rms_norm slot."""
-    for norm in (f"{prefix}RMSNorm", *extra_norms):
+def _named(template: str, prefix: str) -> str:
+    return template.format(prefix=prefix)
+
+
+def apply_norms(config: PatchConfig, norms: Sequence[Norm], *, prefix: str) -> None:
+    """Each norm's forward behind the rms_norm slot."""
+    for norm in norms:
         config.apply_snippet(
-            "rms_norm_forward", f"{norm}.forward", formulation=rms_norm, description="rms_norm slot guard"
+            "rms_norm_guard",
+            f"{_named(norm.cls, prefix)}.forward",
+            formulation=norm.formulation,
+            eps=norm.eps,
+            weight=norm.weight,
+            description="rms_norm slot guard",
         )
 
 
-def apply_gated_mlp(
-    config: PatchConfig, *, mlp: str, activation_attr: str, residual_dropout: bool, description: str
-) -> None:
-    """Gated MLP forward of class ``mlp`` behind the glu_activation slot."""
+def apply_mlps(config: PatchConfig, mlps: Sequence[Mlp], *, prefix: str, description: str) -> None:
+    """Each gated MLP's activation behind the glu_activation slot."""
+    for mlp in mlps:
+        config.apply_snippet(
+            "glu_mlp_guard",
+            f"{_named(mlp.cls, prefix)}.forward",
+            layout=mlp.kind,
+            gate=mlp.gate,
+            up=mlp.up,
+            down=mlp.down,
+            activation=mlp.activation,
+            description=description,
+        )
+
+
+def apply_rope(config: PatchConfig, function: str | None) -> None:
+    """The module-level RoPE function behind the rope slot (None: the model has none to guard)."""
+    if function is not None:
+        config.apply_snippet("rope_guard", function, description="rope slot guard")
+
+
+def apply_causal_lm(config: PatchConfig, head: LossHead, *, prefix: str, aux_loss: str = "") -> str:
+    """The causal LM's logits and loss behind causal_lm_loss (and the aux loss behind its slot)."""
+    cls = _named(head.cls, prefix)
     config.apply_snippet(
-        "glu_mlp_forward",
-        f"{mlp}.forward",
-        activation_attr=activation_attr,
-        residual_dropout=residual_dropout,
-        description=description,
+        "causal_lm_loss_guard",
+        f"{cls}.forward",
+        softcap=head.softcap,
+        scale=tuple(head.scale),
+        aux_loss=aux_loss,
+        description="logits and loss behind the causal_lm_loss slot"
+        + ("; aux loss behind the load_balancing_loss slot" if aux_loss else ""),
     )
+    return cls
 
 
-def apply_rope(config: PatchConfig) -> None:
-    """Module-level ``apply_rotary_pos_emb`` behind the rope slot."""
-    config.apply_snippet("apply_rotary_pos_emb", "apply_rotary_pos_emb", description="rope slot guard")
-
-
-def apply_sequence_classification(config: PatchConfig, *, head: str) -> None:
-    """``<head>.forward`` (inherited from the generic head upstream) with its loss behind a slot."""
-    config.apply_snippet(
-        "sequence_classification_forward", f"{head}.forward", description="sequence_classification_loss slot"
-    )
+def apply_sequence_classification(config: PatchConfig, head: str | None, *, prefix: str) -> None:
+    """``<head>.forward`` (upstream's generic head) with its loss behind a slot; None: no such head."""
+    if head is not None:
+        config.apply_snippet(
+            "sequence_classification_forward",
+            f"{_named(head, prefix)}.forward",
+            description="sequence_classification_loss slot",
+        )
 
 
 def dense_text(
     config: PatchConfig,
     *,
     prefix: str,
-    rms_norm: str = "weight",
-    extra_norms: Sequence[str] = (),
-    activation_attr: str = "hidden_act",
-    mlp_residual_dropout: bool = False,
-    vocab_size: str = "self.config.vocab_size",
-    logit_softcapping: bool = False,
-    causal_lm: str | None = None,
-    output_class: str = "CausalLMOutputWithPast",
-    sequence_classification: str | None = None,
+    norms: Sequence[Norm] = (Norm(),),
+    mlps: Sequence[Mlp] = (Mlp(),),
+    rope: str | None = "apply_rotary_pos_emb",
+    causal_lm: LossHead = LossHead(),
+    sequence_classification: str | None = "{prefix}ForSequenceClassification",
 ) -> PatchConfig:
     """Apply the dense snippets to ``config`` for the model whose classes start with ``prefix``.
 
-    ``rms_norm`` is the norm formulation ("weight", or "one_plus_weight" for
-    gemma); ``extra_norms`` names further RMSNorm classes of the same
-    formulation; ``vocab_size`` is the expression the loss reads the
-    vocabulary from; ``causal_lm`` / ``sequence_classification`` default to
-    ``<prefix>ForCausalLM`` / ``<prefix>ForSequenceClassification``.
+    The defaults are llama's; a model passes what it has instead (``norms=()`` when no norm fits a
+    slot, ``rope=None`` without a module-level RoPE function, ``sequence_classification=None`` without
+    that head).
     """
-    apply_norms(config, prefix=prefix, rms_norm=rms_norm, extra_norms=extra_norms)
-    apply_gated_mlp(
-        config,
-        mlp=f"{prefix}MLP",
-        activation_attr=activation_attr,
-        residual_dropout=mlp_residual_dropout,
-        description="glu_activation slot guard",
-    )
-    apply_rope(config)
-    config.apply_snippet(
-        "causal_lm_forward",
-        f"{causal_lm or prefix + 'ForCausalLM'}.forward",
-        output_class=output_class,
-        vocab_size=vocab_size,
-        logit_softcapping=logit_softcapping,
-        description="logits_to_keep slicing before the causal_lm_loss slot",
-    )
-    apply_sequence_classification(config, head=sequence_classification or f"{prefix}ForSequenceClassification")
+    apply_norms(config, norms, prefix=prefix)
+    apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
+    apply_rope(config, rope)
+    apply_causal_lm(config, causal_lm, prefix=prefix)
+    apply_sequence_classification(config, sequence_classification, prefix=prefix)
     return config

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from generator.dsl.patches import SnippetRef
 from generator.errors import SnippetError
+from generator.upstream.member import UpstreamMember
 
 SNIPPET_DIR = Path(__file__).resolve().parent
 SUFFIX = ".py.j2"
@@ -45,15 +46,20 @@ def snippet_path(name: str) -> Path:
     return SNIPPET_DIR / f"{name}{SUFFIX}"
 
 
-def render(ref: SnippetRef) -> tuple[str, tuple[Path, ...]]:
-    """Rendered source of ``ref`` and the template file it came from."""
+def render(ref: SnippetRef, upstream: UpstreamMember | None = None) -> tuple[str, tuple[Path, ...]]:
+    """Rendered source of ``ref`` and the template file it came from.
+
+    ``upstream`` is the member the snippet patches (None for an added method): templates read its
+    parameter names, header, docstring and body as the ``upstream`` variable, so a guard can keep
+    upstream's own code for the eager path.
+    """
     import jinja2
 
     path = snippet_path(ref.name)
     if not path.is_file():
         raise SnippetError(f"no snippet named {ref.name!r} (available: {', '.join(available()) or 'none'})")
     try:
-        text = _environment().get_template(path.name).render(**ref.variables)
+        text = _environment().get_template(path.name).render(**ref.variables, upstream=upstream)
     except SnippetError as exc:
         raise SnippetError(f"snippet {ref.name!r}: {exc.cause}") from exc
     except jinja2.UndefinedError as exc:

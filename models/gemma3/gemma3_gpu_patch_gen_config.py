@@ -4,14 +4,14 @@ Only the text path is kept: model_type "gemma3_text", ``Gemma3ForCausalLM`` and
 ``Gemma3TextForSequenceClassification`` on ``Gemma3TextConfig``. The multimodal classes are excluded
 (and with them the output dataclasses, mask helpers and imports only they used); upstream's
 ``_init_weights`` names ``Gemma3MultiModalProjector``, so it is patched to drop that branch.
-Differences from llama handled by the recipe: the (1 + weight) RMSNorm, ``hidden_activation``,
-``self.vocab_size`` in the loss, and final logit softcapping (also passed to a fused loss kernel).
+Differences from llama handled by the recipe: the (1 + weight) RMSNorm, ``hidden_activation``, and
+final logit softcapping (also passed to a fused loss kernel).
 """
 
 from typing import TYPE_CHECKING
 
 from generator import PatchConfig
-from generator.recipes import dense_text
+from generator.recipes import LossHead, Mlp, Norm, dense_text
 
 # Names the patch bodies use, for readers and linters only: a patch body runs in the generated module,
 # which has its own imports, and configs never import transformers.
@@ -31,10 +31,9 @@ config = PatchConfig(
 dense_text(
     config,
     prefix="Gemma3",
-    rms_norm="one_plus_weight",
-    activation_attr="hidden_activation",
-    vocab_size="self.vocab_size",
-    logit_softcapping=True,
+    norms=[Norm(formulation="rms_one_plus_weight", eps="eps")],
+    mlps=[Mlp(activation="self.config.hidden_activation")],
+    causal_lm=LossHead(softcap="self.config.final_logit_softcapping"),
     sequence_classification="Gemma3TextForSequenceClassification",
 )
 config.exclude_from_output(

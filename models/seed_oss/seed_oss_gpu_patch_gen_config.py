@@ -1,6 +1,6 @@
 """Seed-OSS (dense text), GPU backend: op-slot guards and the fused-loss heads.
 
-Seed-OSS's MLP ends in a residual dropout, which the MLP slot guard keeps on both paths.
+Seed-OSS's MLP ends in a residual dropout, which stays on both paths: the guard wraps only the projections.
 """
 
 from generator import PatchConfig
@@ -11,4 +11,4 @@ config = PatchConfig(
     target_file="patched_modeling_seed_oss_gpu.py",
     description="Seed-OSS with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses",
 )
-dense_text(config, prefix="SeedOss", mlp_residual_dropout=True)
+dense_text(config, prefix="SeedOss")

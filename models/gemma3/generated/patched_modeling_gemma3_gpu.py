@@ -4,12 +4,12 @@
 # Source: transformers.models.gemma3.modeling_gemma3 (transformers==5.16.1)
 # Config: models.gemma3.gemma3_gpu_patch_gen_config
 # Description: Gemma3 text with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: c674856273c59a6e7292
+# Fingerprint: 47c3c6e7d491c21d12a7
 # Patches:
 #   - override_method Gemma3RMSNorm.forward: rms_norm slot guard
 #   - override_method Gemma3MLP.forward: glu_activation slot guard
 #   - replace_function apply_rotary_pos_emb: rope slot guard
-#   - override_method Gemma3ForCausalLM.forward: logits_to_keep slicing before the causal_lm_loss slot
+#   - override_method Gemma3ForCausalLM.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Gemma3TextForSequenceClassification.forward: sequence_classification_loss slot
 #   - override_method Gemma3PreTrainedModel._init_weights: no Gemma3MultiModalProjector branch (the multimodal classes are excluded)
 # Excluded: Gemma3Model, Gemma3ForConditionalGeneration, Gemma3ForSequenceClassification, Gemma3MultiModalProjector
@@ -121,7 +121,8 @@ class Gemma3RMSNorm(nn.Module):
         if rms_norm_slot.use_non_eager_impl:
             return rms_norm_slot(x, self.weight, self.eps, offset=1.0)
         output = self._norm(x.float())
-        # Scale in fp32, cast last: the reverse order of the llama formulation.
+        # Llama does x.to(float16) * w whilst Gemma3 is (x * w).to(float16)
+        # See https://github.com/huggingface/transformers/pull/29402
         output = output * (1.0 + self.weight.float())
         return output.type_as(x)
 
@@ -211,16 +212,22 @@ def rotate_half(x):
 # [PATCHED FUNCTION] apply_rotary_pos_emb: rope slot guard
 @use_kernel_forward_from_hub("rotary_pos_emb")
 def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-    """Rotary position embedding of q and k; a bound rope kernel replaces the eager math.
+    """Applies Rotary Position Embedding to the query and key tensors.
 
     Args:
         q (`torch.Tensor`): The query tensor.
         k (`torch.Tensor`): The key tensor.
         cos (`torch.Tensor`): The cosine part of the rotary embedding.
         sin (`torch.Tensor`): The sine part of the rotary embedding.
-        unsqueeze_dim (`int`, *optional*, defaults to 1): Dimension of q and k that cos and sin broadcast over.
+        unsqueeze_dim (`int`, *optional*, defaults to 1):
+            The 'unsqueeze_dim' argument specifies the dimension along which to unsqueeze cos[position_ids] and
+            sin[position_ids] so that they can be properly broadcasted to the dimensions of q and k. For example, note
+            that cos[position_ids] and sin[position_ids] have the shape [batch_size, seq_len, head_dim]. Then, if q and
+            k have the shape [batch_size, heads, seq_len, head_dim], then setting unsqueeze_dim=1 makes
+            cos[position_ids] and sin[position_ids] broadcastable to the shapes of q and k. Similarly, if q and k have
+            the shape [batch_size, seq_len, heads, head_dim], then set unsqueeze_dim=2.
     Returns:
-        `tuple(torch.Tensor)`: the rotated query and key tensors.
+        `tuple(torch.Tensor)` comprising of the query and key tensors rotated using the Rotary Position Embedding.
     """
     if rope_slot.use_non_eager_impl:
         return rope_slot(q, k, cos, sin, unsqueeze_dim)
@@ -569,7 +576,7 @@ class Gemma3ForCausalLM(Gemma3PreTrainedModel, GenerationMixin):
         # Initialize weights and apply final processing
         self.post_init()
 
-    # [PATCHED METHOD] Gemma3ForCausalLM.forward: logits_to_keep slicing before the causal_lm_loss slot
+    # [PATCHED METHOD] Gemma3ForCausalLM.forward: logits and loss behind the causal_lm_loss slot
     @can_return_tuple
     @auto_docstring
     def forward(
@@ -585,11 +592,23 @@ class Gemma3ForCausalLM(Gemma3PreTrainedModel, GenerationMixin):
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Labels for the language-modeling loss: token ids in `[0, ..., vocab_size - 1]`, or -100 for positions
-            the loss ignores. With a fused loss kernel bound the loss is computed without materializing the full
-            logits, and `logits` is returned as None.
-        """
+        Example:
+
+        ```python
+        >>> from transformers import AutoTokenizer, Gemma3ForCausalLM
+
+        >>> model = Gemma3ForCausalLM.from_pretrained("google/gemma-2-9b")
+        >>> tokenizer = AutoTokenizer.from_pretrained("google/gemma-2-9b")
+
+        >>> prompt = "What is your favorite condiment?"
+        >>> inputs = tokenizer(prompt, return_tensors="pt")
+
+        >>> # Generate
+        >>> generate_ids = model.generate(inputs.input_ids, max_length=30)
+        >>> tokenizer.batch_decode(generate_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)[0]
+        "What is your favorite condiment?"
+        ```"""
+        # decoder outputs consists of (dec_features, layer_state, dec_hidden, dec_attn)
         outputs: BaseModelOutputWithPast = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -600,13 +619,12 @@ class Gemma3ForCausalLM(Gemma3PreTrainedModel, GenerationMixin):
             **kwargs,
         )
 
-        # Slice first: the loss and the logits both see only the kept positions.
+        hidden_states = outputs.last_hidden_state
+        # Only compute necessary logits, and do not upcast them to float if we are not computing the loss
         slice_indices = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        hidden_states = outputs.last_hidden_state[:, slice_indices, :]
-
         if labels is not None and causal_lm_loss_slot.use_non_eager_impl:
             loss, logits = causal_lm_loss_slot(
-                hidden_states,
+                hidden_states[:, slice_indices, :],
                 self.lm_head.weight,
                 labels,
                 vocab_size=self.vocab_size,
@@ -614,14 +632,15 @@ class Gemma3ForCausalLM(Gemma3PreTrainedModel, GenerationMixin):
                 **kwargs,
             )
         else:
-            logits = self.lm_head(hidden_states)
+            logits = self.lm_head(hidden_states[:, slice_indices, :])
             if self.config.final_logit_softcapping is not None:
                 logits = logits / self.config.final_logit_softcapping
                 logits = torch.tanh(logits)
                 logits = logits * self.config.final_logit_softcapping
+
             loss = None
             if labels is not None:
-                loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.vocab_size, **kwargs)
+                loss = self.loss_function(logits, labels, self.vocab_size, **kwargs)
 
         return CausalLMOutputWithPast(
             loss=loss,

@@ -4,12 +4,12 @@
 # Source: transformers.models.qwen3.modeling_qwen3 (transformers==5.16.1)
 # Config: models.qwen3.qwen3_npu_patch_gen_config
 # Description: Qwen3 for NPU: the GPU config's slot guards; NPU kernels bind to the same slots
-# Fingerprint: 8b75a04578a2383e75a1
+# Fingerprint: 62d26fc695a632165e7b
 # Patches:
 #   - override_method Qwen3RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MLP.forward: glu_activation slot guard
 #   - replace_function apply_rotary_pos_emb: rope slot guard
-#   - override_method Qwen3ForCausalLM.forward: logits_to_keep slicing before the causal_lm_loss slot
+#   - override_method Qwen3ForCausalLM.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen3ForSequenceClassification.forward: sequence_classification_loss slot
 # ====================================================================================================
 #                🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨
@@ -182,16 +182,22 @@ def rotate_half(x):
 # [PATCHED FUNCTION] apply_rotary_pos_emb: rope slot guard
 @use_kernel_forward_from_hub("rotary_pos_emb")
 def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-    """Rotary position embedding of q and k; a bound rope kernel replaces the eager math.
+    """Applies Rotary Position Embedding to the query and key tensors.
 
     Args:
         q (`torch.Tensor`): The query tensor.
         k (`torch.Tensor`): The key tensor.
         cos (`torch.Tensor`): The cosine part of the rotary embedding.
         sin (`torch.Tensor`): The sine part of the rotary embedding.
-        unsqueeze_dim (`int`, *optional*, defaults to 1): Dimension of q and k that cos and sin broadcast over.
+        unsqueeze_dim (`int`, *optional*, defaults to 1):
+            The 'unsqueeze_dim' argument specifies the dimension along which to unsqueeze cos[position_ids] and
+            sin[position_ids] so that they can be properly broadcasted to the dimensions of q and k. For example, note
+            that cos[position_ids] and sin[position_ids] have the shape [batch_size, seq_len, head_dim]. Then, if q and
+            k have the shape [batch_size, heads, seq_len, head_dim], then setting unsqueeze_dim=1 makes
+            cos[position_ids] and sin[position_ids] broadcastable to the shapes of q and k. Similarly, if q and k have
+            the shape [batch_size, seq_len, heads, head_dim], then set unsqueeze_dim=2.
     Returns:
-        `tuple(torch.Tensor)`: the rotated query and key tensors.
+        `tuple(torch.Tensor)` comprising of the query and key tensors rotated using the Rotary Position Embedding.
     """
     if rope_slot.use_non_eager_impl:
         return rope_slot(q, k, cos, sin, unsqueeze_dim)
@@ -476,7 +482,7 @@ class Qwen3ForCausalLM(Qwen3PreTrainedModel, GenerationMixin):
         # Initialize weights and apply final processing
         self.post_init()
 
-    # [PATCHED METHOD] Qwen3ForCausalLM.forward: logits_to_keep slicing before the causal_lm_loss slot
+    # [PATCHED METHOD] Qwen3ForCausalLM.forward: logits and loss behind the causal_lm_loss slot
     @can_return_tuple
     @auto_docstring
     def forward(
@@ -493,10 +499,26 @@ class Qwen3ForCausalLM(Qwen3PreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithPast:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Labels for the language-modeling loss: token ids in `[0, ..., vocab_size - 1]`, or -100 for positions
-            the loss ignores. With a fused loss kernel bound the loss is computed without materializing the full
-            logits, and `logits` is returned as None.
-        """
+            Labels for computing the masked language modeling loss. Indices should either be in `[0, ...,
+            config.vocab_size]` or -100 (see `input_ids` docstring). Tokens with indices set to `-100` are ignored
+            (masked), the loss is only computed for the tokens with labels in `[0, ..., config.vocab_size]`.
+
+        Example:
+
+        ```python
+        >>> from transformers import AutoTokenizer, Qwen3ForCausalLM
+
+        >>> model = Qwen3ForCausalLM.from_pretrained("Qwen/Qwen3-8B")
+        >>> tokenizer = AutoTokenizer.from_pretrained("Qwen/Qwen3-8B")
+
+        >>> prompt = "Hey, are you conscious? Can you talk to me?"
+        >>> inputs = tokenizer(prompt, return_tensors="pt")
+
+        >>> # Generate
+        >>> generate_ids = model.generate(inputs.input_ids, max_length=30)
+        >>> tokenizer.batch_decode(generate_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)[0]
+        "Hey, are you conscious? Can you talk to me?\nI'm not conscious, but I can talk to you."
+        ```"""
         outputs: BaseModelOutputWithPast = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -507,20 +529,20 @@ class Qwen3ForCausalLM(Qwen3PreTrainedModel, GenerationMixin):
             **kwargs,
         )
 
-        # Slice first: the loss and the logits both see only the kept positions.
+        hidden_states = outputs.last_hidden_state
+        # Only compute necessary logits, and do not upcast them to float if we are not computing the loss
         slice_indices = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        hidden_states = outputs.last_hidden_state[:, slice_indices, :]
-
         if labels is not None and causal_lm_loss_slot.use_non_eager_impl:
             loss, logits = causal_lm_loss_slot(
-                hidden_states,
+                hidden_states[:, slice_indices, :],
                 self.lm_head.weight,
                 labels,
                 vocab_size=self.config.vocab_size,
                 **kwargs,
             )
         else:
-            logits = self.lm_head(hidden_states)
+            logits = self.lm_head(hidden_states[:, slice_indices, :])
+
             loss = None
             if labels is not None:
                 loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)

@@ -4,13 +4,13 @@
 # Source: transformers.models.qwen3_moe.modeling_qwen3_moe (transformers==5.16.1)
 # Config: models.qwen3_moe.qwen3_moe_gpu_patch_gen_config
 # Description: Qwen3-MoE with op-slot guards (RMSNorm, gated MLP, RoPE, routed experts), slot-backed losses and an expert-parallel plan
-# Fingerprint: 8614d9ce8d94b512aed9
+# Fingerprint: 13576706de82dee488a3
 # Patches:
 #   - override_method Qwen3MoeRMSNorm.forward: rms_norm slot guard
-#   - override_method Qwen3MoeMLP.forward: glu_activation slot guard (dense layers)
+#   - override_method Qwen3MoeMLP.forward: glu_activation slot guard (dense layers, shared experts)
 #   - replace_function apply_rotary_pos_emb: rope slot guard
 #   - override_method Qwen3MoeSparseMoeBlock.forward: routed experts behind the moe_experts slot
-#   - override_method Qwen3MoeForCausalLM.forward: logits_to_keep slicing before the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
+#   - override_method Qwen3MoeForCausalLM.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
 #   - override_method Qwen3MoeForCausalLM.get_parallel_plan: expert-parallel plan of the fused expert tensors
 #   - override_method Qwen3MoeForSequenceClassification.forward: sequence_classification_loss slot
 # ====================================================================================================
@@ -89,16 +89,22 @@ def rotate_half(x):
 # [PATCHED FUNCTION] apply_rotary_pos_emb: rope slot guard
 @use_kernel_forward_from_hub("rotary_pos_emb")
 def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-    """Rotary position embedding of q and k; a bound rope kernel replaces the eager math.
+    """Applies Rotary Position Embedding to the query and key tensors.
 
     Args:
         q (`torch.Tensor`): The query tensor.
         k (`torch.Tensor`): The key tensor.
         cos (`torch.Tensor`): The cosine part of the rotary embedding.
         sin (`torch.Tensor`): The sine part of the rotary embedding.
-        unsqueeze_dim (`int`, *optional*, defaults to 1): Dimension of q and k that cos and sin broadcast over.
+        unsqueeze_dim (`int`, *optional*, defaults to 1):
+            The 'unsqueeze_dim' argument specifies the dimension along which to unsqueeze cos[position_ids] and
+            sin[position_ids] so that they can be properly broadcasted to the dimensions of q and k. For example, note
+            that cos[position_ids] and sin[position_ids] have the shape [batch_size, seq_len, head_dim]. Then, if q and
+            k have the shape [batch_size, heads, seq_len, head_dim], then setting unsqueeze_dim=1 makes
+            cos[position_ids] and sin[position_ids] broadcastable to the shapes of q and k. Similarly, if q and k have
+            the shape [batch_size, seq_len, heads, head_dim], then set unsqueeze_dim=2.
     Returns:
-        `tuple(torch.Tensor)`: the rotated query and key tensors.
+        `tuple(torch.Tensor)` comprising of the query and key tensors rotated using the Rotary Position Embedding.
     """
     if rope_slot.use_non_eager_impl:
         return rope_slot(q, k, cos, sin, unsqueeze_dim)
@@ -230,7 +236,7 @@ class Qwen3MoeMLP(nn.Module):
         self.down_proj = nn.Linear(self.intermediate_size, self.hidden_size, bias=False)
         self.act_fn = ACT2FN[config.hidden_act]
 
-    # [PATCHED METHOD] Qwen3MoeMLP.forward: glu_activation slot guard (dense layers)
+    # [PATCHED METHOD] Qwen3MoeMLP.forward: glu_activation slot guard (dense layers, shared experts)
     def forward(self, x):
         if glu_activation_slot.use_non_eager_impl:
             down_proj = self.down_proj(glu_activation_slot(self.gate_proj(x), self.up_proj(x), self.config.hidden_act))
@@ -649,7 +655,7 @@ class Qwen3MoeForCausalLM(Qwen3MoePreTrainedModel, GenerationMixin):
         # Initialize weights and apply final processing
         self.post_init()
 
-    # [PATCHED METHOD] Qwen3MoeForCausalLM.forward: logits_to_keep slicing before the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
+    # [PATCHED METHOD] Qwen3MoeForCausalLM.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
     @can_return_tuple
     @auto_docstring
     def forward(
@@ -667,16 +673,33 @@ class Qwen3MoeForCausalLM(Qwen3MoePreTrainedModel, GenerationMixin):
     ) -> MoeCausalLMOutputWithPast:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Labels for the language-modeling loss: token ids in `[0, ..., vocab_size - 1]`, or -100 for positions
-            the loss ignores. With a fused loss kernel bound the loss is computed without materializing the full
-            logits, and `logits` is returned as None. With `output_router_logits` the loss includes the router's
-            load-balancing loss times `router_aux_loss_coef`.
-        """
+            Labels for computing the masked language modeling loss. Indices should either be in `[0, ...,
+            config.vocab_size]` or -100 (see `input_ids` docstring). Tokens with indices set to `-100` are ignored
+            (masked), the loss is only computed for the tokens with labels in `[0, ..., config.vocab_size]`.
+
+        Example:
+
+        ```python
+        >>> from transformers import AutoTokenizer, Qwen3MoeForCausalLM
+
+        >>> model = Qwen3MoeForCausalLM.from_pretrained("Qwen/Qwen3-MoE-15B-A2B")
+        >>> tokenizer = AutoTokenizer.from_pretrained("Qwen/Qwen3-MoE-15B-A2B")
+
+        >>> prompt = "Hey, are you conscious? Can you talk to me?"
+        >>> inputs = tokenizer(prompt, return_tensors="pt")
+
+        >>> # Generate
+        >>> generate_ids = model.generate(inputs.input_ids, max_length=30)
+        >>> tokenizer.batch_decode(generate_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)[0]
+        "Hey, are you conscious? Can you talk to me?\nI'm not conscious, but I can talk to you."
+        ```"""
+
         output_router_logits = (
             output_router_logits if output_router_logits is not None else self.config.output_router_logits
         )
 
-        outputs = self.model(
+        # decoder outputs consists of (dec_features, layer_state, dec_hidden, dec_attn)
+        outputs: MoeModelOutputWithPast = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
@@ -687,35 +710,41 @@ class Qwen3MoeForCausalLM(Qwen3MoePreTrainedModel, GenerationMixin):
             **kwargs,
         )
 
-        # Slice first: the loss and the logits both see only the kept positions.
+        hidden_states = outputs.last_hidden_state
+        # Only compute necessary logits, and do not upcast them to float if we are not computing the loss
         slice_indices = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        hidden_states = outputs.last_hidden_state[:, slice_indices, :]
-
         if labels is not None and causal_lm_loss_slot.use_non_eager_impl:
             loss, logits = causal_lm_loss_slot(
-                hidden_states, self.lm_head.weight, labels, vocab_size=self.vocab_size, **kwargs
+                hidden_states[:, slice_indices, :], self.lm_head.weight, labels, vocab_size=self.vocab_size, **kwargs
             )
         else:
-            logits = self.lm_head(hidden_states)
+            logits = self.lm_head(hidden_states[:, slice_indices, :])
+
             loss = None
             if labels is not None:
                 loss = self.loss_function(logits, labels, self.vocab_size, **kwargs)
 
         aux_loss = None
         if output_router_logits:
-            # No sparse layer records nothing: an empty tuple, which upstream's loss would index into.
-            router_logits = outputs.router_logits or None
-            if load_balancing_loss_slot.use_non_eager_impl:
-                aux_loss = load_balancing_loss_slot(
-                    router_logits, self.num_experts, self.num_experts_per_tok, attention_mask
-                )
+            if not outputs.router_logits:
+                # No sparse layer recorded router logits: nothing to balance (upstream would index an empty tuple).
+                aux_loss = 0
             else:
-                aux_loss = load_balancing_loss_func(
-                    router_logits, self.num_experts, self.num_experts_per_tok, attention_mask
-                )
-            # Without router logits the aux loss is the int 0, which has no .to() and adds nothing.
-            if labels is not None and isinstance(aux_loss, torch.Tensor):
-                loss = loss + self.router_aux_loss_coef * aux_loss.to(loss.device)
+                if load_balancing_loss_slot.use_non_eager_impl:
+                    aux_loss = load_balancing_loss_slot(
+                        outputs.router_logits, self.num_experts, self.num_experts_per_tok, attention_mask
+                    )
+                else:
+                    aux_loss = load_balancing_loss_func(
+                        outputs.router_logits,
+                        self.num_experts,
+                        self.num_experts_per_tok,
+                        attention_mask,
+                    )
+                if labels is not None:
+                    loss += self.router_aux_loss_coef * aux_loss.to(
+                        loss.device
+                    )  # make sure to reside in the same device
 
         return MoeCausalLMOutputWithPast(
             loss=loss,

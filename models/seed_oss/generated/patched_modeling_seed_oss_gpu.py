@@ -4,12 +4,12 @@
 # Source: transformers.models.seed_oss.modeling_seed_oss (transformers==5.16.1)
 # Config: models.seed_oss.seed_oss_gpu_patch_gen_config
 # Description: Seed-OSS with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: 39dd874c525d5e506a54
+# Fingerprint: 90143f95590a46beee40
 # Patches:
 #   - override_method SeedOssRMSNorm.forward: rms_norm slot guard
 #   - override_method SeedOssMLP.forward: glu_activation slot guard
 #   - replace_function apply_rotary_pos_emb: rope slot guard
-#   - override_method SeedOssForCausalLM.forward: logits_to_keep slicing before the causal_lm_loss slot
+#   - override_method SeedOssForCausalLM.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method SeedOssForSequenceClassification.forward: sequence_classification_loss slot
 # ====================================================================================================
 #                🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨
@@ -129,16 +129,22 @@ def rotate_half(x):
 # [PATCHED FUNCTION] apply_rotary_pos_emb: rope slot guard
 @use_kernel_forward_from_hub("rotary_pos_emb")
 def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-    """Rotary position embedding of q and k; a bound rope kernel replaces the eager math.
+    """Applies Rotary Position Embedding to the query and key tensors.
 
     Args:
         q (`torch.Tensor`): The query tensor.
         k (`torch.Tensor`): The key tensor.
         cos (`torch.Tensor`): The cosine part of the rotary embedding.
         sin (`torch.Tensor`): The sine part of the rotary embedding.
-        unsqueeze_dim (`int`, *optional*, defaults to 1): Dimension of q and k that cos and sin broadcast over.
+        unsqueeze_dim (`int`, *optional*, defaults to 1):
+            The 'unsqueeze_dim' argument specifies the dimension along which to unsqueeze cos[position_ids] and
+            sin[position_ids] so that they can be properly broadcasted to the dimensions of q and k. For example, note
+            that cos[position_ids] and sin[position_ids] have the shape [batch_size, seq_len, head_dim]. Then, if q and
+            k have the shape [batch_size, heads, seq_len, head_dim], then setting unsqueeze_dim=1 makes
+            cos[position_ids] and sin[position_ids] broadcastable to the shapes of q and k. Similarly, if q and k have
+            the shape [batch_size, seq_len, heads, head_dim], then set unsqueeze_dim=2.
     Returns:
-        `tuple(torch.Tensor)`: the rotated query and key tensors.
+        `tuple(torch.Tensor)` comprising of the query and key tensors rotated using the Rotary Position Embedding.
     """
     if rope_slot.use_non_eager_impl:
         return rope_slot(q, k, cos, sin, unsqueeze_dim)
@@ -467,7 +473,7 @@ class SeedOssForCausalLM(SeedOssPreTrainedModel, GenerationMixin):
         # Initialize weights and apply final processing
         self.post_init()
 
-    # [PATCHED METHOD] SeedOssForCausalLM.forward: logits_to_keep slicing before the causal_lm_loss slot
+    # [PATCHED METHOD] SeedOssForCausalLM.forward: logits and loss behind the causal_lm_loss slot
     @can_return_tuple
     @auto_docstring
     def forward(
@@ -484,10 +490,26 @@ class SeedOssForCausalLM(SeedOssPreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithPast:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Labels for the language-modeling loss: token ids in `[0, ..., vocab_size - 1]`, or -100 for positions
-            the loss ignores. With a fused loss kernel bound the loss is computed without materializing the full
-            logits, and `logits` is returned as None.
-        """
+            Labels for computing the masked language modeling loss. Indices should either be in `[0, ...,
+            config.vocab_size]` or -100 (see `input_ids` docstring). Tokens with indices set to `-100` are ignored
+            (masked), the loss is only computed for the tokens with labels in `[0, ..., config.vocab_size]`.
+
+        Example:
+
+        ```python
+        >>> from transformers import AutoTokenizer, SeedOssForCausalLM
+
+        >>> model = SeedOssForCausalLM.from_pretrained("ByteDance-Seed/Seed-OSS-36B-Instruct")
+        >>> tokenizer = AutoTokenizer.from_pretrained("ByteDance-Seed/Seed-OSS-36B-Instruct")
+
+        >>> prompt = "Hey, are you conscious? Can you talk to me?"
+        >>> inputs = tokenizer(prompt, return_tensors="pt")
+
+        >>> # Generate
+        >>> generate_ids = model.generate(inputs.input_ids, max_length=30)
+        >>> tokenizer.batch_decode(generate_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)[0]
+        "Hey, are you conscious? Can you talk to me?\nI'm not conscious, but I can talk to you."
+        ```"""
         outputs: BaseModelOutputWithPast = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -498,20 +520,20 @@ class SeedOssForCausalLM(SeedOssPreTrainedModel, GenerationMixin):
             **kwargs,
         )
 
-        # Slice first: the loss and the logits both see only the kept positions.
+        hidden_states = outputs.last_hidden_state
+        # Only compute necessary logits, and do not upcast them to float if we are not computing the loss
         slice_indices = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        hidden_states = outputs.last_hidden_state[:, slice_indices, :]
-
         if labels is not None and causal_lm_loss_slot.use_non_eager_impl:
             loss, logits = causal_lm_loss_slot(
-                hidden_states,
+                hidden_states[:, slice_indices, :],
                 self.lm_head.weight,
                 labels,
                 vocab_size=self.config.vocab_size,
                 **kwargs,
             )
         else:
-            logits = self.lm_head(hidden_states)
+            logits = self.lm_head(hidden_states[:, slice_indices, :])
+
             loss = None
             if labels is not None:
                 loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)

@@ -1,0 +1,62 @@
+"""The pieces a recipe guards, one small record each: which upstream class, and what its slot call needs.
+
+A config states every decision about a model here (which norm formulation, which activation, which
+soft-cap), so a reviewer reads them in the config; mechanical facts (parameter names, the arguments
+upstream passes to its lm_head and loss) are read from upstream by the snippets themselves.
+``{prefix}`` in a class name is replaced by the recipe's ``prefix``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Norm:
+    """An RMSNorm class whose forward goes behind the rms_norm slot.
+
+    ``formulation`` is "rms_weight" (llama: cast, then scale) or "rms_one_plus_weight" (gemma: scale by
+    ``1 + weight`` in fp32, then cast); ``eps`` and ``weight`` name the attributes holding them.
+    """
+
+    cls: str = "{prefix}RMSNorm"
+    formulation: str = "rms_weight"
+    eps: str = "variance_epsilon"
+    weight: str = "weight"
+
+
+@dataclass(frozen=True)
+class Mlp:
+    """A gated MLP class whose activation goes behind the glu_activation slot.
+
+    ``kind`` is "gated" (separate gate and up projections) or "fused_gate_up" (one ``gate`` projection
+    chunked into gate and up); ``activation`` is an expression naming the activation inside forward.
+    """
+
+    cls: str = "{prefix}MLP"
+    kind: str = "gated"
+    gate: str = "gate_proj"
+    up: str = "up_proj"
+    down: str = "down_proj"
+    activation: str = "self.config.hidden_act"
+
+
+@dataclass(frozen=True)
+class LossHead:
+    """The causal LM whose logits and loss go behind the causal_lm_loss slot.
+
+    ``softcap`` is the expression of the final-logit soft-cap upstream applies ("" for none); ``scale``
+    is ("div" | "mul", expression) when upstream scales the logits before the loss, else ().
+    """
+
+    cls: str = "{prefix}ForCausalLM"
+    softcap: str = ""
+    scale: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Experts:
+    """The sparse MoE block whose routed-experts call goes behind the moe_experts slot."""
+
+    sparse_block: str = "{prefix}SparseMoeBlock"
+    activation: str = "self.experts.config.hidden_act"

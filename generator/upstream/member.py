@@ -1,0 +1,271 @@
+"""Upstream's own text of one function or method, as snippets see it (the ``upstream`` template variable).
+
+A snippet that guards a slot keeps upstream's code for the eager path instead of restating it: it
+renders upstream's header and docstring, puts its guard in front of upstream's body, or wraps one
+run of upstream's statements in ``if <slot bound>: <guarded> else: <upstream statements>``. The
+text comes from the upstream file by ``ast`` positions; every edit is re-parsed and compared with
+upstream's tree, so a re-indent can never change what the code does (a multi-line string would),
+and a pattern that matches no statement, or more than one, is an error naming the method.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from generator.errors import SnippetError
+from generator.upstream.index import ModuleIndex
+
+_BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers")
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """One call in upstream's body, as source text, for a snippet to pass on to its slot."""
+
+    #: The assignment target of the statement holding the call ("logits", "loss"), or None.
+    target: str | None
+    #: Positional arguments, as source text.
+    args: tuple[str, ...]
+    #: Keyword arguments as (name, source text); ``**kwargs`` appears with name None.
+    keywords: tuple[tuple[str | None, str], ...]
+
+    def keyword(self, name: str, position: int | None = None) -> str | None:
+        """The argument passed as ``name=`` or else at ``position``; None when absent."""
+        for key, value in self.keywords:
+            if key == name:
+                return value
+        if position is not None and position < len(self.args):
+            return self.args[position]
+        return None
+
+    @property
+    def passes_kwargs(self) -> bool:
+        return any(key is None for key, _ in self.keywords)
+
+
+def _dump(nodes: list[ast.stmt]) -> str:
+    return "\n".join(ast.dump(node, include_attributes=False) for node in nodes)
+
+
+def _calls(node: ast.AST, pattern: str) -> list[ast.Call]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Call) and ast.unparse(n.func) == pattern]
+
+
+def _statement_lists(node: ast.AST):
+    """Every list of statements below ``node`` (bodies of if/for/with/try/..., recursively)."""
+    for name in _BLOCK_FIELDS:
+        block = getattr(node, name, None)
+        if isinstance(block, list) and block and isinstance(block[0], (ast.stmt, ast.excepthandler)):
+            yield block
+            for child in block:
+                yield from _statement_lists(child)
+
+
+class UpstreamMember:
+    """The upstream definition a snippet patches: parameters, header, docstring, body and call sites."""
+
+    def __init__(self, index: ModuleIndex, node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str) -> None:
+        self.index = index
+        self.node = node
+        self.qualname = qualname
+        self._origin_line = node.lineno
+
+    # -- what a template reads ----------------------------------------------------------------
+    @property
+    def params(self) -> tuple[str, ...]:
+        """Parameter names, ``self`` left out, in order (positional, then keyword-only)."""
+        args = self.node.args
+        names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+        return tuple(names[1:] if names and names[0] in ("self", "cls") else names)
+
+    @property
+    def header(self) -> str:
+        """``def name(...) -> ...:`` exactly as upstream writes it, at column 0, without decorators."""
+        first_body = self._first_body_line()
+        lines = self.index.lines[self.node.lineno - 1 : first_body - 1]
+        return self._dedent("".join(lines), self.node.col_offset).rstrip() + "\n"
+
+    @property
+    def docstring(self) -> str:
+        """The docstring statement at body indentation (4 spaces), or ""."""
+        doc = self._docstring_node()
+        if doc is None:
+            return ""
+        return self._reindent(self._text(doc.lineno, doc.end_lineno), self._body_column(), 4)
+
+    @property
+    def body(self) -> str:
+        """The statements after the docstring, at 4 spaces: what follows a guard placed at the top."""
+        return self._body_text()
+
+    def call(self, pattern: str) -> CallSite:
+        """The one call of ``pattern`` (e.g. ``"self.experts"``) in the body, as source text."""
+        statement, call = self._find(pattern)
+        target = None
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is call:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            target = ", ".join(ast.unparse(t) for t in targets)
+        args = tuple(ast.get_source_segment(self.index.source, a) or ast.unparse(a) for a in call.args)
+        keywords = tuple(
+            (k.arg, ast.get_source_segment(self.index.source, k.value) or ast.unparse(k.value)) for k in call.keywords
+        )
+        return CallSite(target=target, args=args, keywords=keywords)
+
+    def has_call(self, pattern: str) -> bool:
+        return bool(_calls(self.node, pattern))
+
+    @property
+    def source(self) -> str:
+        """The whole function at column 0, decorators left out (the patch keeps upstream's)."""
+        return self.header + self.docstring + self._body_text()
+
+    def with_prefix(self, guard: str) -> UpstreamMember:
+        """The function with ``guard`` (source at column 0) placed before upstream's body."""
+        indented = "".join(f"    {line}\n" if line.strip() else "\n" for line in guard.strip("\n").splitlines())
+        return self._derived(self.header + self.docstring + indented + self._body_text())
+
+    def wrapping(self, first: str, condition: str, guarded: str, *, last: str | None = None) -> UpstreamMember:
+        """The whole function with the statements from the one calling ``first`` to the one calling ``last``
+        (the same statement when ``last`` is None) under ``else:`` of ``if condition: guarded``.
+
+        Both statements must be in the same block; ``guarded`` is source at column 0.
+        """
+        block, start, end = self._run(first, last or first)
+        column = block[start].col_offset
+        pad = " " * column
+        original = self._text(self._stmt_start(block[start]), block[end].end_lineno)
+        replacement = (
+            f"{pad}if {condition}:\n"
+            + "".join(f"{pad}    {line}\n" if line.strip() else "\n" for line in guarded.strip("\n").splitlines())
+            + f"{pad}else:\n"
+            + self._reindent(original, column, column + 4)
+        )
+        lines = self.index.lines
+        body_start = self._body_start_line()
+        before = "".join(lines[body_start - 1 : self._stmt_start(block[start]) - 1])
+        after = "".join(lines[block[end].end_lineno : self.node.end_lineno])
+        body = self._reindent(before + replacement + after, self._body_column(), 4)
+        self._verify_wrapped(body, condition, block[start : end + 1])
+        return self._derived(self.header + self.docstring + body)
+
+    def _derived(self, text: str) -> UpstreamMember:
+        """A member over edited text, so a snippet can chain edits (guard the loss, then the aux loss)."""
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as exc:  # pragma: no cover - every edit is verified before it gets here
+            raise self._fail(f"an edit produced invalid Python ({exc.msg})") from exc
+        node = tree.body[0]
+        index = ModuleIndex(module=self.index.module, path=self.index.path, source=text, tree=tree)
+        derived = UpstreamMember(index, node, self.qualname)
+        derived._origin_line = self._origin_line
+        return derived
+
+    # -- internals ------------------------------------------------------------------------------
+    def _fail(self, cause: str) -> SnippetError:
+        return SnippetError(f"upstream {self.qualname} (line {self._origin_line} of {self.index.path.name}): {cause}")
+
+    def _docstring_node(self) -> ast.Expr | None:
+        first = self.node.body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            return first
+        return None
+
+    def _code_statements(self) -> list[ast.stmt]:
+        return self.node.body[1:] if self._docstring_node() is not None else self.node.body
+
+    def _first_body_line(self) -> int:
+        first = self.node.body[0]
+        if first.lineno == self.node.lineno:
+            raise self._fail("the body shares the line of the def; a guard cannot be placed")
+        return first.lineno
+
+    def _body_start_line(self) -> int:
+        """First line after the docstring (comments before the first statement included)."""
+        doc = self._docstring_node()
+        return doc.end_lineno + 1 if doc is not None else self._first_body_line()
+
+    def _body_column(self) -> int:
+        return self.node.body[0].col_offset
+
+    @staticmethod
+    def _stmt_start(node: ast.stmt) -> int:
+        decorators = getattr(node, "decorator_list", None) or []
+        return min([d.lineno for d in decorators] + [node.lineno])
+
+    def _text(self, first: int, last: int) -> str:
+        return "".join(self.index.lines[first - 1 : last])
+
+    @staticmethod
+    def _dedent(text: str, column: int) -> str:
+        return UpstreamMember._reindent(text, column, 0)
+
+    @staticmethod
+    def _reindent(text: str, old: int, new: int) -> str:
+        out = []
+        for line in text.splitlines(keepends=True):
+            if not line.strip():
+                out.append("\n")
+            elif line[:old].strip():
+                out.append(line)  # a continuation line left of the block: leave it where it is
+            else:
+                out.append(" " * new + line[old:])
+        return "".join(out)
+
+    def _body_text(self) -> str:
+        text = self._reindent(self._text(self._body_start_line(), self.node.end_lineno), self._body_column(), 4)
+        self._verify(text, self._code_statements())
+        return text
+
+    def _verify(self, text: str, expected: list[ast.stmt]) -> None:
+        """The re-indented text parses to upstream's statements: indentation changed nothing else."""
+        try:
+            tree = ast.parse("def _():\n" + text)
+        except SyntaxError as exc:
+            raise self._fail(f"its body cannot be re-indented ({exc.msg})") from exc
+        if _dump(tree.body[0].body) != _dump(expected):
+            raise self._fail("its body changes when re-indented (a multi-line string?); patch it by hand")
+
+    def _verify_wrapped(self, text: str, condition: str, wrapped: list[ast.stmt]) -> None:
+        """The ``else:`` branch holds exactly upstream's statements: re-indenting them changed nothing."""
+        try:
+            tree = ast.parse("def _():\n" + text)
+        except SyntaxError as exc:
+            raise self._fail(f"the guarded body is not valid Python ({exc.msg})") from exc
+        expected = _dump(wrapped)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and ast.unparse(node.test) == condition and _dump(node.orelse) == expected:
+                return
+        raise self._fail("its statements change when re-indented under the guard (a multi-line string?)")
+
+    def _find(self, pattern: str) -> tuple[ast.stmt, ast.Call]:
+        found = []
+        for block in _statement_lists(self.node):
+            for statement in block:
+                if isinstance(statement, ast.excepthandler):
+                    continue
+                own = [c for c in _calls(statement, pattern) if not self._in_nested_block(statement, c)]
+                found += [(statement, c) for c in own]
+        if len(found) != 1:
+            raise self._fail(f"expected exactly one call of {pattern}(...), found {len(found)}")
+        return found[0]
+
+    @staticmethod
+    def _in_nested_block(statement: ast.stmt, call: ast.Call) -> bool:
+        """The call sits in a statement nested inside ``statement`` (it belongs to that inner statement)."""
+        for block in _statement_lists(statement):
+            for inner in block:
+                if any(c is call for c in _calls(inner, ast.unparse(call.func))):
+                    return True
+        return False
+
+    def _run(self, first: str, last: str) -> tuple[list[ast.stmt], int, int]:
+        statement_first, _ = self._find(first)
+        for block in _statement_lists(self.node):
+            if statement_first in block:
+                start = block.index(statement_first)
+                for end in range(start, len(block)):
+                    if _calls(block[end], last):
+                        return block, start, end
+                raise self._fail(f"no statement calling {last}(...) follows the call of {first}(...) in its block")
+        raise self._fail(f"the call of {first}(...) is in no block")  # pragma: no cover - _find found it

@@ -1,0 +1,211 @@
+"""What the upstream source of one model says about its structure: the report of ``generator.upstream.reader``.
+
+Plain frozen dataclasses, no logic: the reader fills them from the pinned modeling and configuration
+modules (by path, with ``ast``), ``patchgen-inspect`` prints them, and the scaffold's fit
+(``generator.scaffold_fit``) turns them into recipe arguments or a refusal. A ``kind`` of ``"unknown"``
+always comes with a ``reason``: the reader recognises a formulation only when upstream's code has
+exactly one of the shapes it knows, so a guard it enables can never compute something else.
+
+Every ``line`` is the 1-based line of the class or function in the upstream modeling file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Model categories of design.md section 4, plus the refusal for everything else.
+CATEGORIES = ("dense", "moe", "vlm", "vlm_moe", "omni", "omni_moe", "out_of_category")
+
+#: Norm formulations, each with the slot call that recomputes it:
+#: ``rms_weight``           llama: ``weight * normed.to(input_dtype)``            -> rms_norm_slot(x, w, eps)
+#: ``rms_one_plus_weight``  gemma: ``(normed * (1 + weight.float())).type_as(x)`` -> rms_norm_slot(x, w, eps, offset=1.0)
+#: ``rms_weight_cast_last`` olmo2: ``(weight * normed).to(input_dtype)``           -> rms_norm_slot(x, w, eps, cast_last=True)
+#: ``rms_unweighted``       no weight: ``normed.to(input_dtype)``                  -> no guard (no weight to pass)
+#: ``layer_norm``           ``F.layer_norm(x, shape, weight, bias, eps)`` or a subclass of nn.LayerNorm
+#:                                                                                -> layer_norm_slot(x, w, b, eps)
+NORM_KINDS = ("rms_weight", "rms_one_plus_weight", "rms_weight_cast_last", "rms_unweighted", "layer_norm", "unknown")
+
+#: MLP kinds: ``gated`` down(act(gate(x)) * up(x)); ``fused_gate_up`` gate_up_proj(x).chunk(2) (phi3, glm);
+#: ``plain`` down(act(up(x))) (arcee, starcoder2's c_fc/c_proj).
+MLP_KINDS = ("gated", "fused_gate_up", "plain", "unknown")
+
+#: Router kinds: ``softmax_topk`` (qwen/mixtral: softmax, top-k, optional renormalisation);
+#: ``sigmoid_group_limited`` (deepseek_v3: sigmoid scores, e_score_correction_bias, group-limited top-k).
+ROUTER_KINDS = ("softmax_topk", "sigmoid_group_limited", "unknown")
+
+#: Fused expert layouts: ``gate_up`` gate_up_proj [E, 2I, H] gate rows first, down_proj [E, H, I];
+#: ``gate_up_transposed`` [E, H, 2I] / [E, I, H]; ``interleaved`` gate/up rows alternate (gpt_oss).
+EXPERT_LAYOUTS = ("gate_up", "gate_up_transposed", "interleaved", "unknown")
+
+
+@dataclass(frozen=True)
+class NormInfo:
+    cls: str
+    line: int
+    kind: str  # one of NORM_KINDS
+    param: str | None = None  # forward's input parameter name ("hidden_states", "x")
+    weight_attr: str | None = None  # "weight"
+    bias_attr: str | None = None  # "bias" for a LayerNorm with bias
+    eps_attr: str | None = None  # "variance_epsilon", "eps", "epsilon"
+    reason: str = ""
+    #: Source text of a literal eps written into forward (olmo's ``eps=1e-05``) when no attribute holds it.
+    eps_value: str | None = None
+    #: A layer_norm that computes in float32 and casts back to the input dtype (olmo).
+    upcast: bool = False
+
+
+@dataclass(frozen=True)
+class MlpInfo:
+    cls: str
+    line: int
+    kind: str  # one of MLP_KINDS
+    param: str | None = None  # forward's input parameter name
+    gate_attr: str | None = None  # "gate_proj" (gated), "gate_up_proj" (fused_gate_up)
+    up_attr: str | None = None  # "up_proj", "c_fc", "w3" (lfm2); None for fused_gate_up
+    down_attr: str | None = None  # "down_proj", "c_proj", "w2"
+    act_attr: str | None = None  # "act_fn", "activation_fn"
+    #: The config attribute the activation is read from in __init__ ("hidden_act", "hidden_activation").
+    activation_config_attr: str | None = None
+    #: An expression valid inside forward that names the activation ("self.config.hidden_act"); None when the
+    #: module keeps no handle on it (then no slot can be told which activation to run).
+    activation_expr: str | None = None
+    #: The forward ends in a dropout of the MLP output (seed_oss's residual dropout).
+    residual_dropout: bool = False
+    reason: str = ""
+    #: Source text of that trailing dropout call when residual_dropout ("nn.functional.dropout(x, p=..., ...)",
+    #: "self.dropout(hidden_states)").
+    dropout_expr: str | None = None
+
+
+@dataclass(frozen=True)
+class RopeInfo:
+    kind: str  # "function" (module-level), "method" (on a class), "none"
+    name: str | None = None  # "apply_rotary_pos_emb"
+    owner: str | None = None  # the class, for kind "method"
+    line: int = 0
+    params: tuple[str, ...] = ()  # ("q", "k", "cos", "sin", "unsqueeze_dim") or with "position_ids"
+    formulation: str = "unknown"  # "rotate_half" (llama), or "unknown" (partial, interleaved, complex...)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class CausalLmInfo:
+    cls: str
+    line: int
+    params: tuple[str, ...] = ()
+    #: Where forward is defined when inherited (a base class name), else None.
+    inherited_from: str | None = None
+    output_class: str | None = None  # "CausalLMOutputWithPast", "MoeCausalLMOutputWithPast"
+    lm_head_bias: bool = False
+    #: Source text of the lm_head call's argument ("hidden_states[:, slice_indices, :]").
+    hidden_arg: str | None = None
+    logits_var: str | None = None  # "logits", "lm_logits"
+    #: The vocabulary expression the loss call passes ("self.config.vocab_size", "self.vocab_size").
+    vocab_size_expr: str | None = None
+    #: Recognised steps between the lm_head call and the loss, in order, as (op, expression):
+    #: ("softcap", "self.config.final_logit_softcapping"), ("scale_div", "self.config.logits_scaling"),
+    #: ("scale_mul", "self.logit_scale").
+    postprocess: tuple[tuple[str, str], ...] = ()
+    #: The forward computes the MoE aux loss with a call of this module-level function (MoE models).
+    aux_loss_function: str | None = None
+    #: Empty when the loss head can be guarded; else why not.
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class SequenceClassificationInfo:
+    cls: str
+    line: int
+    #: forward is GenericForSequenceClassification's (the usual case), not the model's own.
+    generic: bool = True
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RouterInfo:
+    cls: str
+    line: int
+    kind: str  # one of ROUTER_KINDS
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ExpertsInfo:
+    cls: str
+    line: int
+    layout: str  # one of EXPERT_LAYOUTS
+    has_bias: bool = False
+    #: An expression valid inside the sparse block's forward naming the experts' activation.
+    activation_expr: str | None = None
+    #: Source text of the experts' activation function when it is not a plain ACT2FN one (gpt_oss's clamped GLU).
+    custom_activation: bool = False
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class SharedExpertsInfo:
+    attr: str  # "shared_expert", "shared_experts"
+    cls: str | None = None
+    gated: bool = False  # a sigmoid shared_expert_gate scales it (qwen2_moe)
+
+
+@dataclass(frozen=True)
+class MoeInfo:
+    sparse_block: str
+    sparse_block_line: int
+    #: The sparse block's forward calls ``self.experts(hidden, top_k_index, top_k_weights)`` exactly once.
+    experts_call: bool = False
+    router: RouterInfo | None = None
+    experts: ExpertsInfo | None = None
+    shared_experts: SharedExpertsInfo | None = None
+    num_experts_attr: str | None = None  # "num_experts", "num_local_experts", "n_routed_experts"
+    top_k_attr: str | None = None  # "num_experts_per_tok"
+    intermediate_attr: str | None = None  # "moe_intermediate_size", "intermediate_size"
+    #: How the config marks dense layers: "mlp_only_layers", "first_k_dense_replace", "decoder_sparse_step",
+    #: "layer_types"-like lists, or None when every layer is sparse.
+    dense_layers: str | None = None
+    dense_mlp: str | None = None  # the MLP class of the dense layers
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Multipliers:
+    """Scalars some models apply around the decoder (granite, minicpm, gemma): expressions as in upstream."""
+
+    embedding: str | None = None  # "self.config.embedding_multiplier", gemma's "self.normalizer"
+    residual: str | None = None  # "self.residual_multiplier"
+    logits: str | None = None  # "self.config.logits_scaling"
+    final_logit_softcapping: bool = False
+
+
+@dataclass(frozen=True)
+class ModelStructure:
+    model: str  # the package under transformers/models/
+    modeling_module: str  # "transformers.models.llama.modeling_llama"
+    config_module: str | None
+    prefix: str  # "Llama", "SmolLM3", "HunYuanDenseV1"
+    model_type: str | None  # the config class's model_type ("gemma3_text")
+    config_class: str | None  # "LlamaConfig"
+    category: str  # one of CATEGORIES
+    category_reason: str = ""
+    #: Head kind -> class: "causal_lm", "sequence_classification", "token_classification", "question_answering".
+    heads: dict[str, str] = field(default_factory=dict)
+    causal_lm: CausalLmInfo | None = None
+    sequence_classification: SequenceClassificationInfo | None = None
+    norms: tuple[NormInfo, ...] = ()
+    mlps: tuple[MlpInfo, ...] = ()
+    rope: RopeInfo | None = None
+    multipliers: Multipliers = field(default_factory=Multipliers)
+    vocab_size_expr: str | None = None
+    moe: MoeInfo | None = None
+    #: Config attributes the model's config class defines with their defaults, as source text
+    #: ("hidden_size": "4096", "layer_types": "None"): what a tiny test config has to satisfy.
+    config_defaults: dict[str, str] = field(default_factory=dict)
+    #: The decoder layer class the base model stacks, and the (dense) MLP class its ``self.mlp`` holds.
+    decoder_layer: str | None = None
+    decoder_mlp: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (patchgen-inspect --json, Copier answers)."""
+        return asdict(self)
