@@ -40,6 +40,7 @@ from models.testing import (
     seed_everything,
     tiny_config,
 )
+from models.testing.tiny import tiny_config_for
 from models.testing.dense_suite import CHUNKED_LOSS, DenseModel, DenseParitySuite, reference_kernels_bound
 
 __all__ = ["GROUPED_EXPERTS", "MoeModel", "MoeParitySuite", "per_expert_state_dict", "plan_matches"]
@@ -59,6 +60,8 @@ class MoeModel(DenseModel):
 
     def config(self, **overrides: Any) -> PreTrainedConfig:
         """The tiny fp32 config, eager attention and the eager (per-expert loop) experts implementation."""
+        if self.derived_sizes:
+            return tiny_config_for(self.config_class, **{"experts_implementation": "eager", **self.sizes, **overrides})
         return tiny_config(self.config_class, **{"experts_implementation": "eager", **self.sizes, **overrides})
 
 

@@ -1,0 +1,129 @@
+"""``patchgen-inspect <model>``: print what the upstream reader sees in one model's pinned source.
+
+The scaffolder's defaults come from this report; printing it lets a user check the detected category,
+norm and MLP kinds and the reasons behind any refusal before scaffolding. ``--json`` gives the same
+data as ``ModelStructure.to_dict()``. Exit codes follow ``patchgen``: 0 ok, 2 bad input (an unknown
+model), 3 a bug in the reader (a traceback is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from generator.errors import PatchgenError
+from generator.upstream.reader import read_model
+from generator.upstream.structure import ModelStructure
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="patchgen-inspect",
+        description="Report the structure of a transformers model as read from its pinned source (no import).",
+    )
+    parser.add_argument("model", help="package name under transformers/models (qwen3, llama, gemma3...)")
+    parser.add_argument("--json", action="store_true", help="print ModelStructure.to_dict() as JSON")
+    parser.add_argument("--root", type=Path, default=None, help="read an unpacked transformers tree instead")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``patchgen-inspect`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        structure = read_model(args.model, root=args.root)
+    except PatchgenError as exc:
+        print(f"patchgen-inspect: {exc}", file=sys.stderr)
+        return 2
+    except Exception:  # noqa: BLE001 - any other failure is a reader bug: show where
+        traceback.print_exc()
+        return 3
+    if args.json:
+        print(json.dumps(structure.to_dict(), indent=2))
+    else:
+        print(render(structure))
+    return 0
+
+
+def render(s: ModelStructure) -> str:
+    """The human-readable report: one section per part, unknown kinds with their reasons."""
+    out: list[str] = []
+    add = out.append
+    add(f"model            {s.model}  ({s.modeling_module})")
+    add(f"prefix           {s.prefix}")
+    add(f"config           {s.config_class}  model_type={s.model_type}  ({s.config_module})")
+    add(f"category         {s.category}  -- {s.category_reason}")
+    add(f"decoder layer    {s.decoder_layer}  mlp={s.decoder_mlp}")
+    add("heads            " + (", ".join(f"{k}={v}" for k, v in s.heads.items()) or "none"))
+    lm = s.causal_lm
+    if lm is not None:
+        add(
+            f"causal lm        {lm.cls} (line {lm.line})"
+            + (f", forward from {lm.inherited_from}" if lm.inherited_from else "")
+        )
+        add(f"  output         {lm.output_class}   lm_head bias={lm.lm_head_bias}")
+        add(f"  logits         {lm.logits_var} = self.lm_head({lm.hidden_arg})")
+        add(f"  vocab size     {lm.vocab_size_expr}")
+        add("  postprocess    " + (", ".join(f"{op}({expr})" for op, expr in lm.postprocess) or "none"))
+        add(f"  aux loss       {lm.aux_loss_function}")
+        add(f"  guardable      {'yes' if not lm.reason else 'no: ' + lm.reason}")
+    sc = s.sequence_classification
+    if sc is not None:
+        add(f"seq classif.     {sc.cls}: " + ("generic" if sc.generic else f"not generic ({sc.reason})"))
+    add("norms")
+    for n in s.norms:
+        detail = f"param={n.param} weight={n.weight_attr} bias={n.bias_attr} eps={n.eps_attr or n.eps_value}"
+        add(f"  {n.cls:32} {n.kind:22} " + (detail if n.kind != "unknown" else n.reason))
+    add("mlps")
+    for m in s.mlps:
+        detail = (
+            f"gate={m.gate_attr} up={m.up_attr} down={m.down_attr} act={m.act_attr or m.activation_expr}"
+            f" ({m.activation_expr})" + (f" dropout={m.dropout_expr}" if m.residual_dropout else "")
+        )
+        add(f"  {m.cls:32} {m.kind:22} " + (detail if m.kind != "unknown" else m.reason))
+    r = s.rope
+    if r is not None:
+        where = f"{r.owner + '.' if r.owner else ''}{r.name} (line {r.line}) {r.params}" if r.name else ""
+        add(
+            f"rope             {r.kind} {where} formulation={r.formulation}" + (f"  -- {r.reason}" if r.reason else "")
+        )
+    mu = s.multipliers
+    add(
+        f"multipliers      embedding={mu.embedding} residual={mu.residual} logits={mu.logits}"
+        f" softcapping={mu.final_logit_softcapping}"
+    )
+    moe = s.moe
+    if moe is not None:
+        add(
+            f"moe              block={moe.sparse_block} (line {moe.sparse_block_line}) experts_call={moe.experts_call}"
+        )
+        if moe.router:
+            add(
+                f"  router         {moe.router.cls} {moe.router.kind}"
+                + (f" -- {moe.router.reason}" if moe.router.reason else "")
+            )
+        if moe.experts:
+            e = moe.experts
+            add(
+                f"  experts        {e.cls} layout={e.layout} bias={e.has_bias} activation={e.activation_expr}"
+                f" custom_activation={e.custom_activation}" + (f" -- {e.reason}" if e.reason else "")
+            )
+        if moe.shared_experts:
+            sh = moe.shared_experts
+            add(f"  shared         self.{sh.attr} = {sh.cls} gated={sh.gated}")
+        add(
+            f"  config         experts={moe.num_experts_attr} top_k={moe.top_k_attr}"
+            f" intermediate={moe.intermediate_attr} dense_layers={moe.dense_layers} dense_mlp={moe.dense_mlp}"
+        )
+        if moe.reason:
+            add(f"  note           {moe.reason}")
+    add(f"config defaults  {len(s.config_defaults)} fields")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

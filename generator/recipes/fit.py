@@ -1,0 +1,244 @@
+"""Which recipe call a model's upstream structure calls for, or why no scaffold can be made for it.
+
+The scaffolder reads, it does not ask: :func:`fit_model` turns the reader's report
+(:class:`generator.upstream.structure.ModelStructure`) into the recipe arguments a config passes
+(recorded as Copier answers, rendered as an explicit call), the slots the result guards, what stays
+upstream's code and why, and the structures that make a scaffold impossible. A guard is planned only
+for a formulation the reader recognised exactly, so a scaffold never computes something else than
+upstream; what no snippet covers is skipped with its reason, and a model whose scaffold would guard
+less than its loss head and two slots is refused, as is one whose loss head no snippet fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from generator.upstream.structure import ModelStructure
+
+DOCS = "docs/adding-a-model.md#hand-written-patches"
+
+#: Categories that have a scaffold today.
+SCAFFOLDED = ("dense", "moe")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A structure of upstream that the scaffold leaves as it is (skipped) or cannot handle (refusal)."""
+
+    structure: str  # "norm", "mlp", "rope", "causal_lm", "sequence_classification", "experts", "category"
+    where: str  # the upstream class or function
+    line: int
+    reason: str
+    remedy: str = ""
+
+    def describe(self) -> str:
+        place = f"{self.where} (line {self.line})" if self.line else self.where
+        text = f"{self.structure}: {place}: {self.reason}"
+        return f"{text}; {self.remedy}" if self.remedy else text
+
+
+@dataclass(frozen=True)
+class Fit:
+    structure: ModelStructure
+    category: str
+    #: Recipe arguments as plain data (Copier answers): see :func:`recipe_call`.
+    arguments: dict[str, Any] = field(default_factory=dict)
+    guarded: tuple[str, ...] = ()
+    skipped: tuple[Finding, ...] = ()
+    refusals: tuple[Finding, ...] = ()
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.refusals)
+
+    def refusal_message(self) -> str:
+        """What a user reads when the copy stops before writing anything."""
+        lines = [f"no scaffold for {self.structure.model}: upstream has structures no snippet handles"]
+        lines += [f"  - {finding.describe()}" for finding in self.refusals]
+        lines.append(f"Write the config by hand with the patches named above ({DOCS}).")
+        return "\n".join(lines)
+
+
+def _norm(structure: ModelStructure, skipped: list[Finding]) -> list[dict[str, str]]:
+    guarded = []
+    for norm in structure.norms:
+        if norm.kind in ("rms_weight", "rms_one_plus_weight") and norm.param and norm.eps_attr and norm.weight_attr:
+            guarded.append(
+                {"cls": norm.cls, "formulation": norm.kind, "eps": norm.eps_attr, "weight": norm.weight_attr}
+            )
+            continue
+        reason = {
+            "rms_weight_cast_last": "casts after scaling; the rms_norm slot has no such formulation yet",
+            "rms_unweighted": "has no weight; nothing for the rms_norm slot to scale by",
+            "layer_norm": "a LayerNorm; there is no layer_norm slot yet",
+        }.get(norm.kind, norm.reason or "a formulation the reader does not recognise")
+        skipped.append(
+            Finding("norm", norm.cls, norm.line, reason, "override its forward by hand to guard it (override_method)")
+        )
+    return guarded
+
+
+def _mlps(structure: ModelStructure, skipped: list[Finding]) -> list[dict[str, str]]:
+    guarded = []
+    for mlp in structure.mlps:
+        if mlp.kind in ("gated", "fused_gate_up") and mlp.activation_expr and mlp.gate_attr and mlp.down_attr:
+            if mlp.kind == "gated" and not mlp.up_attr:
+                skipped.append(Finding("mlp", mlp.cls, mlp.line, "gated, but its up projection was not found"))
+                continue
+            guarded.append(
+                {
+                    "cls": mlp.cls,
+                    "kind": mlp.kind,
+                    "gate": mlp.gate_attr,
+                    "up": mlp.up_attr or "",
+                    "down": mlp.down_attr,
+                    "activation": mlp.activation_expr,
+                }
+            )
+            continue
+        if mlp.kind == "plain":
+            reason = "not gated; there is no slot for a plain activation"
+        elif mlp.kind in ("gated", "fused_gate_up"):
+            reason = "keeps no handle on its activation's name (no self.config), so no slot can be told which to run"
+        else:
+            reason = mlp.reason or "a forward the reader does not recognise"
+        skipped.append(Finding("mlp", mlp.cls, mlp.line, reason, "override its forward by hand to guard it"))
+    return guarded
+
+
+def _rope(structure: ModelStructure, skipped: list[Finding]) -> str | None:
+    rope = structure.rope
+    if rope is None or rope.kind == "none":
+        skipped.append(Finding("rope", "-", 0, (rope.reason if rope else "") or "no rotary embedding function"))
+        return None
+    if rope.kind == "function" and rope.formulation == "rotate_half" and "unsqueeze_dim" in rope.params:
+        return rope.name
+    where = f"{rope.owner}.{rope.name}" if rope.owner else (rope.name or "-")
+    reason = rope.reason or (
+        "a method, not a module-level function" if rope.kind == "method" else "takes no unsqueeze_dim"
+    )
+    skipped.append(Finding("rope", where, rope.line, reason, "replace it by hand to guard it (replace_function)"))
+    return None
+
+
+def _causal_lm(structure: ModelStructure, refusals: list[Finding]) -> dict[str, Any] | None:
+    head = structure.causal_lm
+    if head is None:
+        refusals.append(Finding("causal_lm", f"{structure.prefix}ForCausalLM", 0, "upstream has no causal LM"))
+        return None
+    remedy = "override its forward by hand with the loss behind causal_lm_loss_slot"
+    if head.reason:
+        refusals.append(Finding("causal_lm", head.cls, head.line, head.reason, remedy))
+        return None
+    if head.lm_head_bias:
+        refusals.append(
+            Finding("causal_lm", head.cls, head.line, "its lm_head has a bias, which the fused loss does not take", remedy)
+        )
+        return None
+    softcap, scale = "", []
+    for op, expression in head.postprocess:
+        if op == "softcap" and not softcap:
+            softcap = expression
+        elif op in ("scale_div", "scale_mul") and not scale and not softcap:
+            scale = ["div" if op == "scale_div" else "mul", expression]
+        else:
+            refusals.append(
+                Finding("causal_lm", head.cls, head.line, f"logit post-processing the fused loss cannot take: {op}", remedy)
+            )
+            return None
+    return {"cls": head.cls, "softcap": softcap, "scale": scale}
+
+
+def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, str] | None:
+    moe = structure.moe
+    if moe is None:
+        return None
+    experts = moe.experts
+    remedy = "guard the experts call by hand with a kernel for this layout"
+    if not moe.experts_call:
+        skipped.append(
+            Finding("experts", moe.sparse_block, moe.sparse_block_line, moe.reason or "no call self.experts(x, idx, w)")
+        )
+        return None
+    if experts is None:
+        skipped.append(Finding("experts", moe.sparse_block, moe.sparse_block_line, "no fused experts class found"))
+        return None
+    if experts.layout != "gate_up" or experts.has_bias or experts.custom_activation or not experts.activation_expr:
+        why = (
+            experts.reason
+            or ("biases" if experts.has_bias else "")
+            or ("a custom activation" if experts.custom_activation else "")
+            or (f"layout {experts.layout}" if experts.layout != "gate_up" else "no activation name reachable")
+        )
+        skipped.append(
+            Finding("experts", experts.cls, experts.line, f"the moe_experts slot takes [E, 2I, H] gate-first: {why}", remedy)
+        )
+        return None
+    return {"sparse_block": moe.sparse_block, "activation": experts.activation_expr}
+
+
+def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
+    """The scaffold ``structure`` calls for in ``category`` (default: the detected one)."""
+    category = category or structure.category
+    skipped: list[Finding] = []
+    refusals: list[Finding] = []
+    if structure.category == "out_of_category":
+        refusals.append(Finding("category", structure.model, 0, f"out of category: {structure.category_reason}"))
+        return Fit(structure, category, refusals=tuple(refusals))
+    if category not in SCAFFOLDED:
+        refusals.append(
+            Finding("category", structure.model, 0, f"{category} models have no scaffold yet (dense and MoE do)")
+        )
+        return Fit(structure, category, refusals=tuple(refusals))
+    if category == "moe" and structure.moe is None:
+        refusals.append(Finding("category", structure.model, 0, "category moe, but upstream has no routed experts"))
+        return Fit(structure, category, refusals=tuple(refusals))
+    if category == "dense" and structure.moe is not None:
+        refusals.append(Finding("category", structure.model, 0, "category dense, but upstream routes to experts"))
+        return Fit(structure, category, refusals=tuple(refusals))
+
+    arguments: dict[str, Any] = {
+        "norms": _norm(structure, skipped),
+        "mlps": _mlps(structure, skipped),
+        "rope": _rope(structure, skipped),
+        "causal_lm": _causal_lm(structure, refusals),
+    }
+    seq = structure.sequence_classification
+    if seq is not None and seq.generic:
+        arguments["sequence_classification"] = seq.cls
+    else:
+        arguments["sequence_classification"] = None
+        if seq is not None:
+            skipped.append(Finding("sequence_classification", seq.cls, seq.line, seq.reason or "its own forward"))
+    if category == "moe":
+        arguments["experts"] = _experts(structure, skipped)
+        arguments["aux_loss"] = (structure.causal_lm.aux_loss_function if structure.causal_lm else None) or ""
+
+    guarded = []
+    if arguments["norms"]:
+        guarded.append("rms_norm")
+    if arguments["mlps"]:
+        guarded.append("glu_activation")
+    if arguments["rope"]:
+        guarded.append("rope")
+    if arguments.get("experts"):
+        guarded.append("moe_experts")
+    slots = len(guarded)
+    if arguments["causal_lm"]:
+        guarded.append("causal_lm_loss")
+    if arguments.get("aux_loss"):
+        guarded.append("load_balancing_loss")
+    if arguments["sequence_classification"]:
+        guarded.append("sequence_classification_loss")
+    if not refusals and slots < 2:
+        refusals.append(
+            Finding(
+                "coverage",
+                structure.model,
+                0,
+                f"the scaffold would guard only {', '.join(guarded) or 'nothing'}: fewer than the loss head and "
+                "two slots (skipped: " + "; ".join(f.describe() for f in skipped) + ")",
+            )
+        )
+    return Fit(structure, category, arguments, tuple(guarded), tuple(skipped), tuple(refusals))

@@ -1,0 +1,90 @@
+"""The recipe call a scaffold's config holds, as Python source: every decision spelled out.
+
+Rendered from the recorded Copier answers (the fit's arguments, or what a user passed instead), then
+formatted by the installed ruff at the project's line length, so the scaffold's config is exactly what
+``ruff format`` would leave and a reviewer reads each norm, MLP, head and expert block by name.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+from generator.errors import PatchgenError
+from generator.normalize.ruff import ruff_binary
+
+LINE_LENGTH = 119
+
+
+def _call(name: str, positional: str, keywords: Mapping[str, Any]) -> str:
+    arguments = [repr(positional)] + [f"{key}={value!r}" for key, value in keywords.items()]
+    return f"{name}({', '.join(arguments)})"
+
+
+def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
+    """(import line, call) of the recipe for ``arguments`` (see :func:`generator.recipes.fit.fit_model`)."""
+    recipe = "moe_text" if category == "moe" else "dense_text"
+    parts = {"LossHead"}
+    lines = [f"{recipe}(", "    config,", f"    prefix={prefix!r},"]
+    norms = [
+        _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
+        for n in arguments.get("norms") or []
+    ]
+    mlps = [
+        _call(
+            "Mlp",
+            m["cls"],
+            {
+                "kind": m["kind"],
+                "gate": m["gate"],
+                "up": m["up"],
+                "down": m["down"],
+                "activation": m["activation"],
+            },
+        )
+        for m in arguments.get("mlps") or []
+    ]
+    if norms:
+        parts.add("Norm")
+    if mlps:
+        parts.add("Mlp")
+    lines.append(f"    norms=[{', '.join(norms)}],")
+    lines.append(f"    mlps=[{', '.join(mlps)}],")
+    lines.append(f"    rope={arguments.get('rope')!r},")
+    head = arguments["causal_lm"]
+    lines.append(
+        "    causal_lm="
+        + _call("LossHead", head["cls"], {"softcap": head.get("softcap") or "", "scale": tuple(head.get("scale") or ())})
+        + ","
+    )
+    if category == "moe":
+        experts = arguments.get("experts")
+        if experts:
+            parts.add("Experts")
+            lines.append(
+                "    experts="
+                + _call("Experts", experts["sparse_block"], {"activation": experts["activation"]})
+                + ","
+            )
+        else:
+            lines.append("    experts=None,")
+        lines.append(f"    aux_loss={arguments.get('aux_loss') or ''!r},")
+    lines.append(f"    sequence_classification={arguments.get('sequence_classification')!r},")
+    lines.append(")")
+    imports = f"from generator.recipes import {', '.join(sorted(parts) + [recipe])}"
+    return imports, format_source("\n".join(lines) + "\n").rstrip("\n")
+
+
+def format_source(source: str) -> str:
+    """``source`` as ``ruff format`` leaves it at the project's line length (installed ruff only)."""
+    result = subprocess.run(
+        [ruff_binary(), "format", "--isolated", f"--line-length={LINE_LENGTH}", "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise PatchgenError(f"ruff cannot format the rendered recipe call: {result.stderr.strip()}")
+    return result.stdout

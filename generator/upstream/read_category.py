@@ -1,0 +1,139 @@
+"""Which of design.md's categories a model falls into, decided from the structure of its modeling module.
+
+The scaffold holds one template per category; a model outside all of them (an encoder, a recurrent or
+state-space hybrid, a decoder that needs an encoder) must be refused before anything is written, so
+each refusal names the class that shows why.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from generator.upstream.source import ModelSource, called_name
+
+# Class names that only state-space / recurrent / convolutional mixers carry.
+# Matched against the class name with the model's own prefix removed (recurrent_gemma's "RecurrentGemmaRMSNorm"
+# says nothing; its "RecurrentGemmaRecurrentBlock" does). Mixers first: they name the reason best.
+_RECURRENT_NAMES = (
+    re.compile(r"Mixer|SSM|Ssm|GatedDeltaNet|DeltaNet|LinearAttention|LightningAttention|ShortConv|Rglru|RgLru"),
+    re.compile(r"Mamba|Rwkv|RWKV|xLSTM|mLSTM|sLSTM|Recurrent"),
+)
+_VISION_NAME = re.compile(r"Vision|Visual|ImageEncoder|PatchEmbed|VQVAE|Vqvae")
+_AUDIO_NAME = re.compile(r"Audio|Talker|Token2Wav|Speech")
+# Attribute-name prefixes of towers held by a module built with AutoModel (no class of the module to see).
+_VISION_ATTRS = ("visual", "vision", "image_encoder", "vqmodel", "vq_model")
+_AUDIO_ATTRS = ("audio", "talker", "speech", "codec")
+_CROSS_ATTRS = ("crossattention", "encoder_attn", "cross_attention")
+
+#: Packages structure cannot classify, each with why.
+OVERRIDES: dict[str, tuple[str, str]] = {
+    # The Auto* factory classes, not a model of its own.
+    "auto": ("out_of_category", "auto holds the Auto* factories, not a model"),
+}
+
+
+def reachable(source: ModelSource, start: str, depth: int = 6) -> list[str]:
+    """Module classes constructed, directly or transitively, by ``start.__init__``."""
+    seen = [start]
+    frontier = [start]
+    for _ in range(depth):
+        nxt: list[str] = []
+        for cls in frontier:
+            for attr in source.init_assigns(cls):
+                for name in source.instantiated_classes(cls, attr):
+                    if name not in seen:
+                        seen.append(name)
+                        nxt.append(name)
+        frontier = nxt
+    return seen
+
+
+def classify(
+    source: ModelSource,
+    heads: dict[str, str],
+    lm_class: str | None,
+    decoder_layer: str | None,
+    is_moe: bool,
+) -> tuple[str, str]:
+    model = source.model
+    if model in OVERRIDES:
+        return OVERRIDES[model]
+    classes = source.classes
+    masked = [c for c in classes if c.endswith("ForMaskedLM")]
+    if masked:
+        return "out_of_category", f"encoder: defines {masked[0]} (line {classes[masked[0]].lineno})"
+    if lm_class is None:
+        return "out_of_category", "no *ForCausalLM (nor a *ForConditionalGeneration with a vision tower)"
+    forward = source.method(lm_class, "forward")
+    if forward is not None and any(a.arg == "encoder_hidden_states" for a in forward[0].args.args):
+        return "out_of_category", f"{lm_class}.forward takes encoder_hidden_states: the decoder of an encoder-decoder"
+    layer_classes = [c for c in classes if c.endswith(("DecoderLayer", "Layer", "Block"))]
+    for cls in ([decoder_layer] if decoder_layer else []) + layer_classes:
+        cross = [a for a in _CROSS_ATTRS if a in source.init_assigns(cls)]
+        if cross:
+            return "out_of_category", f"{cls} (line {classes[cls].lineno}) has cross-attention (self.{cross[0]})"
+    prefix = _common_prefix(source)
+    for pattern in _RECURRENT_NAMES:
+        recurrent = [c for c in classes if pattern.search(c[len(prefix) :]) and not _VISION_NAME.search(c)]
+        if recurrent:
+            return (
+                "out_of_category",
+                f"recurrent / state-space / linear-attention mixer {recurrent[0]} (line {classes[recurrent[0]].lineno})",
+            )
+    caches = [c for c in classes if c.endswith("Cache")]
+    if caches:
+        return (
+            "out_of_category",
+            f"defines its own cache {caches[0]} (line {classes[caches[0]].lineno}): state a standard cache does not hold",
+        )
+    text_path = reachable(source, decoder_layer) if decoder_layer else []
+    for cls in text_path:
+        for attr, values in source.init_assigns(cls).items():
+            if any("Conv1d" in _text(v) for v in values):
+                return (
+                    "out_of_category",
+                    f"{cls}.{attr} (line {classes[cls].lineno}) is a Conv1d in the decoder: a convolutional state",
+                )
+    has_vision = _has(source, _VISION_NAME, _VISION_ATTRS)
+    has_audio = _has(source, _AUDIO_NAME, _AUDIO_ATTRS)
+    suffix = "_moe" if is_moe else ""
+    if has_audio:
+        return "omni" + suffix, f"an audio tower ({has_audio})" + (
+            f" and a vision tower ({has_vision})" if has_vision else ""
+        )
+    if has_vision:
+        return "vlm" + suffix, f"a vision tower ({has_vision})"
+    if is_moe:
+        return "moe", "routed experts (a class holding self.experts)"
+    return "dense", "decoder-only text model"
+
+
+def _has(source: ModelSource, pattern: re.Pattern[str], attrs: tuple[str, ...]) -> str | None:
+    """A module class named like a tower, else an attribute holding a constructed tower (AutoModel, a Linear)."""
+    for cls in source.classes:
+        if pattern.search(cls) and "Output" not in cls:
+            return cls
+    for cls in source.classes:
+        for attr, values in source.init_assigns(cls).items():
+            if attr.startswith(attrs) and any(_builds_module(v) for v in values):
+                return f"{cls}.{attr}"
+    return None
+
+
+def _builds_module(value: ast.expr) -> bool:
+    """``Foo(...)``, ``nn.Linear(...)`` or ``AutoModel.from_config(...)``: not a buffer or a number."""
+    if not isinstance(value, ast.Call):
+        return False
+    name = called_name(value) or ""
+    return (name[:1].isupper() and name not in ("Buffer", "Parameter")) or name == "from_config"
+
+
+def _common_prefix(source: ModelSource) -> str:
+    """The class-name prefix (from ``*PreTrainedModel``), to strip before matching mixer names."""
+    pretrained = [c for c in source.classes if c.endswith("PreTrainedModel")]
+    return min(pretrained, key=len)[: -len("PreTrainedModel")] if pretrained else ""
+
+
+def _text(node: object) -> str:
+    return ast.unparse(node) if isinstance(node, ast.AST) else ""

@@ -1,0 +1,388 @@
+"""The routed-experts structure of an MoE model: sparse block, router, fused experts, shared experts, config names.
+
+The MoE scaffold swaps the experts for a fused kernel and the router for one that returns its logits;
+both are exact only for the router kinds and expert layouts the reader recognises by shape, so every
+other variant is reported with where it is and why it is not one of them.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from generator.upstream.shapes import match_body, strip_docstring
+from generator.upstream.source import ModelSource, called_name, calls_in, is_self_attr
+from generator.upstream.structure import ExpertsInfo, MoeInfo, RouterInfo, SharedExpertsInfo
+
+_ROUTER_SOFTMAX_TOPK = (
+    # qwen2_moe / qwen3_moe / olmoe: optional renormalisation behind norm_topk_prob.
+    """
+P_x = P_x.reshape(-1, self.P_hidden)
+P_logits = F.linear(P_x, self.P_w)
+P_probs = torch.nn.functional.softmax(P_logits, dtype=torch.float, dim=-1)
+P_top, P_idx = torch.topk(P_probs, self.P_k, dim=-1)
+if self.P_norm:
+    P_top /= P_top.sum(dim=-1, keepdim=True)
+P_top = P_top.to(P_logits.dtype)
+P_scores = P_top
+return (P_logits, P_scores, P_idx)
+""",
+    # qwen3_5_moe: always renormalised, qwen's casts.
+    """
+P_x = P_x.reshape(-1, self.P_hidden)
+P_logits = F.linear(P_x, self.P_w)
+P_probs = torch.nn.functional.softmax(P_logits, dtype=torch.float, dim=-1)
+P_top, P_idx = torch.topk(P_probs, self.P_k, dim=-1)
+P_top /= P_top.sum(dim=-1, keepdim=True)
+P_top = P_top.to(P_logits.dtype)
+P_scores = P_top
+return (P_logits, P_scores, P_idx)
+""",
+    # mixtral / minimax: always renormalised.
+    """
+P_x = P_x.reshape(-1, self.P_hidden)
+P_logits = F.linear(P_x, self.P_w)
+P_probs = torch.nn.functional.softmax(P_logits.float(), dim=-1)
+P_top, P_idx = torch.topk(P_probs, self.P_k, dim=-1)
+P_top /= P_top.sum(dim=-1, keepdim=True)
+P_scores = P_top
+return (P_logits, P_scores, P_idx)
+""",
+)
+
+_ROUTER_SIGMOID_GROUP = """
+P_x = P_x.view(-1, self.P_hidden)
+P_logits = F.linear(P_x.type(torch.float32), self.P_w.type(torch.float32))
+P_s = P_logits.sigmoid()
+P_c = P_s + self.e_score_correction_bias
+P_gs = P_c.view(-1, self.P_ng, self.P_ne // self.P_ng).topk(2, dim=-1)[0].sum(dim=-1)
+P_gi = torch.topk(P_gs, k=self.P_tg, dim=-1, sorted=False)[1]
+P_gm = torch.zeros_like(P_gs)
+P_gm.scatter_(1, P_gi, 1)
+P_sm = P_gm.unsqueeze(-1).expand(-1, self.P_ng, self.P_ne // self.P_ng).reshape(-1, self.P_ne)
+P_c = P_c.masked_fill(~P_sm.bool(), float('-inf'))
+P_ti = torch.topk(P_c, k=self.P_k, dim=-1, sorted=False)[1]
+P_tw = P_s.gather(1, P_ti)
+if self.P_norm:
+    P_d = P_tw.sum(dim=-1, keepdim=True) + 1e-20
+    P_tw /= P_d
+P_tw = P_tw * self.P_scale
+return (P_logits, P_tw, P_ti)
+"""
+
+_EXPERTS_GATE_UP = """
+P_out = torch.zeros_like(P_x)
+with torch.no_grad():
+    P_mask = torch.nn.functional.one_hot(P_idx, num_classes=self.P_ne)
+    P_mask = P_mask.permute(2, 1, 0)
+    P_hit = torch.greater(P_mask.sum(dim=(-1, -2)), 0).nonzero()
+for P_e in P_hit:
+    P_e = P_e[0]
+    if P_e == self.P_ne:
+        continue
+    P_pos, P_tok = torch.where(P_mask[P_e])
+    P_cur = P_x[P_tok]
+    P_g, P_u = nn.functional.linear(P_cur, self.gate_up_proj[P_e]).chunk(2, dim=-1)
+    P_h = ACT(P_g) * P_u
+    P_h = nn.functional.linear(P_h, self.down_proj[P_e])
+    P_h = P_h * P_w[P_tok, P_pos, None]
+    P_out.index_add_(0, P_tok, P_h.to(P_out.dtype))
+return P_out
+"""
+
+_DENSE_MARKERS = (
+    "mlp_only_layers",
+    "first_k_dense_replace",
+    "decoder_sparse_step",
+    "moe_layer_freq",
+    "first_dense_layers",
+    "num_dense_layers",
+    "moe_layer_start_index",
+    "moe_layers",
+    "sparse_step",
+    "layer_types",
+    "mlp_layer_types",
+)
+
+
+_FEED_FORWARD_ATTRS = ("mlp", "feed_forward", "block_sparse_moe", "ffn", "moe")
+
+
+def experts_holders(source: ModelSource) -> list[str]:
+    """Classes whose __init__ keeps routed experts in ``self.experts`` (the sparse-block candidates).
+
+    A mixture of attention heads (jetmoe's attention also holds ``self.experts``) is not a sparse MLP block.
+    """
+    return [c for c in source.classes if "Attention" not in c and _experts_attr(source, c) is not None]
+
+
+def _experts_attr(source: ModelSource, cls: str) -> str | None:
+    """``experts``, or the attribute holding a module class named ``*Experts`` (jetmoe's ``input_linear``)."""
+    assigns = source.init_assigns(cls)
+    if "experts" in assigns:
+        return "experts"
+    for attr in assigns:
+        if any("Experts" in c and c != cls for c in source.instantiated_classes(cls, attr)):
+            return attr
+    return None
+
+
+def read_moe(source: ModelSource, decoder_layer: str | None) -> MoeInfo | None:
+    holders = experts_holders(source)
+    if not holders:
+        return None
+    block, attr, dense_layers, dense_mlp = _sparse_block(source, decoder_layer, holders)
+    line = source.classes[block].lineno
+    experts_attr = _experts_attr(source, block) or "experts"
+    experts_cls = _first(source.instantiated_classes(block, experts_attr))
+    router_attr, router_cls = _router(source, block)
+    experts = _experts(source, block, experts_cls) if experts_cls else None
+    router = _router_info(source, block, router_attr, router_cls)
+    shared = _shared(source, block)
+    settings = [c for c in (router_cls, experts_cls, block) if c]
+    reasons = []
+    if experts_attr != "experts":
+        reasons.append(f"the experts live in self.{experts_attr} ({experts_cls}), not self.experts")
+    elif experts_cls is None:
+        reasons.append("self.experts is not a module class (a ModuleList of MLPs or an external class)")
+    if block == decoder_layer:
+        reasons.append(f"the decoder layer {block} holds self.experts itself (no sparse block class)")
+    elif attr != "mlp":
+        reasons.append(f"the decoder layer holds the sparse block in self.{attr}, not self.mlp")
+    return MoeInfo(
+        sparse_block=block,
+        sparse_block_line=line,
+        experts_call=_experts_call(source, block),
+        router=router,
+        experts=experts,
+        shared_experts=shared,
+        num_experts_attr=_config_name(source, settings, ("num_experts", "num_local_experts", "n_routed_experts")),
+        top_k_attr=_config_name(source, settings, ("top_k", "num_experts_per_tok", "topk")),
+        intermediate_attr=_config_name(
+            source, [c for c in (experts_cls, block) if c], ("intermediate_dim", "intermediate_size", "ffn_dim")
+        ),
+        dense_layers=dense_layers,
+        dense_mlp=dense_mlp,
+        reason="; ".join(reasons),
+    )
+
+
+def _first(names: list[str]) -> str | None:
+    return names[0] if names else None
+
+
+def _sparse_block(
+    source: ModelSource, decoder_layer: str | None, holders: list[str]
+) -> tuple[str, str, str | None, str | None]:
+    """(block class, decoder attribute holding it, dense-layer config names, dense MLP class)."""
+    if decoder_layer in holders:
+        return decoder_layer, "experts", None, None
+    if decoder_layer is not None:
+        assigns = source.init_assigns(decoder_layer)
+        ordered = [a for a in _FEED_FORWARD_ATTRS if a in assigns] + [
+            a for a in assigns if a not in _FEED_FORWARD_ATTRS
+        ]
+        for attr in ordered:
+            classes = source.instantiated_classes(decoder_layer, attr)
+            sparse = [c for c in classes if c in holders]
+            if sparse:
+                dense = [c for c in classes if c not in holders]
+                return sparse[0], attr, _dense_marker(source, decoder_layer, attr), _first(dense)
+    return holders[0], "mlp", None, None
+
+
+def _dense_marker(source: ModelSource, decoder_layer: str, attr: str) -> str | None:
+    """Config names read by the condition that chooses between the sparse block and the dense MLP."""
+    found = source.method(decoder_layer, "__init__")
+    if found is None:
+        return None
+    names: list[str] = []
+    for node in ast.walk(found[0]):
+        if not isinstance(node, (ast.If, ast.IfExp)):
+            continue
+        assigns = node.body if isinstance(node, ast.If) else [node.body]
+        touches = any(
+            is_self_attr(t, attr)
+            for n in assigns
+            for sub in ast.walk(n)
+            if isinstance(sub, ast.Assign)
+            for t in sub.targets
+        ) or (isinstance(node, ast.IfExp))
+        if not touches:
+            continue
+        for sub in ast.walk(node.test):
+            if isinstance(sub, ast.Attribute) and sub.attr in _DENSE_MARKERS and sub.attr not in names:
+                names.append(sub.attr)
+    if not names:
+        # An IfExp on the assignment itself: `self.mlp = Sparse(config) if cond else Dense(config)`.
+        for value in source.init_assigns(decoder_layer).get(attr, []):
+            for sub in ast.walk(value):
+                if isinstance(sub, ast.Attribute) and sub.attr in _DENSE_MARKERS and sub.attr not in names:
+                    names.append(sub.attr)
+    return ", ".join(names) or None
+
+
+def _router(source: ModelSource, block: str) -> tuple[str | None, str | None]:
+    assigns = source.init_assigns(block)
+    for attr in ("gate", "router"):
+        if attr in assigns:
+            return attr, _first(source.instantiated_classes(block, attr))
+    for attr in assigns:
+        classes = source.instantiated_classes(block, attr)
+        if classes and "Router" in classes[0]:
+            return attr, classes[0]
+    return None, None
+
+
+def _router_info(source: ModelSource, block: str, attr: str | None, cls: str | None) -> RouterInfo | None:
+    if attr is None:
+        return None
+    if cls is None:
+        return RouterInfo(
+            f"{block}.{attr}",
+            source.classes[block].lineno,
+            "unknown",
+            reason=f"self.{attr} is a plain layer; routing happens inline in {block}.forward",
+        )
+    line = source.classes[cls].lineno
+    found = source.method(cls, "forward")
+    if found is None:
+        return RouterInfo(cls, line, "unknown", reason="no forward")
+    body = strip_docstring(found[0].body)
+    param = found[0].args.args[1].arg if len(found[0].args.args) > 1 else None
+    for text in _ROUTER_SOFTMAX_TOPK:
+        bound = match_body(text, body)
+        if bound is not None and bound["x"] == param:
+            return RouterInfo(cls, line, "softmax_topk")
+    bound = match_body(_ROUTER_SIGMOID_GROUP, body)
+    if bound is not None and bound["x"] == param:
+        return RouterInfo(cls, line, "sigmoid_group_limited")
+    return RouterInfo(cls, line, "unknown", reason=f"forward (line {found[0].lineno}): {_router_features(found[0])}")
+
+
+def _router_features(func: ast.FunctionDef) -> str:
+    """A short description of a router that matched no template, for the refusal message."""
+    order = []
+    for call in calls_in(func):
+        name = called_name(call)
+        if name in ("softmax", "sigmoid", "topk") and name not in order:
+            order.append(name)
+    text = ast.unparse(func)
+    extras = [w for w in ("e_score_correction_bias", "topk_group", "jitter", "expert_bias") if w in text]
+    shape = " then ".join(order) if order else "no softmax/sigmoid/topk"
+    return "not a known router shape (" + shape + (f"; uses {', '.join(extras)}" if extras else "") + ")"
+
+
+def _experts(source: ModelSource, block: str, cls: str) -> ExpertsInfo:
+    line = source.classes[cls].lineno
+    assigns = source.init_assigns(cls)
+    has_bias = any(a.endswith("_bias") and "proj" in a for a in assigns)
+    activation_expr = _experts_activation(source, block, cls)
+    if "gate_up_proj" not in assigns or "down_proj" not in assigns:
+        return ExpertsInfo(
+            cls, line, "unknown", has_bias=has_bias, reason="no fused gate_up_proj / down_proj parameters"
+        )
+    shape = _param_shape(assigns["gate_up_proj"][0])
+    if shape is None or len(shape) != 3:
+        return ExpertsInfo(cls, line, "unknown", has_bias=has_bias, reason="gate_up_proj is not a 3-d nn.Parameter")
+    doubled = [i for i, dim in enumerate(shape) if _is_doubled(dim)]
+    found = source.method(cls, "forward")
+    forward = found[0] if found else None
+    text = "\n".join(ast.unparse(n) for n in (forward, source.own_method(cls, "_apply_gate")) if n is not None)
+    custom = "_apply_gate" in text or "self.act_fn" not in text
+    if "::2]" in text and "1::2]" in text:
+        return ExpertsInfo(
+            cls,
+            line,
+            "interleaved",
+            has_bias=has_bias,
+            activation_expr=None if custom else activation_expr,
+            custom_activation=custom,
+            reason="gate/up columns alternate"
+            + ("; gate_up_proj is [E, H, 2I] (transposed)" if doubled == [2] else ""),
+        )
+    if doubled == [1]:
+        bound = match_body(_EXPERTS_GATE_UP, forward.body) if forward is not None else None
+        if bound is None:
+            return ExpertsInfo(
+                cls,
+                line,
+                "unknown",
+                has_bias=has_bias,
+                activation_expr=activation_expr,
+                custom_activation=custom,
+                reason=f"[E, 2I, H] parameters but forward (line {forward.lineno if forward else line}) is not the "
+                "canonical loop of linear(x, gate_up_proj[e]).chunk(2) -> act(gate) * up",
+            )
+        return ExpertsInfo(cls, line, "gate_up", has_bias=has_bias, activation_expr=activation_expr)
+    if doubled == [2]:
+        return ExpertsInfo(
+            cls,
+            line,
+            "gate_up_transposed",
+            has_bias=has_bias,
+            activation_expr=activation_expr,
+            custom_activation=custom,
+            reason="" if "chunk(2" in text else "transposed parameters but no chunk(2) in forward",
+        )
+    return ExpertsInfo(cls, line, "unknown", has_bias=has_bias, reason="no dimension of gate_up_proj is 2 * I")
+
+
+def _param_shape(value: ast.expr) -> list[ast.expr] | None:
+    """The dims of ``nn.Parameter(torch.empty(a, b, c))`` (also zeros/randn, or a tuple argument)."""
+    if not (isinstance(value, ast.Call) and called_name(value) == "Parameter" and value.args):
+        return None
+    inner = value.args[0]
+    if not (isinstance(inner, ast.Call) and inner.args):
+        return None
+    if len(inner.args) == 1 and isinstance(inner.args[0], (ast.Tuple, ast.List)):
+        return list(inner.args[0].elts)
+    return list(inner.args)
+
+
+def _is_doubled(dim: ast.expr) -> bool:
+    return (
+        isinstance(dim, ast.BinOp)
+        and isinstance(dim.op, ast.Mult)
+        and any(isinstance(side, ast.Constant) and side.value == 2 for side in (dim.left, dim.right))
+    )
+
+
+def _experts_activation(source: ModelSource, block: str, cls: str) -> str | None:
+    """How the sparse block's forward can name the experts' activation, when it can."""
+    for value in source.init_assigns(cls).get("act_fn", []):
+        if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Attribute):
+            attr = value.slice.attr
+            if source.stores_config(cls) or "use_experts_implementation" in source.decorator_names(cls):
+                return f"self.experts.config.{attr}"
+            if source.stores_config(block):
+                return f"self.config.{attr}"
+    return None
+
+
+def _experts_call(source: ModelSource, block: str) -> bool:
+    found = source.method(block, "forward")
+    if found is None:
+        return False
+    calls = [c for c in calls_in(found[0]) if is_self_attr(c.func, "experts")]
+    return len(calls) == 1 and len(calls[0].args) == 3 and not calls[0].keywords
+
+
+def _shared(source: ModelSource, block: str) -> SharedExpertsInfo | None:
+    assigns = source.init_assigns(block)
+    for attr in ("shared_expert", "shared_experts", "shared_mlp"):
+        if attr in assigns:
+            return SharedExpertsInfo(
+                attr=attr,
+                cls=_first(source.instantiated_classes(block, attr)),
+                gated="shared_expert_gate" in assigns,
+            )
+    return None
+
+
+def _config_name(source: ModelSource, classes: list[str], attrs: tuple[str, ...]) -> str | None:
+    for attr in attrs:
+        for cls in classes:
+            name = source.config_attr_of(cls, attr)
+            if name is not None:
+                return name
+    return None

@@ -1,0 +1,178 @@
+"""Read what the pinned upstream source says about one model's structure, without importing it.
+
+``read_model("qwen3")`` parses ``transformers/models/qwen3/modeling_qwen3.py`` and its configuration
+module by path (``ast`` only: no torch, no transformers at generation time) and reports the class
+prefix, category, heads, norms, MLPs, rope, loss head, multipliers and MoE layout as a
+:class:`~generator.upstream.structure.ModelStructure`. ``patchgen-inspect`` prints it; the scaffold's
+fit turns it into recipe arguments or a refusal. Each part is read by a small module of its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from generator.errors import UpstreamError
+from generator.upstream.index import UpstreamSources
+from generator.upstream.locate import package_root
+from generator.upstream.read_category import classify
+from generator.upstream.read_config import read_config
+from generator.upstream.read_heads import read_causal_lm, read_heads, read_multipliers, read_sequence_classification
+from generator.upstream.read_mlps import read_mlps
+from generator.upstream.read_moe import experts_holders, read_moe
+from generator.upstream.read_norms import read_norms
+from generator.upstream.read_rope import read_rope
+from generator.upstream.source import ModelSource
+from generator.upstream.structure import ModelStructure
+
+_TOP = "transformers"
+_FEED_FORWARD_ATTRS = ("mlp", "feed_forward", "ffn", "block_sparse_moe")
+
+
+def modeling_module(model: str) -> str:
+    return f"{_TOP}.models.{model}.modeling_{model}"
+
+
+def model_file(model: str, root: Path | None = None) -> Path:
+    """Where ``modeling_<model>.py`` must be; raises UpstreamError naming the missing folder or file."""
+    base = (root / _TOP) if root is not None else package_root(_TOP)
+    folder = base / "models" / model
+    if not folder.is_dir():
+        raise UpstreamError(f"unknown model {model!r}: no package {folder}", target=model)
+    path = folder / f"modeling_{model}.py"
+    if not path.is_file():
+        raise UpstreamError(f"model {model!r} has no modeling file: {path} does not exist", target=model)
+    return path
+
+
+def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources | None = None) -> ModelStructure:
+    """The structure of ``transformers.models.<model>`` as its pinned source spells it.
+
+    ``root`` reads an unpacked reference tree instead of the installed package (pin bumps); ``sources``
+    shares one parse cache across a batch of models (a survey parses llama's files once).
+    """
+    path = model_file(model, root)
+    sources = sources or UpstreamSources(root)
+    module = modeling_module(model)
+    source = ModelSource(model=model, index=sources.get(module), sources=sources)
+    if source.index.path != path:  # pragma: no cover - module_path and model_file disagree only on a broken tree
+        raise UpstreamError(f"model {model!r}: expected {path}, parsed {source.index.path}", target=model)
+
+    prefix_guess = _prefix(source, None)
+    heads = read_heads(source, prefix_guess)
+    lm_class = _lm_class(source, heads)
+    prefix = _prefix(source, lm_class)
+    if prefix != prefix_guess:
+        heads = read_heads(source, prefix)
+    base_model = _base_model(source, lm_class) if lm_class else None
+    decoder_layer = _decoder_layer(source, base_model)
+    holders = experts_holders(source)
+    category, category_reason = classify(source, heads, lm_class, decoder_layer, bool(holders))
+    config = read_config(source, lm_class)
+
+    causal_lm = read_causal_lm(source, lm_class) if lm_class else None
+    seq_cls = heads.get("sequence_classification")
+    moe = read_moe(source, decoder_layer) if holders else None
+    decoder_mlp = _decoder_mlp(source, decoder_layer, holders)
+    extra = tuple(
+        c
+        for c in (
+            decoder_mlp,
+            moe.dense_mlp if moe else None,
+            moe.shared_experts.cls if moe and moe.shared_experts else None,
+        )
+        if c
+    )
+    return ModelStructure(
+        model=model,
+        modeling_module=module,
+        config_module=config.module,
+        prefix=prefix,
+        model_type=config.model_type,
+        config_class=config.cls,
+        category=category,
+        category_reason=category_reason,
+        heads=heads,
+        causal_lm=causal_lm,
+        sequence_classification=read_sequence_classification(source, seq_cls) if seq_cls else None,
+        norms=read_norms(source),
+        mlps=read_mlps(source, extra),
+        rope=read_rope(source),
+        multipliers=read_multipliers(source, base_model, decoder_layer, causal_lm),
+        vocab_size_expr=causal_lm.vocab_size_expr if causal_lm else None,
+        moe=moe,
+        config_defaults=config.defaults,
+        decoder_layer=decoder_layer,
+        decoder_mlp=decoder_mlp,
+    )
+
+
+def _lm_class(source: ModelSource, heads: dict[str, str]) -> str | None:
+    """The language-model head: ``*ForCausalLM``, else a ``*ForConditionalGeneration`` (the thinker's for omni)."""
+    if "causal_lm" in heads:
+        return heads["causal_lm"]
+    generation = [c for c in source.classes if c.endswith("ForConditionalGeneration")]
+    thinker = [c for c in generation if "Thinker" in c]
+    if thinker:
+        return thinker[0]
+    return min(generation, key=len) if generation else None
+
+
+def _prefix(source: ModelSource, lm_class: str | None) -> str:
+    """The real class-name prefix, from the PreTrainedModel the head derives from (never the package name)."""
+    pretrained = [c for c in source.classes if c.endswith("PreTrainedModel")]
+    if lm_class is not None:
+        todo = [lm_class]
+        seen: set[str] = set()
+        while todo:
+            cls = todo.pop(0)
+            if cls in seen:
+                continue
+            seen.add(cls)
+            if cls.endswith("PreTrainedModel") and cls != "PreTrainedModel":
+                return cls[: -len("PreTrainedModel")]
+            todo.extend(source.base_names(cls))
+    if pretrained:
+        return min(pretrained, key=len)[: -len("PreTrainedModel")]
+    causal = [c for c in source.classes if c.endswith("ForCausalLM")]
+    if causal:
+        return min(causal, key=len)[: -len("ForCausalLM")]
+    return source.model
+
+
+def _base_model(source: ModelSource, lm_class: str) -> str | None:
+    """The class whose __init__ builds ``self.layers`` (the text decoder stack), searched from the head."""
+    todo = [lm_class]
+    seen: set[str] = set()
+    while todo:
+        cls = todo.pop(0)
+        if cls in seen:
+            continue
+        seen.add(cls)
+        assigns = source.init_assigns(cls)
+        if "layers" in assigns and not any(w in cls for w in ("Vision", "Audio", "Visual")):
+            return cls
+        for attr in assigns:
+            todo.extend(source.instantiated_classes(cls, attr))
+    return None
+
+
+def _decoder_layer(source: ModelSource, base_model: str | None) -> str | None:
+    if base_model is not None:
+        layers = source.instantiated_classes(base_model, "layers")
+        if layers:
+            return layers[0]
+    candidates = [
+        c for c in source.classes if c.endswith("DecoderLayer") and not any(w in c for w in ("Vision", "Audio"))
+    ]
+    return candidates[0] if candidates else None
+
+
+def _decoder_mlp(source: ModelSource, decoder_layer: str | None, holders: list[str]) -> str | None:
+    """The dense feed-forward class the decoder layer holds (the sparse block's dense alternative for MoE)."""
+    if decoder_layer is None:
+        return None
+    for attr in _FEED_FORWARD_ATTRS:
+        dense = [c for c in source.instantiated_classes(decoder_layer, attr) if c not in holders]
+        if dense:
+            return dense[0]
+    return None

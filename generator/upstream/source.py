@@ -1,0 +1,164 @@
+"""One model's parsed modeling module with the queries every part of the reader asks of it.
+
+Kept apart from the readers so each of them (norms, MLPs, heads, MoE...) is a small module with one job
+that asks questions (which classes, which ``self.x = ...`` in ``__init__``, which method a class inherits)
+instead of walking the tree itself.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from generator.upstream.index import ModuleIndex, UpstreamSources
+
+
+def dotted(node: ast.AST) -> str:
+    """Source text of an expression (``self.config.vocab_size``), for reports and comparisons."""
+    return ast.unparse(node)
+
+
+def called_name(call: ast.Call) -> str | None:
+    """The bare name a call invokes (``Foo`` for ``Foo(...)``, ``Linear`` for ``nn.Linear(...)``)."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def is_self_attr(node: ast.AST, attr: str | None = None) -> bool:
+    """``self.<attr>`` (any attribute when ``attr`` is None)."""
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and (attr is None or node.attr == attr)
+    )
+
+
+def calls_in(node: ast.AST) -> list[ast.Call]:
+    """Every call inside ``node``, in source order (``ast.walk`` is breadth-first, so sort)."""
+    found = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+
+
+@dataclass
+class ModelSource:
+    """The modeling module of one model plus the batch's parsed-module cache for inherited methods."""
+
+    model: str
+    index: ModuleIndex
+    sources: UpstreamSources
+    _assigns: dict[str, dict[str, list[ast.expr]]] = field(default_factory=dict)
+
+    @cached_property
+    def classes(self) -> dict[str, ast.ClassDef]:
+        """Classes defined at the top level of the module, in source order."""
+        return {n.name: n for n in self.index.tree.body if isinstance(n, ast.ClassDef)}
+
+    @cached_property
+    def functions(self) -> dict[str, ast.FunctionDef]:
+        return {n.name: n for n in self.index.tree.body if isinstance(n, ast.FunctionDef)}
+
+    def base_names(self, cls: str) -> list[str]:
+        node = self.classes.get(cls)
+        if node is None:
+            return []
+        return [dotted(b) for b in node.bases]
+
+    def own_method(self, cls: str, name: str) -> ast.FunctionDef | None:
+        node = self.index.method(cls, name)
+        return node if isinstance(node, ast.FunctionDef) else None
+
+    def method(self, cls: str, name: str) -> tuple[ast.FunctionDef, str | None] | None:
+        """``cls.name`` as defined on the class, or inherited: (function, owner class or None when own)."""
+        own = self.own_method(cls, name)
+        if own is not None:
+            return own, None
+        inherited = self.sources.inherited_method(self.index, cls, name)
+        if inherited is None:
+            return None
+        owner_index, func = inherited
+        owner = _owner_of(owner_index, func)
+        return func, owner
+
+    def local_method(self, cls: str, name: str) -> ast.FunctionDef | None:
+        """``cls.name`` own or inherited from a class of this module only.
+
+        Attribute questions (what ``__init__`` sets) stop at the module's edge: the bases beyond it
+        (``PreTrainedModel``, ``nn.Module``) set nothing a reader asks about, and parsing
+        ``modeling_utils`` for them would cost more than the whole model.
+        """
+        todo = [cls]
+        seen: set[str] = set()
+        while todo:
+            current = todo.pop(0)
+            if current in seen or current not in self.classes:
+                continue
+            seen.add(current)
+            own = self.own_method(current, name)
+            if own is not None:
+                return own
+            todo.extend(self.base_names(current))
+        return None
+
+    def init_assigns(self, cls: str) -> dict[str, list[ast.expr]]:
+        """``self.<attr> = <value>`` anywhere in ``cls.__init__`` (own or inherited): attr -> values in order."""
+        if cls not in self._assigns:
+            found: dict[str, list[ast.expr]] = {}
+            init = self.local_method(cls, "__init__")
+            if init is not None:
+                for node in ast.walk(init):
+                    if isinstance(node, ast.Assign):
+                        for target in node.targets:
+                            if is_self_attr(target):
+                                found.setdefault(target.attr, []).append(node.value)
+                    elif isinstance(node, ast.AnnAssign) and node.value is not None and is_self_attr(node.target):
+                        found.setdefault(node.target.attr, []).append(node.value)
+            for values in found.values():
+                values.sort(key=lambda v: (v.lineno, v.col_offset))
+            self._assigns[cls] = found
+        return self._assigns[cls]
+
+    def instantiated_classes(self, cls: str, attr: str) -> list[str]:
+        """Module classes constructed into ``self.<attr>`` in ``cls.__init__`` (both branches of an if)."""
+        names: list[str] = []
+        for value in self.init_assigns(cls).get(attr, []):
+            for call in calls_in(value):
+                name = called_name(call)
+                if name in self.classes and name not in names:
+                    names.append(name)
+        return names
+
+    def config_attr_of(self, cls: str, attr: str) -> str | None:
+        """``X`` when ``cls.__init__`` does ``self.<attr> = config.X`` (the config name of a setting)."""
+        for value in self.init_assigns(cls).get(attr, []):
+            # Also `config.X if isinstance(config.X, int) else config.X[layer_idx]` (hunyuan's moe_topk).
+            for node in [value, *ast.walk(value)]:
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "config":
+                    return node.attr
+        return None
+
+    def stores_config(self, cls: str) -> bool:
+        """``cls.__init__`` keeps ``self.config = config`` (so forward can name config attributes)."""
+        return any(isinstance(v, ast.Name) and v.id == "config" for v in self.init_assigns(cls).get("config", []))
+
+    def decorator_names(self, cls: str) -> list[str]:
+        node = self.classes.get(cls)
+        if node is None:
+            return []
+        names = []
+        for dec in node.decorator_list:
+            target = dec.func if isinstance(dec, ast.Call) else dec
+            names.append(dotted(target))
+        return names
+
+
+def _owner_of(index: ModuleIndex, func: ast.FunctionDef) -> str | None:
+    for node in index.tree.body:
+        if isinstance(node, ast.ClassDef) and any(member is func for member in node.body):
+            return node.name
+    return None

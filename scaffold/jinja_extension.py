@@ -1,0 +1,85 @@
+"""The Jinja extension ``copier.yml`` loads: what the scaffold's questions and templates read from upstream.
+
+Copier renders defaults and files with Jinja; this extension gives them the upstream reader and the fit
+(``generator.upstream.reader``, ``generator.recipes.fit``) as globals and filters, so a copy asks only
+what upstream cannot say and every other answer defaults to what the reader found:
+
+- ``upstream(model)``: the structure report as a dict (``ModelStructure.to_dict()``);
+- ``scaffold_fit(model, category)``: the fit as a dict (arguments, guarded slots, skipped, refusal);
+- ``scaffold_refusal(model, category)``: "" when a scaffold fits, else the message listing each
+  unsupported structure, where it is upstream and the patch that would cover it;
+- ``recipe_import(...)`` / ``recipe_call(...)``: the config's import line and recipe call, formatted.
+
+Reading a model takes milliseconds and is cached per process, so Copier may ask for it per question.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import Environment
+from jinja2.ext import Extension
+
+from generator.errors import PatchgenError
+from generator.recipes.fit import Fit, fit_model
+from generator.recipes.render import recipe_call
+from generator.upstream.reader import read_model
+from generator.upstream.structure import ModelStructure
+
+
+@lru_cache(maxsize=64)
+def _structure(model: str) -> ModelStructure | None:
+    try:
+        return read_model(model)
+    except PatchgenError:
+        return None
+
+
+@lru_cache(maxsize=64)
+def _fit(model: str, category: str) -> Fit | None:
+    structure = _structure(model)
+    return None if structure is None else fit_model(structure, category or None)
+
+
+def upstream(model: str) -> dict[str, Any]:
+    structure = _structure(model)
+    return {} if structure is None else structure.to_dict()
+
+
+def scaffold_fit(model: str, category: str = "") -> dict[str, Any]:
+    fit = _fit(model, category)
+    if fit is None:
+        return {}
+    return {
+        "category": fit.category,
+        "arguments": fit.arguments,
+        "guarded": list(fit.guarded),
+        "skipped": [finding.describe() for finding in fit.skipped],
+        "refused": fit.refused,
+    }
+
+
+def scaffold_refusal(model: str, category: str = "") -> str:
+    if _structure(model) is None:
+        return f"transformers has no model package {model!r} (transformers/models/{model}/modeling_{model}.py)"
+    fit = _fit(model, category)
+    return fit.refusal_message() if fit is not None and fit.refused else ""
+
+
+def _recipe(category: str, prefix: str, arguments: dict[str, Any]) -> tuple[str, str]:
+    return recipe_call(category, prefix, arguments)
+
+
+class ScaffoldExtension(Extension):
+    """Registers the reader and the fit with Copier's Jinja environment."""
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        environment.globals["upstream"] = upstream
+        environment.globals["scaffold_fit"] = scaffold_fit
+        environment.globals["scaffold_refusal"] = scaffold_refusal
+        environment.globals["recipe_import"] = lambda category, prefix, arguments: _recipe(
+            category, prefix, arguments
+        )[0]
+        environment.globals["recipe_call"] = lambda category, prefix, arguments: _recipe(category, prefix, arguments)[1]

@@ -1,0 +1,37 @@
+"""``patchgen-inspect``: report, JSON and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from generator import inspect_cli
+
+
+def test_report_names_category_and_kinds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inspect_cli.main(["qwen3"]) == 0
+    out = capsys.readouterr().out
+    assert "dense" in out and "rms_weight" in out and "gated" in out
+
+
+def test_json_output_parses_to_the_structure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inspect_cli.main(["qwen3_moe", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["category"] == "moe" and data["moe"]["router"]["kind"] == "softmax_topk"
+
+
+def test_unknown_model_exits_2_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inspect_cli.main(["no_such_model"]) == 2
+    assert "no_such_model" in capsys.readouterr().err
+
+
+def test_reader_bug_exits_3_with_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(model: str, *, root=None):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(inspect_cli, "read_model", broken)
+    assert inspect_cli.main(["llama"]) == 3
+    assert "Traceback" in capsys.readouterr().err

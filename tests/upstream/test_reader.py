@@ -1,0 +1,312 @@
+"""The upstream reader on real pinned modeling files: one behaviour per test, one model showing it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from functools import cache
+
+import pytest
+
+from generator.errors import UpstreamError
+from generator.upstream.reader import read_model
+from generator.upstream.structure import ModelStructure
+
+
+@cache
+def read(model: str) -> ModelStructure:
+    return read_model(model)
+
+
+def norm(model: str, cls: str):
+    return next(n for n in read(model).norms if n.cls == cls)
+
+
+def mlp(model: str, cls: str):
+    return next(m for m in read(model).mlps if m.cls == cls)
+
+
+# --- prefix, config, heads -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "prefix"),
+    [("smollm3", "SmolLM3"), ("ernie4_5", "Ernie4_5"), ("hunyuan_v1_dense", "HunYuanDenseV1"), ("phimoe", "Phimoe")],
+)
+def test_prefix_comes_from_the_class_names_not_the_package(model: str, prefix: str) -> None:
+    assert read(model).prefix == prefix
+
+
+def test_llama_reads_config_class_model_type_and_dataclass_defaults() -> None:
+    s = read("llama")
+    assert (s.config_class, s.model_type) == ("LlamaConfig", "llama")
+    assert s.config_defaults["vocab_size"] == "32000"
+    assert s.config_defaults["initializer_range"] == "0.02"
+
+
+def test_gemma3_causal_lm_uses_the_text_sub_config() -> None:
+    s = read("gemma3")
+    assert (s.config_class, s.model_type) == ("Gemma3TextConfig", "gemma3_text")
+
+
+def test_llama_has_all_four_heads_and_generic_sequence_classification() -> None:
+    s = read("llama")
+    assert set(s.heads) == {"causal_lm", "sequence_classification", "token_classification", "question_answering"}
+    assert s.sequence_classification is not None and s.sequence_classification.generic
+
+
+# --- causal LM head -------------------------------------------------------------------------------
+
+
+def test_llama_loss_head_is_guardable_with_config_vocab_size() -> None:
+    lm = read("llama").causal_lm
+    assert lm is not None and lm.reason == ""
+    assert (lm.logits_var, lm.hidden_arg) == ("logits", "hidden_states[:, slice_indices, :]")
+    assert lm.vocab_size_expr == "self.config.vocab_size"
+    assert lm.output_class == "CausalLMOutputWithPast"
+    assert "logits_to_keep" in lm.params
+
+
+def test_gemma2_softcapping_is_a_recognised_postprocess_step() -> None:
+    s = read("gemma2")
+    assert s.causal_lm.postprocess == (("softcap", "self.config.final_logit_softcapping"),)
+    assert s.causal_lm.reason == ""
+    assert s.multipliers.final_logit_softcapping
+
+
+def test_granite_logits_scaling_and_multipliers() -> None:
+    s = read("granite")
+    assert s.causal_lm.postprocess == (("scale_div", "self.config.logits_scaling"),)
+    assert s.multipliers.embedding == "self.embedding_multiplier"
+    assert s.multipliers.residual == "self.residual_multiplier"
+    assert s.multipliers.logits == "self.config.logits_scaling"
+
+
+def test_gemma_embedding_normalizer_is_read_from_the_scaled_embedding() -> None:
+    assert read("gemma").multipliers.embedding == "self.config.hidden_size ** 0.5"
+
+
+def test_qwen2_moe_loss_passes_vocab_positionally_and_names_aux_loss_function() -> None:
+    lm = read("qwen2_moe").causal_lm
+    assert lm.vocab_size_expr == "self.vocab_size"
+    assert lm.aux_loss_function == "load_balancing_loss_func"
+    assert lm.output_class == "MoeCausalLMOutputWithPast"
+
+
+def test_lm_head_with_bias_is_refused() -> None:
+    lm = read("phi").causal_lm
+    assert lm.lm_head_bias
+    assert "bias" in lm.reason
+
+
+# --- norms ----------------------------------------------------------------------------------------
+
+
+def test_llama_norm_is_rms_weight_with_its_attributes() -> None:
+    n = norm("llama", "LlamaRMSNorm")
+    assert (n.kind, n.param, n.weight_attr, n.eps_attr) == (
+        "rms_weight",
+        "hidden_states",
+        "weight",
+        "variance_epsilon",
+    )
+
+
+def test_gemma_norm_is_one_plus_weight_with_eps_from_norm_helper() -> None:
+    n = norm("gemma", "GemmaRMSNorm")
+    assert (n.kind, n.param, n.eps_attr) == ("rms_one_plus_weight", "x", "eps")
+
+
+def test_olmo2_norm_casts_last() -> None:
+    assert norm("olmo2", "Olmo2RMSNorm").kind == "rms_weight_cast_last"
+
+
+def test_olmo_norm_is_an_upcast_weightless_layer_norm() -> None:
+    n = norm("olmo", "OlmoLayerNorm")
+    assert (n.kind, n.weight_attr, n.eps_value, n.upcast) == ("layer_norm", None, "1e-05", True)
+
+
+def test_cohere_hand_written_layer_norm_is_unknown_with_reason() -> None:
+    n = norm("cohere", "CohereLayerNorm")
+    assert n.kind == "unknown" and n.reason
+
+
+# --- MLPs -----------------------------------------------------------------------------------------
+
+
+def test_llama_mlp_is_gated_with_activation_expression() -> None:
+    m = mlp("llama", "LlamaMLP")
+    assert (m.kind, m.gate_attr, m.up_attr, m.down_attr) == ("gated", "gate_proj", "up_proj", "down_proj")
+    assert (m.act_attr, m.activation_config_attr, m.activation_expr) == (
+        "act_fn",
+        "hidden_act",
+        "self.config.hidden_act",
+    )
+
+
+def test_lfm2_gated_mlp_records_which_attribute_plays_which_role() -> None:
+    m = mlp("lfm2", "Lfm2MLP")
+    assert (m.kind, m.gate_attr, m.up_attr, m.down_attr) == ("gated", "w1", "w3", "w2")
+
+
+@pytest.mark.parametrize("model", ["phi3", "glm"])
+def test_fused_gate_up_mlp(model: str) -> None:
+    m = read(model).mlps[0]
+    assert (m.kind, m.gate_attr, m.up_attr, m.down_attr) == ("fused_gate_up", "gate_up_proj", None, "down_proj")
+
+
+def test_arcee_mlp_is_plain() -> None:
+    m = mlp("arcee", "ArceeMLP")
+    assert (m.kind, m.up_attr, m.down_attr) == ("plain", "up_proj", "down_proj")
+
+
+def test_starcoder2_plain_mlp_with_c_fc_and_trailing_dropout() -> None:
+    m = mlp("starcoder2", "Starcoder2MLP")
+    assert (m.kind, m.up_attr, m.down_attr, m.residual_dropout) == ("plain", "c_fc", "c_proj", True)
+    assert m.activation_expr is None  # the MLP keeps no self.config
+
+
+def test_seed_oss_gated_mlp_has_residual_dropout() -> None:
+    m = mlp("seed_oss", "SeedOssMLP")
+    assert (m.kind, m.residual_dropout) == ("gated", True)
+    assert "self.residual_dropout" in m.dropout_expr
+
+
+# --- rope -----------------------------------------------------------------------------------------
+
+
+def test_llama_rope_is_rotate_half_function() -> None:
+    r = read("llama").rope
+    assert (r.kind, r.name, r.formulation) == ("function", "apply_rotary_pos_emb", "rotate_half")
+    assert r.params == ("q", "k", "cos", "sin", "unsqueeze_dim")
+
+
+def test_phi3_partial_rotary_is_unknown_with_reason() -> None:
+    r = read("phi3").rope
+    assert r.formulation == "unknown" and "partial" in r.reason
+
+
+def test_deepseek_v2_has_no_module_level_apply_rotary_pos_emb() -> None:
+    r = read("deepseek_v2").rope
+    assert (r.name, r.formulation) == ("apply_rotary_emb", "unknown")
+
+
+def test_gpt_neo_has_no_rope() -> None:
+    assert read("gpt_neo").rope.kind == "none"
+
+
+# --- categories -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "category"),
+    [
+        ("llama", "dense"),
+        ("qwen3", "dense"),
+        ("qwen3_moe", "moe"),
+        ("qwen2_vl", "vlm"),
+        ("qwen3_vl", "vlm"),
+        ("qwen3_vl_moe", "vlm_moe"),
+        ("qwen2_5_omni", "omni"),
+        ("qwen3_omni_moe", "omni_moe"),
+    ],
+)
+def test_category_of_reference_models(model: str, category: str) -> None:
+    assert read(model).category == category
+
+
+@pytest.mark.parametrize(("model", "word"), [("bert", "encoder"), ("mamba", "Mixer"), ("trocr", "encoder")])
+def test_out_of_category_names_why(model: str, word: str) -> None:
+    s = read(model)
+    assert s.category == "out_of_category" and word in s.category_reason
+
+
+def test_qwen3_omni_moe_lm_is_the_thinker() -> None:
+    assert read("qwen3_omni_moe").causal_lm.cls == "Qwen3OmniMoeThinkerForConditionalGeneration"
+
+
+# --- MoE ------------------------------------------------------------------------------------------
+
+
+def test_qwen2_moe_shared_expert_is_gated() -> None:
+    moe = read("qwen2_moe").moe
+    assert moe.shared_experts.attr == "shared_expert" and moe.shared_experts.gated
+    assert moe.dense_layers == "mlp_only_layers, decoder_sparse_step"
+
+
+def test_qwen3_moe_block_router_and_experts() -> None:
+    moe = read("qwen3_moe").moe
+    assert (moe.sparse_block, moe.experts_call) == ("Qwen3MoeSparseMoeBlock", True)
+    assert moe.router.kind == "softmax_topk"
+    assert (moe.experts.layout, moe.experts.activation_expr) == ("gate_up", "self.experts.config.hidden_act")
+    assert (moe.num_experts_attr, moe.top_k_attr, moe.intermediate_attr) == (
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+    )
+
+
+def test_mixtral_counts_experts_with_num_local_experts() -> None:
+    moe = read("mixtral").moe
+    assert moe.num_experts_attr == "num_local_experts"
+    assert moe.router.kind == "softmax_topk"
+
+
+def test_deepseek_v3_sigmoid_group_limited_router_with_dense_first_layers() -> None:
+    moe = read("deepseek_v3").moe
+    assert moe.router.kind == "sigmoid_group_limited"
+    assert (moe.dense_layers, moe.dense_mlp) == ("first_k_dense_replace", "DeepseekV3MLP")
+    assert moe.shared_experts.attr == "shared_experts" and not moe.shared_experts.gated
+
+
+def test_gpt_oss_experts_are_interleaved_with_bias_and_custom_activation() -> None:
+    e = read("gpt_oss").moe.experts
+    assert (e.layout, e.has_bias, e.custom_activation) == ("interleaved", True, True)
+
+
+def test_gpt_oss_top_k_before_softmax_router_is_unknown() -> None:
+    assert read("gpt_oss").moe.router.kind == "unknown"
+
+
+@pytest.mark.parametrize(("model", "block"), [("dots1", "Dots1MoE"), ("glm4_moe", "Glm4MoeMoE")])
+def test_sparse_block_is_the_class_holding_experts(model: str, block: str) -> None:
+    assert read(model).moe.sparse_block == block
+
+
+def test_olmoe_has_no_shared_experts_or_dense_layers() -> None:
+    moe = read("olmoe").moe
+    assert (moe.shared_experts, moe.dense_layers) == (None, None)
+    assert moe.router.kind == "softmax_topk"
+
+
+def test_dense_model_has_no_moe() -> None:
+    assert read("llama").moe is None
+
+
+# --- errors, determinism, no imports --------------------------------------------------------------
+
+
+def test_unknown_model_raises_upstream_error_naming_it() -> None:
+    with pytest.raises(UpstreamError, match="no_such_model"):
+        read_model("no_such_model")
+
+
+def test_package_without_modeling_file_raises_upstream_error(tmp_path) -> None:
+    (tmp_path / "transformers" / "models" / "empty").mkdir(parents=True)
+    with pytest.raises(UpstreamError, match="modeling_empty.py"):
+        read_model("empty", root=tmp_path)
+
+
+def test_reading_twice_gives_equal_reports() -> None:
+    assert read_model("qwen3_moe").to_dict() == read_model("qwen3_moe").to_dict()
+
+
+def test_reader_imports_neither_torch_nor_transformers() -> None:
+    code = (
+        "import sys\n"
+        "from generator.upstream.reader import read_model\n"
+        "read_model('qwen3_moe'); read_model('gemma3')\n"
+        "bad = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
