@@ -8,6 +8,7 @@ what upstream cannot say and every other answer defaults to what the reader foun
 - ``scaffold_fit(model, category)``: the fit as a dict (arguments, guarded slots, skipped, refusal);
 - ``scaffold_refusal(model, category)``: "" when a scaffold fits, else the message listing each
   unsupported structure, where it is upstream and the patch that would cover it;
+- ``scaffold_arguments(model, category)``: the recipe arguments, raising the refusal instead;
 - ``recipe_import(...)`` / ``recipe_call(...)``: the config's import line and recipe call, formatted.
 
 Reading a model takes milliseconds and is cached per process, so Copier may ask for it per question.
@@ -18,6 +19,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from copier.errors import UserMessageError
 from jinja2 import Environment
 from jinja2.ext import Extension
 
@@ -60,6 +62,22 @@ def scaffold_fit(model: str, category: str = "") -> dict[str, Any]:
     }
 
 
+class ScaffoldRefused(UserMessageError):
+    """The model has structures no snippet handles: the copy stops before anything is written."""
+
+
+def scaffold_arguments(model: str, category: str = "") -> dict[str, Any]:
+    """The fit's recipe arguments, or a refusal (raised while Copier asks, so before it writes any file).
+
+    Copier runs no validator on a default it takes under ``--defaults``; this default cannot be taken for
+    a model that does not fit, so the refusal holds in every mode.
+    """
+    refusal = scaffold_refusal(model, category)
+    if refusal:
+        raise ScaffoldRefused(refusal)
+    return scaffold_fit(model, category)["arguments"]
+
+
 def scaffold_refusal(model: str, category: str = "") -> str:
     if _structure(model) is None:
         return f"transformers has no model package {model!r} (transformers/models/{model}/modeling_{model}.py)"
@@ -79,6 +97,7 @@ class ScaffoldExtension(Extension):
         environment.globals["upstream"] = upstream
         environment.globals["scaffold_fit"] = scaffold_fit
         environment.globals["scaffold_refusal"] = scaffold_refusal
+        environment.globals["scaffold_arguments"] = scaffold_arguments
         environment.globals["recipe_import"] = lambda category, prefix, arguments: _recipe(
             category, prefix, arguments
         )[0]
