@@ -20,7 +20,7 @@ from generator.upstream.reader import read_model
 from generator.upstream.structure import ModelStructure
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="patchgen-inspect",
         description="Report the structure of a transformers model as read from its pinned source (no import).",
@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``patchgen-inspect`` console script; returns the exit code."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         structure = read_model(args.model, root=args.root)
     except PatchgenError as exc:

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
 
 __all__ = [
+    "AUX_LOSS_COEF",
     "EPS_VALUES",
     "MODEL_OVERRIDES",
     "TINY",
@@ -55,6 +58,7 @@ TINY: MappingProxyType[str, Any] = MappingProxyType(
         "topk_group": 2,
         "grouped_top_k": 3,
         "moe_intermediate": 28,
+        "dense_intermediate": 68,
         "shared_intermediate": 44,
         "shared_experts": 1,
         # MLA: q_b 40 -> 6*(12+8)=120, kv_a 48 -> 24+8=32, kv_b 24 -> 6*(12+10)=132, o 6*10=60 -> 48
@@ -96,10 +100,9 @@ _ROLE_NAMES: dict[str, tuple[str, ...]] = {
         "dff",
         "dim_ff",
         "decoder_ffn_dim",
-        "dense_intermediate_size",
-        "intermediate_size_mlp",
-        "prefix_dense_intermediate_size",
     ),
+    # the dense MLP of models whose experts take intermediate_size (llama4, minimax_m3, cohere2_moe)
+    "dense_intermediate": ("dense_intermediate_size", "intermediate_size_mlp", "prefix_dense_intermediate_size"),
     "heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads", "swa_num_attention_heads"),
     "kv_heads": (
         "num_key_value_heads",
@@ -156,7 +159,7 @@ _NAME_ROLE: dict[str, str] = {name: role for role, names in _ROLE_NAMES.items() 
 
 #: Roles set even when the default is ``None`` (there ``None`` means "derive it"); for every other role a
 #: default ``None`` means "off" (no sliding window, no q compression, no experts) and stays ``None``.
-_SET_WHEN_NONE = {"head_dim", "intermediate", "kv_heads", "max_positions", "top_k"}
+_SET_WHEN_NONE = {"head_dim", "intermediate", "dense_intermediate", "kv_heads", "max_positions", "top_k"}
 
 _EPS_NAMES = (
     "rms_norm_eps",
@@ -179,6 +182,8 @@ MODEL_OVERRIDES: MappingProxyType[str, Mapping[str, Any]] = MappingProxyType(
     {
         # CodeGen splits the fused qkv into mp_num=4 partitions: heads must divide by 4 (head_dim 12).
         "codegen": {"n_head": 4, "rotary_dim": 6},
+        # moe_layers (layer indices) covers every layer by default; keep layer 1 dense (intermediate_size_mlp).
+        "llama4_text": {"moe_layers": [0, 2]},
         # The default leaves rope_parameters empty although every layer is full attention (KeyError).
         "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}}},
         # DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig does not declare, and clamps
@@ -200,6 +205,11 @@ MODEL_OVERRIDES: MappingProxyType[str, Mapping[str, Any]] = MappingProxyType(
         # attention_types is [[kinds, repeat], ...], expanded to one kind per layer (validated against
         # num_layers): global, local, global.
         "gpt_neo": {"attention_types": [[["global", "local"], 1], [["global"], 1]]},
+        # The sliding window is derived as local_attention // 2 (default 128 -> 64, the whole test batch).
+        "modernbert-decoder": {"local_attention": 10},
+        # num_hidden_layers counts the two attention sub-layers of each of the num_layers decoder layers
+        # (the model rewrites it to 2 * num_layers); keep the config self-consistent.
+        "longcat_flash": {"num_hidden_layers": 6},
         # o_proj is Linear(hidden, hidden): heads * head_dim must equal hidden_size.
         "helium": {"head_dim": 8},
         # Sliding layers double the kv heads: heads must divide by 2 * kv heads.
@@ -281,7 +291,7 @@ def _rebuild_per_layer(values: Sequence[Any], n_layers: int) -> list[Any]:
 def _is_layer_index_list(name: str, value: Sequence[Any], n_layers: int) -> bool:
     """A list of layer indices (``mlp_only_layers``, ``moe_layers``), not one entry per layer."""
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    increasing = all(a < b for a, b in zip(value, value[1:]))
+    increasing = all(a < b for a, b in itertools.pairwise(value))
     return ints and increasing and name.endswith(_LAYER_INDEX_SUFFIXES) and all(0 <= v < n_layers for v in value)
 
 
@@ -314,14 +324,14 @@ def tiny_overrides_for(config_class: type[PreTrainedConfig], *, head_dim_explici
     ``head_dim_explicit``: give an explicit ``head_dim`` (16, so ``heads * head_dim != hidden``); when
     False the head dim is ``hidden / heads`` (8), for models whose code or validation requires it.
     """
-    default, values = _defaults(config_class)
+    _, values = _defaults(config_class)
     roles = {name: _role(config_class, name) for name in values}
     present = {role for role in roles.values() if role}
     out: dict[str, Any] = {}
 
     default_layers = next((values[n] for n, r in roles.items() if r == "layers" and isinstance(values[n], int)), None)
     n_layers = TINY["layers"]
-    grouped = any(n in values for n in ("n_group", "topk_group")) and values.get("n_group") not in (None,)
+    grouped = values.get("n_group") is not None  # group-limited routing: experts must split into groups
     has_mla = "kv_lora_rank" in present
     if has_mla:
         head_dim = TINY["qk_rope_head_dim"]
@@ -407,10 +417,14 @@ def tiny_overrides_for(config_class: type[PreTrainedConfig], *, head_dim_explici
             out[name] = [v for v in value if v < n_layers] or [n_layers - 1]
         elif len(value) == default_layers and default_layers > 1:
             out[name] = _rebuild_per_layer(value, n_layers)
+    if out.get("mlp_layer_types") and set(out["mlp_layer_types"]) == {"sparse"}:
+        # every layer sparse by default, but the "dense" kind is the same config's other branch: layer 0
+        # dense so both kinds of MLP are exercised (mellum, inkling, minimax_m3, cohere2_moe)
+        out["mlp_layer_types"] = ["dense", *out["mlp_layer_types"][1:]]
 
     # rope: partial rotary factors giving an even rotary dim on the head dim the rope applies to
     rope_head_dim = out.get("head_dim", head_dim)
-    if "rope_parameters" in values and values["rope_parameters"]:
+    if values.get("rope_parameters"):
         out["rope_parameters"] = _fix_rope(values["rope_parameters"], rope_head_dim)
     if isinstance(values.get("partial_rotary_factor"), float):
         out["partial_rotary_factor"] = _even_rotary_factor(values["partial_rotary_factor"], rope_head_dim)
@@ -431,7 +445,6 @@ def tiny_overrides_for(config_class: type[PreTrainedConfig], *, head_dim_explici
 
     out.update(_TOKEN_IDS)
     out.update(MODEL_OVERRIDES.get(getattr(config_class, "model_type", ""), {}))
-    del default
     return out
 
 
@@ -468,7 +481,7 @@ def tiny_config_for(config_class: type[_C], **overrides: Any) -> _C:
         kwargs = {**_COMMON, **tiny_overrides_for(config_class, head_dim_explicit=explicit), **overrides}
         try:
             return config_class(**kwargs)
-        except (ValueError, TypeError) as error:  # strict-dataclass validation of the class's constraints
+        except (StrictDataclassError, ValueError, TypeError) as error:  # the class's own validation
             errors.append(error)
     raise errors[0]
 
@@ -485,8 +498,9 @@ def weight_dims(config: PreTrainedConfig) -> dict[str, int]:
     def get(*names: str) -> int | None:
         for name in names:
             value = stored.get(name)
-            if value is None:
-                value = stored.get((getattr(type(text), "attribute_map", None) or {}).get(name, name))
+            target = (getattr(type(text), "attribute_map", None) or {}).get(name, name)
+            if value is None and _NAME_ROLE.get(target) in (None, _NAME_ROLE.get(name)):
+                value = stored.get(target)  # an alias, unless it points at another role (deepseek_v4)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
         return None
@@ -496,6 +510,7 @@ def weight_dims(config: PreTrainedConfig) -> dict[str, int]:
         "intermediate": get(*_ROLE_NAMES["intermediate"]),
         "vocab": get("vocab_size"),
         "moe_intermediate": get(*_ROLE_NAMES["moe_intermediate"]),
+        "dense_intermediate": get(*_ROLE_NAMES["dense_intermediate"]),
         "shared_intermediate": get(*_ROLE_NAMES["shared_intermediate"]),
         "experts": get(*_ROLE_NAMES["experts"]),
     }

@@ -58,6 +58,16 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             module="models.ops.kernels.grouped_experts",
             slots=frozenset({"moe_experts"}),
         ),
+        "ep_alltoall": KernelFamily(
+            name="ep_alltoall",
+            module="models.distributed.expert_parallel",
+            slots=frozenset({"moe_experts"}),
+        ),
+        "global_batch": KernelFamily(
+            name="global_batch",
+            module="models.distributed.losses",
+            slots=frozenset({"causal_lm_loss", "load_balancing_loss"}),
+        ),
         "liger": KernelFamily(
             name="liger",
             module="models.ops.kernels.liger",

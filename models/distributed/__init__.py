@@ -1,0 +1,120 @@
+"""Distributed training of generated models on torch.distributed: FSDP2, expert and sequence parallelism.
+
+Everything is applied from outside the generated modeling, torchtitan-style, over one
+:class:`~models.distributed.mesh.ParallelState`::
+
+    state = ParallelState.build(sp=2, ep=2)            # meshes from torchrun's environment
+    register_ulysses(state)                            # "ulysses_sdpa" / "ulysses_eager" attention
+    bind_ops(parallel_ops(state))                      # ep_alltoall experts, global-batch losses
+    model = build_model(config, attn_implementation="ulysses_sdpa")
+    apply_expert_parallel(model, state)                # keep this rank's experts (the model's plan)
+    apply_fsdp(model, state, param_dtype=torch.bfloat16)
+    out = model(**shard_sequence(batch, state))        # out.loss: the loss of the global batch
+
+See docs/distributed.md. Importing this package imports torch; ``import models`` does not import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from models.distributed.expert_parallel import (
+    ExpertShard,
+    apply_expert_parallel,
+    expert_shards,
+    full_tensor,
+    validate_parallel_plan,
+)
+from models.distributed.fsdp import apply_fsdp, decoder_layers, mixed_precision
+from models.distributed.mesh import ParallelConfigError, ParallelState, parallel_sizes
+from models.distributed.sequence import gather_sequence, scatter_sequence, sequence_slice, shard_sequence
+from models.distributed.ulysses import register_ulysses
+from models.ops import OpsConfig
+
+__all__ = [
+    "ExpertShard",
+    "ParallelConfigError",
+    "ParallelState",
+    "apply_expert_parallel",
+    "apply_fsdp",
+    "average_gradients",
+    "decoder_layers",
+    "expert_shards",
+    "full_state",
+    "full_tensor",
+    "gather_sequence",
+    "mixed_precision",
+    "parallel_ops",
+    "parallel_sizes",
+    "register_ulysses",
+    "scatter_sequence",
+    "sequence_slice",
+    "shard_sequence",
+    "validate_parallel_plan",
+]
+
+
+def parallel_ops(state: ParallelState, base: OpsConfig | None = None) -> OpsConfig:
+    """``base`` (default: all eager) with the distributed kernels bound to ``state``'s groups.
+
+    * ``moe_experts`` -> ``ep_alltoall`` over the ep group (when ``ep > 1``);
+    * ``causal_lm_loss`` and ``load_balancing_loss`` -> ``global_batch`` over the data group (when the
+      world has more than one rank); a ``chunked`` loss in ``base`` is kept as the inner kernel.
+    """
+    base = base or OpsConfig()
+    kernels = dict(base.kernels)
+    options = {slot: dict(opts) for slot, opts in base.kernel_options.items()}
+    if state.ep > 1:
+        kernels["moe_experts"] = "ep_alltoall"
+        options["moe_experts"] = {"group": state.ep_group}
+    if state.world_size > 1:
+        inner = base.kernel_for("causal_lm_loss")
+        if inner not in ("eager", "chunked"):
+            raise ParallelConfigError(f"the global-batch loss wraps 'eager' or 'chunked', not {inner!r}")
+        loss_options: dict[str, Any] = {"group": state.data_group, "sp_group": state.sp_group, "inner": inner}
+        if "chunk_size" in options.get("causal_lm_loss", {}):
+            loss_options["chunk_size"] = options["causal_lm_loss"]["chunk_size"]
+        kernels["causal_lm_loss"] = "global_batch"
+        options["causal_lm_loss"] = loss_options
+        kernels["load_balancing_loss"] = "global_batch"
+        options["load_balancing_loss"] = {"group": state.data_group}
+    return OpsConfig(kernels, kernel_options=options)
+
+
+def average_gradients(model: nn.Module, state: ParallelState) -> None:
+    """Average gradients as FSDP would, for a model that is not FSDP-sharded (a DDP stand-in):
+    dense parameters over the data ranks, expert-parallel chunks over the ranks holding the same chunk.
+    A parameter without a gradient counts as a zero gradient."""
+    experts = expert_shards(model)
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        group, size = (
+            (state.ep_replicate_group, state.ep_replicate) if name in experts else (state.data_group, state.world_size)
+        )
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+        if size > 1:
+            dist.all_reduce(param.grad, group=group)
+            param.grad.div_(size)
+
+
+def full_state(model: nn.Module, state: ParallelState, *, grads: bool = False) -> dict[str, torch.Tensor]:
+    """Every parameter (or its gradient) of a sharded model as one whole tensor, the same on every rank:
+    FSDP's DTensors are gathered, expert-parallel chunks are gathered over the ep ranks. Collective."""
+    experts = expert_shards(model)
+    out = {}
+    for name, param in model.named_parameters():
+        tensor = param.grad if grads else param.detach()
+        if tensor is None:
+            tensor = torch.zeros_like(param)
+        if name in experts:
+            tensor = full_tensor(tensor, experts[name], state)
+        elif hasattr(tensor, "full_tensor"):
+            tensor = tensor.full_tensor()
+        out[name] = tensor
+    return out

@@ -1,0 +1,71 @@
+"""Start ``nproc`` local processes that form one process group: what torchrun does, for tests and the example.
+
+``spawn(fn, nproc, *args)`` runs ``fn(*args)`` in ``nproc`` fresh interpreters (``torch.multiprocessing``
+with the spawn start method) after setting torchrun's variables (``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` on a free port), so ``ParallelState.build`` finds the
+same environment it finds under ``torchrun``. The first exception of any rank is raised in the caller
+with that rank's traceback; after ``timeout`` seconds every rank is killed and ``TimeoutError`` raised.
+``fn`` must be importable by name (a module-level function), as the spawn start method requires.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+__all__ = ["free_port", "spawn"]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the OS picks it), for one process group's rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _entry(rank: int, fn: Callable[..., Any], nproc: int, port: int, args: tuple[Any, ...]) -> None:
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(nproc),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            # Ranks share the machine's cores: one thread each keeps them from starving one another.
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        }
+    )
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    try:
+        fn(*args)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def spawn(fn: Callable[..., Any], nproc: int, *args: Any, timeout: float = 120.0) -> None:
+    """Run ``fn(*args)`` on ``nproc`` ranks of a fresh process group and wait for all of them."""
+    if nproc < 1:
+        raise ValueError(f"nproc must be positive, got {nproc}")
+    context = mp.start_processes(
+        _entry, args=(fn, nproc, free_port(), args), nprocs=nproc, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while not context.join(timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{getattr(fn, '__qualname__', fn)} on {nproc} ranks ran past {timeout:.0f} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+            process.join(timeout=5)

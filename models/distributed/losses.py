@@ -1,0 +1,141 @@
+"""Kernel ``global_batch``: the causal-LM and load-balancing losses of the global batch, on every rank.
+
+When the batch is split over ranks (data parallel, sequence parallel, or both) a per-rank mean is not
+the mean over the batch: ranks hold different numbers of non-ignored tokens, and the load-balancing
+loss multiplies two averages over all tokens. These kernels reduce the sufficient statistics over the
+data group instead, so ``model(...).loss`` on every rank is the loss one process computes on the
+concatenation of all ranks' tokens:
+
+* ``causal_lm_loss``: this rank's summed cross entropy divided by the global number of target tokens
+  (``num_items_in_batch`` when the caller gives it), summed over the group. Under sequence parallelism
+  the labels are shifted across rank boundaries: the last position of a rank's slice predicts the
+  first label of the next rank's slice (exchanged over ``sp_group``), unless ``shift_labels`` is given.
+* ``load_balancing_loss``: the per-expert routed-token counts, router-probability sums and token
+  counts are summed over the group before the Switch-Transformer formula, as upstream's
+  ``load_balancing_loss_func`` computes them over one process's batch.
+
+The reductions are differentiable (``collectives.all_reduce_sum``): each rank's gradients are the
+group size times its share, so averaging gradients over the data ranks (FSDP, DDP,
+``models.distributed.average_gradients``) gives the one-process gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed import ProcessGroup
+
+from models.distributed.collectives import all_reduce_sum
+from models.ops.kernels import chunked_loss, eager
+from models.ops.kernels.loss_inputs import shift_causal_labels
+
+__all__ = ["causal_lm_loss", "load_balancing_loss", "shift_labels_across_ranks"]
+
+_INNER = {"eager": eager.causal_lm_loss, "chunked": chunked_loss.causal_lm_loss}
+
+
+def _require(group: ProcessGroup | None, slot: str) -> ProcessGroup:
+    if group is None:
+        raise ValueError(
+            f"kernel 'global_batch' of slot {slot!r} needs the data process group: "
+            "bind it with models.distributed.parallel_ops(state)"
+        )
+    return group
+
+
+def shift_labels_across_ranks(
+    labels: torch.Tensor, sp_group: ProcessGroup | None, ignore_index: int = -100
+) -> torch.Tensor:
+    """Next-token targets of a sequence slice: ``labels`` shifted left, the last one taken from the next
+    sp rank's first label (``ignore_index`` on the last rank). Without a group, the plain shift."""
+    if sp_group is None or dist.get_world_size(sp_group) == 1:
+        return shift_causal_labels(labels, ignore_index)
+    first = labels[..., :1].contiguous()
+    firsts = [torch.empty_like(first) for _ in range(dist.get_world_size(sp_group))]
+    dist.all_gather(firsts, first, group=sp_group)
+    rank = dist.get_rank(sp_group)
+    following = firsts[rank + 1] if rank + 1 < len(firsts) else torch.full_like(first, ignore_index)
+    return torch.cat((labels[..., 1:], following), dim=-1)
+
+
+def causal_lm_loss(
+    hidden_states: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    vocab_size: int,
+    num_items_in_batch: Any = None,
+    ignore_index: int = -100,
+    shift_labels: torch.Tensor | None = None,
+    final_logit_softcapping: float | None = None,
+    group: ProcessGroup | None = None,
+    sp_group: ProcessGroup | None = None,
+    inner: str = "eager",
+    chunk_size: int | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``causal_lm_loss`` slot contract, reduced over ``group``; ``inner`` ("eager" or "chunked") computes
+    this rank's share. Returns the global loss and this rank's logits (None with "chunked")."""
+    group = _require(group, "causal_lm_loss")
+    if inner not in _INNER:
+        raise ValueError(f"inner loss kernel must be one of {sorted(_INNER)}, got {inner!r}")
+    if shift_labels is None:
+        shift_labels = shift_labels_across_ranks(labels, sp_group, ignore_index)
+    if num_items_in_batch is None:
+        num_items_in_batch = (shift_labels != ignore_index).sum().to(torch.float32)
+        dist.all_reduce(num_items_in_batch, group=group)
+    options = {} if chunk_size is None or inner != "chunked" else {"chunk_size": chunk_size}
+    share, logits = _INNER[inner](
+        hidden_states,
+        lm_head_weight,
+        labels,
+        vocab_size=vocab_size,
+        num_items_in_batch=num_items_in_batch,
+        ignore_index=ignore_index,
+        shift_labels=shift_labels,
+        final_logit_softcapping=final_logit_softcapping,
+        **options,
+    )
+    return all_reduce_sum(share, group), logits
+
+
+def load_balancing_loss(
+    router_logits: Any,
+    num_experts: int,
+    top_k: int,
+    attention_mask: torch.Tensor | None,
+    *,
+    group: ProcessGroup | None = None,
+) -> torch.Tensor | int:
+    """``load_balancing_loss`` slot contract over the tokens of every rank of ``group``."""
+    group = _require(group, "load_balancing_loss")
+    if not isinstance(router_logits, tuple) or not router_logits:
+        return 0
+    device = router_logits[0].device
+    tokens_per_expert = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    router_prob = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    total_rows = torch.zeros((), dtype=torch.float32, device=device)
+    if attention_mask is not None:
+        flat_mask = attention_mask.reshape(-1).to(device=device, dtype=torch.float32)
+    for layer_logits in router_logits:
+        routing_weights = F.softmax(layer_logits.to(device), dim=-1)
+        _, selected = torch.topk(routing_weights, top_k, dim=-1)
+        if attention_mask is None:
+            tokens_per_expert = tokens_per_expert + torch.bincount(selected.reshape(-1), minlength=num_experts).float()
+            router_prob = router_prob + routing_weights.float().sum(dim=0)
+            total_rows = total_rows + routing_weights.shape[0]
+        else:
+            tokens_per_expert = tokens_per_expert + torch.zeros(
+                num_experts, dtype=torch.float32, device=device
+            ).scatter_add_(0, selected.reshape(-1), flat_mask.repeat_interleave(top_k))
+            router_prob = router_prob + (routing_weights.float() * flat_mask.unsqueeze(-1)).sum(dim=0)
+            total_rows = total_rows + flat_mask.sum()
+    counts = torch.cat((tokens_per_expert, total_rows.reshape(1))).detach()
+    dist.all_reduce(counts, group=group)
+    tokens_per_expert, total_rows = counts[:-1], counts[-1]
+    router_prob = all_reduce_sum(router_prob, group)
+    overall = torch.sum((tokens_per_expert / total_rows) * (router_prob / total_rows).unsqueeze(0))
+    return overall * num_experts

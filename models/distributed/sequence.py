@@ -1,0 +1,105 @@
+"""Sequence-parallel helpers: slice a batch per sp rank, and move hidden states between slices and wholes.
+
+``shard_sequence(batch, state)`` pads every sequence tensor of a causal-LM batch to a multiple of ``sp``
+(pad id, attention mask 0, label ``-100``) and keeps this rank's contiguous slice of each, adding the
+``position_ids`` of the whole sequence (a rank cannot infer them from its slice) and ``shift_labels``
+(next-token targets shifted before slicing, so no target is lost at a slice boundary). The model is
+then called on the slice as usual; with the ``global_batch`` loss kernel bound, its loss is the loss of
+the whole batch (``models.distributed.losses``).
+
+``gather_sequence`` / ``scatter_sequence`` move activations between a slice and the whole sequence
+with autograd (all-gather <-> reduce-scatter), for code that needs the whole sequence at some point,
+such as a multimodal forward merging image features into text positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from models.distributed.collectives import all_gather, scatter
+from models.distributed.mesh import ParallelState
+from models.ops.kernels.loss_inputs import shift_causal_labels
+
+__all__ = ["gather_sequence", "padded_length", "scatter_sequence", "sequence_slice", "shard_sequence"]
+
+IGNORE_INDEX = -100
+
+
+def padded_length(length: int, sp: int) -> int:
+    """The smallest multiple of ``sp`` that holds ``length`` positions."""
+    return -(-length // sp) * sp
+
+
+def sequence_slice(length: int, sp: int, sp_rank: int) -> slice:
+    """Rank ``sp_rank``'s positions of a sequence padded from ``length`` to a multiple of ``sp``."""
+    chunk = padded_length(length, sp) // sp
+    return slice(sp_rank * chunk, (sp_rank + 1) * chunk)
+
+
+def _pad(x: torch.Tensor, length: int, value: float, dim: int = 1) -> torch.Tensor:
+    missing = length - x.shape[dim]
+    if missing == 0:
+        return x
+    pad = [0, 0] * (x.ndim - 1 - dim % x.ndim) + [0, missing]
+    return F.pad(x, pad, value=value)
+
+
+def shard_sequence(
+    batch: Mapping[str, Any], state: ParallelState, *, pad_token_id: int = 0, ignore_index: int = IGNORE_INDEX
+) -> dict[str, Any]:
+    """This sp rank's slice of a ``[batch, seq]`` causal-LM batch (``input_ids``, ``attention_mask``, ``labels``,
+    optionally ``position_ids`` or ``inputs_embeds``); other entries are passed through unchanged.
+
+    Returns the sliced tensors plus ``position_ids`` and, when ``labels`` are given, ``shift_labels``.
+    An ``attention_mask`` is created when padding is needed and none was given.
+    """
+    reference = batch["input_ids"] if batch.get("input_ids") is not None else batch["inputs_embeds"]
+    batch_size, length = reference.shape[:2]
+    total = padded_length(length, state.sp)
+    window = sequence_slice(length, state.sp, state.sp_rank)
+    out = dict(batch)
+
+    position_ids = batch.get("position_ids")
+    if position_ids is None:
+        position_ids = torch.arange(length, device=reference.device).unsqueeze(0).expand(batch_size, -1)
+    # Padding positions continue the count: they are masked out, and the rotary tables cover them.
+    extra = torch.arange(length, total, device=reference.device).expand(position_ids.shape[0], -1)
+    out["position_ids"] = torch.cat((position_ids, extra.to(position_ids.dtype)), dim=-1)[:, window]
+
+    attention_mask = batch.get("attention_mask")
+    if attention_mask is None and total != length:
+        attention_mask = torch.ones(batch_size, length, dtype=torch.long, device=reference.device)
+    if attention_mask is not None:
+        out["attention_mask"] = _pad(attention_mask, total, 0)[:, window]
+    if batch.get("input_ids") is not None:
+        out["input_ids"] = _pad(batch["input_ids"], total, pad_token_id)[:, window]
+    if batch.get("inputs_embeds") is not None:
+        out["inputs_embeds"] = _pad(batch["inputs_embeds"], total, 0.0)[:, window]
+    labels = batch.get("labels")
+    if labels is not None:
+        padded = _pad(labels, total, ignore_index)
+        out["labels"] = padded[:, window]
+        out["shift_labels"] = shift_causal_labels(padded, ignore_index)[:, window]
+    return out
+
+
+def gather_sequence(x: torch.Tensor, state: ParallelState, *, dim: int = 1, length: int | None = None) -> torch.Tensor:
+    """The whole sequence from every sp rank's slice of ``x`` along ``dim``, trimmed to ``length``
+    (the unpadded length) when given. Backward sums the gradients and keeps this rank's slice."""
+    whole = all_gather(x, dim, state.sp_group) if state.sp > 1 else x
+    if length is not None:
+        whole = whole.narrow(dim, 0, length)
+    return whole
+
+
+def scatter_sequence(x: torch.Tensor, state: ParallelState, *, dim: int = 1, pad_value: float = 0.0) -> torch.Tensor:
+    """This sp rank's slice of ``x`` (the same whole sequence on every rank), padded along ``dim`` to a
+    multiple of ``sp`` first. Backward all-gathers the slices' gradients."""
+    if state.sp == 1:
+        return x
+    x = _pad(x, padded_length(x.shape[dim], state.sp), pad_value, dim=dim)
+    return scatter(x, dim, state.sp_group)

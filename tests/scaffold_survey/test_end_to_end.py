@@ -1,0 +1,51 @@
+"""One real model through scaffold-survey: a worktree clone, copier copy, the generator, the model's own tests.
+
+Mistral is the dense model outside the zoo that the scaffold supports as it is (tests/template/test_copy.py).
+The whole run takes about 15 to 25 s on two cores (cloning the working tree: ~1 s; the reader: ~1 s; the
+copy and generation: ~1 s; mistral's parity tests: 10 to 20 s), so it runs in the normal suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif((REPO_ROOT / "models" / "mistral").exists(), reason="mistral joined the zoo: survey another model")
+def test_survey_of_mistral_passes_and_lists_its_slots(tmp_path: Path) -> None:
+    report = tmp_path / "survey.json"
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTEST_ADDOPTS"}}
+    env["TMPDIR"] = str(tmp_path)  # the survey's clones go here, and must be gone afterwards
+    run = subprocess.run(
+        [sys.executable, "-m", "scaffold.survey", "mistral", "-j", "1", "--timeout", "300", "--json", str(report)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    payload = json.loads(report.read_text(encoding="utf-8"))
+    (mistral,) = payload["results"]
+    assert (mistral["model"], mistral["outcome"], mistral["reason"]) == ("mistral", "pass", ""), mistral["details"]
+    assert {"rms_norm", "rope", "causal_lm_loss"} <= set(mistral["slots"])
+    assert mistral["details"]["tests"]["returncode"] == 0
+    assert payload["from_worktree"] is True and payload["source"] == str(REPO_ROOT)
+    if payload["reader"] is not None:  # the clone's reader, not this checkout's
+        assert payload["reader"].startswith(str(tmp_path)) and mistral["category"] == "dense"
+    total = payload["summary"][-1]
+    assert (total["category"], total["models"], total["pass"]) == ("total", 1, 1)
+
+    # stderr: one plain line per model (no terminal here); stdout: the summary table.
+    assert "[1/1] mistral (dense): pass in" in run.stderr or "[1/1] mistral (" in run.stderr, run.stderr
+    assert run.stdout.splitlines()[0].split()[:2] == ["category", "models"]
+    assert not list(tmp_path.glob("scaffold-survey-*")), "the temporary clone was not removed"

@@ -1,0 +1,342 @@
+"""scaffold-survey's tables, population, clones and workers, on fakes: no Copier, no model tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scaffold import survey
+from scaffold.survey_classify import BROKEN, PASS, REFUSED, WRONG, ModelResult, Observation, StepResult
+
+
+def result(model: str, category: str, outcome: str, reason: str = "", slots: tuple[str, ...] = ()) -> ModelResult:
+    return ModelResult(model, category, "", outcome, reason, slots, 1.0)
+
+
+RESULTS = [
+    result("mistral", "dense", PASS, slots=("rms_norm", "glu_activation", "rope", "causal_lm_loss")),
+    result("apertus", "dense", REFUSED, "patchgen: error: ApertusMLP | not gated\nsecond line"),
+    result("helium", "dense", WRONG, "models/helium/tests/x.py::t[gpu]: RuntimeError: shapes"),
+    result("qwen2_moe", "moe", PASS, slots=("moe_experts", "causal_lm_loss")),
+    result("dbrx", "moe", BROKEN, "timeout after 600 s: the tests of models/dbrx did not finish"),
+    result("bart", "out_of_category", REFUSED, "out of category: encoder-decoder"),
+]
+
+
+# -- tables ---------------------------------------------------------------------------------------------------------
+
+
+def test_summary_counts_each_category_and_the_pass_rates() -> None:
+    rows = {row["category"]: row for row in survey.summarize(RESULTS)}
+    assert list(rows) == ["dense", "moe", "out_of_category", "total"]
+    assert {k: rows["dense"][k] for k in ("models", PASS, REFUSED, BROKEN, WRONG)} == {
+        "models": 3, PASS: 1, REFUSED: 1, BROKEN: 0, WRONG: 1,
+    }  # fmt: skip
+    assert rows["dense"]["pass_rate"] == pytest.approx(1 / 3)
+    assert rows["moe"]["pass_rate"] == 0.5 and rows["moe"]["target"] == 0.70
+    assert rows["out_of_category"]["target"] is None
+    assert rows["total"]["models"] == 6 and rows["total"][PASS] == 2
+
+
+def test_markdown_tables() -> None:
+    text = survey.markdown_tables(RESULTS)
+    lines = text.splitlines()
+    assert lines[0] == "| category | models | pass | refused | broken | wrong | pass rate | target |"
+    assert "| dense | 3 | 1 | 1 | 0 | 1 | 33% | ≥ 85% (not met) |" in lines
+    assert "| MoE | 2 | 1 | 0 | 1 | 0 | 50% | ≥ 70% (not met) |" in lines
+    assert "| out of category | 1 | 0 | 1 | 0 | 0 | 0% |  |" in lines
+    assert "| **total** | 6 | 2 | 2 | 1 | 1 | 33% |  |" in lines
+    assert "| `mistral` | dense | pass | `rms_norm`, `glu_activation`, `rope`, `causal_lm_loss` |  |" in lines
+    # A pipe in a reason is escaped, extra lines are counted, not printed.
+    assert "| `apertus` | dense | refused |  | patchgen: error: ApertusMLP \\| not gated (+1 more) |" in lines
+    models = [line.split("`")[1] for line in lines if line.startswith("| `")]
+    assert survey.markdown_tables(RESULTS, caption="survey of 6").startswith("survey of 6\n\n| category |")
+    assert models == ["apertus", "helium", "mistral", "dbrx", "qwen2_moe", "bart"]  # by category, then name
+
+
+def test_plain_tables_list_what_did_not_pass() -> None:
+    text = survey.plain_tables(RESULTS)
+    assert text.splitlines()[0].split() == [
+        "category",
+        "models",
+        "pass",
+        "refused",
+        "broken",
+        "wrong",
+        "pass",
+        "rate",
+        "target",
+    ]
+    assert "  apertus [dense] refused: patchgen: error: ApertusMLP | not gated (+1 more)" in text
+    assert "  dbrx [MoE] broken: timeout after 600 s" in text
+    assert "mistral" not in text.split("not passing:")[1]
+
+
+def test_exit_code_fails_on_wrong_or_broken_only() -> None:
+    assert survey.exit_code(RESULTS) == 1
+    assert survey.exit_code([r for r in RESULTS if r.outcome in (PASS, REFUSED)]) == 0
+    assert survey.exit_code([r for r in RESULTS if r.outcome != BROKEN]) == 1
+
+
+def test_model_line() -> None:
+    line = survey.model_line(RESULTS[1], 2, 6)
+    assert line == (
+        "[2/6] apertus (dense): refused in 1.0 s; slots: -; patchgen: error: ApertusMLP | not gated (+1 more)"
+    )
+
+
+def test_json_output(tmp_path: Path) -> None:
+    path = tmp_path / "survey.json"
+    survey.write_json(path, RESULTS, {"transformers": "5.16.1"})
+    payload = json.loads(path.read_text())
+    assert payload["transformers"] == "5.16.1"
+    assert payload["results"][0]["slots"] == ["rms_norm", "glu_activation", "rope", "causal_lm_loss"]
+    assert payload["summary"][-1]["category"] == "total"
+
+
+# -- the population ---------------------------------------------------------------------------------------------------
+
+
+def write(path: Path, text: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> Path:
+    models = tmp_path / "transformers" / "models"
+    write(
+        models / "llama" / "modeling_llama.py",
+        "class LlamaModel(X):\n    pass\nclass LlamaForCausalLM(X):\n    pass\n",
+    )
+    write(models / "mistral" / "modeling_mistral.py", "class MistralForCausalLM(MistralPreTrainedModel, G):\n")
+    write(
+        models / "qwen2_moe" / "modeling_qwen2_moe.py",
+        "class Qwen2MoeSparseMoeBlock(nn.Module):\nclass Qwen2MoeForCausalLM(P):\n",
+    )
+    write(
+        models / "bart" / "modeling_bart.py",
+        "class BartEncoderLayer(M):\nclass BartForConditionalGeneration(P):\nclass BartForCausalLM(P):\n",
+    )
+    write(models / "bert" / "modeling_bert.py", "class BertForMaskedLM(P):\n    '''not a ForCausalLM'''\n")
+    write(models / "auto" / "modeling_auto.py", "class AutoModelForCausalLM(_BaseAutoModelClass):\n")
+    write(models / "tokenizer_only" / "tokenization_x.py", "class XForCausalLM:\n")
+    write(models / "__init__.py")
+    return models
+
+
+def test_population_is_every_modeling_module_with_a_causal_lm(upstream: Path) -> None:
+    assert survey.causal_lm_models(upstream) == {
+        "bart": "BartForCausalLM",
+        "llama": "LlamaForCausalLM",
+        "mistral": "MistralForCausalLM",
+        "qwen2_moe": "Qwen2MoeForCausalLM",
+    }
+
+
+def test_select_drops_the_zoo_and_checks_requested_names(upstream: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write(repo / "models" / "llama" / "llama_gpu_patch_gen_config.py")
+    write(repo / "models" / "testing" / "parity.py")
+    zoo = survey.zoo_models(repo)
+    assert zoo == {"llama"}
+    population = survey.causal_lm_models(upstream)
+    assert survey.select(population, zoo, []) == ["bart", "mistral", "qwen2_moe"]
+    assert survey.select(population, zoo, ["qwen2_moe", "mistral", "qwen2_moe"]) == ["qwen2_moe", "mistral"]
+    with pytest.raises(survey.SurveyError, match=r"llama is in the zoo already.*bert: .*defines no \*ForCausalLM"):
+        survey.select(population, zoo, ["llama", "bert"])
+
+
+def test_guessed_categories(upstream: Path) -> None:
+    read = lambda m: (upstream / m / f"modeling_{m}.py").read_text()
+    assert survey.guess_category(read("mistral"))[0] == "dense"
+    assert survey.guess_category(read("qwen2_moe"))[0] == "moe"
+    assert survey.guess_category(read("bart"))[0] == "out_of_category"
+
+
+def fake_clone(tmp_path: Path, reader: str | None) -> Path:
+    clone = tmp_path / "clone"
+    write(clone / "generator" / "__init__.py")
+    write(clone / "generator" / "upstream" / "__init__.py")
+    write(clone / "models" / "__init__.py")
+    if reader is not None:
+        write(clone / "generator" / "upstream" / "reader.py", reader)
+    return clone
+
+
+def test_categories_come_from_the_clones_reader(tmp_path: Path, upstream: Path) -> None:
+    reader = (
+        "from types import SimpleNamespace\n"
+        "def read_model(model):\n"
+        "    if model == 'bart':\n"
+        "        raise ValueError('no decoder')\n"
+        "    return SimpleNamespace(category='moe' if 'moe' in model else 'dense', category_reason='read')\n"
+    )
+    found = survey.read_categories(fake_clone(tmp_path, reader), ["mistral", "qwen2_moe", "bart"], upstream)
+    assert found.warning == "" and found.reader.endswith("generator/upstream/reader.py")
+    assert found.by_model == {
+        "mistral": ("dense", "read"),
+        "qwen2_moe": ("moe", "read"),
+        "bart": ("unknown", "the reader failed: ValueError: no decoder"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("reader", "warning"),
+    [
+        (None, "generator.upstream.reader is missing: categories are guessed from class names"),
+        ("def read_model(:\n", "generator.upstream.reader does not import: SyntaxError"),
+    ],
+)
+def test_without_a_reader_categories_are_guessed_and_said_so(
+    tmp_path: Path, upstream: Path, reader: str | None, warning: str
+) -> None:
+    found = survey.read_categories(fake_clone(tmp_path, reader), ["mistral", "qwen2_moe", "bart"], upstream)
+    assert found.reader is None and found.warning.startswith(warning)
+    assert {m: c for m, (c, _) in found.by_model.items()} == {
+        "mistral": "dense", "qwen2_moe": "moe", "bart": "out_of_category",
+    }  # fmt: skip
+
+
+# -- clones ---------------------------------------------------------------------------------------------------------------
+
+
+def git(repo: Path, *args: str) -> str:
+    return survey.git(repo, *args).stdout
+
+
+def test_worktree_clone_holds_uncommitted_files_and_nothing_ignored_or_heavy(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    write(root / ".gitignore", "ignored.txt\n")
+    write(root / "copier.yml", "_subdirectory: template\n")
+    write(root / "committed.py", "a = 1\n")
+    git(root, "init", "--quiet")
+    git(root, "add", "--all")
+    git(root, "commit", "--quiet", "-m", "first")
+    write(root / "committed.py", "a = 2\n")  # modified, not committed
+    write(root / "new.py", "b = 1\n")  # untracked
+    write(root / "ignored.txt", "x")
+    write(root / ".venv" / "lib" / "big.py", "x")  # not ignored here, yet never copied
+    (root / "gone.py").touch()
+    git(root, "add", "gone.py")
+    (root / "gone.py").unlink()  # tracked, deleted
+
+    clone = survey.make_clone(root, tmp_path / "clone", from_worktree=True)
+    files = sorted(
+        p.relative_to(clone).as_posix() for p in clone.rglob("*") if ".git/" not in p.as_posix() + "/" and p.is_file()
+    )
+    assert files == [".gitignore", "committed.py", "copier.yml", "new.py"]
+    assert (clone / "committed.py").read_text() == "a = 2\n"
+    assert git(clone, "status", "--porcelain") == ""
+
+    plain = survey.make_clone(root, tmp_path / "plain", from_worktree=False)
+    assert (plain / "committed.py").read_text() == "a = 1\n" and not (plain / "new.py").exists()
+
+
+def test_imports_must_resolve_inside_the_clone(tmp_path: Path) -> None:
+    clone = fake_clone(tmp_path, None)
+    survey.check_imports(clone)
+    (clone / "models" / "__init__.py").unlink()
+    (clone / "models").rmdir()
+    # The installed (editable) checkout's models would be imported instead: refused.
+    with pytest.raises(
+        survey.SurveyError, match=r"Python imports .*models.* not the clone's|import generator, models"
+    ):
+        survey.check_imports(clone)
+
+
+def test_a_timeout_ends_the_process_and_its_children(tmp_path: Path) -> None:
+    runner = survey.Runner()
+    start = time.monotonic()
+    step = runner.run(["sh", "-c", "sleep 30 & echo started; sleep 30"], tmp_path, {"PATH": "/usr/bin:/bin"}, 1)
+    assert step.timed_out and step.returncode is None and "started" in step.output
+    assert time.monotonic() - start < 10
+
+
+# -- the workers and the command --------------------------------------------------------------------------------------
+
+
+def test_workers_survey_every_model_once_and_keep_the_order(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def fake_survey_model(clone, model, category, runner, settings):
+        seen.append((clone.name, model))
+        time.sleep(0.01)
+        copy = StepResult(("copier",), 1 if model == "b" else 0, "refused: no\n" if model == "b" else "")
+        tests = StepResult(("pytest",), 0, "1 passed in 0.1s\n") if model != "b" else None
+        slots = ("rms_norm", "rope", "causal_lm_loss")
+        return Observation(model, copy, model != "b", (), tests, settings.timeout, slots)
+
+    monkeypatch.setattr(survey, "survey_model", fake_survey_model)
+    names = ["a", "b", "c", "d", "e"]
+    display = survey.Display(len(names), tty=False)
+    results = survey.run_survey(
+        lambda i: Path(f"clone{i}"),
+        2,
+        names,
+        {"a": ("dense", "")},
+        survey.Settings(timeout=5),
+        display,
+        survey.Runner(),
+    )
+    assert [r.model for r in results] == names
+    assert [r.outcome for r in results] == [PASS, REFUSED, PASS, PASS, PASS]
+    assert results[0].category == "dense" and results[1].category == "unknown"
+    assert sorted(m for _, m in seen) == names and {c for c, _ in seen} <= {"clone0", "clone1"}
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 5 and err[-1].startswith("[5/5] ")
+
+
+def test_bad_arguments_exit_2(capsys) -> None:
+    assert survey.main(["--bogus"]) == 2
+    assert survey.main(["-j", "0"]) == 2
+    assert survey.main(["--limit", "0"]) == 2
+    assert survey.main(["--timeout", "-1"]) == 2
+    assert survey.main(["--category", "encoder"]) == 2
+    assert survey.main(["--json", "/no/such/folder/x.json"]) == 2
+    assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_the_module_runs_without_importing_transformers_torch_or_the_generator() -> None:
+    code = (
+        "import sys, scaffold.survey\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'generator', 'models') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_an_interrupt_returns_only_after_every_worker_has_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clones are removed after run_survey returns: no worker may still be resetting one then."""
+    import _thread
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("interrupt_main needs the test to run in the main thread")
+    ended: list[str] = []
+
+    def slow_survey_model(clone, model, category, runner, settings):
+        time.sleep(1.0)
+        ended.append(model)
+        return Observation(model, StepResult(("copier",), 1, "no\n"), False, (), None, settings.timeout)
+
+    monkeypatch.setattr(survey, "survey_model", slow_survey_model)
+    threading.Timer(0.2, _thread.interrupt_main).start()
+    runner = survey.Runner()
+    with pytest.raises(KeyboardInterrupt):
+        survey.run_survey(
+            lambda i: Path(f"clone{i}"),
+            2,
+            ["a", "b", "c"],
+            {},
+            survey.Settings(),
+            survey.Display(3, tty=False),
+            runner,
+        )
+    assert sorted(ended) == ["a", "b"] and runner.stopped.is_set()  # both running models ended, "c" never started
