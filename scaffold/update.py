@@ -1,13 +1,29 @@
-"""``scaffold-update``: ``copier update`` on every scaffolded model; a conflict makes the command fail.
+"""``scaffold-update``: bring every scaffolded model to the current template version; a conflict fails.
 
-Copier itself reports a conflicting update by leaving markers (or ``.rej`` files) behind and exiting 0.
-This command runs the update on each ``models/<m>/`` that has a ``.copier-answers.yml``, looks for what
-Copier left unresolved (``scaffold.conflicts``) and fails with a report naming the model and its files.
+The template version is a commit id, never a tag (tags do not travel with this repository's clones):
+the last commit that changed ``copier.yml`` or ``template/`` (``scaffold.versions``). Each scaffold
+(``models/<m>/`` with a ``.copier-answers.yml``) records the version it was rendered from as ``_commit``.
+For each scaffold this command
 
-Exit codes: 0 every scaffold was updated cleanly or was current; 1 an update left a conflict or failed;
-2 nothing was updated (not inside a repository with ``copier.yml``, no version tag, an unknown
-``--vcs-ref``, a directory that is not a scaffold, a scaffold with uncommitted changes or one copied from a
-template version the repository lacks).
+- does nothing when it records the current version (``current``): an update in a clone where
+  everything is current changes no file;
+- rewrites the ``_commit`` line only when it records another commit holding the same template (an
+  abbreviated id, or ``HEAD`` of a plain ``copier copy`` / ``copier update``): the full id is what the
+  template drift check expects;
+- otherwise runs ``copier update`` to the current version (``--vcs-ref`` picks another), then records
+  its full id. Copier reports a conflicting update by leaving markers (or ``.rej`` files) behind and
+  exiting 0; this command looks for them (``scaffold.conflicts``) and fails, naming the files.
+
+``--adopt`` records the current version in scaffolds whose recorded version this repository lacks (the
+old ``v0.1.0`` tag), without rendering anything: for scaffolds known to match the current template.
+``--check`` changes nothing and fails when a scaffold does not record the current version.
+
+Exit codes: 0 every scaffold is current or was updated cleanly; 1 an update left a conflict or failed
+(``--check``: a scaffold is not current); 2 nothing was changed, because of bad input (not inside a
+repository with ``copier.yml``, no commit holding the template, an unknown ``--vcs-ref``, a directory
+that is not a scaffold, a scaffold to update with uncommitted changes, one that records a template
+version this repository lacks or that is not in the history of the version to update to); 3 a bug in
+scaffold-update (a traceback is printed).
 """
 
 from __future__ import annotations
@@ -16,44 +32,61 @@ import argparse
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-import yaml
 from copier import run_update
 from copier.errors import CopierError
-from packaging.version import InvalidVersion, Version
 from plumbum import ProcessExecutionError
 
+from scaffold import versions
 from scaffold.conflicts import Conflict, find_conflicts
+from scaffold.versions import ANSWERS_FILE, TEMPLATE_PATHS
 
-EXIT_OK, EXIT_CONFLICT, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_CONFLICT, EXIT_ERROR, EXIT_BUG = 0, 1, 2, 3
 
-#: Where a scaffold keeps its answers (``_answers_file`` in copier.yml); its presence makes a scaffold.
-ANSWERS_FILE = ".copier-answers.yml"
+#: What scaffold-update does to one scaffold: nothing, rewrite its ``_commit`` line, or ``copier update``.
+Action = Literal["current", "record", "adopt", "update"]
 
 
 class ScaffoldError(Exception):
-    """Bad input, found before anything is updated (exit 2)."""
+    """Bad input, found before anything is changed (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scaffold, what it records and what to do with it."""
+
+    model_dir: Path
+    rel: str
+    recorded: str | None
+    #: The full id of the recorded version; None where the repository lacks it (``--adopt`` only).
+    recorded_commit: str | None
+    action: Action
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What to update: the repository (the template's source), the scaffolds, the template version."""
+    """What to do: the repository (the template's source), the template version, one step per scaffold."""
 
     root: Path
-    model_dirs: tuple[Path, ...]
-    #: A commit to update to, or None for Copier's default (the repository's latest version tag).
-    vcs_ref: str | None
+    #: The full id of the template version every scaffold will record.
+    version: str
+    steps: tuple[Step, ...]
+    #: ``git status`` lines of template changes no commit holds: they are not passed on.
+    uncommitted: tuple[str, ...] = ()
 
 
 @dataclass
 class Outcome:
-    """How the update of one scaffold went."""
+    """How one scaffold went."""
 
     model_dir: str
+    action: Action
     before: str | None
     after: str | None = None
     conflicts: list[Conflict] = field(default_factory=list)
@@ -64,8 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scaffold-update",
         description=(
-            "Run `copier update` on every scaffolded model (models/*/" + ANSWERS_FILE + ") and fail if an update "
-            "leaves a conflict."
+            "Bring every scaffolded model (models/*/" + ANSWERS_FILE + ") to the current template version (the "
+            "last commit that changed " + " or ".join(TEMPLATE_PATHS) + "/) with `copier update`; fail if an "
+            "update leaves a conflict."
         ),
     )
     parser.add_argument(
@@ -78,7 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--vcs-ref",
         metavar="REF",
-        help="template version to update to: a tag or commit of this repository (default: its latest version tag)",
+        help=(
+            "update to the template as of this commit or branch (recorded as the last commit up to REF that "
+            "changed the template; default: HEAD)"
+        ),
     )
     parser.add_argument(
         "--conflict",
@@ -86,76 +123,117 @@ def build_parser() -> argparse.ArgumentParser:
         default="inline",
         help="how Copier leaves a conflict: markers in the file (default) or a .rej file next to it",
     )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--adopt",
+        action="store_true",
+        help=(
+            "render nothing; record the template version in scaffolds that record one this repository lacks "
+            "(such as the old v0.1.0 tag): for scaffolds that match the current template"
+        ),
+    )
+    mode.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 if a scaffold does not record the current template version",
+    )
     return parser
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=root, check=False, capture_output=True, text=True)
+def _short(version: str | None) -> str:
+    """A commit id as reports show it (12 digits); anything else as it is."""
+    if version and len(version) == 40 and all(c in "0123456789abcdef" for c in version):
+        return version[:12]
+    return str(version)
 
 
-def _answers(model_dir: Path) -> dict:
-    return yaml.safe_load((model_dir / ANSWERS_FILE).read_text(encoding="utf-8")) or {}
-
-
-def _is_release(tag: str) -> bool:
-    """A tag Copier takes as a template version: PEP 440, not a pre-release (as ``copier._vcs.get_latest_tag``)."""
-    try:
-        return not Version(tag).is_prerelease
-    except InvalidVersion:
-        return False
-
-
-def _commit_exists(root: Path, ref: str) -> str | None:
-    result = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    return result.stdout.strip() if result.returncode == 0 else None
-
-
-def make_plan(start: Path, model_dirs: Sequence[Path] = (), vcs_ref: str | None = None) -> Plan:
-    """Check everything that can be checked before touching a file; raise :class:`ScaffoldError` otherwise."""
-    found = _git(start, "rev-parse", "--show-toplevel")
+def _find_root(start: Path) -> Path:
+    found = versions.git(start, "rev-parse", "--show-toplevel")
     if found.returncode != 0:
         raise ScaffoldError(f"{start} is not inside a git repository")
     root = Path(found.stdout.strip()).resolve()
     if not (root / "copier.yml").is_file():
         raise ScaffoldError(f"{root} has no copier.yml: run scaffold-update inside the modelgraft repository")
+    return root
 
-    if vcs_ref is None:
-        if not any(_is_release(tag) for tag in _git(root, "tag", "--list").stdout.split()):
-            raise ScaffoldError(
-                "the repository has no version tag (PEP 440, e.g. v0.1.0), and Copier takes the template from the "
-                "latest one: tag the commit that holds the template, or pass --vcs-ref"
-            )
-    else:
-        # A commit id, never HEAD: Copier would fold uncommitted changes into a throwaway commit for HEAD and
-        # record that commit, which the repository never gets, as the scaffold's template version.
-        commit = _commit_exists(root, vcs_ref)
-        if commit is None:
-            raise ScaffoldError(f"--vcs-ref {vcs_ref}: no such tag or commit in {root}")
-        vcs_ref = commit
 
-    if model_dirs:
-        dirs = [(start / d).resolve() for d in model_dirs]
-        for d in dirs:
-            if not d.is_relative_to(root) or not (d / ANSWERS_FILE).is_file():
-                raise ScaffoldError(f"{d} is not a scaffold of {root} (no {ANSWERS_FILE})")
-    else:
-        dirs = [answers.parent for answers in sorted(root.glob(f"models/*/{ANSWERS_FILE}"))]
+def _target_version(root: Path, vcs_ref: str | None) -> str:
+    ref = "HEAD" if vcs_ref is None else vcs_ref
+    commit = versions.resolve(root, ref)
+    if commit is None:
+        if vcs_ref is None:
+            raise ScaffoldError(f"{root} has no commit yet: commit the template first")
+        raise ScaffoldError(f"--vcs-ref {vcs_ref}: no such commit or branch in {root}")
+    version = versions.template_version(root, commit)
+    if version is None:
+        where = "HEAD" if vcs_ref is None else f"--vcs-ref {vcs_ref}"
+        shallow = " (a shallow clone: git fetch --unshallow)" if versions.is_shallow(root) else ""
+        raise ScaffoldError(
+            f"no commit up to {where} changed {' or '.join(TEMPLATE_PATHS)}/{shallow}: commit the template first"
+        )
+    return version
 
-    problems = []
+
+def _scaffold_dirs(root: Path, start: Path, model_dirs: Sequence[Path]) -> list[Path]:
+    if not model_dirs:
+        return versions.scaffolds(root)
+    dirs = [(start / d).resolve() for d in model_dirs]
     for d in dirs:
-        rel = d.relative_to(root).as_posix()
-        if _git(root, "status", "--porcelain", "--", rel).stdout.strip():
-            problems.append(f"{rel}: uncommitted changes; commit or stash them first")
-            continue
-        commit = _answers(d).get("_commit")
-        if not commit or _commit_exists(root, str(commit)) is None:
-            problems.append(
-                f"{rel}: copied from template version {commit!r}, which this repository does not have "
-                "(a copy from uncommitted template changes?); copy it again from a committed, tagged template"
+        if not d.is_relative_to(root) or not (d / ANSWERS_FILE).is_file():
+            raise ScaffoldError(f"{d} is not a scaffold of {root} (no {ANSWERS_FILE})")
+    return list(dict.fromkeys(dirs))
+
+
+def _plan_step(root: Path, model_dir: Path, version: str, adopt: bool) -> tuple[Step | None, str | None]:
+    """What to do with one scaffold, or why nothing can be done (a problem, reported with exit 2)."""
+    rel = model_dir.relative_to(root).as_posix()
+    recorded = versions.recorded_version(model_dir)
+    if recorded == version:
+        return Step(model_dir, rel, recorded, version, "current"), None
+    commit = versions.resolve(root, recorded) if recorded else None
+    if commit is not None and versions.same_template(root, commit, version):
+        # The template is the same on both sides: nothing to render, only the id to write in full.
+        return Step(model_dir, rel, recorded, commit, "record"), None
+    if adopt:
+        if commit is not None:
+            return None, (
+                f"{rel}: records template version {recorded!r}, a commit of this repository with another "
+                "template: update it (scaffold-update without --adopt) rather than adopt it"
             )
+        return Step(model_dir, rel, recorded, None, "adopt"), None
+    if commit is None:
+        return None, (
+            f"{rel}: records template version {recorded!r}, which this repository lacks (a tag: tags do not "
+            "travel with clones; or a commit Copier made of uncommitted changes). If the scaffold matches the "
+            f"current template, record it with `scaffold-update --adopt {rel}`; otherwise copy it again"
+        )
+    if not versions.is_ancestor(root, commit, version):
+        return None, (
+            f"{rel}: records template version {_short(commit)}, which is not in the history of template "
+            f"version {_short(version)}: an update cannot go back, nor across branches (pass --vcs-ref)"
+        )
+    if versions.git(root, "status", "--porcelain", "--untracked-files=all", "--", rel).stdout.strip():
+        return None, f"{rel}: uncommitted changes; commit or stash them first (the update merges from a commit)"
+    return Step(model_dir, rel, recorded, commit, "update"), None
+
+
+def make_plan(
+    start: Path, model_dirs: Sequence[Path] = (), vcs_ref: str | None = None, *, adopt: bool = False
+) -> Plan:
+    """Check everything that can be checked before touching a file; raise :class:`ScaffoldError` otherwise."""
+    root = _find_root(start)
+    version = _target_version(root, vcs_ref)
+    dirs = _scaffold_dirs(root, start, model_dirs)
+    steps, problems = [], []
+    for model_dir in dirs:
+        step, problem = _plan_step(root, model_dir, version, adopt)
+        if problem:
+            problems.append(problem)
+        else:
+            steps.append(step)
     if problems:
-        raise ScaffoldError("nothing was updated:\n  " + "\n  ".join(problems))
-    return Plan(root, tuple(dict.fromkeys(dirs)), vcs_ref)
+        raise ScaffoldError("nothing was changed:\n  " + "\n  ".join(problems))
+    return Plan(root, version, tuple(steps), tuple(versions.uncommitted_template_changes(root)))
 
 
 @contextmanager
@@ -169,52 +247,71 @@ def _working_directory(path: Path) -> Iterator[None]:
         os.chdir(previous)
 
 
+def _copier_update(plan: Plan, step: Step, conflict: str) -> None:
+    with _working_directory(plan.root):
+        run_update(
+            dst_path=step.rel,
+            # A full commit id, never HEAD: for HEAD, Copier would fold uncommitted changes of the working
+            # tree into a throwaway commit of its own and render (and record) that.
+            vcs_ref=plan.version,
+            defaults=True,
+            overwrite=True,
+            unsafe=True,  # the project's own template, as `copier update --trust`
+            quiet=True,
+            conflict=conflict,
+        )
+
+
 def update_all(plan: Plan, *, conflict: str = "inline") -> tuple[list[Outcome], list[str]]:
-    """Update the planned scaffolds in order; stop after the first conflict (outcomes, dirs not attempted).
+    """Carry out the plan in order; stop after the first conflict (outcomes, scaffolds not attempted).
 
     A conflict leaves files unmerged in the git index, and Copier cannot update another scaffold of the same
     repository until they are resolved and committed.
     """
     outcomes: list[Outcome] = []
-    for index, model_dir in enumerate(plan.model_dirs):
-        rel = model_dir.relative_to(plan.root).as_posix()
-        outcome = Outcome(rel, before=_answers(model_dir).get("_commit"))
-        try:
-            with _working_directory(plan.root):
-                run_update(
-                    dst_path=rel,
-                    vcs_ref=plan.vcs_ref,
-                    defaults=True,
-                    overwrite=True,
-                    unsafe=True,  # the project's own template, as `copier update --trust`
-                    quiet=True,
-                    conflict=conflict,
-                )
-        except (CopierError, ValueError, OSError, subprocess.CalledProcessError, ProcessExecutionError) as error:
-            outcome.error = f"{type(error).__name__}: {error}".strip()
-        outcome.after = _answers(model_dir).get("_commit")
-        outcome.conflicts = find_conflicts(plan.root, model_dir)
+    for index, step in enumerate(plan.steps):
+        outcome = Outcome(step.rel, step.action, before=step.recorded)
+        if step.action == "update":
+            try:
+                _copier_update(plan, step, conflict)
+            except (CopierError, ValueError, OSError, subprocess.CalledProcessError, ProcessExecutionError) as error:
+                outcome.error = f"{type(error).__name__}: {error}".strip()
+            outcome.conflicts = find_conflicts(plan.root, step.model_dir)
+        if step.action != "current" and outcome.error is None:
+            # Copier records `git describe --tags --always`: an abbreviated id, or a name of a local tag.
+            versions.record_version(step.model_dir, plan.version)
+        outcome.after = versions.recorded_version(step.model_dir)
         outcomes.append(outcome)
         if outcome.conflicts:
-            rest = [d.relative_to(plan.root).as_posix() for d in plan.model_dirs[index + 1 :]]
-            return outcomes, rest
+            return outcomes, [s.rel for s in plan.steps[index + 1 :]]
     return outcomes, []
 
 
-def report(outcomes: Sequence[Outcome], not_attempted: Sequence[str]) -> int:
+def report(plan: Plan, outcomes: Sequence[Outcome], not_attempted: Sequence[str]) -> int:
     """Print one line (and the files to resolve) per scaffold; return the exit code."""
+    if plan.uncommitted:
+        print(
+            f"scaffold-update: note: the template has uncommitted changes; scaffolds get the committed template "
+            f"{_short(plan.version)}, without them (commit them first to pass them on):\n  "
+            + "\n  ".join(plan.uncommitted),
+            file=sys.stderr,
+        )
     for outcome in outcomes:
-        versions = f"template {outcome.before} -> {outcome.after}"
+        span = f"template {_short(outcome.before)} -> {_short(outcome.after)}"
         if outcome.conflicts:
-            print(f"{outcome.model_dir}: CONFLICT ({versions}); resolve:")
+            print(f"{outcome.model_dir}: CONFLICT ({span}); resolve:")
             for conflict in outcome.conflicts:
                 print(f"  {conflict.path}  ({conflict.reason})")
         elif outcome.error:
-            print(f"{outcome.model_dir}: FAILED ({versions}): {outcome.error}")
-        elif outcome.before != outcome.after:
-            print(f"{outcome.model_dir}: updated ({versions})")
+            print(f"{outcome.model_dir}: FAILED ({span}): {outcome.error}")
+        elif outcome.action == "update":
+            print(f"{outcome.model_dir}: updated ({span})")
+        elif outcome.action == "adopt":
+            print(f"{outcome.model_dir}: adopted at template {outcome.after} (recorded {outcome.before!r})")
+        elif outcome.action == "record":
+            print(f"{outcome.model_dir}: current, recorded as {outcome.after} (was {outcome.before!r})")
         else:
-            print(f"{outcome.model_dir}: current (template {outcome.after})")
+            print(f"{outcome.model_dir}: current (template {_short(outcome.after)})")
     for model_dir in not_attempted:
         print(f"{model_dir}: not updated: resolve and commit the conflict above first")
 
@@ -230,20 +327,48 @@ def report(outcomes: Sequence[Outcome], not_attempted: Sequence[str]) -> int:
         return EXIT_CONFLICT
     if not outcomes:
         print(f"no scaffolds (models/*/{ANSWERS_FILE}) to update")
-    elif any(o.before != o.after for o in outcomes):
-        print("regenerate (generate-all), run the tests, review `git diff` and commit")
+    elif any(o.action == "update" for o in outcomes):
+        print(
+            "regenerate (generate-all), run the tests, review `git diff` and commit the scaffolds, without "
+            "template changes in the same commit"
+        )
+    elif any(o.action != "current" for o in outcomes):
+        print("commit the answers files")
     return EXIT_OK
+
+
+def check(start: Path) -> int:
+    """``--check``: exit 1 if a scaffold does not record the current template version; change nothing."""
+    root = _find_root(start)
+    try:
+        drifted = versions.drifted(root)
+    except ValueError as error:
+        raise ScaffoldError(str(error)) from None
+    if not drifted:
+        print(f"every scaffold records the current template version {versions.template_version(root)}")
+        return EXIT_OK
+    current = versions.template_version(root)
+    for rel, recorded in drifted.items():
+        print(f"{rel}: records template {recorded!r}, not the current {current}")
+    print("scaffold-update: run scaffold-update and commit the scaffolds it changes", file=sys.stderr)
+    return EXIT_CONFLICT
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        planned = make_plan(Path.cwd(), args.model_dirs, args.vcs_ref)
+        if args.check:
+            return check(Path.cwd())
+        planned = make_plan(Path.cwd(), args.model_dirs, args.vcs_ref, adopt=args.adopt)
+        outcomes, not_attempted = update_all(planned, conflict=args.conflict)
+        return report(planned, outcomes, not_attempted)
     except ScaffoldError as error:
         print(f"scaffold-update: error: {error}", file=sys.stderr)
         return EXIT_ERROR
-    outcomes, not_attempted = update_all(planned, conflict=args.conflict)
-    return report(outcomes, not_attempted)
+    except Exception:  # noqa: BLE001  (a bug of scaffold-update, not of its input)
+        traceback.print_exc()
+        print("scaffold-update: internal error: a bug in scaffold-update (exit 3), please report it", file=sys.stderr)
+        return EXIT_BUG
 
 
 if __name__ == "__main__":

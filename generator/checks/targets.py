@@ -101,7 +101,7 @@ def build_plan(
                 )
         upstream = (
             UpstreamMember(owner, node, patch.target)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and patch.kind != "modify_init"
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             else None
         )
         try:

@@ -31,11 +31,29 @@ def apply_norms(config: PatchConfig, norms: Sequence[Norm], *, prefix: str) -> N
 
 
 def apply_mlps(config: PatchConfig, mlps: Sequence[Mlp], *, prefix: str, description: str) -> None:
-    """Each gated MLP's activation behind the glu_activation slot."""
+    """Each MLP's activation behind its slot (glu_activation for gated ones, activation for plain ones)."""
     for mlp in mlps:
+        cls = _named(mlp.cls, prefix)
+        if mlp.init_activation:
+            config.apply_snippet(
+                "activation_name_init",
+                cls,
+                kind="modify_init",
+                config_attr=mlp.init_activation,
+                description="record the activation's name for the slot guard",
+            )
+        if mlp.kind == "plain":
+            config.apply_snippet(
+                "mlp_activation_guard",
+                f"{cls}.forward",
+                act=mlp.act,
+                activation=mlp.activation,
+                description="activation slot guard",
+            )
+            continue
         config.apply_snippet(
             "glu_mlp_guard",
-            f"{_named(mlp.cls, prefix)}.forward",
+            f"{cls}.forward",
             layout=mlp.kind,
             gate=mlp.gate,
             up=mlp.up,

@@ -60,16 +60,26 @@ class Fit:
         return "\n".join(lines)
 
 
+def _unused(structure: ModelStructure, cls: str, line: int, what: str, skipped: list[Finding]) -> bool:
+    """A class upstream defines but never instantiates: guarding it would be a guard no model reaches."""
+    if structure.instantiated and cls not in structure.instantiated:
+        skipped.append(Finding(what, cls, line, "defined upstream but never instantiated by the model"))
+        return True
+    return False
+
+
 def _norm(structure: ModelStructure, skipped: list[Finding]) -> list[dict[str, str]]:
     guarded = []
     for norm in structure.norms:
-        if norm.kind in ("rms_weight", "rms_one_plus_weight") and norm.param and norm.eps_attr and norm.weight_attr:
+        if _unused(structure, norm.cls, norm.line, "norm", skipped):
+            continue
+        guardable = ("rms_weight", "rms_one_plus_weight", "rms_weight_cast_last")
+        if norm.kind in guardable and norm.param and norm.eps_attr and norm.weight_attr:
             guarded.append(
                 {"cls": norm.cls, "formulation": norm.kind, "eps": norm.eps_attr, "weight": norm.weight_attr}
             )
             continue
         reason = {
-            "rms_weight_cast_last": "casts after scaling; the rms_norm slot has no such formulation yet",
             "rms_unweighted": "has no weight; nothing for the rms_norm slot to scale by",
             "layer_norm": "a LayerNorm; there is no layer_norm slot yet",
         }.get(norm.kind, norm.reason or "a formulation the reader does not recognise")
@@ -82,28 +92,40 @@ def _norm(structure: ModelStructure, skipped: list[Finding]) -> list[dict[str, s
 def _mlps(structure: ModelStructure, skipped: list[Finding]) -> list[dict[str, str]]:
     guarded = []
     for mlp in structure.mlps:
-        if mlp.kind in ("gated", "fused_gate_up") and mlp.activation_expr and mlp.gate_attr and mlp.down_attr:
-            if mlp.kind == "gated" and not mlp.up_attr:
-                skipped.append(Finding("mlp", mlp.cls, mlp.line, "gated, but its up projection was not found"))
-                continue
-            guarded.append(
-                {
-                    "cls": mlp.cls,
-                    "kind": mlp.kind,
-                    "gate": mlp.gate_attr,
-                    "up": mlp.up_attr or "",
-                    "down": mlp.down_attr,
-                    "activation": mlp.activation_expr,
-                }
-            )
+        if _unused(structure, mlp.cls, mlp.line, "mlp", skipped):
             continue
-        if mlp.kind == "plain":
-            reason = "not gated; there is no slot for a plain activation"
-        elif mlp.kind in ("gated", "fused_gate_up"):
-            reason = "keeps no handle on its activation's name (no self.config), so no slot can be told which to run"
-        else:
+        if mlp.kind not in ("gated", "fused_gate_up", "plain"):
             reason = mlp.reason or "a forward the reader does not recognise"
-        skipped.append(Finding("mlp", mlp.cls, mlp.line, reason, "override its forward by hand to guard it"))
+            skipped.append(Finding("mlp", mlp.cls, mlp.line, reason, "override its forward by hand to guard it"))
+            continue
+        activation, init_activation = mlp.activation_expr, ""
+        if not activation and mlp.activation_config_attr:
+            activation, init_activation = "self.activation_name", mlp.activation_config_attr
+        complete = {
+            "gated": mlp.gate_attr and mlp.up_attr and mlp.down_attr,
+            "fused_gate_up": mlp.gate_attr and mlp.down_attr,
+            "plain": mlp.act_attr,
+        }[mlp.kind]
+        if not activation or not complete:
+            reason = (
+                "names its activation nowhere the forward can reach (no config attribute read in __init__)"
+                if not activation
+                else "its projections or activation module were not all found"
+            )
+            skipped.append(Finding("mlp", mlp.cls, mlp.line, reason, "override its forward by hand to guard it"))
+            continue
+        guarded.append(
+            {
+                "cls": mlp.cls,
+                "kind": mlp.kind,
+                "gate": mlp.gate_attr or "",
+                "up": mlp.up_attr or "",
+                "down": mlp.down_attr or "",
+                "activation": activation,
+                "act": mlp.act_attr or "",
+                "init_activation": init_activation,
+            }
+        )
     return guarded
 
 
@@ -113,7 +135,12 @@ def _rope(structure: ModelStructure, skipped: list[Finding]) -> str | None:
         skipped.append(Finding("rope", "-", 0, (rope.reason if rope else "") or "no rotary embedding function"))
         return None
     if rope.kind == "function" and rope.formulation == "rotate_half" and "unsqueeze_dim" in rope.params:
-        return rope.name
+        if not rope.reason:
+            return rope.name
+        # The model may run another RoPE function (deepseek's interleaved one): guarding only this one would
+        # leave the default path unguarded while the scaffold claims a rope slot.
+        skipped.append(Finding("rope", rope.name or "-", rope.line, rope.reason.removeprefix("note: ")))
+        return None
     where = f"{rope.owner}.{rope.name}" if rope.owner else (rope.name or "-")
     reason = rope.reason or (
         "a method, not a module-level function" if rope.kind == "method" else "takes no unsqueeze_dim"
@@ -218,8 +245,11 @@ def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
     guarded = []
     if arguments["norms"]:
         guarded.append("rms_norm")
-    if arguments["mlps"]:
+    kinds = {mlp["kind"] for mlp in arguments["mlps"]}
+    if kinds & {"gated", "fused_gate_up"}:
         guarded.append("glu_activation")
+    if "plain" in kinds:
+        guarded.append("activation")
     if arguments["rope"]:
         guarded.append("rope")
     if arguments.get("experts"):

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 class Norm:
     """An RMSNorm class whose forward goes behind the rms_norm slot.
 
-    ``formulation`` is "rms_weight" (llama: cast, then scale) or "rms_one_plus_weight" (gemma: scale by
-    ``1 + weight`` in fp32, then cast); ``eps`` and ``weight`` name the attributes holding them.
+    ``formulation`` is "rms_weight" (llama: cast, then scale), "rms_one_plus_weight" (gemma: scale by
+    ``1 + weight`` in fp32, then cast) or "rms_weight_cast_last" (olmo2: scale in fp32, then cast);
+    ``eps`` and ``weight`` name the attributes holding them.
     """
 
     cls: str = "{prefix}RMSNorm"
@@ -27,10 +28,13 @@ class Norm:
 
 @dataclass(frozen=True)
 class Mlp:
-    """A gated MLP class whose activation goes behind the glu_activation slot.
+    """An MLP class whose activation goes behind a slot.
 
-    ``kind`` is "gated" (separate gate and up projections) or "fused_gate_up" (one ``gate`` projection
-    chunked into gate and up); ``activation`` is an expression naming the activation inside forward.
+    ``kind`` is "gated" (separate gate and up projections, glu_activation slot), "fused_gate_up" (one
+    ``gate`` projection chunked into gate and up, glu_activation slot) or "plain" (``down(act(up(x)))``,
+    the activation module ``act`` behind the activation slot). ``activation`` is an expression naming the
+    activation inside forward; for a module that keeps no config, ``init_activation`` names the config
+    attribute its ``__init__`` records as ``self.activation_name`` (then ``activation`` is that).
     """
 
     cls: str = "{prefix}MLP"
@@ -39,6 +43,8 @@ class Mlp:
     up: str = "up_proj"
     down: str = "down_proj"
     activation: str = "self.config.hidden_act"
+    act: str = "act_fn"
+    init_activation: str = ""
 
 
 @dataclass(frozen=True)

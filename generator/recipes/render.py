@@ -22,6 +22,19 @@ def _call(name: str, positional: str, keywords: Mapping[str, Any]) -> str:
     return f"{name}({', '.join(arguments)})"
 
 
+def _mlp_fields(mlp: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of an Mlp part that its kind uses (a plain MLP has no gate; a gated one no act)."""
+    names = {
+        "gated": ("gate", "up", "down"),
+        "fused_gate_up": ("gate", "down"),
+        "plain": ("act",),
+    }[mlp["kind"]]
+    fields = {"kind": mlp["kind"], **{name: mlp[name] for name in names}, "activation": mlp["activation"]}
+    if mlp.get("init_activation"):
+        fields["init_activation"] = mlp["init_activation"]
+    return fields
+
+
 def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
     """(import line, call) of the recipe for ``arguments`` (see :func:`generator.recipes.fit.fit_model`)."""
     recipe = "moe_text" if category == "moe" else "dense_text"
@@ -32,17 +45,7 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         for n in arguments.get("norms") or []
     ]
     mlps = [
-        _call(
-            "Mlp",
-            m["cls"],
-            {
-                "kind": m["kind"],
-                "gate": m["gate"],
-                "up": m["up"],
-                "down": m["down"],
-                "activation": m["activation"],
-            },
-        )
+        _call("Mlp", m["cls"], _mlp_fields(m))
         for m in arguments.get("mlps") or []
     ]
     if norms:

@@ -125,6 +125,26 @@ class UpstreamMember:
         indented = "".join(f"    {line}\n" if line.strip() else "\n" for line in guard.strip("\n").splitlines())
         return self._derived(self.header + self.docstring + indented + self._body_text())
 
+    def replacing_call(self, pattern: str, condition: str, replacement: str) -> UpstreamMember:
+        """The function with the one statement calling ``pattern`` under ``else:`` of ``if condition:``
+        that same statement with the call replaced by ``replacement`` (source of an expression).
+
+        This is how a guard reaches a call that is part of a larger statement
+        (``hidden = self.experts(x, idx, w).view(shape)``): everything around the call stays upstream's.
+        """
+        statement, call = self._find(pattern)
+        start = self._stmt_start(statement)
+        lines = self.index.lines[start - 1 : statement.end_lineno]
+        offsets = [0]
+        for line in lines:
+            offsets.append(offsets[-1] + len(line.encode("utf-8")))
+        text = "".join(lines).encode("utf-8")
+        begin = offsets[call.lineno - start] + call.col_offset
+        end = offsets[call.end_lineno - start] + call.end_col_offset
+        edited = (text[:begin] + replacement.encode("utf-8") + text[end:]).decode("utf-8")
+        guarded = self._reindent(edited, statement.col_offset, 0)
+        return self.wrapping(pattern, condition, guarded)
+
     def wrapping(self, first: str, condition: str, guarded: str, *, last: str | None = None) -> UpstreamMember:
         """The whole function with the statements from the one calling ``first`` to the one calling ``last``
         (the same statement when ``last`` is None) under ``else:`` of ``if condition: guarded``.

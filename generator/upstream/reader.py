@@ -103,6 +103,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         config_defaults=config.defaults,
         decoder_layer=decoder_layer,
         decoder_mlp=decoder_mlp,
+        instantiated=source.instantiated,
     )
 
 

@@ -63,6 +63,19 @@ class ModelSource:
     def functions(self) -> dict[str, ast.FunctionDef]:
         return {n.name: n for n in self.index.tree.body if isinstance(n, ast.FunctionDef)}
 
+    @cached_property
+    def instantiated(self) -> tuple[str, ...]:
+        """Classes of this module called (instantiated) from another class or function of the module."""
+        found: set[str] = set()
+        for owner in self.index.tree.body:
+            if not isinstance(owner, (ast.ClassDef, ast.FunctionDef)):
+                continue
+            for node in ast.walk(owner):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.classes:
+                    if node.func.id != getattr(owner, "name", None):
+                        found.add(node.func.id)
+        return tuple(sorted(found))
+
     def base_names(self, cls: str) -> list[str]:
         node = self.classes.get(cls)
         if node is None:

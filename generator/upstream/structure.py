@@ -205,6 +205,9 @@ class ModelStructure:
     #: The decoder layer class the base model stacks, and the (dense) MLP class its ``self.mlp`` holds.
     decoder_layer: str | None = None
     decoder_mlp: str | None = None
+    #: Classes of the module that some other class of it instantiates (``Name(...)``): a norm or MLP class
+    #: outside this set is dead code upstream, which no test could reach through its slot.
+    instantiated: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (patchgen-inspect --json, Copier answers)."""

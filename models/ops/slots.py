@@ -19,6 +19,7 @@ __all__ = [
     "SLOTS",
     "BoundKernel",
     "OpSlot",
+    "activation_slot",
     "causal_lm_loss_slot",
     "glu_activation_slot",
     "load_balancing_loss_slot",
@@ -93,8 +94,11 @@ def _define(name: str) -> OpSlot:
 
 
 # Call contracts (see models.ops.kernels.eager for the reference semantics):
-# rms_norm_slot(hidden_states, weight, eps, *, offset=0.0) -> Tensor
+# rms_norm_slot(hidden_states, weight, eps, *, offset=0.0, cast_last=None) -> Tensor
+#     cast_last None means offset != 0 (llama casts then scales; gemma and olmo2 scale in fp32, then cast)
 rms_norm_slot = _define("rms_norm")
+# activation_slot(hidden_states, activation) -> ACT2FN[activation](hidden_states): a plain MLP's activation
+activation_slot = _define("activation")
 # glu_activation_slot(gate, up, activation) -> ACT2FN[activation](gate) * up
 glu_activation_slot = _define("glu_activation")
 # rope_slot(q, k, cos, sin, unsqueeze_dim=1) -> (q_embed, k_embed)

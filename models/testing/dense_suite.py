@@ -48,7 +48,7 @@ __all__ = ["CHUNKED_LOSS", "DenseModel", "DenseParitySuite"]
 CHUNKED_LOSS = OpsConfig({"causal_lm_loss": "chunked"}, kernel_options={"causal_lm_loss": {"chunk_size": 7}})
 
 #: Slots a dense causal LM consults on every training step, and the one its classifier consults.
-CAUSAL_LM_SLOTS = ("rms_norm", "glu_activation", "rope", "causal_lm_loss")
+CAUSAL_LM_SLOTS = ("rms_norm", "glu_activation", "activation", "rope", "causal_lm_loss")
 CLASSIFIER_SLOT = "sequence_classification_loss"
 
 
@@ -65,7 +65,7 @@ class DenseModel:
     #: Config values on top of the tiny sizes (sliding windows, soft-capping, dropout...).
     sizes: Mapping[str, Any] = field(default_factory=dict)
     #: The slots the model's patches guard (a scaffold guards what upstream has; see generator/recipes/fit.py).
-    guarded: tuple[str, ...] = CAUSAL_LM_SLOTS + (CLASSIFIER_SLOT,)
+    guarded: tuple[str, ...] = ("rms_norm", "glu_activation", "rope", "causal_lm_loss", CLASSIFIER_SLOT)
     #: Derive the tiny sizes from the config class itself (models.testing.tiny) instead of llama's TINY_SIZES.
     derived_sizes: bool = False
 

@@ -4,7 +4,7 @@
 # Source: transformers.models.llama.modeling_llama (transformers==5.16.1)
 # Config: models.llama.llama_gpu_patch_gen_config
 # Description: Llama with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: 0d4c8b769302d093dac5
+# Fingerprint: bf3a42750cce61828fc8
 # Patches:
 #   - override_method LlamaRMSNorm.forward: rms_norm slot guard
 #   - override_method LlamaMLP.forward: glu_activation slot guard

@@ -16,18 +16,28 @@ from torch import nn
 from models.ops.kernels.loss_inputs import divide_by_num_items, shift_causal_labels
 
 
-def rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float, *, offset: float = 0.0) -> torch.Tensor:
+def rms_norm(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    *,
+    offset: float = 0.0,
+    cast_last: bool | None = None,
+) -> torch.Tensor:
     """RMSNorm over the last dim, normalized in fp32.
 
-    ``offset == 0`` follows Llama: cast the normalized input back, then scale by ``weight``.
-    Otherwise follows Gemma: scale by ``offset + weight`` in fp32, then cast back.
+    ``cast_last`` False (the default for ``offset == 0``) follows Llama: cast the normalized input back,
+    then scale by ``weight``. True (the default otherwise) scales by ``offset + weight`` in fp32 and casts
+    last: Gemma's formulation with ``offset=1``, OLMo-2's with ``offset=0``.
     """
+    if cast_last is None:
+        cast_last = offset != 0.0
     input_dtype = hidden_states.dtype
     x = hidden_states.to(torch.float32)
     normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    if offset == 0.0:
-        return weight * normed.to(input_dtype)
-    return (normed * (offset + weight.float())).type_as(hidden_states)
+    if not cast_last:
+        return (weight + offset if offset else weight) * normed.to(input_dtype)
+    return (normed * (offset + weight.float())).to(input_dtype)
 
 
 @cache
@@ -35,6 +45,11 @@ def _activation(name: str) -> nn.Module:
     from transformers.activations import ACT2FN
 
     return ACT2FN[name]
+
+
+def activation(hidden_states: torch.Tensor, activation: str) -> torch.Tensor:
+    """``ACT(hidden_states)`` with ``activation`` an HF ``hidden_act`` name: a plain MLP's activation."""
+    return _activation(activation)(hidden_states)
 
 
 def glu_activation(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:

@@ -28,9 +28,18 @@ _GLU_KERNELS = {
 }
 
 
-def rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float, *, offset: float = 0.0) -> torch.Tensor:
-    """Liger RMSNorm; Llama casting (cast, then scale) for offset 0, Gemma casting (scale in fp32) otherwise."""
-    casting_mode = "llama" if offset == 0.0 else "gemma"
+def rms_norm(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    *,
+    offset: float = 0.0,
+    cast_last: bool | None = None,
+) -> torch.Tensor:
+    """Liger RMSNorm; Llama casting (cast, then scale) unless ``cast_last``, Gemma casting (scale in fp32) then."""
+    if cast_last is None:
+        cast_last = offset != 0.0
+    casting_mode = "gemma" if cast_last else "llama"
     # in_place=False: an in-place backward overwrites the incoming gradient, which q/k norms share.
     return liger_rms_norm(hidden_states, weight, eps, offset=offset, casting_mode=casting_mode, in_place=False)
 

@@ -12,9 +12,24 @@ import torch
 import torch_npu
 
 
-def rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float, *, offset: float = 0.0) -> torch.Tensor:
-    """``npu_rms_norm`` returns (normed, rstd); gemma's (1 + weight) scale is folded into the weight."""
-    scale = weight if offset == 0.0 else weight.float() + offset
+def rms_norm(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    *,
+    offset: float = 0.0,
+    cast_last: bool | None = None,
+) -> torch.Tensor:
+    """``npu_rms_norm`` returns (normed, rstd); gemma's (1 + weight) scale is folded into the weight.
+
+    A cast-last formulation (gemma, olmo2) normalizes and scales in fp32, then casts back.
+    """
+    if cast_last is None:
+        cast_last = offset != 0.0
+    scale = weight.float() + offset if offset else weight
+    if cast_last:
+        normed = torch_npu.npu_rms_norm(hidden_states.float(), scale.float(), epsilon=eps)[0]
+        return normed.to(hidden_states.dtype)
     return torch_npu.npu_rms_norm(hidden_states, scale.to(hidden_states.dtype), epsilon=eps)[0]
 
 

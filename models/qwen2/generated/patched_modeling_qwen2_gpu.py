@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2.modeling_qwen2 (transformers==5.16.1)
 # Config: models.qwen2.qwen2_gpu_patch_gen_config
 # Description: Qwen2 with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: e260e8e43915d2ac80f9
+# Fingerprint: d16a5586392867f10f3d
 # Patches:
 #   - override_method Qwen2RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3.modeling_qwen3 (transformers==5.16.1)
 # Config: models.qwen3.qwen3_gpu_patch_gen_config
 # Description: Qwen3 with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: b218683749076aaaba4f
+# Fingerprint: 1a3177a7db21c2bf98c2
 # Patches:
 #   - override_method Qwen3RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MLP.forward: glu_activation slot guard

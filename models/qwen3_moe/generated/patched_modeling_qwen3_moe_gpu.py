@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_moe.modeling_qwen3_moe (transformers==5.16.1)
 # Config: models.qwen3_moe.qwen3_moe_gpu_patch_gen_config
 # Description: Qwen3-MoE with op-slot guards (RMSNorm, gated MLP, RoPE, routed experts), slot-backed losses and an expert-parallel plan
-# Fingerprint: 13576706de82dee488a3
+# Fingerprint: fa0de221baa554d2d2e0
 # Patches:
 #   - override_method Qwen3MoeRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MoeMLP.forward: glu_activation slot guard (dense layers, shared experts)

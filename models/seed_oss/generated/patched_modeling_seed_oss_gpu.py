@@ -4,7 +4,7 @@
 # Source: transformers.models.seed_oss.modeling_seed_oss (transformers==5.16.1)
 # Config: models.seed_oss.seed_oss_gpu_patch_gen_config
 # Description: Seed-OSS with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: 90143f95590a46beee40
+# Fingerprint: 0535b1f2b79c03fe98db
 # Patches:
 #   - override_method SeedOssRMSNorm.forward: rms_norm slot guard
 #   - override_method SeedOssMLP.forward: glu_activation slot guard
