@@ -1,13 +1,12 @@
 """Real git repositories for the template tests: a copy of this checkout as the template source, scaffolds in it.
 
-In the spirit of Copier's own test helpers: ``git init``, commit and tag for real, no mocks. The
-template's source is the repository itself (``copier copy --trust . models/<m>`` from its root), so a
-test repository is this checkout's working tree (tracked files and new ones git does not ignore),
-committed and tagged ``v0.1.0``, and scaffolds are copied into its own ``models/``.
-
-The zoo's models are scaffolds (``models/<m>/.copier-answers.yml``) recorded at whatever version tag
-the checkout's zoo was last updated to; a test repository has one version, v0.1.0, holding this
-checkout's template, so its copy of every answers file records ``_commit: v0.1.0``.
+In the spirit of Copier's own test helpers: ``git init``, commit and clone for real, no mocks, and no tags:
+git tags do not travel with clones of this repository, so nothing may depend on them. The template's
+source is the repository itself (``copier copy --trust . models/<m>`` from its root), so a test
+repository is this checkout's working tree (tracked files and new ones git does not ignore) committed in
+two steps, as a template change is: the first commit holds the template and is the template version; the
+second makes every zoo answers file record that commit's id as ``_commit`` and leaves the template
+alone, so the version stays the first commit. Tests work in ``git clone --no-tags`` clones of it.
 """
 
 from __future__ import annotations
@@ -46,8 +45,11 @@ def commit_all(repo: Path, message: str) -> None:
     git(repo, "commit", "--quiet", "--allow-empty", "-m", message)
 
 
-def tag(repo: Path, name: str) -> None:
-    git(repo, "tag", name)
+def template_version(repo: Path) -> str:
+    """The current template version: the full id of the last commit that changed copier.yml or template/."""
+    version = git(repo, "log", "-1", "--format=%H", "--", "copier.yml", "template").strip()
+    assert re.fullmatch(r"[0-9a-f]{40}", version), f"no commit of {repo} holds the template"
+    return version
 
 
 def checkout_files() -> list[str]:
@@ -60,23 +62,31 @@ def checkout_files() -> list[str]:
 _RECORDED_VERSION = re.compile(r"^_commit: .*$", re.MULTILINE)
 
 
+def record_version(repo: Path, version: str) -> None:
+    """Make every zoo scaffold of ``repo`` record ``version``: the ``_commit`` line of its answers, nothing else."""
+    for answers in repo.glob("models/*/.copier-answers.yml"):
+        text = answers.read_text(encoding="utf-8")
+        answers.write_text(_RECORDED_VERSION.sub(f"_commit: {version}", text, count=1), encoding="utf-8")
+
+
 def build_template_source(folder: Path) -> Path:
-    """A git repository holding this checkout's files in one commit tagged ``v0.1.0``: the template source."""
+    """A git repository holding this checkout's files, its zoo recording its first commit: the template source."""
     folder.mkdir(parents=True)
     for path in checkout_files():
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / path, folder / path)
-    for answers in folder.glob("models/*/.copier-answers.yml"):
-        text = answers.read_text(encoding="utf-8")
-        answers.write_text(_RECORDED_VERSION.sub("_commit: v0.1.0", text, count=1), encoding="utf-8")
     git(folder, "init", "--quiet")
-    commit_all(folder, "modelgraft at v0.1.0")
-    tag(folder, "v0.1.0")
+    commit_all(folder, "modelgraft: the template")
+    record_version(folder, template_version(folder))
+    commit_all(folder, "the zoo records the template version")
+    assert template_version(folder) == git(folder, "rev-parse", "HEAD~1").strip()
     return folder
 
 
 def clone(source: Path, folder: Path) -> Path:
-    git(source.parent, "clone", "--quiet", str(source), str(folder))
+    """A fresh clone without tags, as every clone of this repository is."""
+    git(source.parent, "clone", "--quiet", "--no-tags", str(source), str(folder))
+    assert git(folder, "tag", "--list") == ""
     return folder
 
 
@@ -90,8 +100,13 @@ def working_directory(path: Path) -> Iterator[None]:
         os.chdir(previous)
 
 
-def copy_model(repo: Path, model: str, /, *, generate: bool = True, **answers: Any) -> Path:
-    """``copier copy --trust --defaults . models/<model>`` in ``repo``; ``generate`` runs the template's task."""
+def copy_model(repo: Path, model: str, /, *, generate: bool = True, record: bool = True, **answers: Any) -> Path:
+    """``copier copy --trust --defaults . models/<model>`` in ``repo``; ``generate`` runs the template's task.
+
+    Without tags Copier copies from ``HEAD`` and records its abbreviated id; ``record`` then writes the full id
+    of the template version instead, as ``scaffold-update models/<model>`` does after a copy (test_update.py
+    runs that command on a scaffold as Copier leaves it).
+    """
     with working_directory(repo), warnings.catch_warnings():
         warnings.simplefilter("error", DirtyLocalWarning)  # a test repository is always committed
         copier.run_copy(
@@ -104,7 +119,17 @@ def copy_model(repo: Path, model: str, /, *, generate: bool = True, **answers: A
             quiet=True,
             skip_tasks=not generate,
         )
-    return repo / "models" / model
+    model_dir = repo / "models" / model
+    if record:
+        answers_file = model_dir / ".copier-answers.yml"
+        text = answers_file.read_text(encoding="utf-8")
+        head = git(repo, "rev-parse", "HEAD").strip()
+        recorded = yaml.safe_load(text)["_commit"]
+        assert head.startswith(str(recorded)), f"Copier recorded {recorded!r}, not HEAD {head}"
+        answers_file.write_text(
+            _RECORDED_VERSION.sub(f"_commit: {template_version(repo)}", text, count=1), encoding="utf-8"
+        )
+    return model_dir
 
 
 def recorded_answers(model_dir: Path) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The zoo's hand-written models are scaffolds too: `scaffold-update` reaches every model directory.
 
 Each model package under models/ records the answers (``.copier-answers.yml``) that make the template
-reproduce it as closely as it can, at template version v0.1.0. Whatever differs from that rendering was
+reproduce it as closely as it can, at the current template version (a commit id, test_versions.py).
+In a test repository that version is its first commit (repos.py). Whatever differs from that rendering was
 written by hand on purpose (llama's docstring, gemma3's ``_init_weights`` override, the parity tests'
 tiny sizes): for ``copier update`` these are local modifications, kept through every update. These tests
 pin the list of such files, check that an update without a template change changes nothing, and that a
@@ -10,15 +11,15 @@ template change reaches every model and keeps the modifications (docs/scaffoldin
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
-from packaging.version import Version
 
-from scaffold.update import EXIT_OK, main
+from scaffold.update import EXIT_CONFLICT, EXIT_OK, main
 
-from .repos import REPO_ROOT, commit_all, copy_model, git, recorded_answers, run, tag, working_directory
+from .repos import REPO_ROOT, commit_all, copy_model, git, recorded_answers, run, template_version, working_directory
 
 #: Every model of the zoo, and its files that differ from the template's rendering of its answers.
 LOCAL_MODIFICATIONS = {
@@ -36,9 +37,8 @@ LOCAL_MODIFICATIONS = {
     "qwen3_moe": [],
 }
 
-#: A template change that reaches every model: the description every config template writes.
-BEFORE, AFTER = "slot-backed losses", "slot-backed loss heads"
-CONFIG_TEMPLATE = "template/{{ model }}_gpu_patch_gen_config.py.jinja"
+#: A template change that reaches every model and that no hand-written part can conflict with: a new file.
+NEW_TEMPLATE_FILE, NEW_FILE = "template/TEMPLATE_NOTE.md.jinja", "TEMPLATE_NOTE.md"
 
 
 def _modified(repo: Path, model: str) -> list[str]:
@@ -58,9 +58,10 @@ def test_every_model_of_the_zoo_is_a_scaffold() -> None:
     assert sorted(set(packages)) == sorted(LOCAL_MODIFICATIONS), "a new model? adopt it (docs/scaffolding.md)"
     for model in LOCAL_MODIFICATIONS:
         answers = yaml.safe_load((REPO_ROOT / "models" / model / ".copier-answers.yml").read_text(encoding="utf-8"))
-        # As Copier records a copy from the repository root at a version tag, which every update can start from.
+        # A copy from the repository root, recording the full id of a commit, which every clone can check out
+        # (which commit: test_versions.py).
         assert answers["_src_path"] == ".", model
-        assert not Version(str(answers["_commit"])).is_prerelease, model
+        assert re.fullmatch(r"[0-9a-f]{40}", str(answers["_commit"])), (model, answers["_commit"])
         assert answers["model"] == model
 
 
@@ -70,16 +71,17 @@ def test_recorded_answers_render_the_zoo_but_its_local_modifications(repo: Path,
     copy_model(repo, model, generate=False, **recorded_answers(repo / "models" / model))
 
     # .copier-answers.yml is not among them: the recorded file is what Copier writes for these answers.
-    # Another file among them after a template change: the zoo is behind the template (tag, scaffold-update).
+    # Another file among them after a template change: the zoo is behind the template (commit, scaffold-update).
     assert _modified(repo, model) == LOCAL_MODIFICATIONS[model], git(repo, "diff", f"models/{model}")
 
 
 def test_an_update_without_a_template_change_changes_nothing(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    version = template_version(repo)
     assert _update(repo) == EXIT_OK
 
     out = capsys.readouterr().out
     for model in LOCAL_MODIFICATIONS:
-        assert f"models/{model}: current (template v0.1.0)" in out
+        assert f"models/{model}: current (template {version[:12]})" in out
     # Byte for byte: nothing modified, nothing new, nothing left unmerged.
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
 
@@ -93,39 +95,39 @@ def test_a_template_change_reaches_every_model_and_keeps_its_local_modifications
         "seed_oss": ("seed_oss_gpu_patch_gen_config.py", "Seed-OSS's MLP ends in a residual dropout"),
         "gemma3": ("gemma3_gpu_patch_gen_config.py", "def _init_weights(self, module):"),
     }
-    template = repo / CONFIG_TEMPLATE
-    text = template.read_text(encoding="utf-8")
-    assert text.count(BEFORE) == 3  # the dense description, the MoE one and the MoE docstring
-    template.write_text(text.replace(BEFORE, AFTER), encoding="utf-8")
-    commit_all(repo, "template: the losses are heads")
-    tag(repo, "v0.2.0")
+    v1 = template_version(repo)
+    (repo / NEW_TEMPLATE_FILE).write_text("{{ model }}: a note of the new template version\n", encoding="utf-8")
+    commit_all(repo, "template: a new file")  # commit A: the new template version
+    v2 = template_version(repo)
+    assert v2 != v1
+    # The template drift check fails until the scaffolds are updated and committed.
+    assert _update(repo, "--check") == EXIT_CONFLICT
+    assert "run scaffold-update" in capsys.readouterr().err
 
     assert _update(repo) == EXIT_OK
 
     out = capsys.readouterr().out
     for model in LOCAL_MODIFICATIONS:
         model_dir = repo / "models" / model
-        assert f"models/{model}: updated (template v0.1.0 -> v0.2.0)" in out
-        config = (model_dir / f"{model}_gpu_patch_gen_config.py").read_text(encoding="utf-8")
-        assert AFTER in config and BEFORE not in config, model
-        assert yaml.safe_load((model_dir / ".copier-answers.yml").read_text(encoding="utf-8"))["_commit"] == "v0.2.0"
-        # The configs changed and nothing else did.
-        changed = {".copier-answers.yml", f"{model}_gpu_patch_gen_config.py"}
-        assert set(_modified(repo, model)) == changed, model
+        assert f"models/{model}: updated (template {v1[:12]} -> {v2[:12]})" in out
+        note = (model_dir / NEW_FILE).read_text(encoding="utf-8")
+        assert note == f"{model}: a note of the new template version\n", model
+        assert yaml.safe_load((model_dir / ".copier-answers.yml").read_text(encoding="utf-8"))["_commit"] == v2
+        # The new file came and the recorded version changed; nothing else did.
+        assert set(_modified(repo, model)) == {".copier-answers.yml", NEW_FILE}, model
     for model, (path, written) in hand_written.items():
         assert written in (repo / "models" / model / path).read_text(encoding="utf-8"), f"{model}/{path}"
     gemma3 = (repo / "models" / "gemma3" / "gemma3_gpu_patch_gen_config.py").read_text(encoding="utf-8")
     assert 'config.exclude_from_output(\n    "Gemma3Model",' in gemma3
     assert git(repo, "ls-files", "--unmerged") == ""
 
-    # The configs changed, so the modeling must be regenerated (generate-all); then there is no drift.
+    # generate-all after the update (as the docs say): the modeling is as committed, no drift.
     generated = run(repo, "-m", "generator", "--all", "--diff")
     assert generated.returncode == 0, generated.stdout + generated.stderr
     check = run(repo, "-m", "generator", "--check", "--no-cache")
     assert check.returncode == 0, check.stdout + check.stderr
-    for model in LOCAL_MODIFICATIONS:
-        header = (repo / "models" / model / "generated" / f"patched_modeling_{model}_gpu.py").read_text()[:3000]
-        assert AFTER in header, model
-    commit_all(repo, "the zoo at template v0.2.0")
+    commit_all(repo, "the zoo at the new template version")  # commit B: leaves the template alone
+    assert template_version(repo) == v2
+    assert _update(repo, "--check") == EXIT_OK
     assert _update(repo) == EXIT_OK
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""

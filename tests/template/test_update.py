@@ -1,9 +1,10 @@
 """Template changes reach every scaffold (``scaffold-update``), and a conflict fails the command.
 
-Each test copies scaffolds at template v0.1.0, commits them, commits a template change tagged v0.2.0 in
-the same repository (the template's source is the repository itself), and updates the scaffolds it made
-(the zoo's own models are scaffolds too, with hand-written parts that this change would conflict with:
-test_adoption.py updates them).
+Each test works in a fresh clone without tags: it copies scaffolds at the current template version,
+commits them, commits a template change in the same repository (the template's source is the repository
+itself: that commit is the new template version) and updates the scaffolds it made (the zoo's own models
+are scaffolds too, with hand-written parts that this change would conflict with: test_adoption.py and
+test_fresh_clone.py update them).
 """
 
 from __future__ import annotations
@@ -14,29 +15,36 @@ import copier
 import pytest
 import yaml
 
-from scaffold.update import EXIT_CONFLICT, EXIT_ERROR, EXIT_OK, main
+from scaffold.update import EXIT_BUG, EXIT_CONFLICT, EXIT_ERROR, EXIT_OK, main
 
-from .repos import commit_all, copy_model, git, tag, working_directory
+from .repos import commit_all, copy_model, git, template_version, working_directory
 
 CONFIG_TEMPLATE = "template/{{ model }}_gpu_patch_gen_config.py.jinja"
-DOCSTRING = "op-slot guards and the fused-loss heads."
-DOCSTRING_V2 = "op-slot guards and the fused-loss heads (template v0.2.0)."
+#: The template change of these tests: a new last line of every GPU config (whatever the template says above it).
+TEMPLATE_LINE = "# template v2: a new last line\n"
+#: A local edit that conflicts with it: another last line of the scaffold's config.
+LOCAL_LINE = "# a local last line\n"
 
 
 def scaffold(repo: Path, model: str, prefix: str) -> Path:
-    """A committed scaffold, copied from the latest template version."""
+    """A committed scaffold, copied from the current template version."""
     model_dir = copy_model(repo, model, generate=False, prefix=prefix)
     commit_all(repo, f"add {model}")
     return model_dir
 
 
-def change_template(repo: Path, version: str | None = "v0.2.0") -> None:
-    """Commit a new docstring in the GPU config template, tagged ``version`` (untagged if None)."""
-    path = repo / CONFIG_TEMPLATE
-    path.write_text(path.read_text(encoding="utf-8").replace(DOCSTRING, DOCSTRING_V2), encoding="utf-8")
-    commit_all(repo, "template: a new config docstring")
-    if version:
-        tag(repo, version)
+def change_template(repo: Path) -> str:
+    """Commit a new last line of the GPU config template; return the new template version (that commit)."""
+    append(repo / CONFIG_TEMPLATE, TEMPLATE_LINE)
+    commit_all(repo, "template: a new last line of the config")
+    version = template_version(repo)
+    assert version == git(repo, "rev-parse", "HEAD").strip()
+    return version
+
+
+def append(path: Path, line: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text + ("" if text.endswith("\n") else "\n") + line, encoding="utf-8")
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -50,49 +58,80 @@ def update(repo: Path, *args: str) -> int:
         return main(list(args))
 
 
-def template_version(model_dir: Path) -> str:
-    return yaml.safe_load((model_dir / ".copier-answers.yml").read_text(encoding="utf-8"))["_commit"]
+def recorded(model_dir: Path) -> str:
+    return str(yaml.safe_load((model_dir / ".copier-answers.yml").read_text(encoding="utf-8"))["_commit"])
 
 
 def test_template_change_reaches_the_scaffold_and_keeps_local_edits(
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    v1 = template_version(repo)
     model_dir = scaffold(repo, "mistral", "Mistral")
-    parity = model_dir / "tests" / "test_mistral_parity.py"
-    classifier = '    sequence_classification="MistralForSequenceClassification",\n'
-    edit(parity, classifier, classifier + '    sizes={"sliding_window": 3},\n')
-    commit_all(repo, "mistral: a tiny sliding window")
-    change_template(repo)
+    assert recorded(model_dir) == v1
+    init = model_dir / "__init__.py"
+    append(init, "# kept: a local edit of a file the template change leaves alone\n")
+    commit_all(repo, "mistral: a local edit")
+    v2 = change_template(repo)
 
     assert update(repo, "models/mistral") == EXIT_OK
 
     out = capsys.readouterr().out
-    assert "models/mistral: updated (template v0.1.0 -> v0.2.0)" in out
-    assert DOCSTRING_V2 in (model_dir / "mistral_gpu_patch_gen_config.py").read_text(encoding="utf-8")
-    assert 'sizes={"sliding_window": 3},' in parity.read_text(encoding="utf-8")
-    assert template_version(model_dir) == "v0.2.0"
+    assert f"models/mistral: updated (template {v1[:12]} -> {v2[:12]})" in out
+    assert (model_dir / "mistral_gpu_patch_gen_config.py").read_text(encoding="utf-8").endswith(TEMPLATE_LINE)
+    assert init.read_text(encoding="utf-8").endswith(
+        "# kept: a local edit of a file the template change leaves alone\n"
+    )
+    assert recorded(model_dir) == v2  # the full id, not Copier's abbreviated `git describe`
     assert git(repo, "ls-files", "--unmerged") == ""
 
-    commit_all(repo, "mistral: template v0.2.0")
+    commit_all(repo, "mistral: template v2")  # leaves the template alone: the version stays v2
+    assert template_version(repo) == v2
     assert update(repo, "models/mistral") == EXIT_OK  # nothing new: the scaffold is current
-    assert "models/mistral: current (template v0.2.0)" in capsys.readouterr().out
+    assert f"models/mistral: current (template {v2[:12]})" in capsys.readouterr().out
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_a_copy_as_copier_leaves_it_is_recorded_at_the_template_version(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`copier copy` without tags records HEAD, abbreviated; scaffold-update writes the template version instead.
+
+    The copy is not committed yet: recording renders nothing, so it needs no clean starting point.
+    """
+    git(repo, "commit", "--quiet", "--allow-empty", "-m", "a commit after the template version")
+    model_dir = copy_model(repo, "mistral", generate=False, record=False, prefix="Mistral")
+    copied = recorded(model_dir)
+    assert len(copied) < 40 and git(repo, "rev-parse", "HEAD").startswith(copied)
+    before = (model_dir / ".copier-answers.yml").read_text(encoding="utf-8")
+
+    assert update(repo, "models/mistral") == EXIT_OK
+
+    version = template_version(repo)
+    assert f"models/mistral: current, recorded as {version} (was '{copied}')" in capsys.readouterr().out
+    after = (model_dir / ".copier-answers.yml").read_text(encoding="utf-8")
+    assert after == before.replace(f"_commit: {copied}\n", f"_commit: {version}\n").replace(
+        f"_commit: '{copied}'\n", f"_commit: {version}\n"
+    )
+    commit_all(repo, "add mistral")
+    assert update(repo, "--check") == EXIT_OK
 
 
 @pytest.mark.parametrize(("mode", "trace"), [("inline", "conflict markers"), ("rej", "rejected hunks")])
 def test_a_conflict_fails_the_update_and_names_the_model_and_files(
     repo: Path, capsys: pytest.CaptureFixture[str], mode: str, trace: str
 ) -> None:
+    v1 = template_version(repo)
     model_dir = scaffold(repo, "mistral", "Mistral")
     scaffold(repo, "smollm3", "SmolLM3")
     config = model_dir / "mistral_gpu_patch_gen_config.py"
-    edit(config, DOCSTRING, "op-slot guards, the fused-loss heads and a local edit.")
-    commit_all(repo, "mistral: a local edit of the docstring")
-    change_template(repo)
+    append(config, LOCAL_LINE)
+    commit_all(repo, "mistral: a local last line")
+    v2 = change_template(repo)
 
     assert update(repo, "--conflict", mode, "models/mistral", "models/smollm3") == EXIT_CONFLICT
 
     captured = capsys.readouterr()
-    assert "models/mistral: CONFLICT (template v0.1.0 -> v0.2.0); resolve:" in captured.out
+    assert f"models/mistral: CONFLICT (template {v1[:12]} -> {v2[:12]}); resolve:" in captured.out
     rejected = ".rej" if mode == "rej" else ""
     assert f"  models/mistral/mistral_gpu_patch_gen_config.py{rejected}  ({trace}" in captured.out
     assert "models/smollm3: not updated: resolve and commit the conflict above first" in captured.out
@@ -100,12 +139,15 @@ def test_a_conflict_fails_the_update_and_names_the_model_and_files(
     assert "smollm3" not in git(repo, "status", "--porcelain")
 
 
+# Without tags plain Copier takes HEAD, and its last rendering (of the new template) sees the scaffold it is
+# updating as uncommitted changes of the repository: it warns that it folds them into a commit of its own.
+@pytest.mark.filterwarnings("ignore::copier.errors.DirtyLocalWarning")
 def test_copier_alone_leaves_a_conflict_behind_without_failing(repo: Path) -> None:
     """Why scaffold-update exists: `copier update` writes the markers and returns normally (exit status 0)."""
     model_dir = scaffold(repo, "mistral", "Mistral")
     config = model_dir / "mistral_gpu_patch_gen_config.py"
-    edit(config, DOCSTRING, "op-slot guards, the fused-loss heads and a local edit.")
-    commit_all(repo, "mistral: a local edit of the docstring")
+    append(config, LOCAL_LINE)
+    commit_all(repo, "mistral: a local last line")
     change_template(repo)
 
     with working_directory(repo):
@@ -114,49 +156,70 @@ def test_copier_alone_leaves_a_conflict_behind_without_failing(repo: Path) -> No
     assert "<<<<<<< before updating" in config.read_text(encoding="utf-8")
 
 
-def test_vcs_ref_updates_to_an_untagged_commit_that_later_updates_can_find(
-    repo: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """--vcs-ref HEAD is resolved to a commit id, so the recorded version is never Copier's throwaway commit."""
+def test_vcs_ref_updates_to_the_template_as_of_that_commit(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--vcs-ref names a commit; the scaffold records the last commit up to it that changed the template."""
     model_dir = scaffold(repo, "mistral", "Mistral")
-    change_template(repo, version=None)
-    head = git(repo, "rev-parse", "--short", "HEAD").strip()
+    v2 = change_template(repo)
+    git(repo, "commit", "--quiet", "--allow-empty", "-m", "not a template change")
 
     assert update(repo, "models/mistral", "--vcs-ref", "HEAD") == EXIT_OK
 
-    assert template_version(model_dir) == f"v0.1.0-2-g{head}"
-    assert DOCSTRING_V2 in (model_dir / "mistral_gpu_patch_gen_config.py").read_text(encoding="utf-8")
+    assert recorded(model_dir) == v2
+    assert (model_dir / "mistral_gpu_patch_gen_config.py").read_text(encoding="utf-8").endswith(TEMPLATE_LINE)
     commit_all(repo, "mistral: updated")
-    assert update(repo, "models/mistral", "--vcs-ref", "HEAD") == EXIT_OK  # HEAD is now that commit
-    assert f"models/mistral: updated (template v0.1.0-2-g{head} -> v0.1.0-3-g" in capsys.readouterr().out
+    assert update(repo, "models/mistral", "--vcs-ref", "main") == EXIT_OK
+    assert f"models/mistral: current (template {v2[:12]})" in capsys.readouterr().out
+
+
+def test_an_unexpected_error_is_a_bug_with_a_traceback(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scaffold(repo, "mistral", "Mistral")
+    change_template(repo)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("scaffold.update.run_update", broken)
+    assert update(repo, "models/mistral") == EXIT_BUG
+
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "RuntimeError: a bug" in err
+    assert "a bug in scaffold-update" in err
 
 
 @pytest.mark.parametrize(
     ("setup", "args", "message"),
     [
-        ("untagged", (), "the repository has no version tag"),
         ("uncommitted", (), "models/mistral: uncommitted changes; commit or stash them first"),
-        ("copied-from-nowhere", (), "models/mistral: copied from template version 'v9.9.9', which this repository"),
-        ("none", ("--vcs-ref", "v7"), "--vcs-ref v7: no such tag or commit"),
+        ("recorded-a-tag", (), "models/mistral: records template version 'v0.1.0', which this repository lacks"),
+        ("recorded-a-tag", (), "record it with `scaffold-update --adopt models/mistral`"),
+        ("none", ("--vcs-ref", "v7"), "--vcs-ref v7: no such commit or branch"),
+        ("updated", ("--vcs-ref", "HEAD~3"), "which is not in the history of template version"),
         ("none", ("models/ops",), "models/ops is not a scaffold"),
+        ("adopt-a-known-version", ("--adopt",), "a commit of this repository with another template"),
     ],
 )
-def test_nothing_is_updated_on_bad_input(
+def test_nothing_is_changed_on_bad_input(
     repo: Path, capsys: pytest.CaptureFixture[str], setup: str, args: tuple[str, ...], message: str
 ) -> None:
     model_dir = scaffold(repo, "mistral", "Mistral")
+    v1 = recorded(model_dir)
     change_template(repo)
-    if setup == "untagged":
-        git(repo, "tag", "--delete", "v0.1.0", "v0.2.0")
-    elif setup == "uncommitted":
-        edit(model_dir / "__init__.py", "register_model(", "register_model(  # a local edit\n    ")
-    elif setup == "copied-from-nowhere":
-        edit(model_dir / ".copier-answers.yml", "_commit: v0.1.0", "_commit: v9.9.9")
-        commit_all(repo, "mistral: answers from a template version the repository lacks")
+    if setup == "uncommitted":
+        append(model_dir / "__init__.py", "# an uncommitted local edit\n")
+    elif setup == "updated":  # to the new template version, committed; HEAD~3 is the first version's tip
+        assert update(repo, "models/mistral") == EXIT_OK
+        commit_all(repo, "mistral: updated")
+    elif setup == "recorded-a-tag":
+        edit(model_dir / ".copier-answers.yml", f"_commit: {v1}", "_commit: v0.1.0")
+        commit_all(repo, "mistral: answers from a tag, which clones lack")
     before = git(repo, "status", "--porcelain")
+    answers = {p: p.read_bytes() for p in repo.glob("models/*/.copier-answers.yml")}
 
     assert update(repo, *args) == EXIT_ERROR
 
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err, err
     assert git(repo, "status", "--porcelain") == before
-    assert template_version(model_dir) in {"v0.1.0", "v9.9.9"}
+    assert {p: p.read_bytes() for p in repo.glob("models/*/.copier-answers.yml")} == answers
