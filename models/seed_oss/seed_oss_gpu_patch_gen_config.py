@@ -1,14 +1,31 @@
-"""Seed-OSS (dense text), GPU backend: op-slot guards and the fused-loss heads.
+"""Seed-OSS (dense text), GPU backend: op-slot guards read from upstream's structure.
 
-Seed-OSS's MLP ends in a residual dropout, which stays on both paths: the guard wraps only the projections.
+Every norm, MLP and RoPE function upstream has is guarded.
 """
 
 from generator import PatchConfig
-from generator.recipes import dense_text
+from generator.recipes import LossHead, Mlp, Norm, dense_text
 
 config = PatchConfig(
     source_module="transformers.models.seed_oss.modeling_seed_oss",
     target_file="patched_modeling_seed_oss_gpu.py",
-    description="Seed-OSS with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses",
+    description="Seed-OSS with op-slot guards and slot-backed losses",
 )
-dense_text(config, prefix="SeedOss")
+dense_text(
+    config,
+    prefix="SeedOss",
+    norms=[Norm("SeedOssRMSNorm", formulation="rms_weight", eps="variance_epsilon", weight="weight")],
+    mlps=[
+        Mlp(
+            "SeedOssMLP",
+            kind="gated",
+            gate="gate_proj",
+            up="up_proj",
+            down="down_proj",
+            activation="self.config.hidden_act",
+        )
+    ],
+    rope="apply_rotary_pos_emb",
+    causal_lm=LossHead("SeedOssForCausalLM", softcap="", scale=()),
+    sequence_classification="SeedOssForSequenceClassification",
+)

@@ -3,8 +3,8 @@
 # Regenerate with: patchgen models.llama.llama_gpu_patch_gen_config
 # Source: transformers.models.llama.modeling_llama (transformers==5.16.1)
 # Config: models.llama.llama_gpu_patch_gen_config
-# Description: Llama with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: bf3a42750cce61828fc8
+# Description: Llama with op-slot guards and slot-backed losses
+# Fingerprint: 9d73a87f7d707d8af2f2
 # Patches:
 #   - override_method LlamaRMSNorm.forward: rms_norm slot guard
 #   - override_method LlamaMLP.forward: glu_activation slot guard

@@ -3,8 +3,8 @@
 # Regenerate with: patchgen models.qwen2.qwen2_gpu_patch_gen_config
 # Source: transformers.models.qwen2.modeling_qwen2 (transformers==5.16.1)
 # Config: models.qwen2.qwen2_gpu_patch_gen_config
-# Description: Qwen2 with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: d16a5586392867f10f3d
+# Description: Qwen2 with op-slot guards and slot-backed losses
+# Fingerprint: 01bb71eb5c7acf045873
 # Patches:
 #   - override_method Qwen2RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard

@@ -3,8 +3,8 @@
 # Regenerate with: patchgen models.qwen3.qwen3_gpu_patch_gen_config
 # Source: transformers.models.qwen3.modeling_qwen3 (transformers==5.16.1)
 # Config: models.qwen3.qwen3_gpu_patch_gen_config
-# Description: Qwen3 with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: 1a3177a7db21c2bf98c2
+# Description: Qwen3 with op-slot guards and slot-backed losses
+# Fingerprint: 4c94caae03914800615f
 # Patches:
 #   - override_method Qwen3RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MLP.forward: glu_activation slot guard

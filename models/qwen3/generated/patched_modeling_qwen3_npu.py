@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3.modeling_qwen3 (transformers==5.16.1)
 # Config: models.qwen3.qwen3_npu_patch_gen_config
 # Description: Qwen3 for NPU: the GPU config's slot guards; NPU kernels bind to the same slots
-# Fingerprint: 627592b5f4c73e81a059
+# Fingerprint: 667150ccd8742fb38729
 # Patches:
 #   - override_method Qwen3RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MLP.forward: glu_activation slot guard

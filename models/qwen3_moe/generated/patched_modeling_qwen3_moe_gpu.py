@@ -3,8 +3,8 @@
 # Regenerate with: patchgen models.qwen3_moe.qwen3_moe_gpu_patch_gen_config
 # Source: transformers.models.qwen3_moe.modeling_qwen3_moe (transformers==5.16.1)
 # Config: models.qwen3_moe.qwen3_moe_gpu_patch_gen_config
-# Description: Qwen3-MoE with op-slot guards (RMSNorm, gated MLP, RoPE, routed experts), slot-backed losses and an expert-parallel plan
-# Fingerprint: fa0de221baa554d2d2e0
+# Description: Qwen3-MoE with op-slot guards and slot-backed losses
+# Fingerprint: e72641e749d691f5c492
 # Patches:
 #   - override_method Qwen3MoeRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MoeMLP.forward: glu_activation slot guard (dense layers, shared experts)

@@ -3,8 +3,8 @@
 # Regenerate with: patchgen models.seed_oss.seed_oss_gpu_patch_gen_config
 # Source: transformers.models.seed_oss.modeling_seed_oss (transformers==5.16.1)
 # Config: models.seed_oss.seed_oss_gpu_patch_gen_config
-# Description: Seed-OSS with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: 0535b1f2b79c03fe98db
+# Description: Seed-OSS with op-slot guards and slot-backed losses
+# Fingerprint: 1d4d0f2e0992469992fc
 # Patches:
 #   - override_method SeedOssRMSNorm.forward: rms_norm slot guard
 #   - override_method SeedOssMLP.forward: glu_activation slot guard
