@@ -88,9 +88,8 @@ def test_a_template_change_reaches_every_model_and_keeps_its_local_modifications
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     hand_written = {
-        "llama": ("llama_gpu_patch_gen_config.py", "GPU backend: the minimal dense example."),
         "qwen3": ("tests/test_qwen3_parity.py", '"sliding_window": 3'),
-        "seed_oss": ("seed_oss_gpu_patch_gen_config.py", "Seed-OSS's MLP ends in a residual dropout"),
+        "seed_oss": ("tests/test_seed_oss_parity.py", '"residual_dropout": 0.3'),
         "gemma3": ("gemma3_gpu_patch_gen_config.py", "def _init_weights(self, module):"),
     }
     v1 = template_version(repo)

@@ -2,7 +2,7 @@
 
 Models outside the zoo with different structures are copied in a real repository (a fresh clone without
 tags), generated and tested: a llama-like dense model with both backends, a dense model whose MLP is not
-gated (the MLP stays upstream's code, named in the config), and a MoE model with a gated shared expert
+gated (its activation goes behind the activation slot), and a MoE model with a gated shared expert
 (which the old recipe dropped, giving wrong logits). The refusals are checked for each kind: out of
 category, a category with no scaffold yet, too little to guard; none of them writes anything.
 """
@@ -72,14 +72,15 @@ def test_the_answers_read_from_upstream_are_recorded(repo: Path) -> None:
     assert answers["recipe"]["causal_lm"]["cls"] == "SmolLM3ForCausalLM"
 
 
-def test_a_plain_mlp_stays_upstreams_code_and_the_scaffold_passes(repo: Path) -> None:
-    model_dir = copy_model(repo, "arcee")
-    config = (model_dir / "arcee_gpu_patch_gen_config.py").read_text(encoding="utf-8")
-    assert "mlps=[]" in config
-    assert "ArceeMLP" in config and "not gated" in config  # the docstring says what was left and why
-    generated = (model_dir / "generated" / "patched_modeling_arcee_gpu.py").read_text(encoding="utf-8")
-    assert "glu_activation_slot" not in generated
-    _assert_tests_pass(repo, "arcee")
+def test_a_plain_mlp_goes_behind_the_activation_slot_and_the_scaffold_passes(repo: Path) -> None:
+    """starcoder2: a LayerNorm model (nn.LayerNorm, nothing to guard) whose MLP is c_fc -> act -> c_proj."""
+    model_dir = copy_model(repo, "starcoder2")
+    config = (model_dir / "starcoder2_gpu_patch_gen_config.py").read_text(encoding="utf-8")
+    assert 'Mlp("Starcoder2MLP", kind="plain", act="act", activation="self.activation_name"' in config
+    generated = (model_dir / "generated" / "patched_modeling_starcoder2_gpu.py").read_text(encoding="utf-8")
+    assert "activation_slot(" in generated and "glu_activation_slot" not in generated
+    assert "self.activation_name = config.hidden_act" in generated
+    _assert_tests_pass(repo, "starcoder2")
 
 
 def test_a_moe_scaffold_keeps_the_gated_shared_expert_and_passes(repo: Path) -> None:
@@ -103,8 +104,10 @@ def test_a_category_without_a_scaffold_is_refused(repo: Path) -> None:
 
 
 def test_too_little_to_guard_is_refused_naming_each_structure_and_its_line(repo: Path) -> None:
-    message = _refusal(repo, "starcoder2")
-    assert "Starcoder2MLP (line " in message and "not gated" in message
+    """gpt_neox: partial-rotary RoPE and no norm class of its own leave only its activation and loss head."""
+    message = _refusal(repo, "gpt_neox")
+    assert "fewer than the loss head and two slots" in message
+    assert "apply_rotary_pos_emb (line " in message and "partial rotary" in message
     assert "docs/adding-a-model.md" in message
 
 
