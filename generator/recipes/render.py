@@ -73,6 +73,8 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         else:
             lines.append("    experts=None,")
         lines.append(f"    aux_loss={arguments.get('aux_loss') or ''!r},")
+        if experts and experts.get("block_attr", "mlp") != "mlp":
+            lines.append(f"    sparse_block_attr={experts['block_attr']!r},")
     lines.append(f"    sequence_classification={arguments.get('sequence_classification')!r},")
     lines.append(")")
     imports = f"from generator.recipes import {', '.join(sorted(parts) + [recipe])}"

@@ -163,6 +163,7 @@ def read_moe(source: ModelSource, decoder_layer: str | None) -> MoeInfo | None:
         dense_layers=dense_layers,
         dense_mlp=dense_mlp,
         reason="; ".join(reasons),
+        block_attr=attr or "mlp",
     )
 
 

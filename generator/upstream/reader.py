@@ -9,12 +9,15 @@ fit turns it into recipe arguments or a refusal. Each part is read by a small mo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pathlib import Path
 
 from generator.errors import UpstreamError
 from generator.upstream.index import UpstreamSources
 from generator.upstream.locate import package_root
 from generator.upstream.read_category import classify
+from generator.upstream.read_conversion import expert_conversion
 from generator.upstream.read_config import read_config
 from generator.upstream.read_heads import read_causal_lm, read_heads, read_multipliers, read_sequence_classification
 from generator.upstream.read_mlps import read_mlps
@@ -82,6 +85,14 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         )
         if c
     )
+    if moe is not None and config.model_type:
+        conversion = expert_conversion(config.model_type)
+        if conversion is not None:
+            moe = replace(
+                moe,
+                hf_conversion=conversion.entry,
+                hub_projections=(conversion.gate, conversion.up, conversion.down),
+            )
     return ModelStructure(
         model=model,
         modeling_module=module,
@@ -104,6 +115,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         decoder_layer=decoder_layer,
         decoder_mlp=decoder_mlp,
         instantiated=source.instantiated,
+        conditional=source.conditionally_instantiated,
     )
 
 

@@ -76,6 +76,29 @@ class ModelSource:
                         found.add(node.func.id)
         return tuple(sorted(found))
 
+    @cached_property
+    def conditionally_instantiated(self) -> tuple[str, ...]:
+        """Classes every instantiation of which sits in a branch (``a if cond else b``, or under ``if``)."""
+        everywhere: dict[str, list[bool]] = {}
+        for owner in self.index.tree.body:
+            if not isinstance(owner, (ast.ClassDef, ast.FunctionDef)):
+                continue
+            branched: set[int] = set()
+            for node in ast.walk(owner):
+                if isinstance(node, ast.IfExp):
+                    branches = [node.body, node.orelse]
+                elif isinstance(node, ast.If):
+                    branches = [*node.body, *node.orelse]
+                else:
+                    continue
+                for branch in branches:
+                    branched.update(id(call) for call in ast.walk(branch) if isinstance(call, ast.Call))
+            for node in ast.walk(owner):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.classes:
+                    if node.func.id != getattr(owner, "name", None):
+                        everywhere.setdefault(node.func.id, []).append(id(node) in branched)
+        return tuple(sorted(name for name, flags in everywhere.items() if all(flags)))
+
     def base_names(self, cls: str) -> list[str]:
         node = self.classes.get(cls)
         if node is None:

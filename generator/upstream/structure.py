@@ -167,6 +167,12 @@ class MoeInfo:
     dense_layers: str | None = None
     dense_mlp: str | None = None  # the MLP class of the dense layers
     reason: str = ""
+    #: The conversion_mapping.py entry transformers loads hub checkpoints of this model_type with, and the
+    #: per-expert projection names (gate, up, down) it fuses; empty when it fuses none.
+    hf_conversion: str | None = None
+    hub_projections: tuple[str, ...] = ()
+    #: The decoder layer's attribute holding the sparse block ("mlp"; granitemoe "block_sparse_moe").
+    block_attr: str = "mlp"
 
 
 @dataclass(frozen=True)
@@ -208,6 +214,8 @@ class ModelStructure:
     #: Classes of the module that some other class of it instantiates (``Name(...)``): a norm or MLP class
     #: outside this set is dead code upstream, which no test could reach through its slot.
     instantiated: tuple[str, ...] = ()
+    #: Of those, the classes instantiated only in a branch (``RMSNorm(...) if config.rms_norm_eps else ...``).
+    conditional: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (patchgen-inspect --json, Copier answers)."""

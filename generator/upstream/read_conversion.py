@@ -1,0 +1,82 @@
+"""How transformers converts a model's hub checkpoints on load: the per-expert names of its MoE weights.
+
+``transformers/conversion_mapping.py`` maps a model_type (directly, or through the alias table
+``_MODEL_TO_CONVERSION_PATTERN``) to weight converters; for a MoE model, one merges the per-expert
+``experts.*.<gate>.weight`` and ``experts.*.<up>.weight`` into ``experts.gate_up_proj`` and one the
+``experts.*.<down>.weight`` into ``experts.down_proj``. Read by path with ``ast``, never imported, so the
+scaffold's converter and tests name the projections as the real checkpoints spell them (mixtral: w1,
+w3, w2), never as a sibling does.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from generator.upstream.index import ModuleIndex
+from generator.upstream.locate import module_path
+
+MODULE = "transformers.conversion_mapping"
+_PER_EXPERT = re.compile(r"experts\.\*\.(\w+)\.weight$")
+
+
+@dataclass(frozen=True)
+class ExpertConversion:
+    #: The conversion_mapping entry used for the model_type (itself, or what the alias table maps it to).
+    entry: str
+    gate: str
+    up: str
+    down: str
+
+
+def _strings(node: ast.expr | None) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+@cache
+def _tables() -> tuple[dict[str, str], dict[str, ast.expr]]:
+    """(alias table, mapping entries by name) of the installed conversion_mapping.py."""
+    index = ModuleIndex.parse(MODULE, module_path(MODULE))
+    aliases: dict[str, str] = {}
+    entries: dict[str, ast.expr] = {}
+    for node in ast.walk(index.tree):
+        if not isinstance(node, ast.Dict):
+            continue
+        for key, value in zip(node.keys, node.values):
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                continue
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                aliases.setdefault(key.value, value.value)
+            elif isinstance(value, ast.List):
+                entries.setdefault(key.value, value)
+    return aliases, entries
+
+
+def expert_conversion(model_type: str) -> ExpertConversion | None:
+    """The per-expert projection names transformers fuses for ``model_type``, or None when it fuses none."""
+    aliases, entries = _tables()
+    entry = model_type if model_type in entries else aliases.get(model_type, model_type)
+    converters = entries.get(entry)
+    if converters is None:
+        return None
+    names: dict[str, list[str]] = {}
+    for call in ast.walk(converters):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "WeightConverter"):
+            continue
+        keywords = {k.arg: k.value for k in call.keywords}
+        targets = _strings(keywords.get("target_patterns"))
+        sources = [m.group(1) for s in _strings(keywords.get("source_patterns")) if (m := _PER_EXPERT.search(s))]
+        if len(targets) == 1 and targets[0].endswith("experts.gate_up_proj") and len(sources) == 2:
+            names["gate_up"] = sources
+        elif len(targets) == 1 and targets[0].endswith("experts.down_proj") and len(sources) == 1:
+            names["down"] = sources
+    if "gate_up" not in names or "down" not in names:
+        return None
+    (gate, up), (down,) = names["gate_up"], names["down"]
+    return ExpertConversion(entry=entry, gate=gate, up=up, down=down)
