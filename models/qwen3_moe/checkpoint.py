@@ -1,8 +1,10 @@
 """Qwen3-MoE checkpoints: per-expert hub weights -> the fused experts of the generated modeling.
 
-Hub checkpoints (Qwen/Qwen3-30B-A3B, ...) store each expert's projections separately; the generated modeling holds
-them fused (``gate_up_proj [E, 2I, H]``, ``down_proj [E, H, I]``, I = ``moe_intermediate_size``). Registered for
-model_type "qwen3_moe" in ``models/qwen3_moe/__init__.py``; ``models.checkpoint.load_checkpoint`` uses it.
+Hub checkpoints (Qwen/Qwen3-30B-A3B, ...) store each expert's projections separately:
+``experts.<e>.{gate_proj,up_proj,down_proj}.weight``. The generated modeling holds them fused,
+``gate_up_proj [E, 2I, H]`` and ``down_proj [E, H, I]`` (I = ``moe_intermediate_size``).
+transformers 5.16 fuses them on load with the "qwen2_moe" entry of ``conversion_mapping.py``.
+Registered for model_type "qwen3_moe" in ``models/qwen3_moe/__init__.py``; ``load_checkpoint`` uses it.
 """
 
 from __future__ import annotations
