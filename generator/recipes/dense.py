@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from generator.dsl.config import PatchConfig
-from generator.recipes.parts import LossHead, Mlp, Norm
+from generator.recipes.parts import LossHead, Mlp, Norm, Rope
 
 
 def _named(template: str, prefix: str) -> str:
@@ -63,10 +63,12 @@ def apply_mlps(config: PatchConfig, mlps: Sequence[Mlp], *, prefix: str, descrip
         )
 
 
-def apply_rope(config: PatchConfig, function: str | None) -> None:
+def apply_rope(config: PatchConfig, rope: str | Rope | None) -> None:
     """The module-level RoPE function behind the rope slot (None: the model has none to guard)."""
-    if function is not None:
-        config.apply_snippet("rope_guard", function, description="rope slot guard")
+    if rope is None:
+        return
+    part = Rope(rope) if isinstance(rope, str) else rope
+    config.apply_snippet("rope_guard", part.function, formulation=part.formulation, description="rope slot guard")
 
 
 def apply_causal_lm(config: PatchConfig, head: LossHead, *, prefix: str, aux_loss: str = "") -> str:
@@ -77,6 +79,8 @@ def apply_causal_lm(config: PatchConfig, head: LossHead, *, prefix: str, aux_los
         f"{cls}.forward",
         softcap=head.softcap,
         scale=tuple(head.scale),
+        head=head.head,
+        bias=head.bias,
         aux_loss=aux_loss,
         description="logits and loss behind the causal_lm_loss slot"
         + ("; aux loss behind the load_balancing_loss slot" if aux_loss else ""),
@@ -100,7 +104,7 @@ def dense_text(
     prefix: str,
     norms: Sequence[Norm] = (Norm(),),
     mlps: Sequence[Mlp] = (Mlp(),),
-    rope: str | None = "apply_rotary_pos_emb",
+    rope: str | Rope | None = "apply_rotary_pos_emb",
     causal_lm: LossHead = LossHead(),
     sequence_classification: str | None = "{prefix}ForSequenceClassification",
 ) -> PatchConfig:

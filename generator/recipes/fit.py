@@ -135,14 +135,16 @@ def _mlps(structure: ModelStructure, skipped: list[Finding]) -> list[dict[str, s
     return guarded
 
 
-def _rope(structure: ModelStructure, skipped: list[Finding]) -> str | None:
+def _rope(structure: ModelStructure, skipped: list[Finding]) -> str | dict[str, str] | None:
     rope = structure.rope
     if rope is None or rope.kind == "none":
         skipped.append(Finding("rope", "-", 0, (rope.reason if rope else "") or "no rotary embedding function"))
         return None
-    if rope.kind == "function" and rope.formulation == "rotate_half" and "unsqueeze_dim" in rope.params:
+    if rope.kind == "function" and rope.formulation != "unknown" and "unsqueeze_dim" in rope.params:
         if not rope.reason:
-            return rope.name
+            if rope.formulation == "rotate_half":
+                return rope.name
+            return {"function": rope.name, "formulation": rope.formulation}
         # The model may run another RoPE function (deepseek's interleaved one): guarding only this one would
         # leave the default path unguarded while the scaffold claims a rope slot.
         skipped.append(Finding("rope", rope.name or "-", rope.line, rope.reason.removeprefix("note: ")))
@@ -164,11 +166,6 @@ def _causal_lm(structure: ModelStructure, refusals: list[Finding]) -> dict[str, 
     if head.reason:
         refusals.append(Finding("causal_lm", head.cls, head.line, head.reason, remedy))
         return None
-    if head.lm_head_bias:
-        refusals.append(
-            Finding("causal_lm", head.cls, head.line, "its lm_head has a bias, which the fused loss does not take", remedy)
-        )
-        return None
     softcap, scale = "", []
     for op, expression in head.postprocess:
         if op == "softcap" and not softcap:
@@ -180,7 +177,7 @@ def _causal_lm(structure: ModelStructure, refusals: list[Finding]) -> dict[str, 
                 Finding("causal_lm", head.cls, head.line, f"logit post-processing the fused loss cannot take: {op}", remedy)
             )
             return None
-    return {"cls": head.cls, "softcap": softcap, "scale": scale}
+    return {"cls": head.cls, "softcap": softcap, "scale": scale, "head": head.head_attr, "bias": head.lm_head_bias}
 
 
 def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, str] | None:

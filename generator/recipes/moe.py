@@ -26,7 +26,7 @@ from generator.recipes.dense import (
     apply_rope,
     apply_sequence_classification,
 )
-from generator.recipes.parts import Experts, LossHead, Mlp, Norm
+from generator.recipes.parts import Experts, LossHead, Mlp, Norm, Rope
 
 
 def moe_text(
@@ -35,7 +35,7 @@ def moe_text(
     prefix: str,
     norms: Sequence[Norm] = (Norm(),),
     mlps: Sequence[Mlp] = (Mlp(),),
-    rope: str | None = "apply_rotary_pos_emb",
+    rope: str | Rope | None = "apply_rotary_pos_emb",
     causal_lm: LossHead = LossHead(),
     experts: Experts | None = Experts(),
     aux_loss: str = "load_balancing_loss_func",

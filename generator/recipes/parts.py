@@ -52,12 +52,15 @@ class LossHead:
     """The causal LM whose logits and loss go behind the causal_lm_loss slot.
 
     ``softcap`` is the expression of the final-logit soft-cap upstream applies ("" for none); ``scale``
-    is ("div" | "mul", expression) when upstream scales the logits before the loss, else ().
+    is ("div" | "mul", expression) when upstream scales the logits before the loss, else (); ``head`` is the
+    output projection's attribute and ``bias`` says it has a bias (handed to the kernel as lm_head_bias).
     """
 
     cls: str = "{prefix}ForCausalLM"
     softcap: str = ""
     scale: tuple[str, ...] = ()
+    head: str = "lm_head"
+    bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,3 +69,15 @@ class Experts:
 
     sparse_block: str = "{prefix}SparseMoeBlock"
     activation: str = "self.experts.config.hidden_act"
+
+
+@dataclass(frozen=True)
+class Rope:
+    """The module-level RoPE function behind the rope slot, and which of upstream's formulations it has.
+
+    ``formulation`` names upstream's body (see ``RopeInfo`` in generator/upstream/structure.py): the slot
+    is told the options that recompute it (interleaved pairs, repeated cos/sin, fp32 rotation, cast back).
+    """
+
+    function: str = "apply_rotary_pos_emb"
+    formulation: str = "rotate_half"

@@ -54,13 +54,19 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         parts.add("Mlp")
     lines.append(f"    norms=[{', '.join(norms)}],")
     lines.append(f"    mlps=[{', '.join(mlps)}],")
-    lines.append(f"    rope={arguments.get('rope')!r},")
+    rope = arguments.get("rope")
+    if isinstance(rope, Mapping):
+        parts.add("Rope")
+        lines.append("    rope=" + _call("Rope", rope["function"], {"formulation": rope["formulation"]}) + ",")
+    else:
+        lines.append(f"    rope={rope!r},")
     head = arguments["causal_lm"]
-    lines.append(
-        "    causal_lm="
-        + _call("LossHead", head["cls"], {"softcap": head.get("softcap") or "", "scale": tuple(head.get("scale") or ())})
-        + ","
-    )
+    head_fields: dict[str, Any] = {"softcap": head.get("softcap") or "", "scale": tuple(head.get("scale") or ())}
+    if head.get("head", "lm_head") != "lm_head":
+        head_fields["head"] = head["head"]
+    if head.get("bias"):
+        head_fields["bias"] = True
+    lines.append("    causal_lm=" + _call("LossHead", head["cls"], head_fields) + ",")
     if category == "moe":
         experts = arguments.get("experts")
         if experts:

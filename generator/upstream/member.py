@@ -23,7 +23,7 @@ _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers")
 class CallSite:
     """One call in upstream's body, as source text, for a snippet to pass on to its slot."""
 
-    #: The assignment target of the statement holding the call ("logits", "loss"), or None.
+    #: The assignment target when the call is the whole value assigned ("logits", "loss"), or None.
     target: str | None
     #: Positional arguments, as source text.
     args: tuple[str, ...]
@@ -38,6 +38,11 @@ class CallSite:
         if position is not None and position < len(self.args):
             return self.args[position]
         return None
+
+    #: The target of the assignment holding the call anywhere in its value (``logits = self.lm_head(h).float()``).
+    assigned: str | None = None
+    #: The call is the whole value of its statement (assigned, returned or evaluated), not part of an expression.
+    whole: bool = False
 
     @property
     def passes_kwargs(self) -> bool:
@@ -102,15 +107,17 @@ class UpstreamMember:
     def call(self, pattern: str) -> CallSite:
         """The one call of ``pattern`` (e.g. ``"self.experts"``) in the body, as source text."""
         statement, call = self._find(pattern)
-        target = None
-        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is call:
+        target = assigned = None
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
             targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            target = ", ".join(ast.unparse(t) for t in targets)
+            assigned = ", ".join(ast.unparse(t) for t in targets)
+            target = assigned if statement.value is call else None
+        whole = isinstance(statement, (ast.Assign, ast.AnnAssign, ast.Return, ast.Expr)) and statement.value is call
         args = tuple(ast.get_source_segment(self.index.source, a) or ast.unparse(a) for a in call.args)
         keywords = tuple(
             (k.arg, ast.get_source_segment(self.index.source, k.value) or ast.unparse(k.value)) for k in call.keywords
         )
-        return CallSite(target=target, args=args, keywords=keywords)
+        return CallSite(target=target, args=args, keywords=keywords, assigned=assigned, whole=whole)
 
     def has_call(self, pattern: str) -> bool:
         return bool(_calls(self.node, pattern))

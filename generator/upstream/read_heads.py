@@ -63,19 +63,20 @@ def read_causal_lm(source: ModelSource, cls: str) -> CausalLmInfo:
         "params": params,
         "inherited_from": owner,
         "output_class": _output_class(forward),
-        "lm_head_bias": _lm_head_bias(source, cls),
+        "lm_head_bias": _lm_head_bias(source, cls, head_attr := _head_attr(source, cls)),
+        "head_attr": head_attr,
         "aux_loss_function": _aux_loss_function(source, forward),
     }
     where = f"{owner or cls}.forward" + (f" (inherited from {owner})" if owner else f" (line {forward.lineno})")
     body = forward.body
-    head_at = _find_lm_head(body)
+    head_at = _find_lm_head(body, head_attr)
     if head_at is None:
-        return CausalLmInfo(**base, reason=f"{where}: no top-level `logits = self.lm_head(...)`")
+        return CausalLmInfo(**base, reason=f"{where}: no top-level `logits = self.{head_attr}(...)`")
     head_stmt = body[head_at]
     assert isinstance(head_stmt, ast.Assign)
     logits_var = dotted(head_stmt.targets[0])
-    call = head_stmt.value
-    assert isinstance(call, ast.Call)
+    call, in_place_scale = _head_call(head_stmt.value, head_attr)
+    assert call is not None
     base["hidden_arg"] = dotted(call.args[0]) if call.args else None
     base["logits_var"] = logits_var
     loss_at, loss_call = _find_loss(body, head_at)
@@ -83,26 +84,62 @@ def read_causal_lm(source: ModelSource, cls: str) -> CausalLmInfo:
         return CausalLmInfo(**base, reason=f"{where}: no self.loss_function(...) call after the lm_head")
     base["vocab_size_expr"] = _vocab_size(loss_call)
     postprocess, problem = _between(body[head_at + 1 : loss_at], logits_var)
+    if in_place_scale is not None:
+        postprocess = (in_place_scale, *postprocess)
     if problem is None:
         problem = _loss_statement_problem(body[loss_at], logits_var)
-    if problem is None and base["lm_head_bias"]:
-        problem = "lm_head has a bias"
     if problem is None and base["vocab_size_expr"] is None:
         problem = f"loss_function call (line {loss_call.lineno}) passes no vocab_size"
     return CausalLmInfo(**base, postprocess=postprocess, reason=f"{where}: {problem}" if problem else "")
 
 
-def _find_lm_head(body: list[ast.stmt]) -> int | None:
+#: Methods on the projected logits that change neither values nor what a fused loss computes.
+_NEUTRAL_METHODS = ("float", "contiguous")
+
+
+def _head_call(value: ast.expr, attr: str) -> tuple[ast.Call | None, tuple[str, str] | None]:
+    """``self.<attr>(h)``, possibly ``.float()`` / ``.contiguous()``, possibly times or over a scale.
+
+    Returns the head call and the scale step, e.g. hyperclovax's ``self.lm_head(h) * self.config.logits_scaling``.
+    """
+    scale = None
+    if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Mult, ast.Div)):
+        scale = ("scale_mul" if isinstance(value.op, ast.Mult) else "scale_div", dotted(value.right))
+        value = value.left
+    while (
+        isinstance(value, ast.Call)
+        and not value.args
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr in _NEUTRAL_METHODS
+    ):
+        value = value.func.value
+    if isinstance(value, ast.Call) and is_self_attr(value.func, attr) and (scale is None or scale[1]):
+        return value, scale
+    return None, None
+
+
+def _find_lm_head(body: list[ast.stmt], attr: str = "lm_head") -> int | None:
     for i, stmt in enumerate(body):
         if (
             isinstance(stmt, ast.Assign)
             and len(stmt.targets) == 1
             and isinstance(stmt.targets[0], ast.Name)
-            and isinstance(stmt.value, ast.Call)
-            and is_self_attr(stmt.value.func, "lm_head")
+            and _head_call(stmt.value, attr)[0] is not None
         ):
             return i
     return None
+
+
+def _head_attr(source: ModelSource, cls: str) -> str:
+    """The output projection: ``lm_head``, or the Linear onto the vocabulary (biogpt's ``output_projection``)."""
+    assigns = source.init_assigns(cls)
+    if "lm_head" in assigns:
+        return "lm_head"
+    for attr, values in assigns.items():
+        for value in values:
+            if isinstance(value, ast.Call) and called_name(value) == "Linear" and "vocab_size" in ast.unparse(value):
+                return attr
+    return "lm_head"
 
 
 def _is_loss_call(call: ast.Call) -> bool:
@@ -232,8 +269,8 @@ def _output_class(forward: ast.FunctionDef) -> str | None:
     return None
 
 
-def _lm_head_bias(source: ModelSource, cls: str) -> bool:
-    for value in source.init_assigns(cls).get("lm_head", []):
+def _lm_head_bias(source: ModelSource, cls: str, attr: str = "lm_head") -> bool:
+    for value in source.init_assigns(cls).get(attr, []):
         if isinstance(value, ast.Call) and called_name(value) == "Linear":
             for kw in value.keywords:
                 if kw.arg == "bias":

@@ -1,7 +1,8 @@
 """Where a model applies rotary position embeddings, and whether it is llama's rotate-half formulation.
 
-A rope slot replaces ``apply_rotary_pos_emb`` only when upstream's body is exactly llama's (full
-rotary dim, rotate-half pairing); partial, interleaved and complex variants are reported, not guarded.
+A rope slot replaces ``apply_rotary_pos_emb`` only when upstream's body is exactly one of the formulations
+the slot recomputes (llama's rotate-half; partial rotary with a pass-through slice; interleaved pairs with
+repeated cos/sin; upcast or cast-back variants); complex and other bodies are reported, not guarded.
 """
 
 from __future__ import annotations
@@ -26,7 +27,87 @@ P_x2 = P_x[..., P_x.shape[-1] // 2:]
 return torch.cat((-P_x2, P_x1), dim=-1)
 """
 
+_ROTATE_INTERLEAVED = """
+P_x1 = P_x[..., 0::2]
+P_x2 = P_x[..., 1::2]
+return torch.stack((-P_x2, P_x1), dim=-1).flatten(-2)
+"""
+
+_ROTATE_INTERLEAVED_NAMED = """
+P_x1 = P_x[..., ::2]
+P_x2 = P_x[..., 1::2]
+P_r = torch.stack([-P_x2, P_x1], dim=-1).flatten(-2)
+return P_r
+"""
+
+_PARTIAL_TAIL = """
+P_rd = P_cos.shape[-1]
+P_qr, P_qp = (P_q[..., :P_rd], P_q[..., P_rd:])
+P_kr, P_kp = (P_k[..., :P_rd], P_k[..., P_rd:])
+P_qe = P_qr * P_cos + rotate_half(P_qr) * P_sin
+P_ke = P_kr * P_cos + rotate_half(P_kr) * P_sin
+P_qe = torch.cat([P_qe, P_qp], dim=-1)
+P_ke = torch.cat([P_ke, P_kp], dim=-1)
+return (P_qe, P_ke)
+"""
+
+_UNSQUEEZE = """
+P_cos = P_cos.unsqueeze(P_dim)
+P_sin = P_sin.unsqueeze(P_dim)
+"""
+
+_REPEAT = """
+P_cos = P_cos[..., :P_cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
+P_sin = P_sin[..., :P_sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
+"""
+
+#: Bodies of apply_rotary_pos_emb the rope slot can recompute, by formulation. The rotation they call
+#: (rotate_half) must be llama's halves for the "rotate_half*" ones and the interleaved pairs otherwise.
+_VARIANTS = {
+    "rotate_half": _APPLY,
+    "rotate_half_partial": _UNSQUEEZE + _PARTIAL_TAIL,
+    "rotate_half_cast_back": """
+P_qt, P_kt = (P_q.dtype, P_k.dtype)
+"""
+    + _UNSQUEEZE
+    + """
+P_qe = P_q * P_cos + rotate_half(P_q) * P_sin
+P_ke = P_k * P_cos + rotate_half(P_k) * P_sin
+return (P_qe.to(P_qt), P_ke.to(P_kt))
+""",
+    "interleaved": _UNSQUEEZE
+    + _REPEAT
+    + """
+P_qe = P_q * P_cos + rotate_half(P_q) * P_sin
+P_ke = P_k * P_cos + rotate_half(P_k) * P_sin
+return (P_qe, P_ke)
+""",
+    "interleaved_partial": _UNSQUEEZE + _REPEAT + _PARTIAL_TAIL,
+    "interleaved_upcast": """
+P_dt = P_q.dtype
+"""
+    + _UNSQUEEZE
+    + _REPEAT
+    + """
+P_qe = P_q.float() * P_cos + rotate_half(P_q).float() * P_sin
+P_ke = P_k.float() * P_cos + rotate_half(P_k).float() * P_sin
+return (P_qe.to(P_dt), P_ke.to(P_dt))
+""",
+    "interleaved_pairs_upcast": """
+P_dt = P_q.dtype
+P_q = P_q.float()
+P_k = P_k.float()
+"""
+    + _UNSQUEEZE
+    + """
+P_qe = P_q * P_cos + rotate_half(P_q) * P_sin
+P_ke = P_k * P_cos + rotate_half(P_k) * P_sin
+return (P_qe.to(dtype=P_dt), P_ke.to(dtype=P_dt))
+""",
+}
+
 _NAME = "apply_rotary_pos_emb"
+_INTERLEAVED_ROTATIONS = (_ROTATE_INTERLEAVED, _ROTATE_INTERLEAVED_NAMED)
 
 
 def read_rope(source: ModelSource) -> RopeInfo:
@@ -66,22 +147,29 @@ def _params(func: ast.FunctionDef) -> tuple[str, ...]:
 def _classify(source: ModelSource, kind: str, func: ast.FunctionDef, owner: str | None) -> RopeInfo:
     params = _params(func)
     base = {"kind": kind, "name": func.name, "owner": owner, "line": func.lineno, "params": params}
-    bound = match_body(_APPLY, func.body)
-    if bound is None:
+    formulation, bound = None, None
+    for name, shape in _VARIANTS.items():
+        bound = match_body(shape, func.body)
+        if bound is not None:
+            formulation = name
+            break
+    if bound is None or formulation is None:
         return RopeInfo(
-            **base, reason=f"{func.name} (line {func.lineno}) is not llama's body: {_describe(source, func)}"
+            **base, reason=f"{func.name} (line {func.lineno}) is not a known body: {_describe(source, func)}"
         )
     if params[:4] != (bound["q"], bound["k"], bound["cos"], bound["sin"]) or bound["dim"] not in params:
         return RopeInfo(**base, reason=f"{func.name} takes {params}, not (q, k, cos, sin, ..., unsqueeze_dim)")
     rotate = source.functions.get("rotate_half")
-    if rotate is None or match_body(_ROTATE_HALF, rotate.body) is None:
+    rotations = (_ROTATE_HALF,) if formulation.startswith("rotate_half") else _INTERLEAVED_ROTATIONS
+    if rotate is None or not any(match_body(shape, rotate.body) is not None for shape in rotations):
         where = f"line {rotate.lineno}" if rotate is not None else "not defined in the module"
-        return RopeInfo(**base, reason=f"rotate_half ({where}) is not llama's")
+        kind = "llama's halves" if formulation.startswith("rotate_half") else "interleaved pairs"
+        return RopeInfo(**base, reason=f"rotate_half ({where}) does not rotate {kind} as {func.name} needs")
     reason = ""
     variants = sorted(n for n in source.functions if n.startswith("apply_rotary") and n != _NAME)
     if variants:
         reason = f"note: the module also defines {', '.join(variants)}, which a guard leaves as upstream has it"
-    return RopeInfo(**base, formulation="rotate_half", reason=reason)
+    return RopeInfo(**base, formulation=formulation, reason=reason)
 
 
 def _describe(source: ModelSource, func: ast.FunctionDef) -> str:

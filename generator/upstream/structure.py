@@ -85,7 +85,10 @@ class RopeInfo:
     owner: str | None = None  # the class, for kind "method"
     line: int = 0
     params: tuple[str, ...] = ()  # ("q", "k", "cos", "sin", "unsqueeze_dim") or with "position_ids"
-    formulation: str = "unknown"  # "rotate_half" (llama), or "unknown" (partial, interleaved, complex...)
+    #: "rotate_half" (llama), "rotate_half_partial" (gpt_neox), "rotate_half_cast_back" (olmo), "interleaved"
+    #: (helium), "interleaved_partial" (glm), "interleaved_upcast" (ernie4_5), "interleaved_pairs_upcast"
+    #: (cohere), or "unknown" (complex multiplication, other bodies).
+    formulation: str = "unknown"
     reason: str = ""
 
 
@@ -98,6 +101,8 @@ class CausalLmInfo:
     inherited_from: str | None = None
     output_class: str | None = None  # "CausalLMOutputWithPast", "MoeCausalLMOutputWithPast"
     lm_head_bias: bool = False
+    #: The output projection's attribute ("lm_head"; biogpt "output_projection", gpt_neox "embed_out").
+    head_attr: str = "lm_head"
     #: Source text of the lm_head call's argument ("hidden_states[:, slice_indices, :]").
     hidden_arg: str | None = None
     logits_var: str | None = None  # "logits", "lm_logits"

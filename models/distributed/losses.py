@@ -71,6 +71,7 @@ def causal_lm_loss(
     ignore_index: int = -100,
     shift_labels: torch.Tensor | None = None,
     final_logit_softcapping: float | None = None,
+    lm_head_bias: torch.Tensor | None = None,
     group: ProcessGroup | None = None,
     sp_group: ProcessGroup | None = None,
     inner: str = "eager",
@@ -97,6 +98,7 @@ def causal_lm_loss(
         ignore_index=ignore_index,
         shift_labels=shift_labels,
         final_logit_softcapping=final_logit_softcapping,
+        lm_head_bias=lm_head_bias,
         **options,
     )
     return all_reduce_sum(share, group), logits

@@ -9,6 +9,7 @@ from models.ops.config import OpsConfig
 from models.ops.errors import KernelUnavailableError, OpsConfigError, OpsError, UnboundSlotError
 from models.ops.kernels import KERNEL_FAMILIES, kernel_names
 from models.ops.slots import (
+    activation_slot,
     SLOTS,
     BoundKernel,
     OpSlot,
@@ -33,6 +34,7 @@ __all__ = [
     "UnboundSlotError",
     "bind_ops",
     "bound_ops",
+    "activation_slot",
     "causal_lm_loss_slot",
     "current_ops",
     "glu_activation_slot",

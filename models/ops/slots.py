@@ -101,10 +101,12 @@ rms_norm_slot = _define("rms_norm")
 activation_slot = _define("activation")
 # glu_activation_slot(gate, up, activation) -> ACT2FN[activation](gate) * up
 glu_activation_slot = _define("glu_activation")
-# rope_slot(q, k, cos, sin, unsqueeze_dim=1) -> (q_embed, k_embed)
+# rope_slot(q, k, cos, sin, unsqueeze_dim=1, *, interleaved=False, repeat_cos=False, upcast=False, cast_back=False)
+#     -> (q_embed, k_embed); partial rotary when cos covers fewer dims than q
 rope_slot = _define("rope")
 # causal_lm_loss_slot(hidden_states, lm_head_weight, labels, *, vocab_size, num_items_in_batch=None,
-#                     ignore_index=-100, shift_labels=None, final_logit_softcapping=None, **kwargs)
+#                     ignore_index=-100, shift_labels=None, final_logit_softcapping=None, lm_head_bias=None,
+#                     **kwargs)
 #     -> (loss, logits or None)
 causal_lm_loss_slot = _define("causal_lm_loss")
 # sequence_classification_loss_slot(logits, labels, pooled_logits, config) -> loss

@@ -203,3 +203,23 @@ def test_chunk_size_must_be_positive() -> None:
     hidden, weight, labels = _inputs()
     with pytest.raises(ValueError, match="chunk_size"):
         chunked_loss.causal_lm_loss(hidden, weight, labels, vocab_size=VOCAB, chunk_size=0)
+
+
+def test_chunked_loss_with_an_lm_head_bias_matches_eager_with_gradients() -> None:
+    """phi and codegen project with a bias: the chunked kernel adds it and returns its gradient."""
+    from models.ops.kernels import chunked_loss, eager
+
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, 9, 12, generator=generator, requires_grad=True)
+    weight = torch.randn(37, 12, generator=generator, requires_grad=True)
+    bias = torch.randn(37, generator=generator, requires_grad=True)
+    labels = torch.randint(0, 37, (2, 9), generator=generator)
+    labels[0, :3] = -100
+    expected, _ = eager.causal_lm_loss(hidden, weight, labels, vocab_size=37, lm_head_bias=bias)
+    want = torch.autograd.grad(expected, (hidden, weight, bias))
+    actual, logits = chunked_loss.causal_lm_loss(hidden, weight, labels, vocab_size=37, lm_head_bias=bias, chunk_size=5)
+    got = torch.autograd.grad(actual, (hidden, weight, bias))
+    assert logits is None
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)

@@ -93,10 +93,20 @@ def test_qwen2_moe_loss_passes_vocab_positionally_and_names_aux_loss_function() 
     assert lm.output_class == "MoeCausalLMOutputWithPast"
 
 
-def test_lm_head_with_bias_is_refused() -> None:
+def test_lm_head_with_bias_is_reported_and_guardable() -> None:
     lm = read("phi").causal_lm
     assert lm.lm_head_bias
-    assert "bias" in lm.reason
+    assert lm.reason == ""
+
+
+def test_output_projection_under_another_name_is_found() -> None:
+    lm = read("biogpt").causal_lm
+    assert (lm.head_attr, lm.reason) == ("output_projection", "")
+
+
+def test_neutral_methods_and_a_scale_on_the_lm_head_call_are_read() -> None:
+    assert read("opt").causal_lm.reason == ""
+    assert read("hyperclovax").causal_lm.postprocess == (("scale_mul", "self.config.logits_scaling"),)
 
 
 # --- norms ----------------------------------------------------------------------------------------
@@ -181,7 +191,22 @@ def test_llama_rope_is_rotate_half_function() -> None:
     assert r.params == ("q", "k", "cos", "sin", "unsqueeze_dim")
 
 
-def test_phi3_partial_rotary_is_unknown_with_reason() -> None:
+def test_gpt_neox_partial_rotary_is_recognised() -> None:
+    assert read("gpt_neox").rope.formulation == "rotate_half_partial"
+
+
+def test_olmo_cast_back_rotary_is_recognised() -> None:
+    assert read("olmo").rope.formulation == "rotate_half_cast_back"
+
+
+def test_interleaved_rotary_variants_are_recognised() -> None:
+    assert read("helium").rope.formulation == "interleaved"
+    assert read("glm").rope.formulation == "interleaved_partial"
+    assert read("ernie4_5").rope.formulation == "interleaved_upcast"
+    assert read("cohere").rope.formulation == "interleaved_pairs_upcast"
+
+
+def test_phi3_rotary_with_its_own_partial_form_is_unknown_with_reason() -> None:
     r = read("phi3").rope
     assert r.formulation == "unknown" and "partial" in r.reason
 

@@ -28,6 +28,7 @@ class _ChunkedLinearCrossEntropySum(torch.autograd.Function):
         ctx: Any,
         hidden: torch.Tensor,
         weight: torch.Tensor,
+        bias: torch.Tensor | None,
         targets: torch.Tensor,
         ignore_index: int,
         softcap: float | None,
@@ -37,7 +38,9 @@ class _ChunkedLinearCrossEntropySum(torch.autograd.Function):
         # needs_input_grad ignores no_grad mode, so the caller says whether autograd is recording.
         want_hidden_grad = grad_enabled and ctx.needs_input_grad[0]
         want_weight_grad = grad_enabled and ctx.needs_input_grad[1]
+        want_bias_grad = grad_enabled and bias is not None and ctx.needs_input_grad[2]
         grad_hidden = torch.empty_like(hidden) if want_hidden_grad else None
+        grad_bias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if want_bias_grad else None
         grad_weight = (
             torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_weight_grad else None
         )
@@ -47,7 +50,7 @@ class _ChunkedLinearCrossEntropySum(torch.autograd.Function):
             rows = hidden[start : start + chunk_size]
             chunk_targets = targets[start : start + chunk_size]
             # Project in the model dtype and upcast afterwards, as the upstream lm_head + loss does.
-            logits = F.linear(rows, weight).float()
+            logits = F.linear(rows, weight, bias).float()
             if softcap is not None:
                 capped = torch.tanh(logits / softcap)
                 logits = capped * softcap
@@ -56,7 +59,7 @@ class _ChunkedLinearCrossEntropySum(torch.autograd.Function):
             log_norm = torch.logsumexp(logits, dim=-1, keepdim=True)
             target_logits = logits.gather(1, safe_targets)
             total += ((log_norm - target_logits).squeeze(1) * valid).sum()
-            if not (want_hidden_grad or want_weight_grad):
+            if not (want_hidden_grad or want_weight_grad or want_bias_grad):
                 continue
 
             # d(loss)/d(logits) = softmax - one_hot, built in the logits buffer to keep one chunk alive.
@@ -71,21 +74,25 @@ class _ChunkedLinearCrossEntropySum(torch.autograd.Function):
             if grad_weight is not None:
                 # In place: a plain `+=` would first build the whole [vocab, hidden] product.
                 grad_weight.addmm_(grad_logits.T.float(), rows.float())
+            if grad_bias is not None:
+                grad_bias += grad_logits.float().sum(0)
 
         ctx.save_for_backward(
             grad_hidden if grad_hidden is not None else torch.empty(0),
             grad_weight.to(weight.dtype) if grad_weight is not None else torch.empty(0),
+            grad_bias.to(bias.dtype) if grad_bias is not None else torch.empty(0),
         )
-        ctx.has_grads = (want_hidden_grad, want_weight_grad)
+        ctx.has_grads = (want_hidden_grad, want_weight_grad, want_bias_grad)
         return total
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        grad_hidden, grad_weight = ctx.saved_tensors
-        want_hidden_grad, want_weight_grad = ctx.has_grads
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        want_hidden_grad, want_weight_grad, want_bias_grad = ctx.has_grads
         return (
             grad_hidden * grad_output.to(grad_hidden.dtype) if want_hidden_grad else None,
             grad_weight * grad_output.to(grad_weight.dtype) if want_weight_grad else None,
+            grad_bias * grad_output.to(grad_bias.dtype) if want_bias_grad else None,
             None,
             None,
             None,
@@ -104,6 +111,7 @@ def causal_lm_loss(
     ignore_index: int = -100,
     shift_labels: torch.Tensor | None = None,
     final_logit_softcapping: float | None = None,
+    lm_head_bias: torch.Tensor | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
@@ -123,7 +131,14 @@ def causal_lm_loss(
         shift_labels=shift_labels,
     )
     summed = _ChunkedLinearCrossEntropySum.apply(
-        hidden, lm_head_weight, targets, ignore_index, final_logit_softcapping, chunk_size, torch.is_grad_enabled()
+        hidden,
+        lm_head_weight,
+        lm_head_bias,
+        targets,
+        ignore_index,
+        final_logit_softcapping,
+        chunk_size,
+        torch.is_grad_enabled(),
     )
     if num_items_in_batch is None:
         return summed / (targets != ignore_index).sum(), None

@@ -62,13 +62,47 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def _rotate_pairs(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+
+
 def rope(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    unsqueeze_dim: int = 1,
+    *,
+    interleaved: bool = False,
+    repeat_cos: bool = False,
+    upcast: bool = False,
+    cast_back: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotary embedding of q and k, HF ``apply_rotary_pos_emb`` layout (cos/sin unsqueezed at ``unsqueeze_dim``)."""
+    """Rotary embedding of q and k, HF ``apply_rotary_pos_emb`` layout (cos/sin unsqueezed at ``unsqueeze_dim``).
+
+    The defaults are llama's rotate-half. ``interleaved`` rotates even/odd pairs instead of halves, and
+    ``repeat_cos`` first repeats the first half of cos/sin pairwise (helium, glm); ``upcast`` rotates in fp32
+    and casts back (cohere, ernie4_5); ``cast_back`` casts the result to q's and k's dtypes (olmo). When cos
+    covers fewer dims than q (partial rotary: gpt_neox, glm), the rest of q and k passes through unrotated.
+    """
     cos = cos.unsqueeze(unsqueeze_dim)
     sin = sin.unsqueeze(unsqueeze_dim)
-    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+    if repeat_cos:
+        cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
+        sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
+    rotate = _rotate_pairs if interleaved else _rotate_half
+    rotary_dim = cos.shape[-1]
+
+    def embed(x: torch.Tensor) -> torch.Tensor:
+        if rotary_dim == x.shape[-1]:
+            rotated = x.float() if upcast else x
+            out = rotated * cos + rotate(rotated) * sin
+        else:
+            part = x[..., :rotary_dim].float() if upcast else x[..., :rotary_dim]
+            out = torch.cat([part * cos + rotate(part) * sin, x[..., rotary_dim:]], dim=-1)
+        return out.to(x.dtype) if upcast or cast_back else out
+
+    return embed(q), embed(k)
 
 
 def softcap_logits(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
@@ -88,6 +122,7 @@ def causal_lm_loss(
     ignore_index: int = -100,
     shift_labels: torch.Tensor | None = None,
     final_logit_softcapping: float | None = None,
+    lm_head_bias: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Next-token cross entropy from hidden states; materializes the logits and returns them too.
@@ -95,9 +130,9 @@ def causal_lm_loss(
     ``hidden_states`` are already sliced to the kept positions; ``labels`` are unshifted unless
     ``shift_labels`` is given. Logits are soft-capped in the model dtype and upcast to fp32 for the loss,
     which is the mean over non-ignored targets, or their sum / ``num_items_in_batch`` when given.
-    Extra ``kwargs`` (model forward kwargs passed along by generated code) are ignored, as upstream does.
+    ``lm_head_bias`` is the bias of an lm_head that has one (phi, codegen). Extra ``kwargs`` (model forward kwargs passed along by generated code) are ignored, as upstream does.
     """
-    logits = softcap_logits(F.linear(hidden_states, lm_head_weight), final_logit_softcapping)
+    logits = softcap_logits(F.linear(hidden_states, lm_head_weight, lm_head_bias), final_logit_softcapping)
     if shift_labels is None:
         shift_labels = shift_causal_labels(labels, ignore_index)
     flat_logits = logits.float().reshape(-1, vocab_size)

@@ -56,9 +56,23 @@ def glu_activation(gate: torch.Tensor, up: torch.Tensor, activation: str) -> tor
 
 
 def rope(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    unsqueeze_dim: int = 1,
+    *,
+    interleaved: bool = False,
+    repeat_cos: bool = False,
+    upcast: bool = False,
+    cast_back: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Liger RoPE; it assumes q/k laid out ``[batch, heads, seq, head_dim]``, i.e. ``unsqueeze_dim == 1``."""
+    if interleaved or repeat_cos or upcast or cast_back or cos.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            "liger rope computes llama's full rotate-half only (no interleaved pairs, partial rotary or dtype "
+            "casts); bind the 'eager' kernel to the rope slot for this model"
+        )
     if unsqueeze_dim != 1:
         raise ValueError(
             f"liger rope needs q/k as [batch, heads, seq, head_dim] (unsqueeze_dim=1), got {unsqueeze_dim}"
@@ -76,6 +90,7 @@ def causal_lm_loss(
     ignore_index: int = -100,
     shift_labels: torch.Tensor | None = None,
     final_logit_softcapping: float | None = None,
+    lm_head_bias: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """Liger fused linear cross entropy with the slot's label shift and reduction; returns ``(loss, None)``."""
@@ -91,6 +106,7 @@ def causal_lm_loss(
         hidden,
         lm_head_weight,
         targets,
+        bias=lm_head_bias,
         ignore_index=ignore_index,
         reduction="mean" if num_items_in_batch is None else "sum",
         softcap=final_logit_softcapping,

@@ -41,8 +41,22 @@ def glu_activation(gate: torch.Tensor, up: torch.Tensor, activation: str) -> tor
 
 
 def rope(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    unsqueeze_dim: int = 1,
+    *,
+    interleaved: bool = False,
+    repeat_cos: bool = False,
+    upcast: bool = False,
+    cast_back: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``npu_rotary_mul`` applies rotate-half RoPE with cos/sin broadcast over the heads dimension."""
+    if interleaved or repeat_cos or upcast or cast_back or cos.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            "npu rope computes llama's full rotate-half only (no interleaved pairs, partial rotary or dtype "
+            "casts); bind the 'eager' kernel to the rope slot for this model"
+        )
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
     return torch_npu.npu_rotary_mul(q, cos, sin), torch_npu.npu_rotary_mul(k, cos, sin)
