@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from generator.dsl.config import PatchConfig
-from generator.recipes.parts import LossHead, Mlp, Norm, Rope
+from generator.recipes.parts import CallSites, LossHead, Mlp, Norm, Rope
 
 
 def _named(template: str, prefix: str) -> str:
@@ -63,6 +63,28 @@ def apply_mlps(config: PatchConfig, mlps: Sequence[Mlp], *, prefix: str, descrip
         )
 
 
+def apply_call_sites(config: PatchConfig, sites: Sequence[CallSites], *, prefix: str) -> None:
+    """Each class's calls of nn.LayerNorm and ACT2FN modules behind the layer_norm and activation slots."""
+    for site in sites:
+        cls = _named(site.cls, prefix)
+        if site.activation and not site.activation_name:
+            config.apply_snippet(
+                "activation_name_init",
+                cls,
+                kind="modify_init",
+                config_attr=site.activation_config,
+                description="record the activation's name for the slot guard",
+            )
+        config.apply_snippet(
+            "call_sites_guard",
+            f"{cls}.forward",
+            layer_norms=list(site.layer_norms),
+            activation=site.activation,
+            activation_name=repr(site.activation_name) if site.activation_name else "self.activation_name",
+            description="layer_norm and activation slot guards at the module calls",
+        )
+
+
 def apply_rope(config: PatchConfig, rope: str | Rope | None) -> None:
     """The module-level RoPE function behind the rope slot (None: the model has none to guard)."""
     if rope is None:
@@ -104,6 +126,7 @@ def dense_text(
     prefix: str,
     norms: Sequence[Norm] = (Norm(),),
     mlps: Sequence[Mlp] = (Mlp(),),
+    call_sites: Sequence[CallSites] = (),
     rope: str | Rope | None = "apply_rotary_pos_emb",
     causal_lm: LossHead = LossHead(),
     sequence_classification: str | None = "{prefix}ForSequenceClassification",
@@ -112,10 +135,11 @@ def dense_text(
 
     The defaults are llama's; a model passes what it has instead (``norms=()`` when no norm fits a
     slot, ``rope=None`` without a module-level RoPE function, ``sequence_classification=None`` without
-    that head).
+    that head). ``call_sites`` names classes whose forward calls nn.LayerNorm / ACT2FN modules directly.
     """
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
+    apply_call_sites(config, call_sites, prefix=prefix)
     apply_rope(config, rope)
     apply_causal_lm(config, causal_lm, prefix=prefix)
     apply_sequence_classification(config, sequence_classification, prefix=prefix)

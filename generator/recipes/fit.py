@@ -18,6 +18,9 @@ from generator.upstream.structure import ModelStructure
 
 DOCS = "docs/adding-a-model.md#hand-written-patches"
 
+#: ACT2FN activations with learned parameters: a kernel told only the name would compute with fresh ones.
+PARAMETRIZED_ACTIVATIONS = ("xielu",)
+
 #: Categories that have a scaffold today.
 SCAFFOLDED = ("dense", "moe")
 
@@ -85,8 +88,10 @@ def _norm(structure: ModelStructure, skipped: list[Finding]) -> list[dict[str, s
                 {"cls": norm.cls, "formulation": norm.kind, "eps": norm.eps_attr, "weight": norm.weight_attr}
             )
             continue
+        if norm.kind == "rms_unweighted" and norm.param and norm.eps_attr:
+            guarded.append({"cls": norm.cls, "formulation": norm.kind, "eps": norm.eps_attr, "weight": ""})
+            continue
         reason = {
-            "rms_unweighted": "has no weight; nothing for the rms_norm slot to scale by",
             "layer_norm": "a LayerNorm; there is no layer_norm slot yet",
         }.get(norm.kind, norm.reason or "a formulation the reader does not recognise")
         skipped.append(
@@ -105,6 +110,11 @@ def _mlps(structure: ModelStructure, skipped: list[Finding]) -> list[dict[str, s
             skipped.append(Finding("mlp", mlp.cls, mlp.line, reason, "override its forward by hand to guard it"))
             continue
         activation, init_activation = mlp.activation_expr, ""
+        default = structure.config_defaults.get(mlp.activation_config_attr or "", "").strip("'\"")
+        if default in PARAMETRIZED_ACTIVATIONS:
+            reason = f"its activation ({default}) has learned parameters, which a slot told only its name cannot use"
+            skipped.append(Finding("mlp", mlp.cls, mlp.line, reason))
+            continue
         if not activation and mlp.activation_config_attr:
             activation, init_activation = "self.activation_name", mlp.activation_config_attr
         complete = {
@@ -133,6 +143,24 @@ def _mlps(structure: ModelStructure, skipped: list[Finding]) -> list[dict[str, s
             }
         )
     return guarded
+
+
+def _call_sites(structure: ModelStructure) -> list[dict[str, Any]]:
+    """Classes that call nn.LayerNorm / ACT2FN modules in their own forward (old decoders: opt, gpt_neo, bloom)."""
+    sites = []
+    for site in structure.call_sites:
+        if site.cls in structure.conditional:
+            continue
+        sites.append(
+            {
+                "cls": site.cls,
+                "layer_norms": list(site.layer_norms),
+                "activation": site.activation or "",
+                "activation_config": site.activation_config_attr or "",
+                "activation_name": site.activation_name or "",
+            }
+        )
+    return sites
 
 
 def _rope(structure: ModelStructure, skipped: list[Finding]) -> str | dict[str, str] | None:
@@ -231,6 +259,7 @@ def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
     arguments: dict[str, Any] = {
         "norms": _norm(structure, skipped),
         "mlps": _mlps(structure, skipped),
+        "call_sites": _call_sites(structure),
         "rope": _rope(structure, skipped),
         "causal_lm": _causal_lm(structure, refusals),
     }
@@ -252,6 +281,10 @@ def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
     if kinds & {"gated", "fused_gate_up"}:
         guarded.append("glu_activation")
     if "plain" in kinds:
+        guarded.append("activation")
+    if any(site["layer_norms"] for site in arguments["call_sites"]):
+        guarded.append("layer_norm")
+    if any(site["activation"] for site in arguments["call_sites"]) and "activation" not in guarded:
         guarded.append("activation")
     if arguments["rope"]:
         guarded.append("rope")

@@ -20,13 +20,14 @@ from collections.abc import Sequence
 from generator.dsl.config import PatchConfig
 from generator.recipes.dense import (
     _named,
+    apply_call_sites,
     apply_causal_lm,
     apply_mlps,
     apply_norms,
     apply_rope,
     apply_sequence_classification,
 )
-from generator.recipes.parts import Experts, LossHead, Mlp, Norm, Rope
+from generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope
 
 
 def moe_text(
@@ -35,6 +36,7 @@ def moe_text(
     prefix: str,
     norms: Sequence[Norm] = (Norm(),),
     mlps: Sequence[Mlp] = (Mlp(),),
+    call_sites: Sequence[CallSites] = (),
     rope: str | Rope | None = "apply_rotary_pos_emb",
     causal_lm: LossHead = LossHead(),
     experts: Experts | None = Experts(),
@@ -52,6 +54,7 @@ def moe_text(
     """
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard (dense layers, shared experts)")
+    apply_call_sites(config, call_sites, prefix=prefix)
     apply_rope(config, rope)
     if experts is not None:
         config.apply_snippet(

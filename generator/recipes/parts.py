@@ -81,3 +81,18 @@ class Rope:
 
     function: str = "apply_rotary_pos_emb"
     formulation: str = "rotate_half"
+
+
+@dataclass(frozen=True)
+class CallSites:
+    """A class whose forward calls torch modules directly: each ``nn.LayerNorm`` attribute in
+    ``layer_norms`` goes behind the layer_norm slot, and the ``ACT2FN`` module in ``activation`` behind
+    the activation slot, its name recorded in ``__init__`` from ``config.<activation_config>`` or, for a
+    torch activation module (``nn.GELU``), given as ``activation_name`` (the ACT2FN name computing the same).
+    """
+
+    cls: str
+    layer_norms: tuple[str, ...] = ()
+    activation: str = ""
+    activation_config: str = ""
+    activation_name: str = ""

@@ -54,6 +54,26 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         parts.add("Mlp")
     lines.append(f"    norms=[{', '.join(norms)}],")
     lines.append(f"    mlps=[{', '.join(mlps)}],")
+    sites = [
+        _call(
+            "CallSites",
+            site["cls"],
+            {
+                key: tuple(value) if isinstance(value, list) else value
+                for key, value in (
+                    ("layer_norms", site["layer_norms"]),
+                    ("activation", site["activation"]),
+                    ("activation_config", site["activation_config"]),
+                    ("activation_name", site.get("activation_name", "")),
+                )
+                if value
+            },
+        )
+        for site in arguments.get("call_sites") or []
+    ]
+    if sites:
+        parts.add("CallSites")
+        lines.append(f"    call_sites=[{', '.join(sites)}],")
     rope = arguments.get("rope")
     if isinstance(rope, Mapping):
         parts.add("Rope")

@@ -75,6 +75,15 @@ P_qe = P_q * P_cos + rotate_half(P_q) * P_sin
 P_ke = P_k * P_cos + rotate_half(P_k) * P_sin
 return (P_qe.to(P_qt), P_ke.to(P_kt))
 """,
+    "rotate_half_partial_inline": _UNSQUEEZE
+    + """
+P_rd = P_cos.shape[-1]
+P_q, P_qp = (P_q[..., :P_rd], P_q[..., P_rd:])
+P_k, P_kp = (P_k[..., :P_rd], P_k[..., P_rd:])
+P_qe = P_q * P_cos + rotate_half(P_q) * P_sin
+P_ke = P_k * P_cos + rotate_half(P_k) * P_sin
+return (torch.cat((P_qe, P_qp), dim=-1), torch.cat((P_ke, P_kp), dim=-1))
+""",
     "interleaved": _UNSQUEEZE
     + _REPEAT
     + """

@@ -16,6 +16,7 @@ from pathlib import Path
 from generator.errors import UpstreamError
 from generator.upstream.index import UpstreamSources
 from generator.upstream.locate import package_root
+from generator.upstream.read_calls import read_call_sites
 from generator.upstream.read_category import classify
 from generator.upstream.read_conversion import expert_conversion
 from generator.upstream.read_config import read_config
@@ -25,7 +26,7 @@ from generator.upstream.read_moe import experts_holders, read_moe
 from generator.upstream.read_norms import read_norms
 from generator.upstream.read_rope import read_rope
 from generator.upstream.source import ModelSource
-from generator.upstream.structure import ModelStructure
+from generator.upstream.structure import ModelStructure, MoeInfo
 
 _TOP = "transformers"
 _FEED_FORWARD_ATTRS = ("mlp", "feed_forward", "ffn", "block_sparse_moe")
@@ -93,6 +94,8 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
                 hf_conversion=conversion.entry,
                 hub_projections=(conversion.gate, conversion.up, conversion.down),
             )
+    norms = read_norms(source)
+    mlps = read_mlps(source, extra)
     return ModelStructure(
         model=model,
         modeling_module=module,
@@ -105,8 +108,8 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         heads=heads,
         causal_lm=causal_lm,
         sequence_classification=read_sequence_classification(source, seq_cls) if seq_cls else None,
-        norms=read_norms(source),
-        mlps=read_mlps(source, extra),
+        norms=norms,
+        mlps=mlps,
         rope=read_rope(source),
         multipliers=read_multipliers(source, base_model, decoder_layer, causal_lm),
         vocab_size_expr=causal_lm.vocab_size_expr if causal_lm else None,
@@ -116,7 +119,18 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         decoder_mlp=decoder_mlp,
         instantiated=source.instantiated,
         conditional=source.conditionally_instantiated,
+        call_sites=read_call_sites(
+            source,
+            {n.cls for n in norms if n.kind != "unknown"} | {m.cls for m in mlps if m.kind != "unknown"} | _moe_classes(moe),
+        ),
     )
+
+
+def _moe_classes(moe: MoeInfo | None) -> set[str]:
+    """The sparse block and experts: their computations go behind the experts slot, not module-call guards."""
+    if moe is None:
+        return set()
+    return {moe.sparse_block} | ({moe.experts.cls} if moe.experts else set())
 
 
 def _lm_class(source: ModelSource, heads: dict[str, str]) -> str | None:

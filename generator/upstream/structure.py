@@ -79,6 +79,21 @@ class MlpInfo:
 
 
 @dataclass(frozen=True)
+class CallSites:
+    """Torch modules a class of the model calls in its own forward (see ``read_calls``)."""
+
+    cls: str
+    line: int
+    #: Attributes holding an ``nn.LayerNorm``, each called once in forward.
+    layer_norms: tuple[str, ...] = ()
+    #: The attribute holding ``ACT2FN[config.<activation_config_attr>]``, called once in forward on one input.
+    activation: str | None = None
+    activation_config_attr: str | None = None
+    #: For a torch activation module (``nn.GELU(approximate="tanh")``): the ACT2FN name computing the same.
+    activation_name: str | None = None
+
+
+@dataclass(frozen=True)
 class RopeInfo:
     kind: str  # "function" (module-level), "method" (on a class), "none"
     name: str | None = None  # "apply_rotary_pos_emb"
@@ -219,6 +234,8 @@ class ModelStructure:
     #: Classes of the module that some other class of it instantiates (``Name(...)``): a norm or MLP class
     #: outside this set is dead code upstream, which no test could reach through its slot.
     instantiated: tuple[str, ...] = ()
+    #: Module calls (nn.LayerNorm, ACT2FN activations) in the forward of classes that are not norm/MLP classes.
+    call_sites: tuple[CallSites, ...] = ()
     #: Of those, the classes instantiated only in a branch (``RMSNorm(...) if config.rms_norm_eps else ...``).
     conditional: tuple[str, ...] = ()
 

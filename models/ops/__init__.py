@@ -10,6 +10,7 @@ from models.ops.errors import KernelUnavailableError, OpsConfigError, OpsError, 
 from models.ops.kernels import KERNEL_FAMILIES, kernel_names
 from models.ops.slots import (
     activation_slot,
+    layer_norm_slot,
     SLOTS,
     BoundKernel,
     OpSlot,
@@ -35,6 +36,7 @@ __all__ = [
     "bind_ops",
     "bound_ops",
     "activation_slot",
+    "layer_norm_slot",
     "causal_lm_loss_slot",
     "current_ops",
     "glu_activation_slot",

@@ -20,6 +20,7 @@ __all__ = [
     "BoundKernel",
     "OpSlot",
     "activation_slot",
+    "layer_norm_slot",
     "causal_lm_loss_slot",
     "glu_activation_slot",
     "load_balancing_loss_slot",
@@ -99,6 +100,8 @@ def _define(name: str) -> OpSlot:
 rms_norm_slot = _define("rms_norm")
 # activation_slot(hidden_states, activation) -> ACT2FN[activation](hidden_states): a plain MLP's activation
 activation_slot = _define("activation")
+# layer_norm_slot(hidden_states, normalized_shape, weight, bias, eps) -> F.layer_norm(...): an nn.LayerNorm call
+layer_norm_slot = _define("layer_norm")
 # glu_activation_slot(gate, up, activation) -> ACT2FN[activation](gate) * up
 glu_activation_slot = _define("glu_activation")
 # rope_slot(q, k, cos, sin, unsqueeze_dim=1, *, interleaved=False, repeat_cos=False, upcast=False, cast_back=False)

@@ -35,8 +35,8 @@ def test_default_config_is_all_eager() -> None:
 
 
 def test_unknown_slot_error_lists_valid_slots() -> None:
-    with pytest.raises(OpsConfigError, match=r"unknown op slot 'layer_norm'.*rms_norm.*causal_lm_loss"):
-        OpsConfig({"layer_norm": "eager"})
+    with pytest.raises(OpsConfigError, match=r"unknown op slot 'group_norm'.*rms_norm.*causal_lm_loss"):
+        OpsConfig({"group_norm": "eager"})
 
 
 def test_unknown_kernel_error_lists_valid_kernels_for_the_slot() -> None:

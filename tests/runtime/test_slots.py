@@ -10,6 +10,7 @@ from models.ops import SLOTS, OpSlot, UnboundSlotError, rms_norm_slot
 #: The slot instances generated modeling files import by these exact names.
 GENERATED_CODE_SLOT_NAMES = {
     "activation_slot": "activation",
+    "layer_norm_slot": "layer_norm",
     "rms_norm_slot": "rms_norm",
     "glu_activation_slot": "glu_activation",
     "rope_slot": "rope",

@@ -18,7 +18,7 @@ from models.ops.kernels.loss_inputs import divide_by_num_items, shift_causal_lab
 
 def rms_norm(
     hidden_states: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     eps: float,
     *,
     offset: float = 0.0,
@@ -28,13 +28,16 @@ def rms_norm(
 
     ``cast_last`` False (the default for ``offset == 0``) follows Llama: cast the normalized input back,
     then scale by ``weight``. True (the default otherwise) scales by ``offset + weight`` in fp32 and casts
-    last: Gemma's formulation with ``offset=1``, OLMo-2's with ``offset=0``.
+    last: Gemma's formulation with ``offset=1``, OLMo-2's with ``offset=0``. ``weight`` None is an
+    unweighted norm (nanochat): normalized in fp32, cast back.
     """
     if cast_last is None:
         cast_last = offset != 0.0
     input_dtype = hidden_states.dtype
     x = hidden_states.to(torch.float32)
     normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    if weight is None:
+        return normed.to(input_dtype)
     if not cast_last:
         return (weight + offset if offset else weight) * normed.to(input_dtype)
     return (normed * (offset + weight.float())).to(input_dtype)
@@ -45,6 +48,17 @@ def _activation(name: str) -> nn.Module:
     from transformers.activations import ACT2FN
 
     return ACT2FN[name]
+
+
+def layer_norm(
+    hidden_states: torch.Tensor,
+    normalized_shape: tuple[int, ...],
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
+    """``nn.LayerNorm``'s computation from the module's own shape, weight, bias and eps."""
+    return F.layer_norm(hidden_states, normalized_shape, weight, bias, eps)
 
 
 def activation(hidden_states: torch.Tensor, activation: str) -> torch.Tensor:

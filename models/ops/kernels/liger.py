@@ -30,13 +30,15 @@ _GLU_KERNELS = {
 
 def rms_norm(
     hidden_states: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     eps: float,
     *,
     offset: float = 0.0,
     cast_last: bool | None = None,
 ) -> torch.Tensor:
     """Liger RMSNorm; Llama casting (cast, then scale) unless ``cast_last``, Gemma casting (scale in fp32) then."""
+    if weight is None:
+        raise ValueError("liger rms_norm needs a weight; bind the 'eager' kernel to the rms_norm slot for this model")
     if cast_last is None:
         cast_last = offset != 0.0
     casting_mode = "gemma" if cast_last else "llama"

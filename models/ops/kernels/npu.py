@@ -14,7 +14,7 @@ import torch_npu
 
 def rms_norm(
     hidden_states: torch.Tensor,
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     eps: float,
     *,
     offset: float = 0.0,
@@ -24,6 +24,8 @@ def rms_norm(
 
     A cast-last formulation (gemma, olmo2) normalizes and scales in fp32, then casts back.
     """
+    if weight is None:
+        raise ValueError("npu rms_norm needs a weight; bind the 'eager' kernel to the rms_norm slot for this model")
     if cast_last is None:
         cast_last = offset != 0.0
     scale = weight.float() + offset if offset else weight

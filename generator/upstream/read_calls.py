@@ -1,0 +1,112 @@
+"""Torch modules a class calls in its own forward: ``nn.LayerNorm`` attributes and ``ACT2FN`` activations.
+
+Older decoders (opt, gpt_neo, bloom, biogpt) have no norm or MLP class of their own: their decoder layer
+builds ``self.ln_1 = nn.LayerNorm(...)`` and ``self.act = ACT2FN[config.activation_function]`` and calls
+them in its forward. Each such call is a site a guard can reach without rewriting the class: the one
+statement holding the call goes behind the layer_norm or activation slot. A site counts only when the
+attribute is built exactly that way in ``__init__`` and called exactly once in the class's own forward.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from generator.upstream.source import ModelSource, calls_in, is_self_attr
+from generator.upstream.structure import CallSites
+
+
+def _layer_norm(source: ModelSource, value: ast.expr) -> bool:
+    """``nn.LayerNorm(...)``, ``torch.nn.LayerNorm(...)`` or ``LayerNorm(...)`` imported from torch.nn."""
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if isinstance(func, ast.Attribute):
+        return func.attr == "LayerNorm" and ast.unparse(func.value) in ("nn", "torch.nn")
+    if isinstance(func, ast.Name) and func.id == "LayerNorm":
+        return source.index.imported_from.get("LayerNorm", ("", ""))[0] == "torch.nn"
+    return False
+
+
+def _activation_config_attr(value: ast.expr) -> str | None:
+    """``X`` for ``ACT2FN[config.X]``."""
+    if (
+        isinstance(value, ast.Subscript)
+        and isinstance(value.value, ast.Name)
+        and value.value.id == "ACT2FN"
+        and isinstance(value.slice, ast.Attribute)
+        and isinstance(value.slice.value, ast.Name)
+        and value.slice.value.id == "config"
+    ):
+        return value.slice.attr
+    return None
+
+
+#: ``nn.GELU(approximate=...)`` -> the ACT2FN name computing the same function.
+_TORCH_ACTIVATIONS = {"none": "gelu", "tanh": "gelu_pytorch_tanh"}
+
+
+def _torch_activation_name(value: ast.expr) -> str | None:
+    """The ACT2FN name of ``nn.GELU()`` / ``nn.GELU(approximate="none" | "tanh")``, else None."""
+    if not (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "GELU"
+        and ast.unparse(value.func.value) in ("nn", "torch.nn")
+        and not value.args
+    ):
+        return None
+    approximate = "none"
+    for keyword in value.keywords:
+        if keyword.arg != "approximate" or not isinstance(keyword.value, ast.Constant):
+            return None
+        approximate = keyword.value.value
+    return _TORCH_ACTIVATIONS.get(approximate)
+
+
+def _calls_of(forward: ast.FunctionDef, attr: str) -> list[ast.Call]:
+    return [c for c in calls_in(forward) if is_self_attr(c.func, attr)]
+
+
+def read_call_sites(source: ModelSource, skip: set[str]) -> tuple[CallSites, ...]:
+    """Per class (other than ``skip``, the classes patched whole), the guardable module calls of its forward."""
+    found = []
+    for cls in source.classes:
+        if cls in skip or (source.instantiated and cls not in source.instantiated):
+            continue
+        forward = source.own_method(cls, "forward")
+        if forward is None:
+            continue
+        assigns = source.init_assigns(cls)
+        norms: list[str] = []
+        activation = config_attr = name = None
+        for attr, values in assigns.items():
+            if len(values) != 1 or len(_calls_of(forward, attr)) != 1:
+                continue
+            if _layer_norm(source, values[0]):
+                norms.append(attr)
+            elif activation is None:
+                call = _calls_of(forward, attr)[0]
+                if len(call.args) != 1 or call.keywords:
+                    continue
+                if (read := _activation_config_attr(values[0])) is not None:
+                    activation, config_attr = attr, read
+                elif (read := _torch_activation_name(values[0])) is not None:
+                    activation, name = attr, read
+        init = source.own_method(cls, "__init__")
+        takes_config = init is not None and len(init.args.args) > 1 and init.args.args[1].arg == "config"
+        if config_attr is not None and not takes_config:
+            activation = config_attr = None
+        if norms or activation:
+            found.append(
+                CallSites(
+                    cls=cls,
+                    line=source.classes[cls].lineno,
+                    layer_norms=tuple(norms),
+                    activation=activation,
+                    activation_config_attr=config_attr,
+                    activation_name=name,
+                )
+            )
+    return tuple(found)
+
+
