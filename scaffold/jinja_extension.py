@@ -9,7 +9,8 @@ what upstream cannot say and every other answer defaults to what the reader foun
 - ``scaffold_refusal(model, category)``: "" when a scaffold fits, else the message listing each
   unsupported structure, where it is upstream and the patch that would cover it;
 - ``scaffold_arguments(model, category)``: the recipe arguments, raising the refusal instead;
-- ``recipe_import(...)`` / ``recipe_call(...)``: the config's import line and recipe call, formatted.
+- ``recipe_import(...)`` / ``recipe_call(...)``: the config's import line and recipe call, formatted;
+- ``recipe_guards(recipe)``: the slots a recorded recipe guards (the parity suite's ``guarded``).
 
 Reading a model takes milliseconds and is cached per process, so Copier may ask for it per question.
 """
@@ -24,7 +25,7 @@ from jinja2 import Environment
 from jinja2.ext import Extension
 
 from generator.errors import PatchgenError
-from generator.recipes.fit import Fit, fit_model
+from generator.recipes.fit import Fit, fit_model, guarded_slots
 from generator.recipes.render import recipe_call
 from generator.upstream.reader import read_model
 from generator.upstream.structure import ModelStructure
@@ -98,6 +99,7 @@ class ScaffoldExtension(Extension):
         environment.globals["scaffold_fit"] = scaffold_fit
         environment.globals["scaffold_refusal"] = scaffold_refusal
         environment.globals["scaffold_arguments"] = scaffold_arguments
+        environment.globals["recipe_guards"] = lambda recipe: list(guarded_slots(recipe))
         environment.globals["recipe_import"] = lambda category, prefix, arguments: _recipe(
             category, prefix, arguments
         )[0]

@@ -236,6 +236,38 @@ def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, str
     return {"sparse_block": moe.sparse_block, "activation": experts.activation_expr, "block_attr": moe.block_attr}
 
 
+#: Slots of the loss heads: the coverage floor counts the others.
+LOSS_SLOTS = ("causal_lm_loss", "load_balancing_loss", "sequence_classification_loss")
+
+
+def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
+    """The slots a config with these recipe arguments guards (what its parity suite checks are consulted)."""
+    guarded = []
+    if arguments.get("norms"):
+        guarded.append("rms_norm")
+    kinds = {mlp["kind"] for mlp in arguments.get("mlps") or []}
+    if kinds & {"gated", "fused_gate_up"}:
+        guarded.append("glu_activation")
+    if "plain" in kinds:
+        guarded.append("activation")
+    sites = arguments.get("call_sites") or []
+    if any(site["layer_norms"] for site in sites):
+        guarded.append("layer_norm")
+    if any(site["activation"] for site in sites) and "activation" not in guarded:
+        guarded.append("activation")
+    if arguments.get("rope"):
+        guarded.append("rope")
+    if arguments.get("experts"):
+        guarded.append("moe_experts")
+    if arguments.get("causal_lm"):
+        guarded.append("causal_lm_loss")
+    if arguments.get("aux_loss"):
+        guarded.append("load_balancing_loss")
+    if arguments.get("sequence_classification"):
+        guarded.append("sequence_classification_loss")
+    return tuple(guarded)
+
+
 def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
     """The scaffold ``structure`` calls for in ``category`` (default: the detected one)."""
     category = category or structure.category
@@ -274,29 +306,8 @@ def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
         arguments["experts"] = _experts(structure, skipped)
         arguments["aux_loss"] = (structure.causal_lm.aux_loss_function if structure.causal_lm else None) or ""
 
-    guarded = []
-    if arguments["norms"]:
-        guarded.append("rms_norm")
-    kinds = {mlp["kind"] for mlp in arguments["mlps"]}
-    if kinds & {"gated", "fused_gate_up"}:
-        guarded.append("glu_activation")
-    if "plain" in kinds:
-        guarded.append("activation")
-    if any(site["layer_norms"] for site in arguments["call_sites"]):
-        guarded.append("layer_norm")
-    if any(site["activation"] for site in arguments["call_sites"]) and "activation" not in guarded:
-        guarded.append("activation")
-    if arguments["rope"]:
-        guarded.append("rope")
-    if arguments.get("experts"):
-        guarded.append("moe_experts")
-    slots = len(guarded)
-    if arguments["causal_lm"]:
-        guarded.append("causal_lm_loss")
-    if arguments.get("aux_loss"):
-        guarded.append("load_balancing_loss")
-    if arguments["sequence_classification"]:
-        guarded.append("sequence_classification_loss")
+    guarded = list(guarded_slots(arguments))
+    slots = len([slot for slot in guarded if slot not in LOSS_SLOTS])
     if not refusals and slots < 2:
         refusals.append(
             Finding(

@@ -104,10 +104,10 @@ def test_a_category_without_a_scaffold_is_refused(repo: Path) -> None:
 
 
 def test_too_little_to_guard_is_refused_naming_each_structure_and_its_line(repo: Path) -> None:
-    """gpt_neox: partial-rotary RoPE and no norm class of its own leave only its activation and loss head."""
-    message = _refusal(repo, "gpt_neox")
+    """bloom: alibi positions and an MLP whose forward takes the residual leave only its norms and loss head."""
+    message = _refusal(repo, "bloom")
     assert "fewer than the loss head and two slots" in message
-    assert "apply_rotary_pos_emb (line " in message and "partial rotary" in message
+    assert "BloomMLP (line " in message and "residual" in message
     assert "docs/adding-a-model.md" in message
 
 
