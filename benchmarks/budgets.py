@@ -17,3 +17,10 @@ TRAIN_STEP_RATIO = 1.0
 TRAIN_STEP_NOISE = 0.05
 #: Peak memory of the chunked loss (forward + backward) over the eager lm_head + cross-entropy.
 CHUNKED_LOSS_MEMORY_RATIO = 0.25
+#: MoE (issue 8): the ``grouped`` experts kernel's speed-up over upstream's default experts implementation
+#: on CPU (``grouped_mm``), same machine, same run; per experts layer and per train step of a MoE model.
+MOE_SPEEDUP_VS_DEFAULT = 1.3
+#: ... and over the fastest CPU implementation upstream offers in that run: no slower.
+MOE_SPEEDUP_VS_FASTEST = 1.0
+#: Speed-ups this much below a floor count as noise on a shared 2-core machine.
+MOE_SPEEDUP_NOISE = 0.05

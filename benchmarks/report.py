@@ -43,6 +43,15 @@ def judge_at_most(value: float, limit: float, *, noise: float = 0.0) -> str:
     return MISSED
 
 
+def judge_at_least(value: float, floor: float, *, noise: float = 0.0) -> str:
+    """``met`` if ``value >= floor``, ``met (within noise)`` if within ``noise`` below it, else ``MISSED``."""
+    if value >= floor:
+        return MET
+    if value >= floor - noise:
+        return MET_WITHIN_NOISE
+    return MISSED
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 

@@ -2,8 +2,9 @@
 
 Sections: ``generator`` (whole-process time and peak RSS of generate-all / patchgen --check),
 ``runtime`` (train step, generated vs upstream, per dense model), ``loss`` (chunked vs eager peak
-memory). Each budget row says met or MISSED; a missed budget is reported, not fatal, unless
-``--strict``. ``--smoke`` runs every section at toy sizes in well under a minute: it proves the
+memory), ``moe`` (the grouped experts kernel vs upstream's experts implementations, per layer and
+per train step of each MoE model). Each budget row says met or MISSED; a missed budget is
+reported, not fatal, unless ``--strict``. ``--smoke`` runs every section at toy sizes in well under a minute: it proves the
 script works, its figures mean nothing. See docs/performance.md for how to read the table.
 """
 
@@ -25,11 +26,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `benchmarks` and `models` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import loss_bench, runtime_bench
+from benchmarks import loss_bench, moe_bench, runtime_bench
 from benchmarks.generator_bench import bench_generator
 from benchmarks.report import BAD_STATUSES, FAILED, Row, render_report
 
-SECTIONS = ("generator", "runtime", "loss")
+SECTIONS = ("generator", "runtime", "loss", "moe")
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "latest.md"
 
 
@@ -39,12 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--only", action="append", choices=SECTIONS, help="run only this section (repeatable; default: all)"
     )
     parser.add_argument("--repeats", type=int, default=5, help="runs per timed measurement (default 5)")
-    parser.add_argument("--models", help="runtime section: comma-separated model types (default: every registered)")
+    parser.add_argument(
+        "--models", help="runtime and moe sections: comma-separated model types (default: every registered)"
+    )
     parser.add_argument(
         "--threads",
         type=int,
         default=1,
-        help="runtime section: torch threads (default 1: immune to oversubscription on a shared machine; 0: torch's default)",
+        help=(
+            "runtime and moe sections: torch threads "
+            "(default 1: immune to oversubscription on a shared machine; 0: torch's default)"
+        ),
     )
     parser.add_argument("--smoke", action="store_true", help="toy sizes, one repeat, first model only")
     parser.add_argument(
@@ -126,6 +132,12 @@ def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
             if args.smoke and models is None:
                 models = runtime_bench.registered_models()[:1]
             section_rows, line = runtime_bench.bench_runtime(repeats, sizes, models, threads=args.threads)
+            rows += section_rows
+            setup += [line] if line else []
+        elif section == "moe":
+            sizes = moe_bench.SMOKE_SIZES if args.smoke else moe_bench.MoeSizes()
+            models = args.models.split(",") if args.models else None
+            section_rows, line = moe_bench.bench_moe(repeats, sizes, models, threads=args.threads)
             rows += section_rows
             setup += [line] if line else []
         elif section == "loss":

@@ -38,7 +38,7 @@ from torch.distributed.tensor import DTensor, Shard
 from models.distributed.collectives import all_to_all
 from models.distributed.mesh import ParallelConfigError, ParallelState
 from models.ops.kernels import grouped_experts
-from models.ops.kernels.eager import _activation
+from models.ops.kernels.eager import experts_glu, split_gate_up
 
 __all__ = [
     "ExpertShard",
@@ -171,16 +171,29 @@ class _ScaleGrad(torch.autograd.Function):
 
 
 def _local_experts(
-    rows: torch.Tensor, local_ids: torch.Tensor, gate_up_proj: torch.Tensor, down_proj: torch.Tensor, activation: str
+    rows: torch.Tensor,
+    local_ids: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    activation: str,
+    options: dict[str, Any],
 ) -> torch.Tensor:
     """Each received row through its local expert (grouped kernel, top-1, weight 1)."""
     if rows.shape[0] == 0:
         # Nothing arrived: still run an (empty) expert so every rank's graph reaches the weights and the
         # dispatch all-to-all, and the collectives of the backward pass stay matched across ranks.
-        gate, up = F.linear(rows, gate_up_proj[0]).chunk(2, dim=-1)
-        return F.linear(_activation(activation)(gate) * up, down_proj[0])
+        transposed = options.get("layout", "fused") == "transposed"
+        gate_up = rows @ gate_up_proj[0] if transposed else F.linear(rows, gate_up_proj[0])
+        if options.get("gate_up_bias") is not None:
+            gate_up = gate_up + options["gate_up_bias"][0]
+        gate, up = split_gate_up(gate_up, options.get("interleaved", False))
+        hidden = experts_glu(gate, up, activation, limit=options.get("limit"), alpha=options.get("alpha"))
+        out = hidden @ down_proj[0] if transposed else F.linear(hidden, down_proj[0])
+        return out if options.get("down_bias") is None else out + options["down_bias"][0]
     ones = torch.ones(rows.shape[0], 1, dtype=rows.dtype, device=rows.device)
-    return grouped_experts.moe_experts(rows, local_ids.unsqueeze(1), ones, gate_up_proj, down_proj, activation)
+    return grouped_experts.moe_experts(
+        rows, local_ids.unsqueeze(1), ones, gate_up_proj, down_proj, activation, **options
+    )
 
 
 def moe_experts(
@@ -191,6 +204,12 @@ def moe_experts(
     down_proj: torch.Tensor,
     activation: str,
     *,
+    layout: str = "fused",
+    interleaved: bool = False,
+    gate_up_bias: torch.Tensor | None = None,
+    down_bias: torch.Tensor | None = None,
+    limit: float | None = None,
+    alpha: float | None = None,
     group: ProcessGroup | None = None,
 ) -> torch.Tensor:
     """``moe_experts`` slot contract over experts split across ``group`` (the ep group).
@@ -228,7 +247,12 @@ def moe_experts(
     local_ids = torch.repeat_interleave(
         torch.arange(local_experts, device=rows.device).repeat(ep), recv_counts.reshape(-1)
     )
-    outputs = _local_experts(rows, local_ids, gate_up_proj, down_proj, activation)
+    # Biases are this rank's chunks too ([E/ep, 2I], [E/ep, H]); the routing weight is applied after the
+    # return trip, so the local experts run at weight 1 and w * (a @ W + b) comes out as upstream's.
+    options = {"layout": layout, "interleaved": interleaved, "gate_up_bias": gate_up_bias, "down_bias": down_bias}
+    outputs = _local_experts(
+        rows, local_ids, gate_up_proj, down_proj, activation, {**options, "limit": limit, "alpha": alpha}
+    )
     returned = all_to_all(outputs, group, output_splits=send_splits, input_splits=recv_splits)
 
     weighted = returned * top_k_weights.reshape(-1)[order].unsqueeze(-1)

@@ -29,8 +29,13 @@ def test_smoke_run_renders_every_section(tmp_path: Path) -> None:
     report = output.read_text(encoding="utf-8")
     assert report.strip() == proc.stdout.strip(), "the printed table and the written file differ"
     assert "| section | measurement | result | spread | budget | status | notes |" in report
-    for section in ("generator", "runtime", "loss"):
+    for section in ("generator", "runtime", "loss", "moe"):
         assert f"\n| {section} | " in report, f"no {section} rows"
+    # The MoE section judges the grouped kernel against upstream's default and fastest experts implementations,
+    # per layer and per train step of the zoo's MoE model(s).
+    assert "| moe | experts layer E=8 k=2 256 tokens, fwd+bwd: grouped vs upstream default (grouped_mm) |" in report
+    assert "| moe | qwen3_moe: train step: grouped vs fastest upstream (" in report
+    assert "| moe | qwen3_moe: train step peak memory, grouped / upstream default |" in report
     assert "| FAILED |" not in report
     assert "budgets met" in report
     assert "SMOKE RUN" in report

@@ -1,8 +1,10 @@
 """The MoE slot kernels: the eager references are upstream's semantics, the grouped kernel matches them.
 
-Tolerances: the eager experts reference is bitwise upstream's loop (same operations, same order); the
-grouped kernel sums each token's experts in routing order instead of expert order, so it is held to
-``KERNEL_TOLERANCE`` (rtol 1e-4, atol 1e-5) in outputs and in all three gradients.
+Tolerances: the eager experts reference is bitwise upstream's loop (same operations, same order) for
+every expert layout of the contract (qwen3_moe, mixtral, deepseek_v3; gpt_oss's transposed, interleaved,
+biased, clamped experts; deepseek_v4's clamped ones); the grouped kernel applies the routing weight
+before the down projection, so it is held to ``KERNEL_TOLERANCE`` (rtol 1e-4, atol 1e-5) in outputs
+and in every gradient. Every layout in fp32 and bf16: tests/runtime/test_grouped_experts_layouts.py.
 """
 
 from __future__ import annotations
@@ -103,3 +105,75 @@ def test_eager_load_balancing_loss_is_upstreams(masked: bool) -> None:
 def test_eager_load_balancing_loss_without_router_logits_is_the_int_zero(router_logits) -> None:
     loss = eager.load_balancing_loss(router_logits, NUM_EXPERTS, TOP_K, None)
     assert loss == 0 and isinstance(loss, int)
+
+
+def _upstream_experts(model: str):
+    """An upstream experts module in eager mode at this file's sizes, and the contract keywords that match it."""
+    if model == "gpt_oss":
+        from transformers import GptOssConfig
+        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+        config = GptOssConfig(
+            hidden_size=HIDDEN,
+            intermediate_size=INTERMEDIATE,
+            num_local_experts=NUM_EXPERTS,
+            experts_implementation="eager",
+        )
+        experts = GptOssExperts(config)
+        options = {"layout": "transposed", "interleaved": True, "limit": experts.limit, "alpha": experts.alpha}
+        return experts, options
+    if model == "deepseek_v4":
+        from transformers import DeepseekV4Config
+        from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Experts
+
+        config = DeepseekV4Config(
+            hidden_size=HIDDEN,
+            intermediate_size=INTERMEDIATE,
+            num_local_experts=NUM_EXPERTS,
+            swiglu_limit=0.5,
+            experts_implementation="eager",
+        )
+        return DeepseekV4Experts(config), {"limit": 0.5}
+    from transformers import DeepseekV3Config, MixtralConfig
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Experts
+    from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+
+    config_cls, experts_cls = {
+        "mixtral": (MixtralConfig, MixtralExperts),
+        "deepseek_v3": (DeepseekV3Config, DeepseekV3Experts),
+    }[model]
+    config = config_cls(
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        moe_intermediate_size=INTERMEDIATE,
+        num_local_experts=NUM_EXPERTS,
+        n_routed_experts=NUM_EXPERTS,
+        experts_implementation="eager",
+    )
+    return experts_cls(config), {}
+
+
+@pytest.mark.parametrize("model", ["gpt_oss", "deepseek_v4", "mixtral", "deepseek_v3"])
+def test_eager_experts_reference_is_each_upstream_loop_bitwise(model: str) -> None:
+    """Each keyword set of the contract recomputes its model's upstream formula exactly (random biases included)."""
+    experts, options = _upstream_experts(model)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for parameter in experts.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
+    hidden, index, weights, _, _ = _routing()
+    tensors = {name: getattr(experts, name, None) for name in ("gate_up_proj_bias", "down_proj_bias")}
+    with torch.no_grad():
+        expected = experts(hidden, index, weights)
+        actual = eager.moe_experts(
+            hidden,
+            index,
+            weights,
+            experts.gate_up_proj,
+            experts.down_proj,
+            experts.config.hidden_act,
+            gate_up_bias=tensors["gate_up_proj_bias"],
+            down_bias=tensors["down_proj_bias"],
+            **options,
+        )
+    assert torch.equal(actual, expected)

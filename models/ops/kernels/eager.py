@@ -182,6 +182,85 @@ def sequence_classification_loss(
     raise ValueError(f"invalid problem_type {config.problem_type!r}")
 
 
+#: ``layout`` values of the ``moe_experts`` contract: how the expert matrices are oriented.
+MOE_LAYOUTS = ("fused", "transposed")
+
+
+def check_moe_experts_options(
+    hidden_states: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    *,
+    layout: str,
+    gate_up_bias: torch.Tensor | None,
+    down_bias: torch.Tensor | None,
+    limit: float | None,
+    alpha: float | None,
+) -> tuple[int, int]:
+    """Validate the keyword options of the ``moe_experts`` contract against the shapes; returns ``(H, I)``.
+
+    The layout is what ``layout`` says, never guessed from shapes: when ``H == 2I`` or ``H == I`` the
+    shapes alone cannot tell ``[E, 2I, H]`` from ``[E, H, 2I]``. The check still catches a wrong
+    keyword, because the two matrices must agree with each other: read in the wrong layout, the
+    down-projection would need ``I == 2I``.
+    """
+    if layout not in MOE_LAYOUTS:
+        raise ValueError(f"moe_experts: layout must be one of {MOE_LAYOUTS}, got {layout!r}")
+    if alpha is not None and limit is None:
+        raise ValueError("moe_experts: alpha (gpt_oss's clamped SwiGLU) needs limit")
+    if gate_up_proj.dim() != 3 or down_proj.dim() != 3:
+        raise ValueError(
+            f"moe_experts: expert weights must be 3-D, got gate_up_proj {tuple(gate_up_proj.shape)}, "
+            f"down_proj {tuple(down_proj.shape)}"
+        )
+    num_experts = gate_up_proj.shape[0]
+    if layout == "fused":  # [E, 2I, H], [E, H, I]: y = x @ W[e].T, nn.Linear's orientation
+        two_i, hidden = gate_up_proj.shape[1], gate_up_proj.shape[2]
+        expected_down = (num_experts, hidden, two_i // 2)
+    else:  # [E, H, 2I], [E, I, H]: y = x @ W[e]
+        hidden, two_i = gate_up_proj.shape[1], gate_up_proj.shape[2]
+        expected_down = (num_experts, two_i // 2, hidden)
+    if two_i % 2 or tuple(down_proj.shape) != expected_down or hidden_states.shape[-1] != hidden:
+        raise ValueError(
+            f"moe_experts: layout {layout!r} reads gate_up_proj {tuple(gate_up_proj.shape)} as "
+            f"{'[E, 2I, H]' if layout == 'fused' else '[E, H, 2I]'}, so down_proj must be {expected_down} and "
+            f"hidden_states [..., {hidden}]; got down_proj {tuple(down_proj.shape)}, hidden_states "
+            f"{tuple(hidden_states.shape)} (is the layout keyword right?)"
+        )
+    if gate_up_bias is not None and tuple(gate_up_bias.shape) != (num_experts, two_i):
+        raise ValueError(f"moe_experts: gate_up_bias must be {(num_experts, two_i)}, got {tuple(gate_up_bias.shape)}")
+    if down_bias is not None and tuple(down_bias.shape) != (num_experts, hidden):
+        raise ValueError(f"moe_experts: down_bias must be {(num_experts, hidden)}, got {tuple(down_bias.shape)}")
+    return hidden, two_i // 2
+
+
+def split_gate_up(gate_up: torch.Tensor, interleaved: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gate and up halves of a ``[..., 2I]`` projection: gate-first halves, or gpt_oss's interleaved columns."""
+    if interleaved:
+        return gate_up[..., ::2], gate_up[..., 1::2]
+    gate, up = gate_up.chunk(2, dim=-1)
+    return gate, up
+
+
+def experts_glu(
+    gate: torch.Tensor, up: torch.Tensor, activation: str, *, limit: float | None, alpha: float | None
+) -> torch.Tensor:
+    """The gated unit of one expert, upstream's formula for each variant of the contract.
+
+    - neither: ``ACT(gate) * up`` (qwen3_moe, mixtral, deepseek_v3, ...);
+    - ``limit``: DeepSeek-V4's clamped SwiGLU, ``ACT(gate.clamp(max=limit)) * up.clamp(-limit, limit)``;
+    - ``limit`` and ``alpha``: gpt_oss's, ``g = gate.clamp(max=limit)``,
+      ``(up.clamp(-limit, limit) + 1) * g * sigmoid(g * alpha)``; ``activation`` is not used.
+    """
+    if limit is not None:
+        gate = gate.clamp(min=None, max=limit)
+        up = up.clamp(min=-limit, max=limit)
+    if alpha is not None:
+        glu = gate * torch.sigmoid(gate * alpha)
+        return (up + 1) * glu
+    return _activation(activation)(gate) * up
+
+
 def moe_experts(
     hidden_states: torch.Tensor,
     top_k_index: torch.Tensor,
@@ -189,16 +268,40 @@ def moe_experts(
     gate_up_proj: torch.Tensor,
     down_proj: torch.Tensor,
     activation: str,
+    *,
+    layout: str = "fused",
+    interleaved: bool = False,
+    gate_up_bias: torch.Tensor | None = None,
+    down_bias: torch.Tensor | None = None,
+    limit: float | None = None,
+    alpha: float | None = None,
 ) -> torch.Tensor:
-    """Routed experts over the fused layout, upstream's per-expert loop (``Qwen3MoeExperts.forward``).
+    """Routed experts, upstream's per-expert loop (``Qwen3MoeExperts.forward``, ``GptOssExperts.forward``).
 
-    ``hidden_states`` is ``[tokens, H]``, ``top_k_index`` / ``top_k_weights`` are ``[tokens, K]``,
-    ``gate_up_proj`` is ``[E, 2I, H]`` with the gate rows first and ``down_proj`` is ``[E, H, I]``.
-    Each token's output is the routing-weighted sum of ``down(ACT(gate(x)) * up(x))`` over its K experts,
-    accumulated expert by expert in the output dtype.
+    ``hidden_states`` is ``[tokens, H]``, ``top_k_index`` / ``top_k_weights`` are ``[tokens, K]``. Each
+    token's output is the routing-weighted sum of ``down(GLU(gate_up(x)))`` over its K experts,
+    accumulated expert by expert in the output dtype. The keywords select the expert's layout:
+
+    - ``layout="fused"`` (default): ``gate_up_proj [E, 2I, H]``, ``down_proj [E, H, I]``, applied as
+      ``F.linear``; ``layout="transposed"``: ``[E, H, 2I]`` and ``[E, I, H]``, applied as ``x @ W[e]``
+      (gpt_oss). Never inferred from shapes.
+    - ``interleaved``: gate and up are the even and odd columns of the 2I axis (gpt_oss), not halves.
+    - ``gate_up_bias [E, 2I]`` (same column order as the projection) and ``down_bias [E, H]``, added
+      after each matmul, before the routing weight.
+    - ``limit`` / ``alpha``: the clamped gated units of :func:`experts_glu`.
     """
+    check_moe_experts_options(
+        hidden_states,
+        gate_up_proj,
+        down_proj,
+        layout=layout,
+        gate_up_bias=gate_up_bias,
+        down_bias=down_bias,
+        limit=limit,
+        alpha=alpha,
+    )
     num_experts = gate_up_proj.shape[0]
-    act_fn = _activation(activation)
+    fused = layout == "fused"
     final_hidden_states = torch.zeros_like(hidden_states)
     with torch.no_grad():
         expert_mask = F.one_hot(top_k_index, num_classes=num_experts).permute(2, 1, 0)
@@ -207,8 +310,15 @@ def moe_experts(
     for expert_idx in expert_hit:
         expert_idx = expert_idx[0]
         top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
-        gate, up = F.linear(hidden_states[token_idx], gate_up_proj[expert_idx]).chunk(2, dim=-1)
-        current = F.linear(act_fn(gate) * up, down_proj[expert_idx])
+        current = hidden_states[token_idx]
+        gate_up = F.linear(current, gate_up_proj[expert_idx]) if fused else current @ gate_up_proj[expert_idx]
+        if gate_up_bias is not None:
+            gate_up = gate_up + gate_up_bias[expert_idx]
+        gate, up = split_gate_up(gate_up, interleaved)
+        current = experts_glu(gate, up, activation, limit=limit, alpha=alpha)
+        current = F.linear(current, down_proj[expert_idx]) if fused else current @ down_proj[expert_idx]
+        if down_bias is not None:
+            current = current + down_bias[expert_idx]
         current = current * top_k_weights[token_idx, top_k_pos, None]
         final_hidden_states.index_add_(0, token_idx, current.to(final_hidden_states.dtype))
     return final_hidden_states

@@ -1,0 +1,427 @@
+"""MoE benchmark on CPU: the ``grouped`` experts kernel against upstream transformers' experts implementations.
+
+Two levels, both forward + backward, fp32, timed in one child process per level with the variants
+interleaved and their order rotated every round (so drift of a shared machine hits all alike):
+
+- kernel: one routed-experts layer (``Qwen3MoeExperts``'s fused ``[E, 2I, H]`` weights) at several
+  (experts, top-k, tokens) shapes: ``grouped`` (this repo's kernel) against upstream's ``eager`` loop
+  and ``grouped_mm`` (``torch.nn.functional.grouped_mm``), the implementations upstream runs on CPU.
+  ``batched_mm`` gathers one weight matrix per (token, expert) pair; at these shapes that is tens of
+  GiB, so it is reported as skipped with its size;
+- model: one training step of every sparse model of the zoo: the generated class with the
+  ``moe_experts`` slot bound to ``grouped`` against the upstream class with its default experts
+  implementation (``grouped_mm`` on CPU, what ``from_pretrained`` picks) and with each other CPU
+  implementation; same config, seed and weights (``models.testing.build_pair``).
+
+Each figure is a speed-up: the median over rounds of ``upstream time / grouped time`` (above 1: grouped
+is faster), judged against ``budgets.MOE_SPEEDUP_VS_DEFAULT`` for upstream's default and
+``budgets.MOE_SPEEDUP_VS_FASTEST`` for the fastest upstream implementation of that run (by median
+time). Peak memory of a step is measured per variant in its own child (``benchmarks.peak_memory``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from benchmarks import budgets
+from benchmarks.child import ChildError, emit_result, run_child
+from benchmarks.peak_memory import MEASURE_ENV
+from benchmarks.report import FAILED, INFO, SKIPPED, Row, judge_at_least
+from benchmarks.stats import summarize
+
+SECTION = "moe"
+MODULE = "benchmarks.moe_bench"
+GROUPED = "grouped"
+#: Upstream's experts implementations that run on CPU; the first is its default there.
+UPSTREAM = ("grouped_mm", "eager")
+UPSTREAM_DEFAULT = UPSTREAM[0]
+#: Config keys that hold the number of routed experts, whichever a model uses.
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+@dataclass(frozen=True)
+class MoeSizes:
+    """Qwen3-30B-A3B's proportions at a quarter of its width (I / H = 0.375, 64 of its 128 experts, top-8).
+
+    At these sizes the routed experts are about 58% of a step's multiply-adds (attention projections
+    16%, attention scores 12%, lm_head 13%), close to the real model's share (about 60%).
+    """
+
+    hidden_size: int = 512
+    moe_intermediate_size: int = 192
+    num_experts: int = 64
+    num_experts_per_tok: int = 8
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 2
+    head_dim: int = 64
+    vocab_size: int = 4096
+    seq_len: int = 512
+    batch_size: int = 4
+    warmup: int = 1
+    #: Kernel rows: (experts, top-k, tokens) at hidden_size x moe_intermediate_size.
+    kernel_shapes: tuple[tuple[int, int, int], ...] = field(default=((8, 2, 2048), (32, 4, 2048), (64, 8, 2048)))
+
+    def config_overrides(self, config_keys: Sequence[str]) -> dict[str, Any]:
+        overrides: dict[str, Any] = {
+            "hidden_size": self.hidden_size,
+            "moe_intermediate_size": self.moe_intermediate_size,
+            "intermediate_size": 2 * self.hidden_size,  # dense layers / shared experts, where a model has them
+            "num_experts_per_tok": self.num_experts_per_tok,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "vocab_size": self.vocab_size,
+            "max_position_embeddings": max(self.seq_len, 64),
+        }
+        overrides.update({key: self.num_experts for key in _EXPERT_KEYS if key in config_keys})
+        return {key: value for key, value in overrides.items() if key in config_keys or key in _EXPERT_KEYS}
+
+    def describe(self) -> str:
+        shapes = ", ".join(f"E{e}/k{k}/{t} tokens" for e, k, t in self.kernel_shapes)
+        return (
+            f"hidden {self.hidden_size}, expert intermediate {self.moe_intermediate_size}; kernel rows at {shapes}; "
+            f"models: {self.num_experts} experts, top-{self.num_experts_per_tok}, {self.num_hidden_layers} layers, "
+            f"heads {self.num_attention_heads}/kv {self.num_key_value_heads} x {self.head_dim}, vocab {self.vocab_size}, "
+            f"batch {self.batch_size} x seq {self.seq_len}, fp32, eager attention"
+        )
+
+
+SMOKE_SIZES = MoeSizes(
+    hidden_size=64,
+    moe_intermediate_size=32,
+    num_experts=8,
+    num_experts_per_tok=2,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=512,
+    seq_len=32,
+    batch_size=2,
+    kernel_shapes=((8, 2, 256),),
+)
+
+
+# ---------------------------------------------------------------- child side (imports torch)
+
+
+class Skip(Exception):
+    """This model cannot be benchmarked here; the message says why."""
+
+
+def _rotated(variants: Sequence[str], round_: int) -> list[str]:
+    shift = round_ % len(variants)
+    return list(variants[shift:]) + list(variants[:shift])
+
+
+def _time_experts_layer(shape: tuple[int, int, int], sizes: MoeSizes, repeats: int) -> dict[str, Any]:
+    import torch
+    from transformers import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+    from models.ops.kernels import load_kernel
+
+    grouped = load_kernel("moe_experts", GROUPED)
+    num_experts, top_k, tokens = shape
+    config = Qwen3MoeConfig(
+        hidden_size=sizes.hidden_size, moe_intermediate_size=sizes.moe_intermediate_size, num_experts=num_experts
+    )
+    experts = Qwen3MoeExperts(config)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        experts.gate_up_proj.normal_(0, 0.02, generator=generator)
+        experts.down_proj.normal_(0, 0.02, generator=generator)
+    hidden = torch.randn(tokens, sizes.hidden_size, generator=generator).requires_grad_(True)
+    probs = torch.randn(tokens, num_experts, generator=generator).softmax(-1)
+    weights, index = torch.topk(probs, top_k, dim=-1)
+    weights.requires_grad_(True)
+    grad = torch.randn(tokens, sizes.hidden_size, generator=generator)
+
+    def step(variant: str) -> torch.Tensor:
+        experts.zero_grad(set_to_none=True)
+        hidden.grad = weights.grad = None
+        if variant == GROUPED:
+            out = grouped(hidden, index, weights, experts.gate_up_proj, experts.down_proj, config.hidden_act)
+        else:
+            config._experts_implementation = variant
+            out = experts(hidden, index, weights)
+        out.backward(grad)
+        return out.detach()
+
+    variants = (GROUPED, *UPSTREAM)
+    outputs = {variant: step(variant) for variant in variants}  # warm-up, and the outputs to compare
+    reference = outputs[UPSTREAM_DEFAULT]
+    max_rel = max(float((outputs[v] - reference).abs().max() / reference.abs().max()) for v in variants)
+    times: dict[str, list[float]] = {variant: [] for variant in variants}
+    for round_ in range(repeats):
+        for variant in _rotated(variants, round_):
+            start = time.perf_counter()
+            step(variant)
+            times[variant].append(time.perf_counter() - start)
+    return {"shape": list(shape), "times": times, "max_rel_diff": max_rel}
+
+
+def _kernel_timing(sizes: MoeSizes, repeats: int) -> dict[str, Any]:
+    import torch
+
+    shapes = [_time_experts_layer(shape, sizes, repeats) for shape in sizes.kernel_shapes]
+    return {"shapes": shapes, "threads": torch.get_num_threads(), "torch": torch.__version__}
+
+
+def _prepare(model_type: str, sizes: MoeSizes):
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from models import MODEL_CONFIG_REGISTRY
+    from models.loader import get_model_class
+    from models.testing import tiny_config
+
+    architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    if architecture is None:
+        raise Skip(f"transformers has no causal-LM class for {model_type!r}")
+    config_cls = MODEL_CONFIG_REGISTRY[model_type]
+    keys = list(config_cls().to_dict())
+    if not any(key in keys for key in _EXPERT_KEYS):
+        raise Skip("dense model")
+    config = tiny_config(config_cls, **sizes.config_overrides(keys))
+    upstream = get_model_class(model_type, architecture, use_hf=True)
+    try:
+        generated = get_model_class(model_type, architecture)
+    except (ImportError, KeyError, TypeError) as exc:
+        raise Skip(f"generated module not available: {exc}") from exc
+    return config, upstream, generated
+
+
+def sparse_models() -> list[str]:
+    """Every registered model type whose config routes to experts (imports transformers: child side)."""
+    import models
+    from models import MODEL_CONFIG_REGISTRY
+
+    found = []
+    for model_type in models.MODELING_REGISTRY:
+        keys = MODEL_CONFIG_REGISTRY[model_type]().to_dict()
+        if any(key in keys for key in _EXPERT_KEYS):
+            found.append(model_type)
+    return found
+
+
+def _step(model, batch) -> float:
+    import torch
+
+    torch.manual_seed(0)
+    model.zero_grad(set_to_none=True)
+    loss = model(**batch, use_cache=False).loss
+    loss.backward()
+    return float(loss.detach())
+
+
+def _model_timing(model_type: str, sizes: MoeSizes, repeats: int) -> dict[str, Any]:
+    from models.ops import OpsConfig, bound_ops
+    from models.testing import build_pair, causal_lm_batch
+
+    config, upstream_cls, generated_cls = _prepare(model_type, sizes)
+    pair = build_pair(config, upstream_cls, generated_cls, seed=0)
+    batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
+
+    def step(variant: str) -> float:
+        if variant == GROUPED:
+            return _step(pair.generated, batch)
+        pair.upstream.set_experts_implementation(variant)
+        return _step(pair.upstream, batch)
+
+    variants = (GROUPED, *UPSTREAM)
+    times: dict[str, list[float]] = {variant: [] for variant in variants}
+    with bound_ops(OpsConfig({"moe_experts": GROUPED})):  # upstream's classes consult no slot
+        losses = {variant: step(variant) for variant in variants}
+        for _ in range(sizes.warmup - 1):
+            for variant in variants:
+                step(variant)
+        for round_ in range(repeats):
+            for variant in _rotated(variants, round_):
+                start = time.perf_counter()
+                step(variant)
+                times[variant].append(time.perf_counter() - start)
+    loss_diff = max(abs(losses[v] - losses[UPSTREAM_DEFAULT]) for v in variants)
+    return {"times": times, "loss_abs_diff": loss_diff}
+
+
+def _child_models(model_types: Sequence[str], sizes: MoeSizes, repeats: int) -> dict[str, Any]:
+    import torch
+
+    results: dict[str, Any] = {}
+    for model_type in model_types or sparse_models():
+        try:
+            results[model_type] = _model_timing(model_type, sizes, repeats)
+        except Skip as exc:
+            results[model_type] = {"skipped": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - one broken model must not hide the others' figures
+            results[model_type] = {"error": f"{type(exc).__name__}: {exc}"}
+    return {"models": results, "threads": torch.get_num_threads()}
+
+
+def _child_memory(model_type: str, variant: str, sizes: MoeSizes) -> dict[str, Any]:
+    from benchmarks.peak_memory import peak_memory
+    from models.ops import OpsConfig, bound_ops
+    from models.testing import causal_lm_batch, seed_everything
+
+    config, upstream_cls, generated_cls = _prepare(model_type, sizes)
+    seed_everything(0)
+    if variant == GROUPED:
+        model, ops = generated_cls(config), OpsConfig({"moe_experts": GROUPED})
+    else:
+        model, ops = upstream_cls(config), OpsConfig()
+        model.set_experts_implementation(variant)
+    model = model.float().train()
+    batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
+    with bound_ops(ops):
+        for _ in range(sizes.warmup):
+            _step(model, batch)
+        model.zero_grad(set_to_none=True)
+        with peak_memory() as peak:
+            _step(model, batch)
+    return {"peak_mib": peak.peak_delta_mib, "method": peak.method}
+
+
+def child_main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="MoE benchmark child process (run by benchmarks/run.py)")
+    parser.add_argument("mode", choices=("kernel", "models", "memory"))
+    parser.add_argument("--models", default="", help="comma-separated model types (default: every sparse one)")
+    parser.add_argument("--variant", choices=(GROUPED, *UPSTREAM))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sizes", required=True, help="MoeSizes as JSON")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = parser.parse_args(argv)
+    raw = json.loads(args.sizes)
+    raw["kernel_shapes"] = tuple(tuple(shape) for shape in raw["kernel_shapes"])
+    sizes = MoeSizes(**raw)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    models = [m for m in args.models.split(",") if m]
+    if args.mode == "kernel":
+        emit_result(_kernel_timing(sizes, args.repeats))
+    elif args.mode == "models":
+        emit_result(_child_models(models, sizes, args.repeats))
+    else:
+        emit_result(_child_memory(models[0], args.variant, sizes))
+
+
+# ---------------------------------------------------------------- parent side (torch-free)
+
+
+def _speedup_rows(label: str, times: dict[str, list[float]], unit: str, scale: float) -> list[Row]:
+    """Two judged rows: grouped against upstream's default, and against the fastest upstream variant."""
+    medians = {variant: summarize(values).median for variant, values in times.items()}
+    fastest = min(UPSTREAM, key=lambda variant: medians[variant])
+    timings = ", ".join(f"{v} {medians[v] * scale:.0f} {unit}" for v in (GROUPED, *UPSTREAM))
+    rows = []
+    for what, baseline, floor in (
+        ("upstream default", UPSTREAM_DEFAULT, budgets.MOE_SPEEDUP_VS_DEFAULT),
+        ("fastest upstream", fastest, budgets.MOE_SPEEDUP_VS_FASTEST),
+    ):
+        ratios = summarize([b / g for b, g in zip(times[baseline], times[GROUPED], strict=True)])
+        rows.append(
+            Row(
+                SECTION,
+                f"{label}: grouped vs {what} ({baseline})",
+                f"{ratios.median:.2f}x faster",
+                ratios.spread("{:.2f}"),
+                f">= {floor:g}x (-{budgets.MOE_SPEEDUP_NOISE:g} noise)",
+                judge_at_least(ratios.median, floor, noise=budgets.MOE_SPEEDUP_NOISE),
+                f"median: {timings}",
+            )
+        )
+    return rows
+
+
+def _batched_mm_gib(sizes: MoeSizes, num_experts: int, top_k: int, tokens: int) -> float:
+    # batched_mm indexes gate_up_proj and down_proj by every pair's expert: 3 x H x I floats per pair.
+    return tokens * top_k * 3 * sizes.hidden_size * sizes.moe_intermediate_size * 4 / 2**30
+
+
+def _memory_row(model_type: str, sizes: MoeSizes, threads: int) -> Row:
+    name = f"{model_type}: train step peak memory, grouped / upstream default"
+    peaks = {}
+    try:
+        for variant in (GROUPED, UPSTREAM_DEFAULT, "eager"):
+            args = ["memory", "--models", model_type, "--variant", variant, "--sizes", json.dumps(asdict(sizes))]
+            peaks[variant] = run_child(MODULE, [*args, "--threads", str(threads)], extra_env=MEASURE_ENV)
+    except ChildError as exc:
+        return Row(SECTION, name, "error", status=FAILED, notes=str(exc)[-500:])
+    mib = {variant: peak["peak_mib"] for variant, peak in peaks.items()}
+    default = mib[UPSTREAM_DEFAULT]
+    return Row(
+        SECTION,
+        name,
+        f"{mib[GROUPED] / default:.3f}x" if default else "n/a",
+        status=INFO,
+        notes=", ".join(f"{v} {m:.0f} MiB" for v, m in mib.items())
+        + f" over the weights ({peaks[GROUPED]['method']})",
+    )
+
+
+def bench_moe(
+    repeats: int, sizes: MoeSizes, model_types: Sequence[str] | None = None, *, threads: int = 1
+) -> tuple[list[Row], str]:
+    """Kernel rows, then per sparse model its step-time and peak-memory rows; and a line on the setup."""
+    rows: list[Row] = []
+    common = ["--repeats", str(repeats), "--sizes", json.dumps(asdict(sizes)), "--threads", str(threads)]
+    try:
+        kernel = run_child(MODULE, ["kernel", *common])
+    except ChildError as exc:
+        kernel = None
+        rows.append(Row(SECTION, "experts layer", "error", status=FAILED, notes=str(exc)[-500:]))
+    if kernel is not None:
+        for result in kernel["shapes"]:
+            num_experts, top_k, tokens = result["shape"]
+            label = f"experts layer E={num_experts} k={top_k} {tokens} tokens, fwd+bwd"
+            rows += _speedup_rows(label, result["times"], "ms", 1000.0)
+            rows[-1] = Row(
+                **{**asdict(rows[-1]), "notes": rows[-1].notes + f"; max rel diff {result['max_rel_diff']:.0e}"}
+            )
+        num_experts, top_k, tokens = sizes.kernel_shapes[-1]
+        gib = _batched_mm_gib(sizes, num_experts, top_k, tokens)
+        rows.append(
+            Row(
+                SECTION,
+                "experts layer: upstream batched_mm",
+                "-",
+                status=SKIPPED,
+                notes=f"gathers a weight matrix per (token, expert) pair: {gib:.1f} GiB at E={num_experts} k={top_k} "
+                f"{tokens} tokens, before autograd keeps it",
+            )
+        )
+    try:
+        models = run_child(MODULE, ["models", "--models", ",".join(model_types or []), *common])
+    except ChildError as exc:
+        rows.append(Row(SECTION, "train step, MoE models", "error", status=FAILED, notes=str(exc)[-500:]))
+        models = {"models": {}}
+    for model_type, result in models["models"].items():
+        if "skipped" in result:
+            rows.append(Row(SECTION, f"{model_type}: train step", "-", status=SKIPPED, notes=result["skipped"]))
+            continue
+        if "error" in result:
+            rows.append(
+                Row(SECTION, f"{model_type}: train step", "error", status=FAILED, notes=result["error"][-500:])
+            )
+            continue
+        step_rows = _speedup_rows(f"{model_type}: train step", result["times"], "ms", 1000.0)
+        last = step_rows[-1]
+        step_rows[-1] = Row(
+            **{**asdict(last), "notes": last.notes + f"; first-step loss |diff| {result['loss_abs_diff']:.1e}"}
+        )
+        rows += step_rows
+        rows.append(_memory_row(model_type, sizes, threads))
+    setup = f"moe: {sizes.describe()}; {kernel['threads'] if kernel else '?'} torch thread(s)"
+    return rows, setup
+
+
+if __name__ == "__main__":
+    child_main()

@@ -1,0 +1,194 @@
+"""Every expert layout of the ``moe_experts`` contract: the eager reference is upstream's code, the grouped kernel
+matches it.
+
+Layouts (keyword-only, defaults = the original positional contract): ``layout`` "fused" ``[E, 2I, H]`` /
+``[E, H, I]`` or "transposed" ``[E, H, 2I]`` / ``[E, I, H]``; ``interleaved`` gate/up columns (gpt_oss);
+``gate_up_bias`` / ``down_bias``; the gated unit plain, clamped (``limit``, DeepSeek-V4) or gpt_oss's
+(``limit`` + ``alpha``).
+
+Tolerances of grouped vs eager, outputs and the gradients of every input (hidden states, routing
+weights, both projections, both biases):
+
+- fp32: ``KERNEL_TOLERANCE`` (rtol 1e-4, atol 1e-5); measured worst 4.5e-7 relative to the largest value.
+- bf16: ``|grouped - eager| <= 2e-2 * max|eager|`` per tensor, about 2.5 bf16 ulps at the largest
+  value; measured worst 9.6e-3. Both sides round every product to bf16, and grouped applies the
+  routing weight before the down projection instead of after it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from models.ops import OpsConfig, bound_ops, moe_experts_slot
+from models.ops.kernels import eager, grouped_experts
+from models.testing import KERNEL_TOLERANCE
+
+E, K, H, I, T = 7, 3, 20, 12, 29
+BF16_SCALE = 2e-2
+
+GATES = {"plain": (None, None), "clamped": (1.0, None), "gpt_oss": (1.0, 1.702)}
+LAYOUTS = list(itertools.product(("fused", "transposed"), (False, True), (False, True), GATES))
+
+
+def _layout_id(case: tuple) -> str:
+    layout, interleaved, bias, gate = case
+    return f"{layout}-{'interleaved' if interleaved else 'gate_first'}-{'bias' if bias else 'nobias'}-{gate}"
+
+
+def _inputs(
+    layout: str, bias: bool, *, seed: int = 0, hidden: int = H, intermediate: int = I, tokens: int = T
+) -> dict[str, torch.Tensor | None]:
+    generator = torch.Generator().manual_seed(seed)
+    probs = torch.randn(tokens, E, generator=generator).softmax(-1)
+    weights, index = torch.topk(probs, K, dim=-1)
+    gate_up = torch.randn(E, 2 * intermediate, hidden, generator=generator) * 0.3
+    down = torch.randn(E, hidden, intermediate, generator=generator) * 0.3
+    if layout == "transposed":
+        gate_up, down = gate_up.transpose(1, 2).contiguous(), down.transpose(1, 2).contiguous()
+    return {
+        "hidden_states": torch.randn(tokens, hidden, generator=generator),
+        "top_k_index": index,
+        "top_k_weights": weights,
+        "gate_up_proj": gate_up,
+        "down_proj": down,
+        "gate_up_bias": torch.randn(E, 2 * intermediate, generator=generator) if bias else None,
+        "down_bias": torch.randn(E, hidden, generator=generator) if bias else None,
+    }
+
+
+def _run(kernel, inputs, dtype, **options):
+    """Output and the gradient of every floating input, in fp32, from a fixed non-uniform output gradient."""
+    leaves = {
+        name: value.to(dtype).requires_grad_(True)
+        for name, value in inputs.items()
+        if value is not None and value.is_floating_point()
+    }
+    out = kernel(
+        leaves["hidden_states"],
+        inputs["top_k_index"],
+        leaves["top_k_weights"],
+        leaves["gate_up_proj"],
+        leaves["down_proj"],
+        "silu",
+        gate_up_bias=leaves.get("gate_up_bias"),
+        down_bias=leaves.get("down_bias"),
+        **options,
+    )
+    assert out.dtype == dtype
+    (out.float() * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+    return {"output": out.detach().float(), **{name: leaf.grad.float() for name, leaf in leaves.items()}}
+
+
+def _assert_matches(actual: dict, expected: dict, dtype: torch.dtype) -> None:
+    assert actual.keys() == expected.keys()
+    for name, want in expected.items():
+        got = actual[name]
+        if dtype == torch.float32:
+            assert torch.allclose(got, want, rtol=KERNEL_TOLERANCE.rtol, atol=KERNEL_TOLERANCE.atol), name
+        else:
+            bound = BF16_SCALE * want.abs().max()
+            assert (got - want).abs().max() <= bound, f"{name}: {(got - want).abs().max():.3g} > {bound:.3g}"
+
+
+def _options(case: tuple) -> dict:
+    layout, interleaved, _, gate = case
+    limit, alpha = GATES[gate]
+    return {"layout": layout, "interleaved": interleaved, "limit": limit, "alpha": alpha}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("case", LAYOUTS, ids=_layout_id)
+def test_grouped_matches_eager_for_every_layout(case: tuple, dtype: torch.dtype) -> None:
+    inputs = _inputs(case[0], case[2])
+    expected = _run(eager.moe_experts, inputs, dtype, **_options(case))
+    _assert_matches(_run(grouped_experts.moe_experts, inputs, dtype, **_options(case)), expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize(
+    "case",
+    [("fused", False, False, "plain"), ("transposed", True, True, "gpt_oss"), ("fused", False, True, "clamped")],
+    ids=_layout_id,
+)
+def test_grouped_matches_eager_when_experts_receive_no_tokens(case: tuple, dtype: torch.dtype) -> None:
+    inputs = _inputs(case[0], case[2])
+    # Every token picks among experts 1, 3 and 4 only: experts 0, 2, 5, 6 get no rows at all.
+    used = torch.tensor([1, 3, 4])
+    inputs["top_k_index"] = torch.stack(
+        [used[torch.randperm(3, generator=torch.Generator().manual_seed(t))] for t in range(T)]
+    )
+    expected = _run(eager.moe_experts, inputs, dtype, **_options(case))
+    actual = _run(grouped_experts.moe_experts, inputs, dtype, **_options(case))
+    _assert_matches(actual, expected, dtype)
+    for name in ("gate_up_proj", "down_proj", *(("gate_up_bias", "down_bias") if case[2] else ())):
+        assert not actual[name][[0, 2, 5, 6]].any(), f"{name}: an expert without tokens got a gradient"
+
+
+@pytest.mark.parametrize("hidden,intermediate", [(24, 12), (12, 12)], ids=["H==2I", "H==I"])
+def test_the_layout_is_the_keyword_never_the_shapes(hidden: int, intermediate: int) -> None:
+    fused = _inputs("fused", False, hidden=hidden, intermediate=intermediate)
+    transposed = _inputs("transposed", False, hidden=hidden, intermediate=intermediate)
+    # Same experts, both layouts: with the right keyword the results agree ...
+    want = _run(eager.moe_experts, fused, torch.float32)
+    for kernel in (eager.moe_experts, grouped_experts.moe_experts):
+        got = _run(kernel, transposed, torch.float32, layout="transposed")
+        assert torch.allclose(got["output"], want["output"], rtol=1e-5, atol=1e-6)
+        # ... and the wrong keyword is an error, even where gate_up_proj alone cannot tell (H == 2I: square).
+        with pytest.raises(ValueError, match="is the layout keyword right"):
+            _run(kernel, transposed, torch.float32)
+        with pytest.raises(ValueError, match="is the layout keyword right"):
+            _run(kernel, fused, torch.float32, layout="transposed")
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({"layout": "columns"}, "layout must be one of"),
+        ({"alpha": 1.702}, "alpha .* needs limit"),
+        ({"gate_up_bias": torch.zeros(E, I)}, "gate_up_bias must be"),
+        ({"down_bias": torch.zeros(E, I)}, "down_bias must be"),
+    ],
+    ids=["unknown-layout", "alpha-without-limit", "gate-up-bias-shape", "down-bias-shape"],
+)
+def test_invalid_options_are_errors(options: dict, message: str) -> None:
+    inputs = {k: v for k, v in _inputs("fused", False).items() if not k.endswith("bias")}
+    for kernel in (eager.moe_experts, grouped_experts.moe_experts):
+        with pytest.raises(ValueError, match=message):
+            kernel(*inputs.values(), "silu", **options)
+
+
+def test_grouped_computes_only_the_gradients_asked_for() -> None:
+    inputs = {k: v for k, v in _inputs("transposed", True).items() if v is not None}
+    options = {"layout": "transposed", "interleaved": True, "limit": 1.0, "alpha": 1.702}
+    grads = {}
+    for kernel in (eager.moe_experts, grouped_experts.moe_experts):
+        leaves = {k: v.clone().requires_grad_(k in ("gate_up_proj", "down_bias")) for k, v in inputs.items()}
+        args = [leaves[k] for k in ("hidden_states", "top_k_index", "top_k_weights", "gate_up_proj", "down_proj")]
+        kernel(
+            *args, "silu", gate_up_bias=leaves["gate_up_bias"], down_bias=leaves["down_bias"], **options
+        ).sum().backward()
+        assert all(leaf.grad is None for k, leaf in leaves.items() if k not in ("gate_up_proj", "down_bias"))
+        grads[kernel] = (leaves["gate_up_proj"].grad, leaves["down_bias"].grad)
+    tol = {"rtol": KERNEL_TOLERANCE.rtol, "atol": KERNEL_TOLERANCE.atol}
+    for want, got in zip(grads[eager.moe_experts], grads[grouped_experts.moe_experts], strict=True):
+        assert torch.allclose(got, want, **tol)
+
+
+def test_grouped_runs_without_autograd() -> None:
+    inputs = _inputs("fused", True)
+    with torch.no_grad():
+        want = eager.moe_experts(*list(inputs.values())[:5], "silu", gate_up_bias=inputs["gate_up_bias"])
+        got = grouped_experts.moe_experts(*list(inputs.values())[:5], "silu", gate_up_bias=inputs["gate_up_bias"])
+    assert torch.allclose(got, want, rtol=KERNEL_TOLERANCE.rtol, atol=KERNEL_TOLERANCE.atol)
+
+
+def test_the_slot_passes_the_layout_keywords_through() -> None:
+    inputs = _inputs("transposed", True)
+    options = {"layout": "transposed", "interleaved": True, "limit": 7.0, "alpha": 1.702}
+    want = eager.moe_experts(*list(inputs.values())[:5], "silu", gate_up_bias=inputs["gate_up_bias"], **options)
+    with bound_ops(OpsConfig({"moe_experts": "grouped"})):
+        got = moe_experts_slot(*list(inputs.values())[:5], "silu", gate_up_bias=inputs["gate_up_bias"], **options)
+    assert torch.allclose(got, want, rtol=KERNEL_TOLERANCE.rtol, atol=KERNEL_TOLERANCE.atol)
