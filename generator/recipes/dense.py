@@ -110,14 +110,28 @@ def apply_causal_lm(config: PatchConfig, head: LossHead, *, prefix: str, aux_los
     return cls
 
 
-def apply_sequence_classification(config: PatchConfig, head: str | None, *, prefix: str) -> None:
-    """``<head>.forward`` (upstream's generic head) with its loss behind a slot; None: no such head."""
-    if head is not None:
-        config.apply_snippet(
-            "sequence_classification_forward",
-            f"{_named(head, prefix)}.forward",
-            description="sequence_classification_loss slot",
-        )
+def apply_sequence_classification(
+    config: PatchConfig, head: str | None, *, prefix: str, base_model: str = "{prefix}Model"
+) -> None:
+    """``<head>`` (upstream's generic head): its loss behind a slot, its base model this module's; None: no head.
+
+    The generic head builds its base model with ``AutoModel``, which would be upstream's class, so the
+    classifier would run none of the generated module's slot guards; its ``__init__`` builds ``base_model``.
+    """
+    if head is None:
+        return
+    cls = _named(head, prefix)
+    config.apply_snippet(
+        "sequence_classification_init",
+        f"{cls}.__init__",
+        base_model=_named(base_model, prefix),
+        description="the base model is this module's, not AutoModel's",
+    )
+    config.apply_snippet(
+        "sequence_classification_forward",
+        f"{cls}.forward",
+        description="sequence_classification_loss slot",
+    )
 
 
 def dense_text(
@@ -130,17 +144,18 @@ def dense_text(
     rope: str | Rope | None = "apply_rotary_pos_emb",
     causal_lm: LossHead = LossHead(),
     sequence_classification: str | None = "{prefix}ForSequenceClassification",
+    base_model: str = "{prefix}Model",
 ) -> PatchConfig:
     """Apply the dense snippets to ``config`` for the model whose classes start with ``prefix``.
 
     The defaults are llama's; a model passes what it has instead (``norms=()`` when no norm fits a
     slot, ``rope=None`` without a module-level RoPE function, ``sequence_classification=None`` without
-    that head). ``call_sites`` names classes whose forward calls nn.LayerNorm / ACT2FN modules directly.
+    that head; ``base_model`` is the class that head builds). ``call_sites`` names classes whose forward calls nn.LayerNorm / ACT2FN modules directly.
     """
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
     apply_call_sites(config, call_sites, prefix=prefix)
     apply_rope(config, rope)
     apply_causal_lm(config, causal_lm, prefix=prefix)
-    apply_sequence_classification(config, sequence_classification, prefix=prefix)
+    apply_sequence_classification(config, sequence_classification, prefix=prefix, base_model=base_model)
     return config

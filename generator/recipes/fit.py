@@ -202,7 +202,9 @@ def _causal_lm(structure: ModelStructure, refusals: list[Finding]) -> dict[str, 
             scale = ["div" if op == "scale_div" else "mul", expression]
         else:
             refusals.append(
-                Finding("causal_lm", head.cls, head.line, f"logit post-processing the fused loss cannot take: {op}", remedy)
+                Finding(
+                    "causal_lm", head.cls, head.line, f"logit post-processing the fused loss cannot take: {op}", remedy
+                )
             )
             return None
     return {"cls": head.cls, "softcap": softcap, "scale": scale, "head": head.head_attr, "bias": head.lm_head_bias}
@@ -216,7 +218,9 @@ def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, str
     remedy = "guard the experts call by hand with a kernel for this layout"
     if not moe.experts_call:
         skipped.append(
-            Finding("experts", moe.sparse_block, moe.sparse_block_line, moe.reason or "no call self.experts(x, idx, w)")
+            Finding(
+                "experts", moe.sparse_block, moe.sparse_block_line, moe.reason or "no call self.experts(x, idx, w)"
+            )
         )
         return None
     if experts is None:
@@ -230,7 +234,13 @@ def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, str
             or (f"layout {experts.layout}" if experts.layout != "gate_up" else "no activation name reachable")
         )
         skipped.append(
-            Finding("experts", experts.cls, experts.line, f"the moe_experts slot takes [E, 2I, H] gate-first: {why}", remedy)
+            Finding(
+                "experts",
+                experts.cls,
+                experts.line,
+                f"the moe_experts slot takes [E, 2I, H] gate-first: {why}",
+                remedy,
+            )
         )
         return None
     return {"sparse_block": moe.sparse_block, "activation": experts.activation_expr, "block_attr": moe.block_attr}
@@ -298,6 +308,8 @@ def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
     seq = structure.sequence_classification
     if seq is not None and seq.generic:
         arguments["sequence_classification"] = seq.cls
+        if structure.base_model and structure.base_model != f"{structure.prefix}Model":
+            arguments["base_model"] = structure.base_model
     else:
         arguments["sequence_classification"] = None
         if seq is not None:

@@ -44,6 +44,7 @@ def moe_text(
     layers: str = "model.layers",
     sparse_block_attr: str = "mlp",
     sequence_classification: str | None = "{prefix}ForSequenceClassification",
+    base_model: str = "{prefix}Model",
 ) -> PatchConfig:
     """Apply the MoE snippets to ``config`` for the model whose classes start with ``prefix``.
 
@@ -74,5 +75,5 @@ def moe_text(
             block=sparse_block_attr,
             description="expert-parallel plan of the fused expert tensors",
         )
-    apply_sequence_classification(config, sequence_classification, prefix=prefix)
+    apply_sequence_classification(config, sequence_classification, prefix=prefix, base_model=base_model)
     return config

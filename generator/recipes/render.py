@@ -44,10 +44,7 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
         for n in arguments.get("norms") or []
     ]
-    mlps = [
-        _call("Mlp", m["cls"], _mlp_fields(m))
-        for m in arguments.get("mlps") or []
-    ]
+    mlps = [_call("Mlp", m["cls"], _mlp_fields(m)) for m in arguments.get("mlps") or []]
     if norms:
         parts.add("Norm")
     if mlps:
@@ -92,9 +89,7 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         if experts:
             parts.add("Experts")
             lines.append(
-                "    experts="
-                + _call("Experts", experts["sparse_block"], {"activation": experts["activation"]})
-                + ","
+                "    experts=" + _call("Experts", experts["sparse_block"], {"activation": experts["activation"]}) + ","
             )
         else:
             lines.append("    experts=None,")
@@ -102,6 +97,8 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         if experts and experts.get("block_attr", "mlp") != "mlp":
             lines.append(f"    sparse_block_attr={experts['block_attr']!r},")
     lines.append(f"    sequence_classification={arguments.get('sequence_classification')!r},")
+    if arguments.get("base_model"):
+        lines.append(f"    base_model={arguments['base_model']!r},")
     lines.append(")")
     imports = f"from generator.recipes import {', '.join(sorted(parts) + [recipe])}"
     return imports, format_source("\n".join(lines) + "\n").rstrip("\n")

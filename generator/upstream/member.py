@@ -194,7 +194,11 @@ class UpstreamMember:
 
     def _docstring_node(self) -> ast.Expr | None:
         first = self.node.body[0]
-        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        if (
+            isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+        ):
             return first
         return None
 

@@ -108,5 +108,3 @@ def read_call_sites(source: ModelSource, skip: set[str]) -> tuple[CallSites, ...
                 )
             )
     return tuple(found)
-
-

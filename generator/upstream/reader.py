@@ -10,7 +10,6 @@ fit turns it into recipe arguments or a refusal. Each part is read by a small mo
 from __future__ import annotations
 
 from dataclasses import replace
-
 from pathlib import Path
 
 from generator.errors import UpstreamError
@@ -18,8 +17,8 @@ from generator.upstream.index import UpstreamSources
 from generator.upstream.locate import package_root
 from generator.upstream.read_calls import read_call_sites
 from generator.upstream.read_category import classify
-from generator.upstream.read_conversion import expert_conversion
 from generator.upstream.read_config import read_config
+from generator.upstream.read_conversion import expert_conversion
 from generator.upstream.read_heads import read_causal_lm, read_heads, read_multipliers, read_sequence_classification
 from generator.upstream.read_mlps import read_mlps
 from generator.upstream.read_moe import experts_holders, read_moe
@@ -116,12 +115,15 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         moe=moe,
         config_defaults=config.defaults,
         decoder_layer=decoder_layer,
+        base_model=base_model,
         decoder_mlp=decoder_mlp,
         instantiated=source.instantiated,
         conditional=source.conditionally_instantiated,
         call_sites=read_call_sites(
             source,
-            {n.cls for n in norms if n.kind != "unknown"} | {m.cls for m in mlps if m.kind != "unknown"} | _moe_classes(moe),
+            {n.cls for n in norms if n.kind != "unknown"}
+            | {m.cls for m in mlps if m.kind != "unknown"}
+            | _moe_classes(moe),
         ),
     )
 

@@ -231,6 +231,8 @@ class ModelStructure:
     #: The decoder layer class the base model stacks, and the (dense) MLP class its ``self.mlp`` holds.
     decoder_layer: str | None = None
     decoder_mlp: str | None = None
+    #: The base model class the causal LM builds ("LlamaModel", gemma3's "Gemma3TextModel").
+    base_model: str | None = None
     #: Classes of the module that some other class of it instantiates (``Name(...)``): a norm or MLP class
     #: outside this set is dead code upstream, which no test could reach through its slot.
     instantiated: tuple[str, ...] = ()

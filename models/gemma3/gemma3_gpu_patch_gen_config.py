@@ -35,6 +35,7 @@ dense_text(
     mlps=[Mlp(activation="self.config.hidden_activation")],
     causal_lm=LossHead(softcap="self.config.final_logit_softcapping"),
     sequence_classification="Gemma3TextForSequenceClassification",
+    base_model="Gemma3TextModel",
 )
 config.exclude_from_output(
     "Gemma3Model",

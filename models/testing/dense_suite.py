@@ -5,9 +5,15 @@ its backends and the tiny sizes that make its differences matter, plus a ``Test<
 of :class:`DenseParitySuite` carrying that declaration. Every test below then runs for every backend
 of the model (``backend`` is parametrized per subclass).
 
-Tolerances (from ``models.testing``): all slots eager, logits are ``torch.equal`` to upstream and loss
-and gradients within ``EAGER_TOLERANCE`` (rtol 1e-5, atol 1e-6); a CPU kernel bound, within
-``KERNEL_TOLERANCE`` (rtol 1e-4, atol 1e-5). GPU-only kernels (Liger) are not exercised here.
+Tolerances (``models.testing.parity``): all slots eager, logits are ``torch.equal`` to upstream in fp32
+and in bf16, loss and gradients within ``EAGER_TOLERANCE`` (fp32: rtol 1e-5, atol 1e-6) or
+``BF16_TOLERANCE`` (bf16: two ulps); a CPU kernel bound, within ``KERNEL_TOLERANCE`` (fp32) or
+``BF16_KERNEL_TOLERANCE`` (bf16, norm-wise), and ``check_parity`` fails when a bound kernel was never
+called. The slot path is checked argument by argument: each slot the model guards gets its reference
+kernel (``models.testing.reference``) bound alone, for each head, in fp32 and bf16, and must reproduce
+upstream within the eager tolerances. Every test runs on one torch thread (tiny models run several
+times faster so, and pytest-xdist already spreads tests over the cores). GPU-only kernels (Liger) are
+not exercised here.
 """
 
 from __future__ import annotations
@@ -26,30 +32,60 @@ from transformers import PreTrainedConfig
 
 from models.loader import build_model, get_model_class
 from models.ops import SLOTS, OpsConfig, bound_ops
-from models.ops.kernels import eager as reference
 from models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY
-from models.testing.tiny import tiny_config_for
 from models.testing import (
-    EAGER_TOLERANCE,
     IGNORE_INDEX,
-    assert_step_parity,
     build_pair,
     causal_lm_batch,
     check_parity,
-    run_step,
     seed_everything,
     sequence_classification_batch,
     tiny_config,
 )
+from models.testing.parity import tolerance_for
+from models.testing.reference import HEADS, Head, consulted_slots, reference_kernel, reference_kernels
+from models.testing.tiny import _AUX_NAMES, _EPS_NAMES, tiny_config_for, tiny_overrides_for
 
-__all__ = ["CHUNKED_LOSS", "DenseModel", "DenseParitySuite"]
+__all__ = ["CHUNKED_LOSS", "DTYPES", "DenseModel", "DenseParitySuite", "slot_cases", "slot_visible_values"]
 
 #: The chunked fused loss with a chunk size that splits the 4 x 11 test batch raggedly (6 chunks, last of 2).
 CHUNKED_LOSS = OpsConfig({"causal_lm_loss": "chunked"}, kernel_options={"causal_lm_loss": {"chunk_size": 7}})
 
-#: Slots a dense causal LM consults on every training step, and the one its classifier consults.
-CAUSAL_LM_SLOTS = ("rms_norm", "glu_activation", "activation", "rope", "causal_lm_loss")
 CLASSIFIER_SLOT = "sequence_classification_loss"
+
+#: The upstream base model a generated classifier runs (None: the generated one), by (model_type, class, backend).
+_CLASSIFIER_BASE: dict[tuple[str, str, str], str | None] = {}
+
+#: The dtypes every parity run is made in: fp32, and bf16, the dtype people train in.
+DTYPES = (pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16"))
+
+
+def slot_visible_values(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
+    """The non-default values :func:`tiny_config_for` gives what a slot receives (norm eps, aux-loss weights).
+
+    For declarations on llama's fixed sizes (``derived_sizes=False``): their configs get the same
+    non-default epsilons and aux-loss coefficients as derived ones, so a guard that drops or hard-codes
+    one (``eps=1e-6``) changes the result.
+    """
+    return {name: value for name, value in tiny_overrides_for(config_class).items() if name in _EPS_NAMES + _AUX_NAMES}
+
+
+def slot_cases(model: DenseModel) -> list[tuple[Head, str, torch.dtype, str]]:
+    """The (head, slot, dtype, dtype id) runs of the one-slot reference test for ``model``: only what it has.
+
+    Every slot the causal LM's step calls, and the classifier's loss slot, each in fp32 and bf16. The body
+    slots (norms, MLPs, RoPE, experts) are the same modules under both heads: the classifier's reach to
+    them is checked with all reference kernels at once (``test_reference_kernels_in_every_slot_match_upstream``).
+    """
+    dtypes = ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))
+    cases: list[tuple[Head, str, torch.dtype, str]] = [
+        ("causal_lm", slot, dtype, dtype_id)
+        for slot in consulted_slots(model.guarded, "causal_lm")
+        for dtype, dtype_id in dtypes
+    ]
+    if model.sequence_classification is not None and CLASSIFIER_SLOT in model.guarded:
+        cases += [("sequence_classification", CLASSIFIER_SLOT, dtype, dtype_id) for dtype, dtype_id in dtypes]
+    return cases
 
 
 @dataclass(frozen=True)
@@ -76,7 +112,8 @@ class DenseModel:
         """The tiny fp32 eager-attention config of this model."""
         if self.derived_sizes:
             return tiny_config_for(self.config_class, **{**self.sizes, **overrides})
-        return tiny_config(self.config_class, **{**self.sizes, **overrides})
+        visible = slot_visible_values(self.config_class)
+        return tiny_config(self.config_class, **{**visible, **self.sizes, **overrides})
 
     def classifier(self) -> str:
         """The sequence classification head; a test of it skips, with the reason, when upstream has none."""
@@ -103,7 +140,7 @@ def reference_kernels_bound(calls: Counter[str] | None = None) -> Iterator[None]
 
     with bound_ops(OpsConfig()):  # restores whatever was bound on exit
         for name, slot in SLOTS.items():
-            slot.bind(counted(name, getattr(reference, name)), name=f"reference.{name}")
+            slot.bind(counted(name, reference_kernel(name)), name=f"reference.{name}")
         yield
 
 
@@ -124,11 +161,67 @@ class DenseParitySuite:
 
         cls.backend = backend
 
+        cases = slot_cases(cls.model)
+        ids = [f"{head}-{slot}-{dtype_id}" for head, slot, _, dtype_id in cases]
+
+        @pytest.fixture(params=[case[:3] for case in cases], ids=ids)
+        def slot_case(self: DenseParitySuite, request: pytest.FixtureRequest) -> tuple[Head, str, torch.dtype]:
+            return request.param
+
+        cls.slot_case = slot_case
+
     @pytest.fixture(autouse=True)
     def _eager_slots(self) -> Iterator[None]:
-        """Each test starts with every slot eager and leaks no binding into the next."""
-        with bound_ops(OpsConfig()):
-            yield
+        """Each test starts with every slot eager, on one torch thread, and leaks neither into the next."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with bound_ops(OpsConfig()):
+                yield
+        finally:
+            torch.set_num_threads(threads)
+
+    # -- hooks the MoE suite overrides ----------------------------------------------------------
+    def _causal_lm_batch(self, config: PreTrainedConfig) -> dict[str, Any]:
+        """The batch of the causal-LM slot tests (MoE: with router logits, where upstream computes an aux loss)."""
+        return causal_lm_batch(config)
+
+    def _unreachable(self, slot: str) -> str | None:
+        """Why a guarded slot cannot be reached by a training step of this model, or None."""
+        return None
+
+    def _head(self, head: Head, config: PreTrainedConfig) -> tuple[str, dict[str, Any]]:
+        """The architecture and the batch of ``head`` (skips, with the reason, a head upstream lacks)."""
+        if head == "causal_lm":
+            return self.model.causal_lm, self._causal_lm_batch(config)
+        return self.model.classifier(), sequence_classification_batch(config)
+
+    def _reachable(self, head: Head) -> tuple[str, ...]:
+        """The guarded slots a training step of ``head`` calls."""
+        return tuple(slot for slot in consulted_slots(self.model.guarded, head) if self._unreachable(slot) is None)
+
+    def _upstream_base_in_classifier(self, backend: str) -> str | None:
+        """The upstream module of the generated classifier's base model, None when it is the generated one.
+
+        ``GenericForSequenceClassification.__init__`` builds its base model with ``AutoModel.from_config``,
+        which resolves to upstream's class: a generated classifier that inherits that ``__init__`` runs
+        upstream's decoder, so no body slot (norm, MLP, RoPE, experts) is reached from it.
+        """
+        key = (self.model.model_type, self.model.classifier(), backend)
+        if key not in _CLASSIFIER_BASE:
+            model = build_model(self.model.config(), architecture=key[1], backend=backend)
+            base = type(getattr(model, model.base_model_prefix))
+            generated = MODELING_REGISTRY.module_path(self.model.model_type, backend)
+            _CLASSIFIER_BASE[key] = None if base.__module__ == generated else f"{base.__module__}.{base.__name__}"
+        return _CLASSIFIER_BASE[key]
+
+    def _assert_classifier_runs_the_generated_base_model(self, backend: str) -> None:
+        upstream = self._upstream_base_in_classifier(backend)
+        assert upstream is None, (
+            f"{self.model.classifier()} runs upstream's {upstream} (AutoModel.from_config in "
+            "GenericForSequenceClassification.__init__), not the generated base model: no norm, MLP, RoPE or "
+            "experts kernel bound for training is reached from the classifier"
+        )
 
     # -- registration and loading -----------------------------------------------------------
     def test_registry_returns_the_generated_class(self, backend: str) -> None:
@@ -144,13 +237,19 @@ class DenseParitySuite:
         model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend)
         assert type(model) is get_model_class(self.model.model_type, self.model.causal_lm, backend)
 
-    # -- eager parity -------------------------------------------------------------------------
-    def test_causal_lm_logits_loss_and_gradients_match_upstream(self, backend: str) -> None:
-        check_parity(self.model.config(), self.model.causal_lm, backend=backend)
+    # -- eager parity, fp32 and bf16 -------------------------------------------------------------
+    @pytest.mark.parametrize("dtype", DTYPES)
+    def test_causal_lm_logits_loss_and_gradients_match_upstream(self, backend: str, dtype: torch.dtype) -> None:
+        check_parity(self.model.config(), self.model.causal_lm, backend=backend, dtype=dtype)
 
-    def test_sequence_classification_logits_loss_and_gradients_match_upstream(self, backend: str) -> None:
+    @pytest.mark.parametrize("dtype", DTYPES)
+    def test_sequence_classification_logits_loss_and_gradients_match_upstream(
+        self, backend: str, dtype: torch.dtype
+    ) -> None:
         config = self.model.config()
-        check_parity(config, self.model.classifier(), backend=backend, batch=sequence_classification_batch(config))
+        check_parity(
+            config, self.model.classifier(), backend=backend, batch=sequence_classification_batch(config), dtype=dtype
+        )
 
     @pytest.mark.parametrize(
         "logits_to_keep", [1, 4, torch.tensor([0, 5, 10])], ids=["last-1", "last-4", "index-tensor"]
@@ -176,9 +275,10 @@ class DenseParitySuite:
         assert torch.equal(actual, expected)
 
     # -- the chunked fused loss (a CPU kernel) ------------------------------------------------
-    def test_chunked_loss_and_gradients_match_upstream(self, backend: str) -> None:
+    @pytest.mark.parametrize("dtype", DTYPES)
+    def test_chunked_loss_and_gradients_match_upstream(self, backend: str, dtype: torch.dtype) -> None:
         """The default batch ignores padding and a prompt (-100 labels); the kernel must ignore them too."""
-        check_parity(self.model.config(), self.model.causal_lm, backend=backend, ops=CHUNKED_LOSS)
+        check_parity(self.model.config(), self.model.causal_lm, backend=backend, ops=CHUNKED_LOSS, dtype=dtype)
 
     def test_chunked_loss_with_a_fully_ignored_row_matches_upstream(self, backend: str) -> None:
         config = self.model.config()
@@ -205,11 +305,16 @@ class DenseParitySuite:
         model = build_model(config, architecture=self.model.causal_lm, backend=backend)
         calls: Counter[str] = Counter()
         with reference_kernels_bound(calls):
-            model(**causal_lm_batch(config))
-        expected = {slot for slot in CAUSAL_LM_SLOTS if slot in self.model.guarded}
-        assert {slot for slot in expected if calls[slot] == 0} == set()
+            model(**self._causal_lm_batch(config))
+        assert {slot for slot in self._reachable("causal_lm") if calls[slot] == 0} == set()
+
+    def test_sequence_classification_runs_the_generated_base_model(self, backend: str) -> None:
+        """The classifier's decoder is the generated one, so the kernels bound for training reach it too."""
+        self._assert_classifier_runs_the_generated_base_model(backend)
 
     def test_sequence_classification_consults_its_loss_slot(self, backend: str) -> None:
+        if CLASSIFIER_SLOT not in self.model.guarded:
+            pytest.skip(f"{self.model.classifier()}'s patches guard no {CLASSIFIER_SLOT} slot")
         config = self.model.config()
         model = build_model(config, architecture=self.model.classifier(), backend=backend)
         calls: Counter[str] = Counter()
@@ -217,16 +322,49 @@ class DenseParitySuite:
             model(**sequence_classification_batch(config))
         assert calls[CLASSIFIER_SLOT] == 1
 
-    def test_reference_kernels_in_every_slot_match_upstream(self, backend: str) -> None:
+    def test_reference_kernel_in_one_slot_matches_upstream(
+        self, backend: str, slot_case: tuple[Head, str, torch.dtype]
+    ) -> None:
+        """The slot's reference kernel, bound alone, recomputes upstream from what the guard hands it.
+
+        Logits, loss, aux loss and every gradient within the eager tolerance of ``dtype``, and the kernel
+        was called (``check_parity``): a dropped, hard-coded or swapped argument (eps, offset, activation,
+        gate and up, mask, labels, logits) changes the result. One run per slot the model guards and head
+        that calls it (:func:`slot_cases`), in fp32 and bf16.
+        """
+        head, slot, dtype = slot_case
+        why = self._unreachable(slot)
+        if why is not None:
+            pytest.skip(why)
+        config = self.model.config()
+        architecture, batch = self._head(head, config)
+        check_parity(
+            config,
+            architecture,
+            backend=backend,
+            kernels={slot: reference_kernel(slot)},
+            batch=batch,
+            dtype=dtype,
+            tolerance=tolerance_for(dtype, kernels=False),
+            logits="close",
+        )
+
+    @pytest.mark.parametrize("head", HEADS)
+    def test_reference_kernels_in_every_slot_match_upstream(self, backend: str, head: Head) -> None:
         """Each guard hands its kernel what the upstream code it skips would have used (eps, offset, act)."""
         config = self.model.config()
-        pair = build_pair(
+        architecture, batch = self._head(head, config)
+        slots = self._reachable(head)
+        if not slots:
+            pytest.skip(f"the {head} head of {architecture} calls no slot")
+        if head == "sequence_classification" and set(slots) - {CLASSIFIER_SLOT}:
+            self._assert_classifier_runs_the_generated_base_model(backend)
+        check_parity(
             config,
-            get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True),
-            get_model_class(self.model.model_type, self.model.causal_lm, backend),
+            architecture,
+            backend=backend,
+            kernels=reference_kernels(slots),
+            batch=batch,
+            tolerance=tolerance_for(torch.float32, kernels=False),
+            logits="close",
         )
-        batch = causal_lm_batch(config)
-        upstream = run_step(pair.upstream, batch)
-        with reference_kernels_bound():
-            candidate = run_step(pair.generated, batch)
-        assert_step_parity(upstream, candidate, tolerance=EAGER_TOLERANCE, logits="close")

@@ -41,8 +41,15 @@ from models.testing import (
     seed_everything,
     tiny_config,
 )
+from models.testing.dense_suite import (
+    CHUNKED_LOSS,
+    DTYPES,
+    DenseModel,
+    DenseParitySuite,
+    reference_kernels_bound,
+    slot_visible_values,
+)
 from models.testing.tiny import tiny_config_for
-from models.testing.dense_suite import CHUNKED_LOSS, DenseModel, DenseParitySuite, reference_kernels_bound
 
 __all__ = ["GROUPED_EXPERTS", "MoeModel", "MoeParitySuite", "per_expert_state_dict", "plan_matches"]
 
@@ -74,7 +81,10 @@ class MoeModel(DenseModel):
         """The tiny fp32 config, eager attention and the eager (per-expert loop) experts implementation."""
         if self.derived_sizes:
             return tiny_config_for(self.config_class, **{"experts_implementation": "eager", **self.sizes, **overrides})
-        return tiny_config(self.config_class, **{"experts_implementation": "eager", **self.sizes, **overrides})
+        visible = slot_visible_values(self.config_class)
+        return tiny_config(
+            self.config_class, **{**visible, "experts_implementation": "eager", **self.sizes, **overrides}
+        )
 
 
 def per_expert_state_dict(
@@ -122,8 +132,24 @@ def _write_sharded(tensors: Mapping[str, torch.Tensor], folder: Path) -> None:
     (folder / INDEX_FILE).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}), encoding="utf-8")
 
 
+#: Whether upstream's causal LM of a declaration computes an aux loss, by (model_type, causal_lm).
+_UPSTREAM_AUX: dict[tuple[str, str], bool] = {}
+
+
 class MoeParitySuite(DenseParitySuite):
     """Generated vs upstream ``transformers`` for one MoE text model; subclasses set ``model``."""
+
+    def _causal_lm_batch(self, config: PreTrainedConfig) -> dict[str, Any]:
+        """The slot tests of the causal LM ask for router logits, so the aux loss goes through its slot too."""
+        return self._batch(config)
+
+    def _unreachable(self, slot: str) -> str | None:
+        if slot == "load_balancing_loss" and not self._upstream_computes_an_aux_loss():
+            return (
+                f"upstream {self.model.causal_lm} records no router logits, so no training step reaches the "
+                "load_balancing_loss slot (test_no_router_logits_gives_the_int_zero_aux_loss covers it)"
+            )
+        return None
 
     def _requires(self, slot: str, what: str) -> None:
         """Skip, naming the reason, a test of a structure this model's upstream does not have."""
@@ -142,6 +168,12 @@ class MoeParitySuite(DenseParitySuite):
         return self._router_batch(config) if aux else causal_lm_batch(config)
 
     def _upstream_computes_an_aux_loss(self) -> bool:
+        key = (self.model.model_type, self.model.causal_lm)
+        if key not in _UPSTREAM_AUX:
+            _UPSTREAM_AUX[key] = self._ask_upstream_for_an_aux_loss()
+        return _UPSTREAM_AUX[key]
+
+    def _ask_upstream_for_an_aux_loss(self) -> bool:
         config = self.model.config()
         upstream = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)(config)
         with torch.no_grad():
@@ -176,10 +208,14 @@ class MoeParitySuite(DenseParitySuite):
         return sum(name.endswith(".experts.gate_up_proj") for name, _ in model.named_parameters())
 
     # -- the auxiliary loss and router logits, eager ------------------------------------------------
-    def test_aux_loss_logits_loss_and_gradients_match_upstream(self, backend: str) -> None:
+    @pytest.mark.parametrize("dtype", DTYPES)
+    def test_aux_loss_logits_loss_and_gradients_match_upstream(self, backend: str, dtype: torch.dtype) -> None:
         self._requires("load_balancing_loss", "auxiliary loss")
         config = self.model.config()
-        check_parity(config, self.model.causal_lm, backend=backend, batch=self._router_batch(config))
+        upstream, _ = check_parity(
+            config, self.model.causal_lm, backend=backend, batch=self._router_batch(config), dtype=dtype
+        )
+        assert upstream.aux_loss is not None
 
     def test_router_logits_and_aux_loss_equal_upstreams(self, backend: str) -> None:
         self._requires("load_balancing_loss", "auxiliary loss")
@@ -224,9 +260,7 @@ class MoeParitySuite(DenseParitySuite):
     def test_grouped_experts_kernel_matches_upstream(self, backend: str) -> None:
         self._requires("moe_experts", "fused experts in the [E, 2I, H] layout")
         config = self.model.config()
-        check_parity(
-            config, self.model.causal_lm, backend=backend, ops=GROUPED_EXPERTS, batch=self._batch(config)
-        )
+        check_parity(config, self.model.causal_lm, backend=backend, ops=GROUPED_EXPERTS, batch=self._batch(config))
 
     def test_chunked_loss_with_the_aux_loss_matches_upstream(self, backend: str) -> None:
         self._requires("load_balancing_loss", "auxiliary loss")

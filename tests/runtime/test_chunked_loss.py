@@ -217,7 +217,9 @@ def test_chunked_loss_with_an_lm_head_bias_matches_eager_with_gradients() -> Non
     labels[0, :3] = -100
     expected, _ = eager.causal_lm_loss(hidden, weight, labels, vocab_size=37, lm_head_bias=bias)
     want = torch.autograd.grad(expected, (hidden, weight, bias))
-    actual, logits = chunked_loss.causal_lm_loss(hidden, weight, labels, vocab_size=37, lm_head_bias=bias, chunk_size=5)
+    actual, logits = chunked_loss.causal_lm_loss(
+        hidden, weight, labels, vocab_size=37, lm_head_bias=bias, chunk_size=5
+    )
     got = torch.autograd.grad(actual, (hidden, weight, bias))
     assert logits is None
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import models.ops
@@ -30,11 +35,51 @@ def test_generated_code_slot_names_are_exported() -> None:
     assert set(SLOTS) == set(GENERATED_CODE_SLOT_NAMES.values())
 
 
+#: Run in a fresh interpreter: import everything a training process imports (every registered model's
+#: generated modules, the kernels' registry, the testing harness), then report every slot that is bound.
+_FRESH_PROCESS_PROBE = """
+import importlib, json
+import models
+from models.ops import SLOTS
+from models.registry import MODELING_REGISTRY
+import models.testing, models.testing.dense_suite, models.testing.moe_suite
+modules = set()
+for model_type in MODELING_REGISTRY:
+    for backend in MODELING_REGISTRY.backends(model_type):
+        modules.add(MODELING_REGISTRY.module_path(model_type, backend))
+for module in sorted(modules):
+    importlib.import_module(module)
+print(json.dumps({"modules": sorted(modules), "bound": {
+    name: slot.bound_kernel_name for name, slot in SLOTS.items() if slot.use_non_eager_impl or slot.bound is not None
+}}))
+"""
+
+
+def _fresh_process_bindings(prelude: str = "") -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + _FRESH_PROCESS_PROBE],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_slots_start_unbound() -> None:
-    for slot in SLOTS.values():
-        assert slot.use_non_eager_impl is False
-        assert slot.bound_kernel_name is None
-        assert slot.bound is None
+    """In a fresh interpreter (this process's fixtures unbind every slot before each test, hiding a binding
+    made at import time), importing every generated module and the harness leaves every slot eager."""
+    report = _fresh_process_bindings()
+    assert report["modules"], "the registry lists no generated module to import"
+    assert report["bound"] == {}
+
+
+def test_the_fresh_interpreter_probe_sees_a_binding_made_at_import_time() -> None:
+    """The probe of test_slots_start_unbound can fail: a kernel bound while importing is reported."""
+    prelude = "from models.ops import rms_norm_slot\nrms_norm_slot.bind(abs, name='bound-at-import')\n"
+    assert _fresh_process_bindings(prelude)["bound"] == {"rms_norm": "bound-at-import"}
 
 
 def test_calling_an_unbound_slot_raises() -> None:

@@ -1,10 +1,12 @@
 """``copier copy --trust . models/<m>``: the scaffold reads upstream, and either passes its own tests or is refused.
 
 Models outside the zoo with different structures are copied in a real repository (a fresh clone without
-tags), generated and tested: a llama-like dense model with both backends, a dense model whose MLP is not
-gated (its activation goes behind the activation slot), and a MoE model with a gated shared expert
-(which the old recipe dropped, giving wrong logits). The refusals are checked for each kind: out of
-category, a category with no scaffold yet, too little to guard; none of them writes anything.
+tags), generated and tested. Dense: a llama-like model with both backends, a model whose MLP is not gated
+(its activation goes behind the activation slot), an old decoder with nn.LayerNorm and ACT2FN calls in its
+blocks. MoE: a gated shared expert (which the old recipe dropped, giving wrong logits), mixtral's hub
+layout, deepseek's group-limited router and shared experts. The refusals are checked for each kind: out of
+category, a category with no scaffold yet, a loss head no snippet fits, too little to guard, a model
+transformers lacks; none of them writes anything.
 """
 
 from __future__ import annotations
@@ -93,6 +95,38 @@ def test_a_moe_scaffold_keeps_the_gated_shared_expert_and_passes(repo: Path) -> 
     _assert_tests_pass(repo, "qwen2_moe")
 
 
+def test_an_old_decoder_gets_its_layer_norm_and_activation_calls_guarded_and_passes(repo: Path) -> None:
+    """gpt_neo: learned positions, nn.LayerNorm modules and an ACT2FN activation, no norm class of its own."""
+    model_dir = copy_model(repo, "gpt_neo")
+    generated = (model_dir / "generated" / "patched_modeling_gpt_neo_gpu.py").read_text(encoding="utf-8")
+    assert "layer_norm_slot(" in generated and "activation_slot(" in generated
+    _assert_tests_pass(repo, "gpt_neo")
+
+
+def test_a_mixtral_style_moe_scaffold_uses_its_hub_projection_names_and_passes(repo: Path) -> None:
+    """mixtral: num_local_experts, hub checkpoints with w1/w3/w2 experts, no dense layers."""
+    model_dir = copy_model(repo, "mixtral")
+    checkpoint = (model_dir / "checkpoint.py").read_text(encoding="utf-8")
+    assert 'gate="w1"' in checkpoint and 'up="w3"' in checkpoint and 'down="w2"' in checkpoint
+    assert "config.num_local_experts" in checkpoint
+    _assert_tests_pass(repo, "mixtral")
+
+
+def test_a_deepseek_style_moe_scaffold_keeps_its_router_and_shared_experts_and_passes(repo: Path) -> None:
+    """deepseek_v3: sigmoid group-limited router, shared experts, dense first layers, MLA attention."""
+    model_dir = copy_model(repo, "deepseek_v3")
+    generated = (model_dir / "generated" / "patched_modeling_deepseek_v3_gpu.py").read_text(encoding="utf-8")
+    assert "e_score_correction_bias" in generated and "shared_experts" in generated
+    assert "moe_experts_slot(" in generated
+    _assert_tests_pass(repo, "deepseek_v3")
+
+
+def test_a_loss_head_no_snippet_fits_is_refused(repo: Path) -> None:
+    """cpmant computes its loss without self.loss_function: the loss head, which every scaffold guards."""
+    message = _refusal(repo, "cpmant")
+    assert "causal_lm: CpmAntForCausalLM (line " in message and "loss_function" in message
+
+
 def test_an_out_of_category_model_is_refused_before_anything_is_written(repo: Path) -> None:
     message = _refusal(repo, "mamba")
     assert "out of category" in message and "MambaMixer" in message
@@ -120,7 +154,12 @@ def test_a_copy_whose_smoke_check_fails_removes_the_new_directory(repo: Path) ->
     """A wrong answer (gemma's norm formulation for mistral) generates, but the smoke check catches it."""
     wrong = {
         "norms": [
-            {"cls": "MistralRMSNorm", "formulation": "rms_one_plus_weight", "eps": "variance_epsilon", "weight": "weight"}
+            {
+                "cls": "MistralRMSNorm",
+                "formulation": "rms_one_plus_weight",
+                "eps": "variance_epsilon",
+                "weight": "weight",
+            }
         ],
         "mlps": [],
         "rope": "apply_rotary_pos_emb",

@@ -4,12 +4,13 @@
 # Source: transformers.models.gemma3.modeling_gemma3 (transformers==5.16.1)
 # Config: models.gemma3.gemma3_gpu_patch_gen_config
 # Description: Gemma3 text with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: 3e700c21d6be913960b7
+# Fingerprint: 34ac4ff9c3fd63ac3218
 # Patches:
 #   - override_method Gemma3RMSNorm.forward: rms_norm slot guard
 #   - override_method Gemma3MLP.forward: glu_activation slot guard
 #   - replace_function apply_rotary_pos_emb: rope slot guard
 #   - override_method Gemma3ForCausalLM.forward: logits and loss behind the causal_lm_loss slot
+#   - override_method Gemma3TextForSequenceClassification.__init__: the base model is this module's, not AutoModel's
 #   - override_method Gemma3TextForSequenceClassification.forward: sequence_classification_loss slot
 #   - override_method Gemma3PreTrainedModel._init_weights: no Gemma3MultiModalProjector branch (the multimodal classes are excluded)
 # Excluded: Gemma3Model, Gemma3ForConditionalGeneration, Gemma3ForSequenceClassification, Gemma3MultiModalProjector
@@ -660,6 +661,17 @@ It uses the generic sequence classification implementation for efficiency and co
 class Gemma3TextForSequenceClassification(GenericForSequenceClassification, Gemma3PreTrainedModel):
     config: Gemma3TextConfig
     input_modalities = ("text",)
+
+    # [PATCHED METHOD] Gemma3TextForSequenceClassification.__init__: the base model is this module's, not AutoModel's
+    def __init__(self, config):
+        # PreTrainedModel's __init__ (the next class after the generic head in the MRO), not the generic head's.
+        super(GenericForSequenceClassification, self).__init__(config)
+        self.num_labels = config.num_labels
+        setattr(self, self.base_model_prefix, Gemma3TextModel(config))
+        self.score = nn.Linear(config.get_text_config().hidden_size, self.num_labels, bias=False)
+
+        # Initialize weights and apply final processing
+        self.post_init()
 
     # [PATCHED METHOD] Gemma3TextForSequenceClassification.forward: sequence_classification_loss slot
     @can_return_tuple

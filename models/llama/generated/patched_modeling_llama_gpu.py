@@ -4,12 +4,13 @@
 # Source: transformers.models.llama.modeling_llama (transformers==5.16.1)
 # Config: models.llama.llama_gpu_patch_gen_config
 # Description: Llama with op-slot guards and slot-backed losses
-# Fingerprint: 1e79a9de296dd5737663
+# Fingerprint: e9b09555d88c0498897f
 # Patches:
 #   - override_method LlamaRMSNorm.forward: rms_norm slot guard
 #   - override_method LlamaMLP.forward: glu_activation slot guard
 #   - replace_function apply_rotary_pos_emb: rope slot guard
 #   - override_method LlamaForCausalLM.forward: logits and loss behind the causal_lm_loss slot
+#   - override_method LlamaForSequenceClassification.__init__: the base model is this module's, not AutoModel's
 #   - override_method LlamaForSequenceClassification.forward: sequence_classification_loss slot
 # ====================================================================================================
 # Copyright 2022 EleutherAI and the HuggingFace Inc. team. All rights reserved.
@@ -539,6 +540,17 @@ class LlamaForCausalLM(LlamaPreTrainedModel, GenerationMixin):
 
 # [MODIFIED CLASS] LlamaForSequenceClassification
 class LlamaForSequenceClassification(GenericForSequenceClassification, LlamaPreTrainedModel):
+    # [PATCHED METHOD] LlamaForSequenceClassification.__init__: the base model is this module's, not AutoModel's
+    def __init__(self, config):
+        # PreTrainedModel's __init__ (the next class after the generic head in the MRO), not the generic head's.
+        super(GenericForSequenceClassification, self).__init__(config)
+        self.num_labels = config.num_labels
+        setattr(self, self.base_model_prefix, LlamaModel(config))
+        self.score = nn.Linear(config.get_text_config().hidden_size, self.num_labels, bias=False)
+
+        # Initialize weights and apply final processing
+        self.post_init()
+
     # [PATCHED METHOD] LlamaForSequenceClassification.forward: sequence_classification_loss slot
     @can_return_tuple
     @auto_docstring

@@ -4,12 +4,13 @@
 # Source: transformers.models.qwen2.modeling_qwen2 (transformers==5.16.1)
 # Config: models.qwen2.qwen2_gpu_patch_gen_config
 # Description: Qwen2 with op-slot guards and slot-backed losses
-# Fingerprint: f3950e81ed32d20de092
+# Fingerprint: 3fef070b1b5970ca1a18
 # Patches:
 #   - override_method Qwen2RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard
 #   - replace_function apply_rotary_pos_emb: rope slot guard
 #   - override_method Qwen2ForCausalLM.forward: logits and loss behind the causal_lm_loss slot
+#   - override_method Qwen2ForSequenceClassification.__init__: the base model is this module's, not AutoModel's
 #   - override_method Qwen2ForSequenceClassification.forward: sequence_classification_loss slot
 # ====================================================================================================
 #                🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨
@@ -528,6 +529,17 @@ class Qwen2ForCausalLM(Qwen2PreTrainedModel, GenerationMixin):
 
 # [MODIFIED CLASS] Qwen2ForSequenceClassification
 class Qwen2ForSequenceClassification(GenericForSequenceClassification, Qwen2PreTrainedModel):
+    # [PATCHED METHOD] Qwen2ForSequenceClassification.__init__: the base model is this module's, not AutoModel's
+    def __init__(self, config):
+        # PreTrainedModel's __init__ (the next class after the generic head in the MRO), not the generic head's.
+        super(GenericForSequenceClassification, self).__init__(config)
+        self.num_labels = config.num_labels
+        setattr(self, self.base_model_prefix, Qwen2Model(config))
+        self.score = nn.Linear(config.get_text_config().hidden_size, self.num_labels, bias=False)
+
+        # Initialize weights and apply final processing
+        self.post_init()
+
     # [PATCHED METHOD] Qwen2ForSequenceClassification.forward: sequence_classification_loss slot
     @can_return_tuple
     @auto_docstring

@@ -4,12 +4,13 @@
 # Source: transformers.models.qwen3.modeling_qwen3 (transformers==5.16.1)
 # Config: models.qwen3.qwen3_npu_patch_gen_config
 # Description: Qwen3 for NPU: the GPU config's slot guards; NPU kernels bind to the same slots
-# Fingerprint: c82924f7d0102163fea0
+# Fingerprint: 1ab987dd99e3a31dddeb
 # Patches:
 #   - override_method Qwen3RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MLP.forward: glu_activation slot guard
 #   - replace_function apply_rotary_pos_emb: rope slot guard
 #   - override_method Qwen3ForCausalLM.forward: logits and loss behind the causal_lm_loss slot
+#   - override_method Qwen3ForSequenceClassification.__init__: the base model is this module's, not AutoModel's
 #   - override_method Qwen3ForSequenceClassification.forward: sequence_classification_loss slot
 # ====================================================================================================
 #                🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨
@@ -558,6 +559,17 @@ class Qwen3ForCausalLM(Qwen3PreTrainedModel, GenerationMixin):
 
 # [MODIFIED CLASS] Qwen3ForSequenceClassification
 class Qwen3ForSequenceClassification(GenericForSequenceClassification, Qwen3PreTrainedModel):
+    # [PATCHED METHOD] Qwen3ForSequenceClassification.__init__: the base model is this module's, not AutoModel's
+    def __init__(self, config):
+        # PreTrainedModel's __init__ (the next class after the generic head in the MRO), not the generic head's.
+        super(GenericForSequenceClassification, self).__init__(config)
+        self.num_labels = config.num_labels
+        setattr(self, self.base_model_prefix, Qwen3Model(config))
+        self.score = nn.Linear(config.get_text_config().hidden_size, self.num_labels, bias=False)
+
+        # Initialize weights and apply final processing
+        self.post_init()
+
     # [PATCHED METHOD] Qwen3ForSequenceClassification.forward: sequence_classification_loss slot
     @can_return_tuple
     @auto_docstring

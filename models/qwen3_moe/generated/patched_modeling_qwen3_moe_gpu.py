@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_moe.modeling_qwen3_moe (transformers==5.16.1)
 # Config: models.qwen3_moe.qwen3_moe_gpu_patch_gen_config
 # Description: Qwen3-MoE with op-slot guards and slot-backed losses
-# Fingerprint: 881654803b8784fe1ba3
+# Fingerprint: fe3a2526cf1f97daeadd
 # Patches:
 #   - override_method Qwen3MoeRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MoeMLP.forward: glu_activation slot guard (dense layers, shared experts)
@@ -12,6 +12,7 @@
 #   - override_method Qwen3MoeSparseMoeBlock.forward: routed experts behind the moe_experts slot
 #   - override_method Qwen3MoeForCausalLM.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
 #   - override_method Qwen3MoeForCausalLM.get_parallel_plan: expert-parallel plan of the fused expert tensors
+#   - override_method Qwen3MoeForSequenceClassification.__init__: the base model is this module's, not AutoModel's
 #   - override_method Qwen3MoeForSequenceClassification.forward: sequence_classification_loss slot
 # ====================================================================================================
 #                🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨
@@ -772,6 +773,17 @@ class Qwen3MoeForCausalLM(Qwen3MoePreTrainedModel, GenerationMixin):
 
 # [MODIFIED CLASS] Qwen3MoeForSequenceClassification
 class Qwen3MoeForSequenceClassification(GenericForSequenceClassification, Qwen3MoePreTrainedModel):
+    # [PATCHED METHOD] Qwen3MoeForSequenceClassification.__init__: the base model is this module's, not AutoModel's
+    def __init__(self, config):
+        # PreTrainedModel's __init__ (the next class after the generic head in the MRO), not the generic head's.
+        super(GenericForSequenceClassification, self).__init__(config)
+        self.num_labels = config.num_labels
+        setattr(self, self.base_model_prefix, Qwen3MoeModel(config))
+        self.score = nn.Linear(config.get_text_config().hidden_size, self.num_labels, bias=False)
+
+        # Initialize weights and apply final processing
+        self.post_init()
+
     # [PATCHED METHOD] Qwen3MoeForSequenceClassification.forward: sequence_classification_loss slot
     @can_return_tuple
     @auto_docstring

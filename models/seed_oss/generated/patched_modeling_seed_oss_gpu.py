@@ -4,12 +4,13 @@
 # Source: transformers.models.seed_oss.modeling_seed_oss (transformers==5.16.1)
 # Config: models.seed_oss.seed_oss_gpu_patch_gen_config
 # Description: Seed-OSS with op-slot guards and slot-backed losses
-# Fingerprint: e26cca55d91eb4364f62
+# Fingerprint: d90ddd82bfde864b9c7a
 # Patches:
 #   - override_method SeedOssRMSNorm.forward: rms_norm slot guard
 #   - override_method SeedOssMLP.forward: glu_activation slot guard
 #   - replace_function apply_rotary_pos_emb: rope slot guard
 #   - override_method SeedOssForCausalLM.forward: logits and loss behind the causal_lm_loss slot
+#   - override_method SeedOssForSequenceClassification.__init__: the base model is this module's, not AutoModel's
 #   - override_method SeedOssForSequenceClassification.forward: sequence_classification_loss slot
 # ====================================================================================================
 #                🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨🚨
@@ -549,6 +550,17 @@ class SeedOssForCausalLM(SeedOssPreTrainedModel, GenerationMixin):
 
 # [MODIFIED CLASS] SeedOssForSequenceClassification
 class SeedOssForSequenceClassification(GenericForSequenceClassification, SeedOssPreTrainedModel):
+    # [PATCHED METHOD] SeedOssForSequenceClassification.__init__: the base model is this module's, not AutoModel's
+    def __init__(self, config):
+        # PreTrainedModel's __init__ (the next class after the generic head in the MRO), not the generic head's.
+        super(GenericForSequenceClassification, self).__init__(config)
+        self.num_labels = config.num_labels
+        setattr(self, self.base_model_prefix, SeedOssModel(config))
+        self.score = nn.Linear(config.get_text_config().hidden_size, self.num_labels, bias=False)
+
+        # Initialize weights and apply final processing
+        self.post_init()
+
     # [PATCHED METHOD] SeedOssForSequenceClassification.forward: sequence_classification_loss slot
     @can_return_tuple
     @auto_docstring

@@ -1,0 +1,82 @@
+"""GPU parity: zoo models on a CUDA device against upstream, eager and with Liger bound in every slot it has.
+
+Selected by the ``gpu`` marker (``pip install -e '.[test,gpu]' && python -m pytest -m gpu``). Without a
+CUDA device every test here skips, naming the reason; the Liger tests skip too where ``liger_kernel``
+(the ``gpu`` extra) is not installed. Nothing is mocked: where they skip, these kernels are not exercised.
+
+Tolerances on the device: eager logits within ``EAGER_TOLERANCE`` (CUDA's backward of the embedding and
+of ``index_add_`` accumulates with atomics, so two runs of the same code may differ in the last bits of a
+gradient); Liger in fp32 within ``LIGER_FP32`` (its Triton kernels reassociate the norm and the fused
+loss; test_liger.py checks each one at 1e-5 against eager), in bf16 within ``BF16_KERNEL_TOLERANCE``.
+``check_parity`` fails when a bound Liger kernel was never called.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.gemma3.tests.test_gemma3_parity import GEMMA3
+from models.llama.tests.test_llama_parity import LLAMA
+from models.ops import KERNEL_FAMILIES, OpsConfig
+from models.qwen3.tests.test_qwen3_parity import QWEN3
+from models.qwen3_moe.tests.test_qwen3_moe_parity import QWEN3_MOE
+from models.testing import causal_lm_batch, check_parity
+from models.testing.dense_suite import DenseModel
+from models.testing.parity import BF16_TOLERANCE, EAGER_TOLERANCE, Tolerance, tolerance_for
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: torch.cuda.is_available() is False"),
+]
+
+WHY_LIGER_CANNOT_RUN = KERNEL_FAMILIES["liger"].unavailable_reason()
+needs_liger = pytest.mark.skipif(
+    WHY_LIGER_CANNOT_RUN is not None, reason=f"liger not exercised: {WHY_LIGER_CANNOT_RUN}"
+)
+
+#: fp32 with Liger's Triton kernels in the norm, GLU, RoPE and fused-loss slots, through a whole model.
+LIGER_FP32 = Tolerance(rtol=1e-3, atol=1e-4)
+
+MODELS = [pytest.param(model, id=model.model_type) for model in (LLAMA, QWEN3, GEMMA3, QWEN3_MOE)]
+DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")]
+
+
+def _batch(model: DenseModel) -> dict:
+    batch: dict = causal_lm_batch(model.config())
+    if "load_balancing_loss" in model.guarded:
+        batch["output_router_logits"] = True
+    return batch
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model", MODELS)
+def test_eager_parity_on_the_device(model: DenseModel, dtype: torch.dtype) -> None:
+    tolerance = EAGER_TOLERANCE if dtype == torch.float32 else BF16_TOLERANCE
+    check_parity(
+        model.config(),
+        model.causal_lm,
+        batch=_batch(model),
+        dtype=dtype,
+        device="cuda",
+        tolerance=tolerance,
+        logits="close",
+    )
+
+
+@needs_liger
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model", MODELS)
+def test_liger_in_every_slot_it_has_matches_upstream(model: DenseModel, dtype: torch.dtype) -> None:
+    liger = OpsConfig.everywhere("liger")
+    tolerance = LIGER_FP32 if dtype == torch.float32 else tolerance_for(dtype, kernels=True)
+    _, candidate = check_parity(
+        model.config(),
+        model.causal_lm,
+        ops=liger,
+        batch=_batch(model),
+        dtype=dtype,
+        device="cuda",
+        tolerance=tolerance,
+    )
+    assert set(candidate.calls) == set(KERNEL_FAMILIES["liger"].slots)
