@@ -103,4 +103,6 @@ class ScaffoldExtension(Extension):
         environment.globals["recipe_import"] = lambda category, prefix, arguments: _recipe(
             category, prefix, arguments
         )[0]
-        environment.globals["recipe_call"] = lambda category, prefix, arguments: _recipe(category, prefix, arguments)[1]
+        environment.globals["recipe_call"] = lambda category, prefix, arguments: _recipe(category, prefix, arguments)[
+            1
+        ]

@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"scaffold smoke check: models/{args.model} matches upstream (forward and backward, eager and reference kernels)")
+    print(
+        f"scaffold smoke check: models/{args.model} matches upstream (forward and backward, eager and reference kernels)"
+    )
     return 0
 
 
