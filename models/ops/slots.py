@@ -104,7 +104,8 @@ activation_slot = _define("activation")
 layer_norm_slot = _define("layer_norm")
 # glu_activation_slot(gate, up, activation) -> ACT2FN[activation](gate) * up
 glu_activation_slot = _define("glu_activation")
-# rope_slot(q, k, cos, sin, unsqueeze_dim=1, *, interleaved=False, repeat_cos=False, upcast=False, cast_back=False)
+# rope_slot(q, k, cos, sin, unsqueeze_dim=1, *, interleaved=False, repeat_cos=False, upcast=False, cast_back=False,
+#           upcast_terms=False)
 #     -> (q_embed, k_embed); partial rotary when cos covers fewer dims than q
 rope_slot = _define("rope")
 # causal_lm_loss_slot(hidden_states, lm_head_weight, labels, *, vocab_size, num_items_in_batch=None,

@@ -70,8 +70,9 @@ BF16_TOLERANCE = Tolerance(rtol=8e-3, atol=1e-5)
 #: where upstream's bf16 matmul rounds as it goes, and that difference flows back through every layer;
 #: the zoo's worst gradient is 1.4% apart in norm (3 ulps), so 3e-2 leaves twice that. ``atol`` is the
 #: floor for gradients that vanish in exact arithmetic (a key bias: softmax ignores a shift shared by all
-#: keys), whose bf16 values are rounding noise of norm ~1e-4 on the tiny models.
-BF16_KERNEL_TOLERANCE = Tolerance(rtol=3e-2, atol=1e-5, norm_wise=True)
+#: keys, or a scalar gate like diffllama's lambda_q1), whose bf16 values are rounding noise of norm ~1e-4
+#: on the tiny models.
+BF16_KERNEL_TOLERANCE = Tolerance(rtol=3e-2, atol=1e-4, norm_wise=True)
 
 
 def tolerance_for(dtype: torch.dtype, *, kernels: bool) -> Tolerance:

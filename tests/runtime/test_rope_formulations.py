@@ -20,7 +20,7 @@ CASES = {
     "olmo": ({"cast_back": True}, 1.0),
     "helium": ({"interleaved": True, "repeat_cos": True}, 1.0),
     "glm": ({"interleaved": True, "repeat_cos": True}, 0.5),
-    "ernie4_5": ({"interleaved": True, "repeat_cos": True, "upcast": True}, 1.0),
+    "ernie4_5": ({"interleaved": True, "repeat_cos": True, "upcast_terms": True}, 1.0),
     "cohere": ({"interleaved": True, "upcast": True}, 1.0),
 }
 
@@ -53,3 +53,18 @@ def test_a_missing_option_changes_the_result() -> None:
     want_q, _ = upstream(q, k, cos, sin, unsqueeze_dim=1)
     got_q, _ = eager.rope(q, k, cos, sin, 1)
     assert not torch.allclose(got_q, want_q)
+
+
+@pytest.mark.parametrize("model", sorted(CASES))
+def test_reference_rope_gradients_equal_upstreams_in_bf16(model: str) -> None:
+    """Where upstream rounds matters for the backward too (ernie4_5 upcasts each term, cohere the input)."""
+    options, fraction = CASES[model]
+    upstream = importlib.import_module(f"transformers.models.{model}.modeling_{model}").apply_rotary_pos_emb
+    q, k, cos, sin = _inputs(torch.bfloat16, fraction)
+    grads = []
+    for apply in (lambda *a: upstream(*a, unsqueeze_dim=1), lambda *a: eager.rope(*a, 1, **options)):
+        leaf_q, leaf_k = q.clone().requires_grad_(), k.clone().requires_grad_()
+        q_embed, k_embed = apply(leaf_q, leaf_k, cos, sin)
+        (q_embed.float().sum() * 3 + k_embed.float().pow(2).sum()).backward()
+        grads.append((leaf_q.grad, leaf_k.grad))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])

@@ -91,12 +91,15 @@ def rope(
     repeat_cos: bool = False,
     upcast: bool = False,
     cast_back: bool = False,
+    upcast_terms: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotary embedding of q and k, HF ``apply_rotary_pos_emb`` layout (cos/sin unsqueezed at ``unsqueeze_dim``).
 
     The defaults are llama's rotate-half. ``interleaved`` rotates even/odd pairs instead of halves, and
     ``repeat_cos`` first repeats the first half of cos/sin pairwise (helium, glm); ``upcast`` rotates in fp32
-    and casts back (cohere, ernie4_5); ``cast_back`` casts the result to q's and k's dtypes (olmo). When cos
+    and casts back (cohere); ``upcast_terms`` rotates in q's dtype and upcasts each term (ernie4_5: the same
+    values, but the gradient is rounded per term as upstream's is); ``cast_back`` casts the result to q's
+    and k's dtypes (olmo). When cos
     covers fewer dims than q (partial rotary: gpt_neox, glm), the rest of q and k passes through unrotated.
     """
     cos = cos.unsqueeze(unsqueeze_dim)
@@ -108,6 +111,8 @@ def rope(
     rotary_dim = cos.shape[-1]
 
     def embed(x: torch.Tensor) -> torch.Tensor:
+        if upcast_terms and rotary_dim == x.shape[-1]:
+            return (x.float() * cos + rotate(x).float() * sin).to(x.dtype)
         if rotary_dim == x.shape[-1]:
             rotated = x.float() if upcast else x
             out = rotated * cos + rotate(rotated) * sin

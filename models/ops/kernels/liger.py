@@ -68,9 +68,10 @@ def rope(
     repeat_cos: bool = False,
     upcast: bool = False,
     cast_back: bool = False,
+    upcast_terms: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Liger RoPE; it assumes q/k laid out ``[batch, heads, seq, head_dim]``, i.e. ``unsqueeze_dim == 1``."""
-    if interleaved or repeat_cos or upcast or cast_back or cos.shape[-1] != q.shape[-1]:
+    if interleaved or repeat_cos or upcast or upcast_terms or cast_back or cos.shape[-1] != q.shape[-1]:
         raise ValueError(
             "liger rope computes llama's full rotate-half only (no interleaved pairs, partial rotary or dtype "
             "casts); bind the 'eager' kernel to the rope slot for this model"

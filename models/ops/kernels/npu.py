@@ -53,9 +53,10 @@ def rope(
     repeat_cos: bool = False,
     upcast: bool = False,
     cast_back: bool = False,
+    upcast_terms: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``npu_rotary_mul`` applies rotate-half RoPE with cos/sin broadcast over the heads dimension."""
-    if interleaved or repeat_cos or upcast or cast_back or cos.shape[-1] != q.shape[-1]:
+    if interleaved or repeat_cos or upcast or upcast_terms or cast_back or cos.shape[-1] != q.shape[-1]:
         raise ValueError(
             "npu rope computes llama's full rotate-half only (no interleaved pairs, partial rotary or dtype "
             "casts); bind the 'eager' kernel to the rope slot for this model"
