@@ -5,24 +5,31 @@ with ``model.safetensors.index.json``. Tensors are read one by one with ``safete
 copied into the model's parameters and buffers right away, so the checkpoint is never held in memory
 as a whole; a converter (``models.converters``) may hold the pieces of one fused tensor until they are
 complete. By default the converter registered for ``model.config.model_type`` is used, if any.
+
+``read`` (optional) decides how each key is read from its open file: a whole tensor, part of one
+(``handle.get_slice(key)[...]``), or None to skip the key unread. The expert-parallel loader
+(``models.distributed.checkpoint``) uses it so that a rank reads only its own experts.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from safetensors import safe_open
 
 from models.converters import CheckpointConverter, converter_for
 
-__all__ = ["CheckpointError", "LoadResult", "checkpoint_files", "load_checkpoint"]
+__all__ = ["CheckpointError", "LoadResult", "TensorReader", "checkpoint_files", "load_checkpoint", "read_whole"]
 
 INDEX_FILE = "model.safetensors.index.json"
+
+#: ``read(handle, key)``: the tensor to load for ``key`` from an open ``safe_open`` handle, or None to skip it.
+TensorReader = Callable[[Any, str], "torch.Tensor | None"]
 
 
 class CheckpointError(ValueError):
@@ -60,11 +67,18 @@ def checkpoint_files(path: str | Path) -> tuple[Path, ...]:
     return files
 
 
-def _stream(files: Iterable[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+def read_whole(handle: Any, key: str) -> torch.Tensor:
+    """The default :data:`TensorReader`: the whole tensor."""
+    return handle.get_tensor(key)
+
+
+def _stream(files: Iterable[Path], read: TensorReader = read_whole) -> Iterator[tuple[str, torch.Tensor]]:
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as handle:
             for key in handle.keys():  # noqa: SIM118  (a safe_open handle is not iterable)
-                yield key, handle.get_tensor(key)
+                tensor = read(handle, key)
+                if tensor is not None:
+                    yield key, tensor
 
 
 def _listed(keys: Iterable[str], limit: int = 10) -> str:
@@ -79,6 +93,7 @@ def load_checkpoint(
     *,
     converter: CheckpointConverter | Literal["auto"] | None = "auto",
     strict: bool = True,
+    read: TensorReader | None = None,
 ) -> LoadResult:
     """Copy the checkpoint at ``path`` into ``model`` (its ``state_dict`` entries, in place).
 
@@ -86,7 +101,9 @@ def load_checkpoint(
     loaded as they are); pass a converter to use that one, or None for no conversion. Each tensor is
     cast to the dtype of the entry it fills. A shape mismatch raises at once; with ``strict`` a key the
     model lacks, or a model entry the checkpoint does not fill (tied weights count as filled when the
-    tensor they share is), raises after reading everything, naming the keys.
+    tensor they share is), raises after reading everything, naming the keys. ``read`` replaces how a
+    key is read (default :func:`read_whole`); a key it returns None for is skipped, neither loaded nor
+    reported unexpected.
     """
     if converter == "auto":
         config = getattr(model, "config", None)
@@ -112,7 +129,7 @@ def load_checkpoint(
                 target.copy_(tensor)
             loaded[key] = None
 
-    for key, tensor in _stream(files):
+    for key, tensor in _stream(files, read or read_whole):
         if converter is not None and converter.can_handle(key):
             assign(converter.convert(key, tensor))
         else:

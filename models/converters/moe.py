@@ -18,6 +18,13 @@ most one layer's experts are held at a time. Already-fused keys pass through; fu
 transposed (``[E, H, 2I]`` / ``[E, I, H]``, the layout some exporters and VL-MoE checkpoints use) and
 transposed per-expert pieces are recognised by shape and transposed. When both orientations have the
 same shape (``H == 2I`` for gate_up, ``H == I`` for down) the stored layout is taken to be canonical.
+
+Under expert parallelism a rank holds only experts ``[start, stop)`` of every layer:
+``converter.for_experts(start, stop)`` is a converter that fuses only those (``[stop - start, 2I, H]``),
+drops the per-expert pieces of other experts, and takes fused tensors either already sliced to its
+experts or whole (it slices them). ``expert_of(key)`` tells a loader which expert a per-expert key
+holds, so that it can skip other ranks' experts without reading them
+(``models.distributed.checkpoint``).
 """
 
 from __future__ import annotations
@@ -58,7 +65,14 @@ class FusedExpertsConverter:
         up: str = "up_proj",
         down: str = "down_proj",
         experts: str = "experts",
+        expert_range: tuple[int, int] | None = None,
     ) -> None:
+        start, stop = (0, num_experts) if expert_range is None else expert_range
+        if not 0 <= start < stop <= num_experts:
+            raise ValueError(f"expert_range {expert_range} is not a non-empty range of the {num_experts} experts")
+        self._settings = {"gate": gate, "up": up, "down": down, "experts": experts}
+        #: The experts this converter emits, ``[start, stop)``: all of them unless built by ``for_experts``.
+        self.expert_range = (start, stop)
         self.num_experts = num_experts
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size
@@ -71,6 +85,32 @@ class FusedExpertsConverter:
         self._buffers: dict[str, _LayerBuffer] = {}
         self._emitted: set[str] = set()
 
+    # -- expert parallelism -----------------------------------------------------------------------
+    def for_experts(self, start: int, stop: int) -> FusedExpertsConverter:
+        """A fresh converter with the same settings that emits only experts ``[start, stop)`` of each layer."""
+        return FusedExpertsConverter(
+            num_experts=self.num_experts,
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            expert_range=(start, stop),
+            **self._settings,
+        )
+
+    def expert_of(self, key: str) -> int | None:
+        """The expert a per-expert key holds (``...experts.17.gate_proj.weight`` -> 17); None for other keys."""
+        match = self._per_expert.match(key)
+        return None if match is None else int(match["expert"])
+
+    @property
+    def _local(self) -> int:
+        return self.expert_range[1] - self.expert_range[0]
+
+    def _range_text(self) -> str:
+        start, stop = self.expert_range
+        if self._local == self.num_experts:
+            return f"{self.num_experts} experts per layer"
+        return f"experts {_ranges(list(range(start, stop)))} of {self.num_experts} per layer"
+
     # -- the protocol ---------------------------------------------------------------------------
     def can_handle(self, key: str) -> bool:
         return bool(self._per_expert.match(key) or self._fused.match(key))
@@ -80,9 +120,11 @@ class FusedExpertsConverter:
         if fused is not None:
             module, proj = fused["module"], fused["proj"]
             if proj == "gate_up_proj":
-                expected = (self.num_experts, 2 * self.intermediate_size, self.hidden_size)
+                expected = (self._local, 2 * self.intermediate_size, self.hidden_size)
             else:
-                expected = (self.num_experts, self.hidden_size, self.intermediate_size)
+                expected = (self._local, self.hidden_size, self.intermediate_size)
+            if self._local != self.num_experts and tensor.dim() == 3 and tensor.shape[0] == self.num_experts:
+                tensor = tensor[self.expert_range[0] : self.expert_range[1]]  # whole: keep this range's experts
             return [self._emit(module, proj, _oriented(key, tensor, expected))]
 
         match = self._per_expert.match(key)
@@ -91,6 +133,8 @@ class FusedExpertsConverter:
         module, expert, role = match["module"], int(match["expert"]), self._role[match["proj"]]
         if expert >= self.num_experts:
             raise ConversionError(f"{key!r}: expert {expert} does not exist, the model has {self.num_experts} experts")
+        if not self.expert_range[0] <= expert < self.expert_range[1]:
+            return []  # another rank's expert (a loader should not even read it: see expert_of)
         if role == "down":
             expected = (self.hidden_size, self.intermediate_size)
         else:
@@ -114,15 +158,13 @@ class FusedExpertsConverter:
                 if not any(pieces[role] for role in roles):
                     continue  # none of this group buffered: it was emitted, or the loader reports the missing key
                 for role in roles:
-                    missing = [i for i in range(self.num_experts) if i not in pieces[role]]
+                    missing = [i for i in range(*self.expert_range) if i not in pieces[role]]
                     if missing:
                         name = self._names[role]
                         problems.append(f"{module}.<i>.{name}.weight is missing expert(s) {_ranges(missing)}")
         self._buffers.clear()
         if problems:
-            raise ConversionError(
-                f"incomplete per-expert checkpoint ({self.num_experts} experts per layer): " + "; ".join(problems)
-            )
+            raise ConversionError(f"incomplete per-expert checkpoint ({self._range_text()}): " + "; ".join(problems))
         return []
 
     # -- internals --------------------------------------------------------------------------------
@@ -130,15 +172,14 @@ class FusedExpertsConverter:
         """Emit the fused tensors of ``module`` whose per-expert pieces are all here."""
         pieces = self._buffers[module].pieces
         out = []
-        if len(pieces["gate"]) == len(pieces["up"]) == self.num_experts:
-            gate_up = torch.stack([torch.cat((pieces["gate"][i], pieces["up"][i])) for i in range(self.num_experts)])
+        experts = range(*self.expert_range)
+        if len(pieces["gate"]) == len(pieces["up"]) == self._local:
+            gate_up = torch.stack([torch.cat((pieces["gate"][i], pieces["up"][i])) for i in experts])
             out.append(self._emit(module, "gate_up_proj", gate_up))
             pieces["gate"].clear()
             pieces["up"].clear()
-        if len(pieces["down"]) == self.num_experts:
-            out.append(
-                self._emit(module, "down_proj", torch.stack([pieces["down"][i] for i in range(self.num_experts)]))
-            )
+        if len(pieces["down"]) == self._local:
+            out.append(self._emit(module, "down_proj", torch.stack([pieces["down"][i] for i in experts])))
             pieces["down"].clear()
         if not any(pieces.values()):
             del self._buffers[module]

@@ -8,6 +8,7 @@ Everything is applied from outside the generated modeling, torchtitan-style, ove
     bind_ops(parallel_ops(state))                      # ep_alltoall experts, global-batch losses
     model = build_model(config, attn_implementation="ulysses_sdpa")
     apply_expert_parallel(model, state)                # keep this rank's experts (the model's plan)
+    load_expert_parallel_checkpoint(model, path)       # optional: read only this rank's experts
     apply_fsdp(model, state, param_dtype=torch.bfloat16)
     out = model(**shard_sequence(batch, state))        # out.loss: the loss of the global batch
 
@@ -22,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from models.distributed.checkpoint import load_expert_parallel_checkpoint
 from models.distributed.expert_parallel import (
     ExpertShard,
     apply_expert_parallel,
@@ -47,6 +49,7 @@ __all__ = [
     "full_state",
     "full_tensor",
     "gather_sequence",
+    "load_expert_parallel_checkpoint",
     "mixed_precision",
     "parallel_ops",
     "parallel_sizes",
