@@ -32,6 +32,7 @@ from benchmarks import budgets
 from benchmarks.child import ChildError, emit_result, run_child
 from benchmarks.peak_memory import MEASURE_ENV
 from benchmarks.report import FAILED, INFO, SKIPPED, Row, judge_at_least
+from benchmarks.runtime_bench import train_step
 from benchmarks.stats import summarize
 
 SECTION = "moe"
@@ -211,16 +212,6 @@ def sparse_models() -> list[str]:
     return found
 
 
-def _step(model, batch) -> float:
-    import torch
-
-    torch.manual_seed(0)
-    model.zero_grad(set_to_none=True)
-    loss = model(**batch, use_cache=False).loss
-    loss.backward()
-    return float(loss.detach())
-
-
 def _model_timing(model_type: str, sizes: MoeSizes, repeats: int) -> dict[str, Any]:
     from models.ops import OpsConfig, bound_ops
     from models.testing import build_pair, causal_lm_batch
@@ -231,9 +222,9 @@ def _model_timing(model_type: str, sizes: MoeSizes, repeats: int) -> dict[str, A
 
     def step(variant: str) -> float:
         if variant == GROUPED:
-            return _step(pair.generated, batch)
+            return train_step(pair.generated, batch)
         pair.upstream.set_experts_implementation(variant)
-        return _step(pair.upstream, batch)
+        return train_step(pair.upstream, batch)
 
     variants = (GROUPED, *UPSTREAM)
     times: dict[str, list[float]] = {variant: [] for variant in variants}
@@ -281,10 +272,10 @@ def _child_memory(model_type: str, variant: str, sizes: MoeSizes) -> dict[str, A
     batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
     with bound_ops(ops):
         for _ in range(sizes.warmup):
-            _step(model, batch)
+            train_step(model, batch)
         model.zero_grad(set_to_none=True)
         with peak_memory() as peak:
-            _step(model, batch)
+            train_step(model, batch)
     return {"peak_mib": peak.peak_delta_mib, "method": peak.method}
 
 

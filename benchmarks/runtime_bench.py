@@ -120,7 +120,7 @@ def _prepare(model_type: str, sizes: RuntimeSizes):
     return config, upstream, generated
 
 
-def _step(model, batch) -> float:
+def train_step(model, batch) -> float:
     """One training step from freed grads; returns the loss.
 
     Reseeded first, so dropout (Seed-OSS keeps residual dropout on) draws the same masks on both sides
@@ -145,14 +145,14 @@ def _time_model(model_type: str, sizes: RuntimeSizes, repeats: int) -> dict[str,
     batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}
     with bound_ops(OpsConfig()):  # every slot eager: the generated side runs upstream numerics
-        first = {name: _step(model, batch) for name, model in models.items()}
+        first = {name: train_step(model, batch) for name, model in models.items()}
         for _ in range(sizes.warmup - 1):
             for model in models.values():
-                _step(model, batch)
+                train_step(model, batch)
         for round_ in range(repeats):
             for name in VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]:
                 start = time.perf_counter()
-                _step(models[name], batch)
+                train_step(models[name], batch)
                 times[name].append(time.perf_counter() - start)
     return {"times": times, "loss_abs_diff": abs(first["generated"] - first["upstream"])}
 
@@ -189,10 +189,10 @@ def _child_memory(model_type: str, variant: str, sizes: RuntimeSizes) -> dict[st
     batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
     with bound_ops(OpsConfig()):
         for _ in range(sizes.warmup):
-            _step(model, batch)
+            train_step(model, batch)
         model.zero_grad(set_to_none=True)
         with peak_memory() as peak:
-            _step(model, batch)
+            train_step(model, batch)
     return {"peak_mib": peak.peak_delta_mib, "baseline_mib": peak.baseline_mib, "method": peak.method}
 
 
