@@ -2,7 +2,7 @@
 
 The loader is a convenience, not a requirement: a generated class used directly behaves like upstream
 because unbound slots run upstream code. What the loader adds is choosing the class from a config,
-binding the requested kernels before the model exists, and clear errors when something is missing.
+binding the requested kernels to the model it builds, and clear errors when something is missing.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import transformers
 from transformers import PreTrainedConfig, PreTrainedModel
 
 from models.ops import OpsConfig, bind_ops
+from models.ops.binding import attach_ops
 from models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY, UnknownEntryError
 
 __all__ = ["build_model", "get_model_class"]
@@ -84,9 +85,13 @@ def build_model(
     ``from_pretrained(**kwargs)`` does: values derived from them in the config's ``__init__`` are not
     recomputed. ``attn_implementation`` selects the attention backend either way.
 
-    ``ops`` is bound before the model is built (None leaves the current binding alone). Slots are
-    process-global, so the binding holds for every generated model in the process. ``use_hf=True``
-    builds the plain transformers class, which never consults slots, so non-eager ops are rejected.
+    ``ops`` stays with the model: every call of it (or of one of its submodules) runs ``ops``'s kernels
+    and restores the previous bindings on return (``attach_ops``), so a second model built with other ops
+    does not change this one's; ``model.ops_config`` records ``ops``. ``ops`` is also bound globally before
+    the model is built, for code that runs slots outside a model built with ops. Without ``ops``
+    (``model.ops_config`` None) the model runs whatever is bound globally when it is called, and the
+    binding is left alone. ``use_hf=True`` builds the plain transformers class, which never consults
+    slots, so non-eager ops are rejected.
     """
     if isinstance(config_or_architecture, str):
         if architecture is not None and architecture != config_or_architecture:
@@ -104,6 +109,9 @@ def build_model(
     if use_hf and ops is not None and not ops.is_eager:
         raise ValueError(f"ops {dict(ops.kernels)} have no effect on a plain transformers model (use_hf=True)")
     cls = get_model_class(config.model_type, architecture, backend=backend, use_hf=use_hf)
-    if ops is not None:
-        bind_ops(ops)
-    return cls(config)
+    if ops is None:
+        model = cls(config)
+        model.ops_config = None
+        return model
+    bind_ops(ops)  # loads and checks every kernel first: one that cannot run here changes nothing
+    return attach_ops(cls(config), ops)

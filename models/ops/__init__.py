@@ -4,7 +4,7 @@ Generated code imports the slot instances from here; training code builds an ``O
 (``bind_ops`` / ``bound_ops``, or through ``models.loader.build_model``) before building a model.
 """
 
-from models.ops.binding import bind_ops, bound_ops, current_ops, unbind_ops
+from models.ops.binding import ModelOps, attach_ops, bind_ops, bound_ops, current_ops, unbind_ops
 from models.ops.config import OpsConfig
 from models.ops.errors import KernelUnavailableError, OpsConfigError, OpsError, UnboundSlotError
 from models.ops.kernels import KERNEL_FAMILIES, kernel_names
@@ -28,12 +28,14 @@ __all__ = [
     "SLOTS",
     "BoundKernel",
     "KernelUnavailableError",
+    "ModelOps",
     "OpSlot",
     "OpsConfig",
     "OpsConfigError",
     "OpsError",
     "UnboundSlotError",
     "activation_slot",
+    "attach_ops",
     "bind_ops",
     "bound_ops",
     "causal_lm_loss_slot",

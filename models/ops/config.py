@@ -49,6 +49,15 @@ class OpsConfig:
             MappingProxyType({slot: MappingProxyType(dict(opts)) for slot, opts in self.kernel_options.items()}),
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Read-only mappings do not pickle: rebuild from plain dicts (deepcopy and pickling of a model
+        # that carries its ops, e.g. an EMA copy, go through here).
+        options = {slot: dict(opts) for slot, opts in self.kernel_options.items()}
+        return (type(self), (dict(self.kernels), options))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> OpsConfig:
+        return self  # frozen: a copy would be equal in every way
+
     @classmethod
     def everywhere(cls, kernel: str) -> OpsConfig:
         """``kernel`` on every slot that has it, eager elsewhere (e.g. ``OpsConfig.everywhere("liger")``)."""
