@@ -6,7 +6,6 @@ Exit codes: 0 ok, 1 drift (``--check``), 2 bad input or a failed check, 3 a bug 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import traceback
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from generator.discovery import LoadedConfig, Settings, config_module_from_arg, discover, find_settings, load_config
 from generator.errors import OrphanedOutputError, PatchgenError
+from generator.progress import Progress
 
 EXIT_OK, EXIT_DRIFT, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--diff", action="store_true", help="also write the .diff against upstream next to each file")
     parser.add_argument("-v", "--verbose", action="store_true", help="say what happens to every file")
     parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bar and no closing summary (generate-all)"
+    )
+    parser.add_argument(
         "--check", action="store_true", help="exit 1 if generated files differ from what generation would write"
     )
     parser.add_argument("--fix", action="store_true", help="with --check: rewrite drifted files, remove orphans")
@@ -53,20 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Reporter:
-    """Terminal progress on a TTY, plain lines in CI logs."""
+    """Plain lines on stdout; progress (``generator.progress``) is drawn on stderr, on a terminal only."""
 
     def __init__(self, verbose: bool) -> None:
         self.verbose = verbose
-        self.interactive = sys.stderr.isatty() and not os.environ.get("CI")
-
-    def status(self, message: str):
-        if self.interactive:
-            from rich.console import Console
-
-            return Console(stderr=True).status(message)
-        from contextlib import nullcontext
-
-        return nullcontext()
 
     def info(self, message: str) -> None:
         print(message)
@@ -84,10 +77,19 @@ def _select(args: argparse.Namespace, settings: Settings) -> list[str]:
     raise PatchgenError("name a config module, or pass --all (see patchgen --help)")
 
 
-def _load(names: list[str], args: argparse.Namespace, settings: Settings) -> list[LoadedConfig]:
+def _load(
+    names: list[str], args: argparse.Namespace, settings: Settings, progress: Progress | None = None
+) -> list[LoadedConfig]:
     if args.config_name and len(names) > 1:
         raise PatchgenError("-c NAME selects a variable in one config module; name exactly one")
-    return [load_config(n, settings, variable=args.config_name, output_dir=args.output_dir) for n in names]
+    loaded = []
+    if progress is not None:
+        progress.phase("loading configs", len(names))
+    for name in names:
+        loaded.append(load_config(name, settings, variable=args.config_name, output_dir=args.output_dir))
+        if progress is not None:
+            progress.advance()
+    return loaded
 
 
 def _list(configs: list[LoadedConfig], reporter: Reporter) -> int:
@@ -105,17 +107,30 @@ def _list(configs: list[LoadedConfig], reporter: Reporter) -> int:
     return EXIT_OK
 
 
-def run(argv: Sequence[str] | None = None) -> int:
+def run(argv: Sequence[str] | None = None, *, summary: bool = False) -> int:
+    """``patchgen argv``; with ``summary`` (``generate-all``), end a generation with one summary line."""
     args = build_parser().parse_args(argv)
     if args.fix and not args.check:
         raise PatchgenError("--fix only works with --check")
     reporter = Reporter(args.verbose)
     settings = find_settings()
     names = _select(args, settings)
-    zoo_wide = not args.configs
-    configs = _load(names, args, settings)
     if args.list:
-        return _list(configs, reporter)
+        return _list(_load(names, args, settings), reporter)
+    with Progress(quiet=args.quiet) as progress:
+        return _run(args, settings, names, reporter, progress, summary)
+
+
+def _run(
+    args: argparse.Namespace,
+    settings: Settings,
+    names: list[str],
+    reporter: Reporter,
+    progress: Progress,
+    summary: bool,
+) -> int:
+    zoo_wide = not args.configs
+    configs = _load(names, args, settings, progress)
 
     from generator import drift
     from generator.cache import CheckCache
@@ -137,8 +152,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
 
     started = time.perf_counter()
-    with reporter.status(f"generating {len(todo)} config(s)"):
-        files = _generate(todo, settings, args.jobs) if todo else []
+    progress.phase(f"generating {len(todo)} config(s)", len(todo))
+    files = _generate(todo, settings, args.jobs) if todo else []
+    progress.advance(len(todo))
     reporter.detail(f"generated {len(files)} file(s) in {time.perf_counter() - started:.2f}s")
     expected = drift.expected_files(files, with_diff=with_diff)
     owned = {p.resolve() for c in configs for p in (c.output_path, c.diff_path)}
@@ -178,13 +194,21 @@ def run(argv: Sequence[str] | None = None) -> int:
     changed = {p: t for p, t in expected.items() if not p.is_file() or p.read_text(encoding="utf-8") != t}
     verb = "would write" if args.dry_run else "wrote"
     if not args.dry_run:
+        progress.phase(f"writing {len(changed)} file(s)", len(configs))
         write_all(changed)
         remember()
+        progress.advance(len(configs))
     for path in sorted(expected):
         if path in changed:
             reporter.info(f"{verb} {_rel(path, settings)}")
         else:
             reporter.detail(f"unchanged {_rel(path, settings)}")
+    if summary:
+        written = "to write" if args.dry_run else "written"
+        progress.summary(
+            f"generate-all: {len(configs)} config(s), {len(changed)} file(s) {written}, "
+            f"{len(expected) - len(changed)} unchanged, {progress.elapsed():.1f}s"
+        )
     return EXIT_OK
 
 
@@ -214,9 +238,9 @@ def _rel(path: Path, settings: Settings) -> str:
         return str(path)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, summary: bool = False) -> int:
     try:
-        return run(argv)
+        return run(argv, summary=summary)
     except PatchgenError as exc:
         print(f"patchgen: error: {exc.format(_config_file(exc.config))}", file=sys.stderr)
         return EXIT_ERROR
@@ -230,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def generate_all(argv: Sequence[str] | None = None) -> int:
     """``generate-all``: ``patchgen --all --diff`` over the whole zoo."""
     extra = list(sys.argv[1:] if argv is None else argv)
-    return main(["--all", "--diff", *extra])
+    return main(["--all", "--diff", *extra], summary=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,94 @@
+"""``scaffold-conflicts``: fail while a Copier update left a conflict in a scaffold (the pre-commit hook).
+
+A scaffold is a directory with a ``.copier-answers.yml`` tracked by git. ``copier update`` leaves a
+conflict as ``<<<<<<<`` / ``>>>>>>>`` markers, a ``.rej`` file or an unmerged index entry and exits 0
+(``scaffold.conflicts``); this command finds them in every scaffold of the repository, or in the ones
+named, without changing anything.
+
+Exit codes: 0 no conflict, 1 a conflict (each file to resolve is listed), 2 bad input (not inside a
+git repository, a directory that is not a scaffold), 3 a bug (a traceback is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from scaffold.conflicts import find_conflicts
+from scaffold.versions import ANSWERS_FILE
+
+EXIT_OK, EXIT_CONFLICT, EXIT_ERROR, EXIT_BUG = 0, 1, 2, 3
+
+
+class _BadInput(Exception):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scaffold-conflicts",
+        description="Exit 1 if a Copier update left a conflict (markers, .rej, unmerged) in a scaffold.",
+    )
+    parser.add_argument(
+        "scaffolds",
+        nargs="*",
+        type=Path,
+        metavar="SCAFFOLD_DIR",
+        help=f"scaffolds to check (default: every directory with a tracked {ANSWERS_FILE})",
+    )
+    return parser
+
+
+def _git(cwd: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise _BadInput(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def scaffold_dirs(root: Path, named: Sequence[Path] = (), start: Path | None = None) -> list[Path]:
+    """The named scaffolds, or every directory of ``root`` whose ``.copier-answers.yml`` git tracks."""
+    if named:
+        dirs = [((start or root) / d).resolve() for d in named]
+        for d in dirs:
+            if not d.is_relative_to(root) or not (d / ANSWERS_FILE).is_file():
+                raise _BadInput(f"{d} is not a scaffold of {root} (no {ANSWERS_FILE})")
+        return list(dict.fromkeys(dirs))
+    tracked = _git(root, "ls-files", "-z", "--", f"*{ANSWERS_FILE}", ANSWERS_FILE)
+    return sorted({(root / rel).parent for rel in tracked.split("\0") if rel.endswith(ANSWERS_FILE)})
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    start = Path.cwd()
+    root = Path(_git(start, "rev-parse", "--show-toplevel").strip()).resolve()
+    conflicts = [c for d in scaffold_dirs(root, args.scaffolds, start) for c in find_conflicts(root, d)]
+    for conflict in conflicts:
+        print(f"{conflict.path}: {conflict.reason}")
+    if conflicts:
+        print(
+            f"scaffold-conflicts: {len(conflicts)} file(s) with an unresolved template update; resolve and commit",
+            file=sys.stderr,
+        )
+        return EXIT_CONFLICT
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except _BadInput as error:
+        print(f"scaffold-conflicts: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception:  # noqa: BLE001  (a bug of scaffold-conflicts, not of its input)
+        traceback.print_exc()
+        print("scaffold-conflicts: internal error (exit 3), please report it", file=sys.stderr)
+        return EXIT_BUG
+
+
+if __name__ == "__main__":
+    sys.exit(main())
