@@ -17,6 +17,7 @@ Reading a model takes milliseconds and is cached per process, so Copier may ask 
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Any
 
@@ -87,7 +88,25 @@ def scaffold_refusal(model: str, category: str = "") -> str:
 
 
 def _recipe(category: str, prefix: str, arguments: dict[str, Any]) -> tuple[str, str]:
-    return recipe_call(category, prefix, arguments)
+    """The import line and the call; rendered once per answer set (the template asks for each separately)."""
+    return _rendered(category, prefix, json.dumps(arguments, sort_keys=True))
+
+
+@lru_cache(maxsize=64)
+def _rendered(category: str, prefix: str, arguments: str) -> tuple[str, str]:
+    return recipe_call(category, prefix, json.loads(arguments))
+
+
+def recipe_import(category: str, prefix: str, arguments: dict[str, Any]) -> str:
+    return _recipe(category, prefix, arguments)[0]
+
+
+def recipe_call_source(category: str, prefix: str, arguments: dict[str, Any]) -> str:
+    return _recipe(category, prefix, arguments)[1]
+
+
+def recipe_guards(arguments: dict[str, Any]) -> list[str]:
+    return list(guarded_slots(arguments))
 
 
 class ScaffoldExtension(Extension):
@@ -99,10 +118,6 @@ class ScaffoldExtension(Extension):
         environment.globals["scaffold_fit"] = scaffold_fit
         environment.globals["scaffold_refusal"] = scaffold_refusal
         environment.globals["scaffold_arguments"] = scaffold_arguments
-        environment.globals["recipe_guards"] = lambda recipe: list(guarded_slots(recipe))
-        environment.globals["recipe_import"] = lambda category, prefix, arguments: _recipe(
-            category, prefix, arguments
-        )[0]
-        environment.globals["recipe_call"] = lambda category, prefix, arguments: _recipe(category, prefix, arguments)[
-            1
-        ]
+        environment.globals["recipe_guards"] = recipe_guards
+        environment.globals["recipe_import"] = recipe_import
+        environment.globals["recipe_call"] = recipe_call_source

@@ -22,7 +22,15 @@ from models.ops.slots import SLOTS, BoundKernel
 if TYPE_CHECKING:  # torch stays out of ``import models``
     from torch import nn
 
-__all__ = ["ModelOps", "attach_ops", "bind_ops", "bound_ops", "current_ops", "unbind_ops"]
+__all__ = [
+    "ModelOps",
+    "attach_ops",
+    "bind_ops",
+    "bound_ops",
+    "current_ops",
+    "restore_bindings",
+    "unbind_ops",
+]
 
 
 def _check_options(slot: str, kernel: str, fn: Callable[..., Any], options: Mapping[str, Any]) -> None:
@@ -57,7 +65,8 @@ def _resolve(ops: OpsConfig) -> dict[str, BoundKernel | None]:
     return resolved
 
 
-def _apply(bindings: Mapping[str, BoundKernel | None]) -> None:
+def restore_bindings(bindings: Mapping[str, BoundKernel | None]) -> None:
+    """Bind each slot as ``bindings`` says (None: unbound): how every scope puts back what it found."""
     for slot, bound in bindings.items():
         if bound is None:
             SLOTS[slot].unbind()
@@ -72,7 +81,7 @@ def bind_ops(ops: OpsConfig) -> None:
     (``KernelUnavailableError``) leaves the previous binding intact. Slots are process-global: the
     binding applies to every generated model in the process.
     """
-    _apply(_resolve(ops))
+    restore_bindings(_resolve(ops))
 
 
 def unbind_ops() -> None:
@@ -94,7 +103,7 @@ def bound_ops(ops: OpsConfig) -> Iterator[None]:
     try:
         yield
     finally:
-        _apply(previous)
+        restore_bindings(previous)
 
 
 def _snapshot() -> dict[str, BoundKernel | None]:
@@ -123,7 +132,7 @@ class ModelOps:
             _ACTIVE.append((self, None))  # nested: a submodule called by a module of the same model
             return
         _ACTIVE.append((self, _snapshot()))  # pushed first, so exit restores even if applying fails
-        _apply(self._bindings)
+        restore_bindings(self._bindings)
 
     def exit(self, module: Any, args: Any, output: Any) -> None:
         scope, previous = _ACTIVE.pop()
@@ -132,7 +141,7 @@ class ModelOps:
                 "op slot scopes exited out of order: models with their own ops must not run concurrently"
             )
         if previous is not None:
-            _apply(previous)
+            restore_bindings(previous)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ModelOps:
         return self  # immutable once built: a deep copy of the model shares it

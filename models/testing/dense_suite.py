@@ -44,7 +44,7 @@ from models.testing import (
 )
 from models.testing.parity import tolerance_for
 from models.testing.reference import HEADS, Head, consulted_slots, reference_kernel, reference_kernels
-from models.testing.tiny import _AUX_NAMES, _EPS_NAMES, tiny_config_for, tiny_overrides_for
+from models.testing.tiny import AUX_NAMES, EPS_NAMES, tiny_config_for, tiny_overrides_for
 
 __all__ = ["CHUNKED_LOSS", "DTYPES", "DenseModel", "DenseParitySuite", "slot_cases", "slot_visible_values"]
 
@@ -67,7 +67,7 @@ def slot_visible_values(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
     non-default epsilons and aux-loss coefficients as derived ones, so a guard that drops or hard-codes
     one (``eps=1e-6``) changes the result.
     """
-    return {name: value for name, value in tiny_overrides_for(config_class).items() if name in _EPS_NAMES + _AUX_NAMES}
+    return {name: value for name, value in tiny_overrides_for(config_class).items() if name in EPS_NAMES + AUX_NAMES}
 
 
 def slot_cases(model: DenseModel) -> list[tuple[Head, str, torch.dtype, str]]:

@@ -155,12 +155,9 @@ class MoeParitySuite(DenseParitySuite):
         """Skip, naming the reason, a test of a structure this model's upstream does not have."""
         if slot not in self.model.guarded:
             pytest.skip(f"upstream {self.model.causal_lm} has no {what} (its scaffold guards no {slot} slot)")
-        if slot == "load_balancing_loss" and not self._upstream_computes_an_aux_loss():
-            pytest.skip(
-                f"upstream {self.model.causal_lm} records no router logits, so its own forward fails with "
-                "output_router_logits=True (load_balancing_loss_func returns the int 0); "
-                "test_no_router_logits_gives_the_int_zero_aux_loss covers the generated model"
-            )
+        reason = self._unreachable(slot)
+        if reason is not None:
+            pytest.skip(reason)
 
     def _batch(self, config: PreTrainedConfig) -> dict[str, Any]:
         """The router batch where upstream computes an aux loss, else the plain one."""

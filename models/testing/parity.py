@@ -22,6 +22,7 @@ from transformers import PreTrainedConfig, PreTrainedModel
 
 from models.loader import get_model_class
 from models.ops import SLOTS, OpsConfig, bound_ops
+from models.ops.binding import restore_bindings
 from models.testing.batches import causal_lm_batch
 from models.testing.seed import seed_everything
 
@@ -256,11 +257,7 @@ def counting_calls(calls: Counter[str]) -> Iterator[None]:
                 SLOTS[name].bind(_counted(name, bound.fn, calls), name=bound.name)
         yield
     finally:
-        for name, bound in previous.items():
-            if bound is None:
-                SLOTS[name].unbind()
-            else:
-                SLOTS[name].bind(bound.fn, name=bound.name)
+        restore_bindings(previous)
 
 
 def _counted(slot: str, kernel: Callable[..., Any], calls: Counter[str]) -> Callable[..., Any]:
@@ -283,11 +280,7 @@ def _kernels_bound(kernels: Mapping[str, Callable[..., Any]]) -> Iterator[None]:
             SLOTS[name].bind(kernel, name=f"{getattr(kernel, '__module__', '?')}.{getattr(kernel, '__name__', '?')}")
         yield
     finally:
-        for name, bound in previous.items():
-            if bound is None:
-                SLOTS[name].unbind()
-            else:
-                SLOTS[name].bind(bound.fn, name=bound.name)
+        restore_bindings(previous)
 
 
 def check_parity(

@@ -161,7 +161,8 @@ _NAME_ROLE: dict[str, str] = {name: role for role, names in _ROLE_NAMES.items() 
 #: default ``None`` means "off" (no sliding window, no q compression, no experts) and stays ``None``.
 _SET_WHEN_NONE = {"head_dim", "intermediate", "dense_intermediate", "kv_heads", "max_positions", "top_k"}
 
-_EPS_NAMES = (
+#: Config attributes holding an epsilon a slot receives; tiny configs give each a non-default value.
+EPS_NAMES = (
     "rms_norm_eps",
     "layer_norm_eps",
     "layer_norm_epsilon",
@@ -171,7 +172,8 @@ _EPS_NAMES = (
     "rms_norm_eps_moe_gate",
     "mixer_rms_eps",
 )
-_AUX_NAMES = ("router_aux_loss_coef", "aux_loss_coef", "moe_loss_weight")
+#: Config attributes holding an aux-loss coefficient; tiny configs make it large enough to matter.
+AUX_NAMES = ("router_aux_loss_coef", "aux_loss_coef", "moe_loss_weight")
 _NOISE_NAMES = ("router_jitter_noise", "input_jitter_noise", "moe_jitter_eps")
 _TOKEN_IDS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 _LAYER_INDEX_SUFFIXES = ("_layers", "_layer_ids", "_idxs", "_indices")
@@ -373,7 +375,7 @@ def tiny_overrides_for(config_class: type[PreTrainedConfig], *, head_dim_explici
         elif name.endswith("_token_id") and isinstance(value, int) and not isinstance(value, bool):
             # other special ids (sep, eod, ...) must fit the tiny vocab; keep them clear of 0/1/2
             out[name] = 3 + sorted(n for n in values if n.endswith("_token_id") and n not in _TOKEN_IDS).index(name)
-        elif name in _EPS_NAMES and isinstance(value, float):
+        elif name in EPS_NAMES and isinstance(value, float):
             candidates = [eps for eps in EPS_VALUES[eps_index:] + EPS_VALUES[:eps_index] if eps != value]
             out[name] = candidates[0]
             eps_index += 1
@@ -381,7 +383,7 @@ def tiny_overrides_for(config_class: type[PreTrainedConfig], *, head_dim_explici
             out[name] = type(value)(0)  # keep the declared type (mpt's attn_pdrop is an int)
         elif name in _NOISE_NAMES and isinstance(value, (int, float)):
             out[name] = 0.0
-        elif name in _AUX_NAMES and isinstance(value, (int, float)):
+        elif name in AUX_NAMES and isinstance(value, (int, float)):
             out[name] = AUX_LOSS_COEF
         elif name == "output_router_logits":
             out[name] = False
