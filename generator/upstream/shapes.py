@@ -51,14 +51,6 @@ def match_body(source: str, body: list[ast.stmt]) -> dict[str, str] | None:
     return bindings
 
 
-def match_expr(source: str, node: ast.AST) -> dict[str, str] | None:
-    """Bindings when the expression ``node`` has the shape of the expression ``source``."""
-    (stmt,) = template(source)
-    assert isinstance(stmt, ast.Expr)
-    bindings: dict[str, str] = {}
-    return bindings if _match(stmt.value, node, bindings) else None
-
-
 def _bind(bindings: dict[str, str], role: str, value: str, *, attribute: bool) -> bool:
     key = ("." if attribute else "") + role
     bound = bindings.get(key)

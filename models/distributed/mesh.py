@@ -181,9 +181,3 @@ class ParallelState:
 
     def __repr__(self) -> str:
         return f"ParallelState(world={self.world_size}, dp={self.dp}, sp={self.sp}, ep={self.ep}, {self.device_type})"
-
-
-def destroy() -> None:
-    """Tear the default process group down (every mesh's groups with it); a no-op when none exists."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
