@@ -18,8 +18,8 @@ from pathlib import Path
 
 from generator.normalize.ruff import ruff_version
 from generator.output.write import write_atomic
+from generator.own_code import GENERATOR_ROOT
 
-GENERATOR_ROOT = Path(__file__).resolve().parent
 SCHEMA = 1
 
 

@@ -1,6 +1,7 @@
-"""``patchgen`` and ``generate-all``: the only place that maps failures to exit codes.
+"""``patchgen`` and ``generate-all``: read the command line, run one mode (list, check, write), return its status.
 
-Exit codes: 0 ok, 1 drift (``--check``), 2 bad input or a failed check, 3 a bug in patchgen.
+Exit statuses are those of every console script (``generator.entrypoint``): 0 ok, 1 drift (``--check``),
+2 bad input or a failed check, 3 a bug in patchgen.
 """
 
 from __future__ import annotations
@@ -8,15 +9,25 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from generator import drift
+from generator.cache import CheckCache
 from generator.discovery import LoadedConfig, Settings, config_module_from_arg, discover, find_settings, load_config
+from generator.entrypoint import ExitStatus, run_script
 from generator.errors import OrphanedOutputError, PatchgenError
+from generator.output.write import write_all
 from generator.progress import Progress
 
-EXIT_OK, EXIT_DRIFT, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
+#: The statuses ``patchgen`` returns, under the names its callers and tests know them by.
+EXIT_OK, EXIT_DRIFT, EXIT_ERROR, EXIT_INTERNAL = (
+    ExitStatus.OK,
+    ExitStatus.FINDINGS,
+    ExitStatus.BAD_INPUT,
+    ExitStatus.INTERNAL,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +80,58 @@ class Reporter:
             print(message)
 
 
+@dataclass
+class Invocation:
+    """One ``patchgen`` run after its command line was read: what every mode function works from."""
+
+    args: argparse.Namespace
+    settings: Settings
+    reporter: Reporter
+    progress: Progress
+    loaded_configs: list[LoadedConfig]
+    #: ``generate-all``: end a generation with one summary line.
+    summary: bool
+
+    @property
+    def with_diff(self) -> bool:
+        """Whether ``.diff`` files are generated: asked for, or compared by ``--check``."""
+        return self.args.diff or (self.args.check and self.settings.write_diff)
+
+    @property
+    def zoo_wide(self) -> bool:
+        """Every config selected by discovery into the usual folders: only then can a file be an orphan."""
+        return not self.args.configs and not self.args.output_dir
+
+    def outputs_of(self, loaded: LoadedConfig) -> list[Path]:
+        return [loaded.output_path] + ([loaded.diff_path] if self.with_diff else [])
+
+    def rel(self, path: Path) -> str:
+        return _rel(path, self.settings)
+
+
+def run(argv: Sequence[str] | None = None, *, summary: bool = False) -> int:
+    """``patchgen argv``; with ``summary`` (``generate-all``), end a generation with one summary line."""
+    args = build_parser().parse_args(argv)
+    _validate(args)
+    settings = find_settings()
+    module_names = _select(args, settings)
+    reporter = Reporter(args.verbose)
+    if args.list:
+        return _list(_load(module_names, args, settings), reporter)
+    with Progress(quiet=args.quiet) as progress:
+        loaded_configs = _load(module_names, args, settings, progress)
+        invocation = Invocation(args, settings, reporter, progress, loaded_configs, summary)
+        return _check(invocation) if args.check else _write(invocation)
+
+
+def _validate(args: argparse.Namespace) -> None:
+    """Flag combinations argparse cannot express; raised before anything is read."""
+    if args.fix and not args.check:
+        raise PatchgenError("--fix only works with --check")
+
+
 def _select(args: argparse.Namespace, settings: Settings) -> list[str]:
+    """Module names of the configs to run: those named, or every discovered one."""
     if args.configs:
         return [config_module_from_arg(arg, settings) for arg in args.configs]
     if args.all or args.check or args.list:
@@ -78,22 +140,26 @@ def _select(args: argparse.Namespace, settings: Settings) -> list[str]:
 
 
 def _load(
-    names: list[str], args: argparse.Namespace, settings: Settings, progress: Progress | None = None
+    module_names: list[str], args: argparse.Namespace, settings: Settings, progress: Progress | None = None
 ) -> list[LoadedConfig]:
-    if args.config_name and len(names) > 1:
+    """Import each config module and pick its PatchConfig (``-c``: the one bound to that name)."""
+    if args.config_name and len(module_names) > 1:
         raise PatchgenError("-c NAME selects a variable in one config module; name exactly one")
-    loaded = []
+    loaded_configs = []
     if progress is not None:
-        progress.phase("loading configs", len(names))
-    for name in names:
-        loaded.append(load_config(name, settings, variable=args.config_name, output_dir=args.output_dir))
+        progress.phase("loading configs", len(module_names))
+    for module_name in module_names:
+        loaded_configs.append(
+            load_config(module_name, settings, variable=args.config_name, output_dir=args.output_dir)
+        )
         if progress is not None:
             progress.advance()
-    return loaded
+    return loaded_configs
 
 
-def _list(configs: list[LoadedConfig], reporter: Reporter) -> int:
-    for loaded in configs:
+def _list(loaded_configs: list[LoadedConfig], reporter: Reporter) -> int:
+    """``--list``: each config's patches, exclusions and dropped imports; reads no upstream file."""
+    for loaded in loaded_configs:
         config = loaded.config
         reporter.info(f"{loaded.name}: {config.source_module} -> {config.target_file}")
         for patch in config.patches:
@@ -107,128 +173,122 @@ def _list(configs: list[LoadedConfig], reporter: Reporter) -> int:
     return EXIT_OK
 
 
-def run(argv: Sequence[str] | None = None, *, summary: bool = False) -> int:
-    """``patchgen argv``; with ``summary`` (``generate-all``), end a generation with one summary line."""
-    args = build_parser().parse_args(argv)
-    if args.fix and not args.check:
-        raise PatchgenError("--fix only works with --check")
-    reporter = Reporter(args.verbose)
-    settings = find_settings()
-    names = _select(args, settings)
-    if args.list:
-        return _list(_load(names, args, settings), reporter)
-    with Progress(quiet=args.quiet) as progress:
-        return _run(args, settings, names, reporter, progress, summary)
+def _check_cache(invocation: Invocation) -> CheckCache | None:
+    """The content-hash cache, where settings name one and the run writes into the usual folders."""
+    settings, args = invocation.settings, invocation.args
+    if not settings.cache_dir or args.output_dir or args.no_cache:
+        return None
+    return CheckCache(settings.cache_dir)
 
 
-def _run(
-    args: argparse.Namespace,
-    settings: Settings,
-    names: list[str],
-    reporter: Reporter,
-    progress: Progress,
-    summary: bool,
-) -> int:
-    zoo_wide = not args.configs
-    configs = _load(names, args, settings, progress)
-
-    from generator import drift
-    from generator.cache import CheckCache
-    from generator.output.write import write_all
-
-    with_diff = args.diff or (args.check and settings.write_diff)
-    cache = (
-        CheckCache(settings.cache_dir) if settings.cache_dir and not args.output_dir and not args.no_cache else None
-    )
-
-    def outputs_of(loaded: LoadedConfig) -> list[Path]:
-        return [loaded.output_path] + ([loaded.diff_path] if with_diff else [])
-
-    todo = configs
-    if args.check and cache is not None:
-        todo = [c for c in configs if not cache.is_clean(c.name, outputs_of(c))]
-        reporter.detail(
-            f"check cache: {len(configs) - len(todo)} of {len(configs)} config(s) unchanged since generated"
-        )
-
+def _generate_files(invocation: Invocation, loaded_configs: list[LoadedConfig]) -> tuple[list, dict[Path, str]]:
+    """Generate ``loaded_configs`` in memory: the generated files and the text each output path should hold."""
     started = time.perf_counter()
-    progress.phase(f"generating {len(todo)} config(s)", len(todo))
-    files = _generate(todo, settings, args.jobs) if todo else []
-    progress.advance(len(todo))
-    reporter.detail(f"generated {len(files)} file(s) in {time.perf_counter() - started:.2f}s")
-    expected = drift.expected_files(files, with_diff=with_diff)
-    owned = {p.resolve() for c in configs for p in (c.output_path, c.diff_path)}
-    stale = drift.orphans(settings, owned) if zoo_wide and not args.output_dir else []
+    invocation.progress.phase(f"generating {len(loaded_configs)} config(s)", len(loaded_configs))
+    files = _generate(loaded_configs, invocation.settings, invocation.args.jobs) if loaded_configs else []
+    invocation.progress.advance(len(loaded_configs))
+    invocation.reporter.detail(f"generated {len(files)} file(s) in {time.perf_counter() - started:.2f}s")
+    return files, drift.expected_files(files, with_diff=invocation.with_diff)
 
-    def remember() -> None:
-        if cache is None or args.dry_run:
-            return
-        for f in files:
-            outputs = {p: t for p, t in expected.items() if p in (f.path, f.diff_path)}
-            cache.record(f.config_name, f.inputs, outputs, dict(f.versions))
-        cache.save()
 
-    if args.check:
-        drifts = drift.compare(expected) + stale
-        for item in drifts:
-            reporter.info(f"{'fixed' if args.fix else 'drift'}: {_rel(item.path, settings)} ({item.reason})")
-        if args.fix:
-            write_all({d.path: d.expected for d in drifts if d.expected is not None})
-            for item in stale:
-                item.path.unlink()
-            remember()
-            return EXIT_OK
-        if drifts:
-            reporter.info(
-                f"{len(drifts)} generated file(s) out of date; run `patchgen --check --fix` or `generate-all`"
-            )
-            return EXIT_DRIFT
-        remember()
-        reporter.detail(f"{len(configs)} config(s) up to date")
-        return EXIT_OK
+def _orphans(invocation: Invocation) -> list[drift.Drift]:
+    """Generated files no selected config produces; looked for only in a zoo-wide run."""
+    if not invocation.zoo_wide:
+        return []
+    owned = {p.resolve() for loaded in invocation.loaded_configs for p in (loaded.output_path, loaded.diff_path)}
+    return drift.orphans(invocation.settings, owned)
 
+
+def _remember(cache: CheckCache | None, files: list, expected: dict[Path, str]) -> None:
+    """Record each config's inputs and outputs so a later ``--check`` can skip it while they hold."""
+    if cache is None:
+        return
+    for generated in files:
+        outputs = {p: t for p, t in expected.items() if p in (generated.path, generated.diff_path)}
+        cache.record(generated.config_name, generated.inputs, outputs, dict(generated.versions))
+    cache.save()
+
+
+def _check(invocation: Invocation) -> int:
+    """``--check``: exit 1 on any difference from what generation would write; ``--fix`` repairs it."""
+    cache = _check_cache(invocation)
+    todo = invocation.loaded_configs
+    if cache is not None:
+        todo = [loaded for loaded in todo if not cache.is_clean(loaded.name, invocation.outputs_of(loaded))]
+        invocation.reporter.detail(
+            f"check cache: {len(invocation.loaded_configs) - len(todo)} of {len(invocation.loaded_configs)} config(s) "
+            "unchanged since generated"
+        )
+    files, expected = _generate_files(invocation, todo)
+    drifts = drift.compare(expected) + _orphans(invocation)
+    if invocation.args.fix:
+        return _fix(invocation, drifts, cache, files, expected)
+    for item in drifts:
+        invocation.reporter.info(f"drift: {invocation.rel(item.path)} ({item.reason})")
+    if drifts:
+        invocation.reporter.info(
+            f"{len(drifts)} generated file(s) out of date; run `patchgen --check --fix` or `generate-all`"
+        )
+        return EXIT_DRIFT
+    _remember(cache, files, expected)
+    invocation.reporter.detail(f"{len(invocation.loaded_configs)} config(s) up to date")
+    return EXIT_OK
+
+
+def _fix(
+    invocation: Invocation,
+    drifts: list[drift.Drift],
+    cache: CheckCache | None,
+    files: list,
+    expected: dict[Path, str],
+) -> int:
+    """``--check --fix``: write what generation would write, delete orphans."""
+    for item in drifts:
+        invocation.reporter.info(f"fixed: {invocation.rel(item.path)} ({item.reason})")
+    write_all({d.path: d.expected for d in drifts if d.expected is not None})
+    for item in drifts:
+        if item.expected is None:
+            item.path.unlink()
+    _remember(cache, files, expected)
+    return EXIT_OK
+
+
+def _write(invocation: Invocation) -> int:
+    """Generation (``--dry-run``: without writing): write the files whose bytes change."""
+    args, progress = invocation.args, invocation.progress
+    files, expected = _generate_files(invocation, invocation.loaded_configs)
+    stale = _orphans(invocation)
     if stale:
         raise OrphanedOutputError(
-            f"generated file {_rel(stale[0].path, settings)} has no config (delete it, or restore its config)"
+            f"generated file {invocation.rel(stale[0].path)} has no config (delete it, or restore its config)"
         )
     changed = {p: t for p, t in expected.items() if not p.is_file() or p.read_text(encoding="utf-8") != t}
-    verb = "would write" if args.dry_run else "wrote"
     if not args.dry_run:
-        progress.phase(f"writing {len(changed)} file(s)", len(configs))
+        progress.phase(f"writing {len(changed)} file(s)", len(invocation.loaded_configs))
         write_all(changed)
-        remember()
-        progress.advance(len(configs))
+        _remember(_check_cache(invocation), files, expected)
+        progress.advance(len(invocation.loaded_configs))
+    verb = "would write" if args.dry_run else "wrote"
     for path in sorted(expected):
         if path in changed:
-            reporter.info(f"{verb} {_rel(path, settings)}")
+            invocation.reporter.info(f"{verb} {invocation.rel(path)}")
         else:
-            reporter.detail(f"unchanged {_rel(path, settings)}")
-    if summary:
+            invocation.reporter.detail(f"unchanged {invocation.rel(path)}")
+    if invocation.summary:
         written = "to write" if args.dry_run else "written"
         progress.summary(
-            f"generate-all: {len(configs)} config(s), {len(changed)} file(s) {written}, "
+            f"generate-all: {len(invocation.loaded_configs)} config(s), {len(changed)} file(s) {written}, "
             f"{len(expected) - len(changed)} unchanged, {progress.elapsed():.1f}s"
         )
     return EXIT_OK
 
 
-def _generate(configs: list[LoadedConfig], settings: Settings, jobs: int | None) -> list:
+def _generate(loaded_configs: list[LoadedConfig], settings: Settings, jobs: int | None) -> list:
     # Imported here: a --check that the cache answers never loads the pipeline, ruff or jinja.
+    from generator.context import RunContext
     from generator.pipeline import generate
 
-    return generate(configs, settings, jobs=jobs)
-
-
-def _config_file(module: str | None) -> str | None:
-    """The file of a config module, relative to the project root, for error messages."""
-    if not module:
-        return None
-    try:
-        root = find_settings().root
-    except PatchgenError:
-        return None
-    path = root.joinpath(*module.split(".")).with_suffix(".py")
-    return path.relative_to(root).as_posix() if path.is_file() else None
+    return generate(loaded_configs, RunContext(settings, jobs=jobs))
 
 
 def _rel(path: Path, settings: Settings) -> str:
@@ -239,16 +299,8 @@ def _rel(path: Path, settings: Settings) -> str:
 
 
 def main(argv: Sequence[str] | None = None, *, summary: bool = False) -> int:
-    try:
-        return run(argv, summary=summary)
-    except PatchgenError as exc:
-        print(f"patchgen: error: {exc.format(_config_file(exc.config))}", file=sys.stderr)
-        return EXIT_ERROR
-    except Exception:
-        # A bug in patchgen itself: never let it read as drift (1) or as bad input (2).
-        traceback.print_exc()
-        print("patchgen: internal error (the traceback above is a bug in patchgen; please report it)", file=sys.stderr)
-        return EXIT_INTERNAL
+    """The ``patchgen`` console script: :func:`run` under the shared exit-status handler."""
+    return run_script("patchgen", lambda: run(argv, summary=summary))
 
 
 def generate_all(argv: Sequence[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from generator.dsl.config import PatchConfig
-from generator.errors import ConfigLoadError, DiscoveryError
+from generator.errors import ConfigLoadError, DiscoveryError, PatchgenError
 
 try:
     import tomllib
@@ -99,6 +99,17 @@ class LoadedConfig:
     def diff_path(self) -> Path:
         return self.output_path.with_suffix(".diff")
 
+    def __reduce__(self) -> tuple:
+        # A module does not pickle: a worker finds the config again by module and variable name. A
+        # forked worker already holds the module, so this is a lookup, not a second import.
+        variable = next(k for k, v in vars(self.module).items() if v is self.config)
+        return (_reloaded, (self.name, self.module.__name__, variable, self.path, self.output_dir))
+
+
+def _reloaded(name: str, module_name: str, variable: str, path: Path, output_dir: Path) -> LoadedConfig:
+    module = importlib.import_module(module_name)
+    return LoadedConfig(name, getattr(module, variable), module, path, output_dir)
+
 
 def _import(module_name: str, settings: Settings) -> ModuleType:
     root = str(settings.root)
@@ -106,6 +117,8 @@ def _import(module_name: str, settings: Settings) -> ModuleType:
         sys.path.insert(0, root)
     try:
         return importlib.import_module(module_name)
+    except PatchgenError as exc:  # a misuse of the patch API already names the config's line (dsl.call_site)
+        raise exc.with_context(config=module_name) from exc
     except Exception as exc:  # any failure of user code is a config error, never a skip
         last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
         where = f" ({Path(last.filename).name}:{last.lineno})" if last else ""

@@ -1,14 +1,22 @@
 """One typed hierarchy for every user-facing failure of the generator.
 
-Every check raises a subclass of :class:`PatchgenError`; only the CLI turns
-them into messages and exit code 2.  Each error names the config, the target
-and the cause, so a failing CI log is actionable without re-running locally.
+Every check raises a subclass of :class:`PatchgenError`; only the console-script handler
+(``generator.entrypoint``) turns them into messages and exit status 2.  Each error names the config,
+the target and the cause, so a failing CI log is actionable without re-running locally.
 """
 
 from __future__ import annotations
 
 
-class PatchgenError(Exception):
+class UserError(Exception):
+    """Bad input to any console script of the project: its message is for the user, and exit status 2.
+
+    The base of :class:`PatchgenError` and of the scaffold tools' errors, so that one handler tells
+    every tool's bad input from its bugs.
+    """
+
+
+class PatchgenError(UserError):
     """Bad input: a config, a target or an environment the generator cannot use."""
 
     def __init__(self, cause: str, *, config: str | None = None, target: str | None = None) -> None:
@@ -38,6 +46,37 @@ class PatchgenError(Exception):
 
 def _rebuild(cls: type[PatchgenError], cause: str, config: str | None, target: str | None) -> PatchgenError:
     return cls(cause, config=config, target=target)
+
+
+class PatchApiError(PatchgenError, ValueError):
+    """A config calls the patch API wrongly; the message ends with the file and line of that call.
+
+    Raised while the config module is imported, from inside ``generator.dsl``: the location is the
+    config's line that made the call (or called the recipe that made it), never a line of the DSL.
+    A ``ValueError`` too, as these misuses were before they had a type of their own.
+    """
+
+    def __init__(
+        self, cause: str, *, config: str | None = None, target: str | None = None, location: str | None = None
+    ) -> None:
+        self.location = location
+        super().__init__(cause, config=config, target=target)
+
+    def format(self, config_file: str | None = None) -> str:
+        text = super().format()
+        return f"{text} ({self.location})" if self.location else text
+
+    def __reduce__(self):
+        return (_rebuild_api_error, (self.cause, self.config, self.target, self.location))
+
+    def with_context(self, *, config: str | None = None, target: str | None = None) -> PatchApiError:
+        return PatchApiError(
+            self.cause, config=self.config or config, target=self.target or target, location=self.location
+        )
+
+
+def _rebuild_api_error(cause: str, config: str | None, target: str | None, location: str | None) -> PatchApiError:
+    return PatchApiError(cause, config=config, target=target, location=location)
 
 
 class ConfigLoadError(PatchgenError):

@@ -2,8 +2,9 @@
 
 The scaffolder's defaults come from this report; printing it lets a user check the detected category,
 norm and MLP kinds and the reasons behind any refusal before scaffolding. ``--json`` gives the same
-data as ``ModelStructure.to_dict()``. Exit codes follow ``patchgen``: 0 ok, 2 bad input (an unknown
-model), 3 a bug in the reader (a traceback is printed).
+data as ``ModelStructure.to_dict()``. Exit statuses are those of every console script
+(``generator.entrypoint``): 0 ok, 2 bad input (an unknown model), 3 a bug in the reader (a traceback is
+printed).
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from generator.errors import PatchgenError
+from generator.entrypoint import ExitStatus, run_script
 from generator.upstream.reader import read_model
 from generator.upstream.structure import ModelStructure
 
@@ -31,22 +31,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``patchgen-inspect`` console script; returns the exit code."""
+def run(argv: Sequence[str] | None = None) -> int:
+    """``patchgen-inspect argv``: print the report of one model."""
     args = build_parser().parse_args(argv)
-    try:
-        structure = read_model(args.model, root=args.root)
-    except PatchgenError as exc:
-        print(f"patchgen-inspect: {exc}", file=sys.stderr)
-        return 2
-    except Exception:  # noqa: BLE001 - any other failure is a reader bug: show where
-        traceback.print_exc()
-        return 3
+    structure = read_model(args.model, root=args.root)
     if args.json:
         print(json.dumps(structure.to_dict(), indent=2))
     else:
         print(render(structure))
-    return 0
+    return ExitStatus.OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``patchgen-inspect`` console script: :func:`run` under the shared exit-status handler."""
+    return run_script("patchgen-inspect", lambda: run(argv))
 
 
 def render(s: ModelStructure) -> str:

@@ -19,9 +19,11 @@ __all__ = [
     "MODEL_CONFIG_REGISTRY",
     "MODEL_PROCESSOR_REGISTRY",
     "ClassRegistry",
+    "FactoryRegistry",
     "ModelingRegistry",
     "RegistryError",
     "UnknownEntryError",
+    "check_dotted_path",
     "register_model",
     "resolve_dotted",
     "unregister_model",
@@ -70,9 +72,15 @@ def resolve_dotted(path: str) -> Any:
         raise ImportError(f"cannot resolve {path!r}: {parent!r} has no attribute {attr!r}") from None
 
 
-def _check_dotted(path: str, what: str) -> None:
-    if not isinstance(path, str) or not _DOTTED_PATH.match(path):
-        raise RegistryError(f"{what} must be a dotted import path, got {path!r}")
+def check_dotted_path(path: str, what: str, *, attribute: bool = False) -> None:
+    """Raise RegistryError unless ``path`` is a dotted import path (every registry's one rule).
+
+    A module may be top-level (``mymodel``); with ``attribute`` the path names an attribute of a module
+    (``pkg.mod.factory``), so it needs at least one dot.
+    """
+    if not isinstance(path, str) or not _DOTTED_PATH.match(path) or (attribute and "." not in path):
+        of = " of an attribute (module.name)" if attribute else ""
+        raise RegistryError(f"{what} must be a dotted import path{of}, got {path!r}")
 
 
 class _Registry(Generic[_V]):
@@ -127,6 +135,29 @@ class ClassRegistry(_Registry[str]):
         if not isinstance(cls, type):
             raise TypeError(f"{self.name}: {self._entry(model_type)!r} is not a class")
         return cls
+
+
+class FactoryRegistry(_Registry[str]):
+    """model_type -> dotted path of a callable (checkpoint-converter factories); a Mapping of the paths."""
+
+    def __getitem__(self, model_type: str) -> str:
+        return self._entry(model_type)
+
+    def get(self, model_type: str, default: str | None = None) -> str | None:
+        """The registered dotted path, or ``default``."""
+        return self._entries.get(model_type, default)
+
+    def register(self, model_type: str, path: str) -> None:
+        """Add ``model_type`` -> ``path``; a malformed path or a second registration is a RegistryError."""
+        if not isinstance(model_type, str) or not model_type:
+            raise RegistryError(f"model_type must be a non-empty string, got {model_type!r}")
+        check_dotted_path(path, f"{model_type!r} {self.name} entry", attribute=True)
+        self._add(model_type, path)
+
+    def unregister(self, model_type: str) -> None:
+        """Remove ``model_type``; an unknown one is an UnknownEntryError naming what is registered."""
+        self._entry(model_type)
+        self._remove(model_type)
 
 
 class ModelingRegistry(_Registry[Mapping[str, str]]):
@@ -197,10 +228,10 @@ def register_model(
     if "gpu" not in modeling:
         raise RegistryError(f"{model_type!r}: modeling must include the 'gpu' backend, got {sorted(modeling)}")
     for backend, path in modeling.items():
-        _check_dotted(path, f"{model_type!r} modeling[{backend!r}]")
-    _check_dotted(config, f"{model_type!r} config")
+        check_dotted_path(path, f"{model_type!r} modeling[{backend!r}]")
+    check_dotted_path(config, f"{model_type!r} config")
     if processor is not None:
-        _check_dotted(processor, f"{model_type!r} processor")
+        check_dotted_path(processor, f"{model_type!r} processor")
 
     registries: list[_Registry[Any]] = [MODELING_REGISTRY, MODEL_CONFIG_REGISTRY]
     if processor is not None:

@@ -5,8 +5,9 @@ conflict as ``<<<<<<<`` / ``>>>>>>>`` markers, a ``.rej`` file or an unmerged in
 (``scaffold.conflicts``); this command finds them in every scaffold of the repository, or in the ones
 named, without changing anything.
 
-Exit codes: 0 no conflict, 1 a conflict (each file to resolve is listed), 2 bad input (not inside a
-git repository, a directory that is not a scaffold), 3 a bug (a traceback is printed).
+Exit statuses (``generator.entrypoint``, shared by every console script): 0 no conflict, 1 a conflict
+(each file to resolve is listed), 2 bad input (not inside a git repository, a directory that is not a
+scaffold), 3 a bug (a traceback is printed).
 """
 
 from __future__ import annotations
@@ -14,18 +15,13 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from generator.entrypoint import ExitStatus, run_script
 from scaffold.conflicts import find_conflicts
+from scaffold.errors import ScaffoldError
 from scaffold.versions import ANSWERS_FILE
-
-EXIT_OK, EXIT_CONFLICT, EXIT_ERROR, EXIT_BUG = 0, 1, 2, 3
-
-
-class _BadInput(Exception):
-    pass
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _git(cwd: Path, *args: str) -> str:
     proc = subprocess.run(["git", *args], cwd=cwd, check=False, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise _BadInput(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
+        raise ScaffoldError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
     return proc.stdout
 
 
@@ -56,13 +52,14 @@ def scaffold_dirs(root: Path, named: Sequence[Path] = (), start: Path | None = N
         dirs = [((start or root) / d).resolve() for d in named]
         for d in dirs:
             if not d.is_relative_to(root) or not (d / ANSWERS_FILE).is_file():
-                raise _BadInput(f"{d} is not a scaffold of {root} (no {ANSWERS_FILE})")
+                raise ScaffoldError(f"{d} is not a scaffold of {root} (no {ANSWERS_FILE})")
         return list(dict.fromkeys(dirs))
     tracked = _git(root, "ls-files", "-z", "--", f"*{ANSWERS_FILE}", ANSWERS_FILE)
     return sorted({(root / rel).parent for rel in tracked.split("\0") if rel.endswith(ANSWERS_FILE)})
 
 
 def run(argv: Sequence[str] | None = None) -> int:
+    """``scaffold-conflicts argv``: 1 while a scaffold holds what a conflicting update left, else 0."""
     args = build_parser().parse_args(argv)
     start = Path.cwd()
     root = Path(_git(start, "rev-parse", "--show-toplevel").strip()).resolve()
@@ -74,20 +71,13 @@ def run(argv: Sequence[str] | None = None) -> int:
             f"scaffold-conflicts: {len(conflicts)} file(s) with an unresolved template update; resolve and commit",
             file=sys.stderr,
         )
-        return EXIT_CONFLICT
-    return EXIT_OK
+        return ExitStatus.FINDINGS
+    return ExitStatus.OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return run(argv)
-    except _BadInput as error:
-        print(f"scaffold-conflicts: error: {error}", file=sys.stderr)
-        return EXIT_ERROR
-    except Exception:  # noqa: BLE001  (a bug of scaffold-conflicts, not of its input)
-        traceback.print_exc()
-        print("scaffold-conflicts: internal error (exit 3), please report it", file=sys.stderr)
-        return EXIT_BUG
+    """The ``scaffold-conflicts`` console script: :func:`run` under the shared exit-status handler."""
+    return run_script("scaffold-conflicts", lambda: run(argv))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from scaffold.errors import ScaffoldError
+
 #: A line that opens or closes a conflict block: ``<<<<<<< before updating`` / ``>>>>>>> after updating``.
 _MARKER = re.compile(rb"^(?:<{7}|>{7})(?: |$)", re.MULTILINE)
 
@@ -31,13 +33,16 @@ def find_conflicts(root: Path, model_dir: Path) -> list[Conflict]:
     def add(path: Path, reason: str) -> None:
         found.setdefault(path.relative_to(root).as_posix(), set()).add(reason)
 
-    unmerged = subprocess.run(
+    listed = subprocess.run(
         ["git", "ls-files", "--unmerged", "-z", "--", str(model_dir)],
         cwd=root,
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
-    ).stdout
+    )
+    if listed.returncode != 0:
+        raise ScaffoldError(f"git ls-files --unmerged failed in {root}: {listed.stderr.strip()}")
+    unmerged = listed.stdout
     for entry in filter(None, unmerged.split("\0")):
         add(root / entry.split("\t", 1)[1], "unmerged in the git index")
     for path in sorted(model_dir.rglob("*")):

@@ -791,6 +791,14 @@ def _interrupt_on_sigterm():  # -> the previous handler, or None when not in the
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``scaffold-survey`` console script under the shared exit-status handler: a bug exits 3, not 1."""
+    # Imported here: importing this module (as the survey's workers do) must not load the generator.
+    from generator.entrypoint import run_script
+
+    return run_script("scaffold-survey", lambda: _survey(argv))
+
+
+def _survey(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -18,12 +18,13 @@ For each scaffold this command
 old ``v0.1.0`` tag), without rendering anything: for scaffolds known to match the current template.
 ``--check`` changes nothing and fails when a scaffold does not record the current version.
 
-Exit codes: 0 every scaffold is current or was updated cleanly; 1 an update left a conflict or failed
-(``--check``: a scaffold is not current); 2 nothing was changed, because of bad input (not inside a
-repository with ``copier.yml``, no commit holding the template, an unknown ``--vcs-ref``, a directory
-that is not a scaffold, a scaffold to update with uncommitted changes, one that records a template
-version this repository lacks or that is not in the history of the version to update to); 3 a bug in
-scaffold-update (a traceback is printed).
+Exit statuses (``generator.entrypoint``, shared by every console script): 0 every scaffold is current or
+was updated cleanly; 1 an update left a conflict (``--check``: a scaffold is not current); 2 bad input:
+nothing was changed (not inside a repository with ``copier.yml``, no commit holding the template, an
+unknown ``--vcs-ref``, a directory that is not a scaffold, a scaffold to update with uncommitted changes,
+one that records a template version this repository lacks or that is not in the history of the version
+to update to), or Copier or git could not carry out an update (the scaffolds before it are updated, the
+one named may be partly); 3 a bug in scaffold-update (a traceback is printed).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import argparse
 import os
 import subprocess
 import sys
-import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,18 +43,22 @@ from copier import run_update
 from copier.errors import CopierError
 from plumbum import ProcessExecutionError
 
+from generator.entrypoint import ExitStatus, run_script
 from scaffold import versions
 from scaffold.conflicts import Conflict, find_conflicts
+from scaffold.errors import ScaffoldError
 from scaffold.versions import ANSWERS_FILE, TEMPLATE_PATHS
 
-EXIT_OK, EXIT_CONFLICT, EXIT_ERROR, EXIT_BUG = 0, 1, 2, 3
+#: The statuses scaffold-update returns (``generator.entrypoint``), under the names its tests know them by.
+EXIT_OK, EXIT_CONFLICT, EXIT_ERROR, EXIT_BUG = (
+    ExitStatus.OK,
+    ExitStatus.FINDINGS,
+    ExitStatus.BAD_INPUT,
+    ExitStatus.INTERNAL,
+)
 
 #: What scaffold-update does to one scaffold: nothing, rewrite its ``_commit`` line, or ``copier update``.
 Action = Literal["current", "record", "adopt", "update"]
-
-
-class ScaffoldError(Exception):
-    """Bad input, found before anything is changed (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -263,10 +267,11 @@ def _copier_update(plan: Plan, step: Step, conflict: str) -> None:
 
 
 def update_all(plan: Plan, *, conflict: str = "inline") -> tuple[list[Outcome], list[str]]:
-    """Carry out the plan in order; stop after the first conflict (outcomes, scaffolds not attempted).
+    """Carry out the plan in order; stop after the first conflict or failure (outcomes, scaffolds not attempted).
 
     A conflict leaves files unmerged in the git index, and Copier cannot update another scaffold of the same
-    repository until they are resolved and committed.
+    repository until they are resolved and committed; a failure of Copier or git (a broken answers file, a
+    locked index) would most likely fail the next scaffold the same way.
     """
     outcomes: list[Outcome] = []
     for index, step in enumerate(plan.steps):
@@ -275,20 +280,31 @@ def update_all(plan: Plan, *, conflict: str = "inline") -> tuple[list[Outcome], 
             try:
                 _copier_update(plan, step, conflict)
             except (CopierError, ValueError, OSError, subprocess.CalledProcessError, ProcessExecutionError) as error:
-                outcome.error = f"{type(error).__name__}: {error}".strip()
+                outcome.error = _failure(error)
             outcome.conflicts = find_conflicts(plan.root, step.model_dir)
         if step.action != "current" and outcome.error is None:
             # Copier records `git describe --tags --always`: an abbreviated id, or a name of a local tag.
             versions.record_version(step.model_dir, plan.version)
         outcome.after = versions.recorded_version(step.model_dir)
         outcomes.append(outcome)
-        if outcome.conflicts:
+        if outcome.conflicts or outcome.error:
             return outcomes, [s.rel for s in plan.steps[index + 1 :]]
     return outcomes, []
 
 
+def _failure(error: Exception) -> str:
+    """What went wrong, in one line: the exception and, for a command that failed, what it said on stderr."""
+    stderr = getattr(error, "stderr", None)
+    said = f" ({stderr.strip()})" if isinstance(stderr, str) and stderr.strip() else ""
+    return f"{type(error).__name__}: {str(error).strip().rstrip('.')}{said}"
+
+
 def report(plan: Plan, outcomes: Sequence[Outcome], not_attempted: Sequence[str]) -> int:
-    """Print one line (and the files to resolve) per scaffold; return the exit code."""
+    """Print one line (and the files to resolve) per scaffold; return the exit status.
+
+    A conflict is 1. An update that Copier or git could not carry out is bad input of the environment, not a
+    conflict: :class:`ScaffoldError` (2), naming the scaffold and the cause.
+    """
     if plan.uncommitted:
         print(
             f"scaffold-update: note: the template has uncommitted changes; scaffolds get the committed template "
@@ -312,19 +328,25 @@ def report(plan: Plan, outcomes: Sequence[Outcome], not_attempted: Sequence[str]
             print(f"{outcome.model_dir}: current, recorded as {outcome.after} (was {outcome.before!r})")
         else:
             print(f"{outcome.model_dir}: current (template {_short(outcome.after)})")
+    conflicted = [o for o in outcomes if o.conflicts]
+    failed = [o for o in outcomes if o.error and not o.conflicts]
+    blocker = "resolve and commit the conflict" if conflicted else "fix the failure"
     for model_dir in not_attempted:
-        print(f"{model_dir}: not updated: resolve and commit the conflict above first")
+        print(f"{model_dir}: not updated: {blocker} above first")
 
-    conflicted = sum(1 for o in outcomes if o.conflicts)
-    failed = sum(1 for o in outcomes if o.error and not o.conflicts)
-    if conflicted or failed:
+    if conflicted:
         print(
-            f"scaffold-update: {conflicted} scaffold(s) with conflicts, {failed} failed. Edit the files listed above "
+            f"scaffold-update: {len(conflicted)} scaffold(s) with conflicts. Edit the files listed above "
             "(remove the <<<<<<< / >>>>>>> blocks, or apply and delete the .rej files), `git add` them, commit, "
             "then run scaffold-update again",
             file=sys.stderr,
         )
         return EXIT_CONFLICT
+    if failed:
+        raise ScaffoldError(
+            f"{failed[0].model_dir}: copier update failed: {failed[0].error}. Its files may be partly updated "
+            "(see `git status`); fix the cause and run scaffold-update again"
+        )
     if not outcomes:
         print(f"no scaffolds (models/*/{ANSWERS_FILE}) to update")
     elif any(o.action == "update" for o in outcomes):
@@ -354,21 +376,19 @@ def check(start: Path) -> int:
     return EXIT_CONFLICT
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run(argv: Sequence[str] | None = None) -> int:
+    """``scaffold-update argv``: 0 current or updated, 1 a conflict (``--check``: a scaffold not current)."""
     args = build_parser().parse_args(argv)
-    try:
-        if args.check:
-            return check(Path.cwd())
-        planned = make_plan(Path.cwd(), args.model_dirs, args.vcs_ref, adopt=args.adopt)
-        outcomes, not_attempted = update_all(planned, conflict=args.conflict)
-        return report(planned, outcomes, not_attempted)
-    except ScaffoldError as error:
-        print(f"scaffold-update: error: {error}", file=sys.stderr)
-        return EXIT_ERROR
-    except Exception:  # noqa: BLE001  (a bug of scaffold-update, not of its input)
-        traceback.print_exc()
-        print("scaffold-update: internal error: a bug in scaffold-update (exit 3), please report it", file=sys.stderr)
-        return EXIT_BUG
+    if args.check:
+        return check(Path.cwd())
+    planned = make_plan(Path.cwd(), args.model_dirs, args.vcs_ref, adopt=args.adopt)
+    outcomes, not_attempted = update_all(planned, conflict=args.conflict)
+    return report(planned, outcomes, not_attempted)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``scaffold-update`` console script: :func:`run` under the shared exit-status handler."""
+    return run_script("scaffold-update", lambda: run(argv))
 
 
 if __name__ == "__main__":

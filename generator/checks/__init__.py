@@ -1,1 +1,1 @@
-"""Every check of design 2.4, each in its own module; all raise generator.errors types."""
+"""Every check of docs/design.md (see docs/dsl.md), one module each; all raise generator.errors types."""

@@ -12,11 +12,7 @@ import ast
 from generator.checks.signature import parameters
 from generator.codegen.plan import Plan
 from generator.errors import DocstringError
-
-
-def _decorator_name(node: ast.expr) -> str:
-    node = node.func if isinstance(node, ast.Call) else node
-    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+from generator.syntax import FUNCTION_NODES, decorator_name
 
 
 def documented(docstring: str, name: str) -> bool:
@@ -31,9 +27,9 @@ def documented(docstring: str, name: str) -> bool:
 def check_docstrings(plan: Plan) -> None:
     for resolved in plan.all_resolved():
         upstream, source = resolved.upstream, resolved.source
-        if not isinstance(upstream, (ast.FunctionDef, ast.AsyncFunctionDef)) or source is None:
+        if not isinstance(upstream, FUNCTION_NODES) or source is None:
             continue
-        if "auto_docstring" not in {_decorator_name(d) for d in upstream.decorator_list}:
+        if "auto_docstring" not in {decorator_name(d) for d in upstream.decorator_list}:
             continue
         keep = resolved.patch.keep_decorators
         if keep is False or (isinstance(keep, tuple) and "auto_docstring" in keep):

@@ -6,6 +6,7 @@ import ast
 
 from generator.errors import ImportRemovedError, UndefinedNameError
 from generator.normalize.ruff import Diagnostic
+from generator.syntax import DEFINITION_NODES, import_bindings
 
 MAX_LISTED = 10
 
@@ -16,10 +17,7 @@ def enclosing_member(tree: ast.Module, row: int) -> str | None:
     body = tree.body
     while True:
         for node in body:
-            if (
-                isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                and node.lineno <= row <= node.end_lineno
-            ):
+            if isinstance(node, DEFINITION_NODES) and node.lineno <= row <= node.end_lineno:
                 path.append(node.name)
                 body = node.body
                 break
@@ -44,19 +42,11 @@ def check_undefined_names(config_name: str, diagnostics: tuple[Diagnostic, ...],
         )
 
 
-def _module_level_imports(text: str) -> set[str]:
-    names = set()
-    for node in ast.parse(text).body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update(a.asname or a.name.split(".")[0] for a in node.names)
-    return names
-
-
 def check_imports_kept(config_name: str, text: str, imports: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
     """An add_import whose names normalization removed as unused was a mistake in the config."""
     if not imports:
         return
-    present = _module_level_imports(text)
+    present = import_bindings(ast.parse(text).body)
     for rendered, names in imports:
         gone = [n for n in names if n not in present]
         if gone:

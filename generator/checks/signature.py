@@ -12,9 +12,9 @@ import ast
 from dataclasses import dataclass
 
 from generator.codegen.plan import Plan, ResolvedPatch
+from generator.dsl.patches import PatchKind
 from generator.errors import SignatureMismatchError
-
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+from generator.syntax import FUNCTION_NODES, FunctionNode
 
 
 @dataclass(frozen=True)
@@ -87,28 +87,19 @@ def _pairs(resolved: ResolvedPatch) -> list[tuple[str, FunctionNode, FunctionNod
         pairs = []
         for name in ("__init__", "forward"):
             up = next(
-                (
-                    n
-                    for n in upstream.body
-                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
-                ),
+                (n for n in upstream.body if isinstance(n, FUNCTION_NODES) and n.name == name),
                 None,
             )
             new = next(
-                (
-                    n
-                    for n in source.node.body
-                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
-                ),
+                (n for n in source.node.body if isinstance(n, FUNCTION_NODES) and n.name == name),
                 None,
             )
             if up is not None and new is not None:
                 pairs.append((f"{patch.target}.{name}", up, new))
         return pairs
-    if isinstance(upstream, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(
-        source.node, (ast.FunctionDef, ast.AsyncFunctionDef)
-    ):
-        return [(patch.target if patch.kind != "modify_init" else f"{patch.target}.__init__", upstream, source.node)]
+    if isinstance(upstream, FUNCTION_NODES) and isinstance(source.node, FUNCTION_NODES):
+        target = f"{patch.target}.__init__" if patch.kind is PatchKind.MODIFY_INIT else patch.target
+        return [(target, upstream, source.node)]
     return []
 
 

@@ -12,10 +12,11 @@ import ast
 import textwrap
 from dataclasses import dataclass, field
 
-from generator.codegen.exclusion import dropped_members
 from generator.codegen.patch_source import PatchSource, decorator_text, leading_comment_start
 from generator.codegen.plan import Plan, ResolvedPatch
 from generator.codegen.tokens import apply_edits, reindent, rename_definition
+from generator.dsl.patches import PatchKind
+from generator.syntax import DEFINITION_NODES, FUNCTION_NODES, IMPORT_NODES, bound_name, decorator_name, is_docstring
 from generator.upstream.index import ModuleIndex, defined_names, statement_start
 from generator.upstream.locate import resolve_relative
 
@@ -56,9 +57,9 @@ def _absolute_import_edits(index: ModuleIndex, skip: set[int]) -> list[Edit]:
 def _drop_import_edits(index: ModuleIndex, names: set[str]) -> tuple[list[Edit], set[int]]:
     edits, touched = [], set()
     for node in index.tree.body:
-        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        if not isinstance(node, IMPORT_NODES):
             continue
-        kept = [a for a in node.names if (a.asname or a.name).split(".")[0] not in names]
+        kept = [a for a in node.names if bound_name(a) not in names]
         if len(kept) == len(node.names):
             continue
         touched.add(id(node))
@@ -80,10 +81,9 @@ def _drop_import_edits(index: ModuleIndex, names: set[str]) -> tuple[list[Edit],
 
 def _all_edit(index: ModuleIndex, dropped: set[str]) -> list[Edit]:
     """Remove dropped names from ``__all__``, keeping upstream's one-name-per-line layout when it has one."""
-    node = index.members.get("__all__")
-    if not dropped or not isinstance(node, ast.Assign) or not isinstance(node.value, (ast.List, ast.Tuple)):
+    value = index.dunder_all
+    if not dropped or value is None:
         return []
-    value = node.value
     gone = [e for e in value.elts if isinstance(e, ast.Constant) and e.value in dropped]
     if not gone:
         return []
@@ -105,10 +105,8 @@ def _same_decorator(a: str, b: str) -> bool:
         return a.strip() == b.strip()
 
 
-def decorator_name(text: str) -> str:
-    expr = ast.parse(text.lstrip("@").strip(), mode="eval").body
-    expr = expr.func if isinstance(expr, ast.Call) else expr
-    return expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", "")
+def _decorator_text_name(text: str) -> str:
+    return decorator_name(ast.parse(text.lstrip("@").strip(), mode="eval").body)
 
 
 def merged_decorators(resolved: ResolvedPatch) -> list[str]:
@@ -119,7 +117,7 @@ def merged_decorators(resolved: ResolvedPatch) -> list[str]:
         lines = resolved.upstream_index.lines
         upstream = [decorator_text(lines, d) for d in resolved.upstream.decorator_list]
         if isinstance(keep, tuple):
-            upstream = [d for d in upstream if decorator_name(d) not in keep]
+            upstream = [d for d in upstream if _decorator_text_name(d) not in keep]
     own = list(resolved.source.decorators) if resolved.source else []
     merged = list(upstream)
     for d in own:
@@ -143,7 +141,7 @@ def _init_extra(resolved: ResolvedPatch, upstream_init: ast.FunctionDef) -> str:
     source = resolved.source
     assert source is not None
     body = source.node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0].value, "value", None), str):
+    if body and is_docstring(body[0]):
         body = body[1:]
     if not body:
         return ""
@@ -168,7 +166,7 @@ class Assembler:
         self.imports = imports
         self.post_import_blocks = post_import_blocks
         self.header = header
-        self.dropped = dropped_members(self.index, plan)
+        self.dropped = plan.dropped
         drop_edits, touched = _drop_import_edits(self.index, plan.dropped_imports)
         self.emitter = _Emitter(
             self.index, drop_edits + _absolute_import_edits(self.index, touched) + _all_edit(self.index, self.dropped)
@@ -192,9 +190,9 @@ class Assembler:
         """Index of the statement after which imports and helpers go: the last leading import."""
         last = -1
         for i, node in enumerate(self.index.tree.body):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if isinstance(node, DEFINITION_NODES):
                 break
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if isinstance(node, IMPORT_NODES):
                 last = i
         return last
 
@@ -232,13 +230,13 @@ class Assembler:
 
     def _replacement(self, resolved: ResolvedPatch, name: str) -> str:
         patch = resolved.patch
-        if patch.kind == "external_class":
+        if patch.kind is PatchKind.EXTERNAL_CLASS:
             description = f": {patch.description}" if patch.description else ""
             return (
                 f"# [PATCHED CLASS] {name}{description}\n"
                 f"from {patch.external_module} import {patch.external_name} as {name}\n"
             )
-        banner = "PATCHED CLASS" if patch.kind == "replace_class" else "PATCHED FUNCTION"
+        banner = "PATCHED CLASS" if patch.kind is PatchKind.REPLACE_CLASS else "PATCHED FUNCTION"
         return _definition(resolved, name, 0, banner)
 
     def _modified_class(self, node: ast.ClassDef, name: str) -> str:
@@ -267,7 +265,7 @@ class Assembler:
             if lone_placeholder:
                 continue
             out.append(gap)
-            member = stmt.name if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+            member = stmt.name if isinstance(stmt, FUNCTION_NODES) else None
             if member in methods:
                 out.append(_definition(methods[member], member, indent, "PATCHED METHOD"))
             elif stmt is first and inline:

@@ -2,16 +2,21 @@
 
 References are read from the code that will be emitted: a patched member
 contributes its patch body's names, not upstream's, so a patch that stops
-using a helper lets an exclusion take that helper too.
+using a helper lets an exclusion take that helper too.  Planning records the
+effects; whether a kept member still uses an excluded class is a check's call
+(``generator.checks.exclusions``).
 """
 
 from __future__ import annotations
 
 import ast
+from typing import TYPE_CHECKING
 
-from generator.codegen.plan import Plan
-from generator.errors import TargetError
+from generator.syntax import FUNCTION_NODES, IMPORT_NODES
 from generator.upstream.index import ModuleIndex, defined_names
+
+if TYPE_CHECKING:
+    from generator.codegen.plan import Plan
 
 ROOTS = "<module statements>"
 
@@ -34,7 +39,7 @@ def _class_references(node: ast.ClassDef, plan: Plan) -> set[str]:
     for expr in [*node.bases, *node.keywords, *node.decorator_list]:
         refs |= _references(expr)
     for stmt in node.body:
-        if not (isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in overridden):
+        if not (isinstance(stmt, FUNCTION_NODES) and stmt.name in overridden):
             refs |= _references(stmt)
     patches = [*plan.methods.get(node.name, {}).values(), *plan.added_methods.get(node.name, [])]
     if node.name in plan.init_extras:
@@ -44,13 +49,6 @@ def _class_references(node: ast.ClassDef, plan: Plan) -> set[str]:
     return refs
 
 
-def _public_names(index: ModuleIndex) -> set[str]:
-    node = index.members.get("__all__")
-    if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple)):
-        return {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-    return set()
-
-
 def member_references(index: ModuleIndex, plan: Plan) -> dict[str, set[str]]:
     """Top-level name -> names its emitted code uses; module-level statements pool under ROOTS."""
     refs: dict[str, set[str]] = {ROOTS: set()}
@@ -58,7 +56,7 @@ def member_references(index: ModuleIndex, plan: Plan) -> dict[str, set[str]]:
     for node in index.tree.body:
         names = defined_names(node)
         if not names:
-            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            if not isinstance(node, IMPORT_NODES):
                 refs[ROOTS] |= _references(node)
             continue
         for name in names:
@@ -74,15 +72,15 @@ def member_references(index: ModuleIndex, plan: Plan) -> dict[str, set[str]]:
     return refs
 
 
-def dropped_members(index: ModuleIndex, plan: Plan) -> set[str]:
-    """The excluded classes plus every private member reachable only through them.
+def exclusion_effects(index: ModuleIndex, plan: Plan) -> tuple[set[str], list[tuple[str, str]]]:
+    """The members dropped (the excluded classes plus every private member reachable only through
+    them) and each (kept member, excluded class it still uses), kept members in name order.
 
-    Raises when something kept still uses an excluded class: the output would
-    not import, and the message says which member to patch.
+    A kept use means the output would not import; ``ROOTS`` as the member stands for module-level code.
     """
     excluded = plan.excluded
     if not excluded:
-        return set()
+        return set(), []
     refs = member_references(index, plan)
     candidates: set[str] = set()
     stack = list(excluded)
@@ -95,7 +93,7 @@ def dropped_members(index: ModuleIndex, plan: Plan) -> set[str]:
     reachable: set[str] = set()
     # Kept roots: every member the excluded classes do not use, plus upstream's public API
     # (``__all__``): a public class stays even when only an excluded class refers to it.
-    stack = [n for n in refs if n not in candidates] + sorted(_public_names(index) - set(excluded))
+    stack = [n for n in refs if n not in candidates] + sorted(index.public_names - set(excluded))
     while stack:
         name = stack.pop()
         if name in reachable or name in excluded:
@@ -103,13 +101,5 @@ def dropped_members(index: ModuleIndex, plan: Plan) -> set[str]:
         reachable.add(name)
         stack.extend(refs.get(name, ()))
     dropped = (candidates - reachable) | set(excluded)
-    for name in sorted(reachable):
-        users = sorted(refs.get(name, set()) & set(excluded))
-        if users:
-            who = "module-level code" if name == ROOTS else f"kept member {name}"
-            raise TargetError(
-                f"excluded class {users[0]} is still used by {who}; patch {name} to stop using it, or keep the class",
-                config=plan.config_name,
-                target=users[0],
-            )
-    return dropped
+    still_used = [(name, user) for name in sorted(reachable) for user in sorted(refs.get(name, set()) & set(excluded))]
+    return dropped, still_used

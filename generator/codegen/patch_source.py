@@ -10,17 +10,19 @@ from __future__ import annotations
 import ast
 import sys
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from generator.codegen.tokens import reindent
 from generator.dsl.config import PatchConfig
-from generator.dsl.patches import SnippetRef
+from generator.dsl.patches import ImportSpec
 from generator.errors import PatchSourceError
+from generator.syntax import DEFINITION_NODES, IMPORT_NODES, DefinitionNode, is_docstring
 from generator.upstream.index import statement_start
 
-Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+Definition = DefinitionNode
+# A run's parsed config files: path -> (lines, tree); kept by the run's context, never across runs.
+ParsedFiles = dict[str, tuple[list[str], ast.Module]]
 
 
 @dataclass(frozen=True)
@@ -36,20 +38,14 @@ class PatchSource:
     docstring_rows: frozenset[int]
     files: tuple[Path, ...] = ()
     # Module-level imports a snippet declares ahead of its definition.
-    imports: tuple[str, ...] = ()
+    imports: tuple[ImportSpec, ...] = ()
 
 
 def docstring_rows(node: ast.AST, first_row: int = 1) -> frozenset[int]:
     rows = set()
     for sub in ast.walk(node):
-        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and sub.body:
-            first = sub.body[0]
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-            ):
-                rows.add(first.lineno - first_row + 1)
+        if isinstance(sub, DEFINITION_NODES) and sub.body and is_docstring(sub.body[0]):
+            rows.add(sub.body[0].lineno - first_row + 1)
     return frozenset(rows)
 
 
@@ -109,15 +105,11 @@ def _span(lines: list[str], node: ast.expr) -> str:
     return "".join([first, *middle, last])
 
 
-@lru_cache(maxsize=64)
-def _parse_file(path: str) -> tuple[list[str], ast.Module]:
-    text = Path(path).read_text(encoding="utf-8")
-    return text.splitlines(keepends=True), ast.parse(text, filename=path)
-
-
-def clear_source_cache() -> None:
-    """Forget parsed config files (they may have changed since the last generation in this process)."""
-    _parse_file.cache_clear()
+def _parse_file(path: str, parsed: ParsedFiles) -> tuple[list[str], ast.Module]:
+    if path not in parsed:
+        text = Path(path).read_text(encoding="utf-8")
+        parsed[path] = (text.splitlines(keepends=True), ast.parse(text, filename=path))
+    return parsed[path]
 
 
 def _is_registration(decorator: ast.expr, module_globals: dict[str, Any]) -> bool:
@@ -130,17 +122,20 @@ def _is_registration(decorator: ast.expr, module_globals: dict[str, Any]) -> boo
     )
 
 
-def from_object(obj: Any) -> PatchSource:
-    """Source of a function or class defined at the top level of a config (or helper) module."""
+def from_object(obj: Any, parsed: ParsedFiles) -> PatchSource:
+    """Source of a function or class defined at the top level of a config (or helper) module.
+
+    ``parsed`` holds the files this run already parsed: many patches of a batch live in one file.
+    """
     module = sys.modules.get(getattr(obj, "__module__", ""), None)
     filename = getattr(getattr(obj, "__code__", None), "co_filename", None) or getattr(module, "__file__", None)
     name = getattr(obj, "__name__", None)
     if not filename or not name or not Path(filename).is_file():
         raise PatchSourceError(f"cannot find the source file of patch body {obj!r}")
-    lines, tree = _parse_file(filename)
+    lines, tree = _parse_file(filename, parsed)
     first_line = getattr(getattr(obj, "__code__", None), "co_firstlineno", None)
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or node.name != name:
+        if not isinstance(node, DEFINITION_NODES) or node.name != name:
             continue
         if first_line is not None and first_line not in (node.lineno, statement_start(node)):
             continue
@@ -156,19 +151,9 @@ def from_text(text: str, *, origin: str) -> PatchSource:
         tree = ast.parse(text)
     except SyntaxError as exc:
         raise PatchSourceError(f"{origin} is not valid Python: line {exc.lineno}: {exc.msg}") from exc
-    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    imports = [n for n in tree.body if isinstance(n, IMPORT_NODES)]
+    defs = [n for n in tree.body if isinstance(n, DEFINITION_NODES)]
     if len(defs) != 1 or len(imports) + 1 != len(tree.body) or tree.body[-1] is not defs[0]:
         raise PatchSourceError(f"{origin} must hold imports, then exactly one function or class")
     source = from_definition(defs[0], text.splitlines(keepends=True), origin=origin)
-    return replace(source, imports=tuple(ast.get_source_segment(text, n) for n in imports))
-
-
-def resolve(body: Any, render_snippet: Any) -> PatchSource:
-    """Source for any patch body: a snippet reference, source text, or a Python object."""
-    if isinstance(body, SnippetRef):
-        text, files = render_snippet(body)
-        return replace(from_text(text, origin=f"snippet {body.name}"), files=files)
-    if isinstance(body, str):
-        return from_text(body, origin="inline source")
-    return from_object(body)
+    return replace(source, imports=tuple(spec for node in imports for spec in ImportSpec.from_statement(node)))

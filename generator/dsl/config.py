@@ -2,18 +2,30 @@
 
 Each primitive only records intent.  Nothing here reads upstream source or
 imports torch/transformers, so importing a config is cheap; all validation
-against upstream happens in generator.checks at generation time.
+against upstream happens in generator.checks at generation time.  What can be
+wrong without upstream (a malformed target, a missing argument) is a
+:class:`~generator.errors.PatchApiError` at the call, naming the config's file
+and line (``generator.dsl.call_site``).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import fields
 from typing import Any, TypeVar
 
+from generator.dsl.call_site import call_site
 from generator.dsl.patches import Helper, ImportSpec, Patch, SnippetRef
+from generator.errors import PatchApiError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Keywords of a member patch besides its target, body and description (the fields of :class:`Patch`).
+PATCH_OPTIONS = frozenset(f.name for f in fields(Patch)) - {"kind", "target", "description", "body"}
+
+#: What a rendered snippet can be applied as (an external class has no body to render).
+SNIPPET_KINDS = ("override_method", "replace_function", "replace_class", "modify_init")
 
 
 class PatchConfig:
@@ -21,7 +33,7 @@ class PatchConfig:
 
     def __init__(self, source_module: str, target_file: str, description: str = "") -> None:
         if not source_module or not target_file.endswith(".py"):
-            raise ValueError(
+            raise _misuse(
                 f"PatchConfig needs a source module and a .py target file, got {source_module!r}, {target_file!r}"
             )
         # The module that created this config: how discovery tells a config from one it imported.
@@ -38,6 +50,13 @@ class PatchConfig:
 
     # -- member patches -------------------------------------------------------------------
     def _register(self, kind: str, target: str, replacement: Any, description: str, **options: Any) -> Any:
+        unknown = sorted(set(options) - PATCH_OPTIONS)
+        if unknown:
+            raise _misuse(
+                f"{kind}: unknown option(s) {', '.join(unknown)}; a patch takes {', '.join(sorted(PATCH_OPTIONS))}",
+                target=target,
+            )
+
         def record(body: Any) -> Any:
             self.patches.append(Patch(kind=kind, target=target, description=description, body=body, **options))
             return body
@@ -66,7 +85,7 @@ class PatchConfig:
     ):
         """Replace ``Class.method``; ``add=True`` says the method is new (upstream lacks it)."""
         if "." not in target:
-            raise ValueError(f"override_method target must be 'Class.method', got {target!r}")
+            raise _misuse(f"override_method target must be 'Class.method', got {target!r}", target=target)
         return self._register(
             "override_method", target, replacement, description, name_map=dict(name_map or {}), add=add, **options
         )
@@ -100,6 +119,11 @@ class PatchConfig:
         ``add``, ``keep_decorators`` and ``check_signature`` mean what they
         mean for hand-written patches; every other keyword is a template variable.
         """
+        if kind is not None and kind not in SNIPPET_KINDS:
+            raise _misuse(
+                f"apply_snippet({name!r}): kind must be one of {', '.join(SNIPPET_KINDS)}, got {kind!r}",
+                target=target,
+            )
         patch = Patch(
             kind=kind or ("override_method" if "." in target else "replace_function"),
             target=target,
@@ -123,7 +147,7 @@ class PatchConfig:
     ) -> None:
         """Import something the patch bodies use; normalization must keep it."""
         if is_from_import and not names:
-            raise ValueError(f"add_import({module!r}) needs names= for a from-import, or is_from_import=False")
+            raise _misuse(f"add_import({module!r}) needs names= for a from-import, or is_from_import=False")
         self.additional_imports.append(ImportSpec(module, tuple(names or ()), alias, is_from_import))
 
     def drop_import_names(self, *names: str) -> None:
@@ -161,7 +185,7 @@ class PatchConfig:
         self.exclusions.extend(other.exclusions)
         unknown = sorted(set(skip_targets) - {p.target for p in other.patches})
         if unknown:
-            raise ValueError(f"inherit_from: {other!r} has no patch for skip_targets {unknown}")
+            raise _misuse(f"inherit_from: {other!r} has no patch for skip_targets {unknown}")
         if patches:
             self.patches.extend(p for p in other.patches if p.target not in skip_targets)
 
@@ -178,3 +202,8 @@ def create_patch_from_external(target: str, module: str, name: str, *, descripti
         external_module=module,
         external_name=name,
     )
+
+
+def _misuse(cause: str, *, target: str | None = None) -> PatchApiError:
+    """The error for a wrong call of the patch API, located at the config's line that made it."""
+    return PatchApiError(cause, target=target, location=call_site())

@@ -1,6 +1,7 @@
 """``patchgen-pin``: fetch reference sources of a transformers version; survey signature drift.
 
-Exit codes as patchgen: 0 ok (survey: no drift), 1 drift found, 2 bad input.
+Exit statuses are those of every console script (``generator.entrypoint``): 0 ok (survey: no drift),
+1 signature drift found, 2 bad input (an unknown config, a version pip cannot download), 3 a bug.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from generator.discovery import config_module_from_arg, discover, find_settings, load_config
-from generator.errors import PatchgenError
+from generator.entrypoint import ExitStatus, run_script
 from generator.pinbump.fetch import DEFAULT_WORKSPACE, fetch_reference
 from generator.pinbump.survey import render, survey
 from generator.upstream.locate import distribution_version, package_root
@@ -51,6 +52,7 @@ def _root_for(version: str, workspace: Path, pip_args: tuple[str, ...]) -> Path:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
+    """``patchgen-pin argv``: ``fetch`` returns 0; ``survey`` returns 1 where a target's signature changed."""
     args = build_parser().parse_args(argv)
     settings = find_settings()
     workspace = (args.workspace or settings.root / DEFAULT_WORKSPACE).resolve()
@@ -58,20 +60,20 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.command == "fetch":
         root = fetch_reference(args.version, workspace=workspace, pip_args=pip_args)
         print(f"transformers {args.version} sources in {root}")
-        return 0
-    names = [config_module_from_arg(a, settings) for a in args.configs] or discover(settings)
-    configs = [load_config(n, settings) for n in names]
-    findings = survey(configs, _root_for(args.old, workspace, pip_args), _root_for(args.new, workspace, pip_args))
+        return ExitStatus.OK
+    module_names = [config_module_from_arg(arg, settings) for arg in args.configs] or discover(settings)
+    loaded_configs = [load_config(module_name, settings) for module_name in module_names]
+    findings = survey(
+        loaded_configs, _root_for(args.old, workspace, pip_args), _root_for(args.new, workspace, pip_args)
+    )
     print(render(findings, show_unchanged=args.show_unchanged))
-    return 1 if any(f.status != "unchanged" for f in findings) else 0
+    drifted = any(finding.status != "unchanged" for finding in findings)
+    return ExitStatus.FINDINGS if drifted else ExitStatus.OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return run(argv)
-    except PatchgenError as exc:
-        print(f"patchgen-pin: error: {exc}", file=sys.stderr)
-        return 2
+    """The ``patchgen-pin`` console script: :func:`run` under the shared exit-status handler."""
+    return run_script("patchgen-pin", lambda: run(argv))
 
 
 if __name__ == "__main__":

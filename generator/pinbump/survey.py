@@ -15,6 +15,7 @@ from pathlib import Path
 from generator.checks.signature import Param, parameters
 from generator.discovery import LoadedConfig
 from generator.errors import UpstreamError
+from generator.syntax import FUNCTION_NODES
 from generator.upstream.index import UpstreamSources
 
 
@@ -26,9 +27,10 @@ class Finding:
     detail: str = ""
 
 
-def _lookup(sources: UpstreamSources, module: str, target: str) -> ast.AST | None:
+def _lookup(sources: UpstreamSources, source_module: str, target: str) -> ast.AST | None:
+    """Upstream's definition of ``target`` (own or inherited); None where this version lacks it."""
     try:
-        index = sources.get(module)
+        index = sources.get(source_module)
     except UpstreamError:
         return None
     cls_name, _, member = target.partition(".")
@@ -43,7 +45,7 @@ def _lookup(sources: UpstreamSources, module: str, target: str) -> ast.AST | Non
 
 def _signature(node: ast.AST) -> list[Param]:
     """A function's parameters; a class's ``__init__`` parameters."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    if isinstance(node, FUNCTION_NODES):
         return parameters(node)
     if isinstance(node, ast.ClassDef):
         init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
@@ -65,6 +67,7 @@ def describe_change(before: list[Param], after: list[Param]) -> str:
 
 
 def _targets(loaded: LoadedConfig) -> list[str]:
+    """Upstream members the config's patches stand for (``modify_init``: the class's ``__init__``), once each."""
     targets = []
     for patch in loaded.config.patches:
         target = f"{patch.target}.__init__" if patch.kind == "modify_init" else patch.target
@@ -73,14 +76,14 @@ def _targets(loaded: LoadedConfig) -> list[str]:
     return targets
 
 
-def survey(configs: list[LoadedConfig], old_root: Path, new_root: Path) -> list[Finding]:
-    """Compare every target of ``configs`` between two unpacked reference trees."""
+def survey(loaded_configs: list[LoadedConfig], old_root: Path, new_root: Path) -> list[Finding]:
+    """Compare every target of ``loaded_configs`` between two unpacked reference trees."""
     old, new = UpstreamSources(old_root), UpstreamSources(new_root)
     findings = []
-    for loaded in configs:
-        module = loaded.config.source_module
+    for loaded in loaded_configs:
+        source_module = loaded.config.source_module
         for target in _targets(loaded):
-            before, after = _lookup(old, module, target), _lookup(new, module, target)
+            before, after = _lookup(old, source_module, target), _lookup(new, source_module, target)
             if before is None and after is None:
                 continue
             if after is None:

@@ -6,12 +6,15 @@ which is then applied like a hand-written patch, under the same checks.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from generator.dsl.patches import SnippetRef
 from generator.errors import SnippetError
 from generator.upstream.member import UpstreamMember
+
+if TYPE_CHECKING:
+    import jinja2
 
 SNIPPET_DIR = Path(__file__).resolve().parent
 SUFFIX = ".py.j2"
@@ -21,8 +24,8 @@ def available() -> list[str]:
     return sorted(p.name[: -len(SUFFIX)] for p in SNIPPET_DIR.glob(f"*{SUFFIX}"))
 
 
-@lru_cache(maxsize=1)
-def _environment():
+def environment() -> jinja2.Environment:
+    """A Jinja environment over the snippet folder as it is now (a run's context keeps one per run)."""
     import jinja2  # imported on first use: plain configs and --check on a warm cache never need it
 
     env = jinja2.Environment(
@@ -46,8 +49,10 @@ def snippet_path(name: str) -> Path:
     return SNIPPET_DIR / f"{name}{SUFFIX}"
 
 
-def render(ref: SnippetRef, upstream: UpstreamMember | None = None) -> tuple[str, tuple[Path, ...]]:
-    """Rendered source of ``ref`` and the template file it came from.
+def render(
+    ref: SnippetRef, upstream: UpstreamMember | None, templates: jinja2.Environment
+) -> tuple[str, tuple[Path, ...]]:
+    """Rendered source of ``ref`` (from ``templates``, see :func:`environment`) and its template file.
 
     ``upstream`` is the member the snippet patches (None for an added method): templates read its
     parameter names, header, docstring and body as the ``upstream`` variable, so a guard can keep
@@ -59,7 +64,7 @@ def render(ref: SnippetRef, upstream: UpstreamMember | None = None) -> tuple[str
     if not path.is_file():
         raise SnippetError(f"no snippet named {ref.name!r} (available: {', '.join(available()) or 'none'})")
     try:
-        text = _environment().get_template(path.name).render(**ref.variables, upstream=upstream)
+        text = templates.get_template(path.name).render(**ref.variables, upstream=upstream)
     except SnippetError as exc:
         raise SnippetError(f"snippet {ref.name!r}: {exc.cause}") from exc
     except jinja2.UndefinedError as exc:

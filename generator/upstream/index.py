@@ -12,7 +12,8 @@ from functools import cached_property
 from pathlib import Path
 
 from generator.errors import UpstreamError
-from generator.upstream.locate import module_path, resolve_relative
+from generator.syntax import DEFINITION_NODES, FUNCTION_NODES, FunctionNode
+from generator.upstream.locate import module_path, package_root, resolve_relative
 
 
 def statement_start(node: ast.stmt) -> int:
@@ -23,7 +24,7 @@ def statement_start(node: ast.stmt) -> int:
 
 def defined_names(node: ast.stmt) -> tuple[str, ...]:
     """Names a top-level statement binds (definitions and plain assignments)."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+    if isinstance(node, DEFINITION_NODES):
         return (node.name,)
     if isinstance(node, ast.Assign):
         return tuple(t.id for t in node.targets if isinstance(t, ast.Name))
@@ -64,14 +65,31 @@ class ModuleIndex:
     def is_package(self) -> bool:
         return self.path.name == "__init__.py"
 
-    def method(self, class_name: str, method: str) -> ast.FunctionDef | None:
+    def method(self, class_name: str, method: str) -> FunctionNode | None:
+        """``method`` as defined in the body of ``class_name`` itself (inherited ones: UpstreamSources)."""
         cls_node = self.members.get(class_name)
         if not isinstance(cls_node, ast.ClassDef):
             return None
         for node in cls_node.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == method:
+            if isinstance(node, FUNCTION_NODES) and node.name == method:
                 return node
         return None
+
+    @property
+    def dunder_all(self) -> ast.List | ast.Tuple | None:
+        """The literal list or tuple assigned to ``__all__`` at the top level (None when there is none)."""
+        node = self.members.get("__all__")
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple)):
+            return node.value
+        return None
+
+    @property
+    def public_names(self) -> set[str]:
+        """The string entries of ``__all__``: upstream's declared public API."""
+        value = self.dunder_all
+        if value is None:
+            return set()
+        return {e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
 
     @cached_property
     def imported_from(self) -> dict[str, tuple[str, str]]:
@@ -96,12 +114,26 @@ class UpstreamSources:
         # None reads the installed packages; a folder reads an unpacked reference tree instead.
         self.root = root
         self._cache: dict[str, ModuleIndex] = {}
+        self._package_roots: dict[str, Path] = {}
         # Every file handed out since the last reset: a config's upstream inputs, for the check cache.
         self.accessed: set[Path] = set()
 
+    def folder_of(self, top_level: str) -> Path:
+        """The folder holding package ``top_level``: the reference tree, else where it is installed."""
+        if self.root is not None:
+            return self.root
+        if top_level not in self._package_roots:
+            self._package_roots[top_level] = package_root(top_level).parent
+        return self._package_roots[top_level]
+
+    def parsed_modules(self) -> tuple[str, ...]:
+        """The modules parsed so far (each is parsed once per UpstreamSources)."""
+        return tuple(sorted(self._cache))
+
     def get(self, module: str) -> ModuleIndex:
         if module not in self._cache:
-            self._cache[module] = ModuleIndex.parse(module, module_path(module, self.root))
+            folder = self.folder_of(module.partition(".")[0])
+            self._cache[module] = ModuleIndex.parse(module, module_path(module, folder))
         index = self._cache[module]
         self.accessed.add(index.path)
         return index
@@ -120,9 +152,19 @@ class UpstreamSources:
             return None
         return self.resolve_class(other, origin[1])
 
+    def find_method(
+        self, index: ModuleIndex, class_name: str, method: str
+    ) -> tuple[ModuleIndex, FunctionNode, bool] | None:
+        """``class_name.method`` own or inherited: (the module defining it, the function, whether inherited)."""
+        own = index.method(class_name, method)
+        if own is not None:
+            return index, own, False
+        inherited = self.inherited_method(index, class_name, method)
+        return None if inherited is None else (*inherited, True)
+
     def inherited_method(
         self, index: ModuleIndex, class_name: str, method: str
-    ) -> tuple[ModuleIndex, ast.FunctionDef] | None:
+    ) -> tuple[ModuleIndex, FunctionNode] | None:
         """The definition of ``method`` that ``class_name`` inherits, following bases in MRO-ish order."""
         found = self.resolve_class(index, class_name)
         if found is None:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-from functools import lru_cache
 from pathlib import Path
 
 from generator.errors import UpstreamError
 
 
-@lru_cache(maxsize=None)
 def package_root(top_level: str) -> Path:
+    """The folder of the installed package ``top_level`` (not cached: a run's context keeps what it found)."""
     spec = importlib.util.find_spec(top_level)
     if spec is None or not spec.submodule_search_locations:
         raise UpstreamError(f"package {top_level!r} is not installed")
@@ -28,13 +27,25 @@ def module_path(module: str, root: Path | None = None) -> Path:
     ``root`` is the folder holding the top-level package, when it is not the
     installed one (an unpacked wheel of another version, for pin bumps).
     """
-    top, _, rest = module.partition(".")
-    base = root / top if root is not None else package_root(top)
-    candidate = base.joinpath(*rest.split(".")) if rest else base
+    top = module.partition(".")[0]
+    found = find_module(module, root if root is not None else package_root(top).parent)
+    if found is None:
+        base = root / top if root is not None else package_root(top)
+        raise UpstreamError(f"module {module!r} not found under {base}")
+    return found
+
+
+def find_module(module: str, root: Path) -> Path | None:
+    """The .py file of ``module`` below ``root`` (the folder holding its top-level package), or None.
+
+    One rule for upstream modules and for a project's own (a config's imports): ``a.b`` is
+    ``a/b.py`` or the package ``a/b/__init__.py``.
+    """
+    candidate = root.joinpath(*module.split("."))
     for path in (candidate.with_suffix(".py"), candidate / "__init__.py"):
         if path.is_file():
             return path
-    raise UpstreamError(f"module {module!r} not found under {base}")
+    return None
 
 
 def distribution_version(top_level: str) -> str:

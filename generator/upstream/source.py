@@ -11,6 +11,7 @@ import ast
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from generator.syntax import DEFINITION_NODES
 from generator.upstream.index import ModuleIndex, UpstreamSources
 
 
@@ -68,7 +69,7 @@ class ModelSource:
         """Classes of this module called (instantiated) from another class or function of the module."""
         found: set[str] = set()
         for owner in self.index.tree.body:
-            if not isinstance(owner, (ast.ClassDef, ast.FunctionDef)):
+            if not isinstance(owner, DEFINITION_NODES):
                 continue
             for node in ast.walk(owner):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.classes:
@@ -81,7 +82,7 @@ class ModelSource:
         """Classes every instantiation of which sits in a branch (``a if cond else b``, or under ``if``)."""
         everywhere: dict[str, list[bool]] = {}
         for owner in self.index.tree.body:
-            if not isinstance(owner, (ast.ClassDef, ast.FunctionDef)):
+            if not isinstance(owner, DEFINITION_NODES):
                 continue
             branched: set[int] = set()
             for node in ast.walk(owner):
@@ -111,15 +112,11 @@ class ModelSource:
 
     def method(self, cls: str, name: str) -> tuple[ast.FunctionDef, str | None] | None:
         """``cls.name`` as defined on the class, or inherited: (function, owner class or None when own)."""
-        own = self.own_method(cls, name)
-        if own is not None:
-            return own, None
-        inherited = self.sources.inherited_method(self.index, cls, name)
-        if inherited is None:
+        found = self.sources.find_method(self.index, cls, name)
+        if found is None or not isinstance(found[1], ast.FunctionDef):
             return None
-        owner_index, func = inherited
-        owner = _owner_of(owner_index, func)
-        return func, owner
+        owner_index, func, inherited = found
+        return func, (_owner_of(owner_index, func) if inherited else None)
 
     def local_method(self, cls: str, name: str) -> ast.FunctionDef | None:
         """``cls.name`` own or inherited from a class of this module only.

@@ -38,6 +38,4 @@ def snippet_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     folder = tmp_path / "snippets"
     folder.mkdir()
     monkeypatch.setattr(snippets, "SNIPPET_DIR", folder)
-    snippets._environment.cache_clear()
     yield folder
-    snippets._environment.cache_clear()

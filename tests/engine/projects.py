@@ -289,23 +289,13 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 def fresh_process_state(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the next in-process CLI run see what a new ``patchgen`` process would see.
+    """Make the next in-process CLI run import the project's configs anew, as a new process would.
 
-    The generator caches per process (parsed upstream modules, located package
-    roots, parsed config files, the snippet environment) and imports configs as
-    modules; a real CLI run starts with all of that empty.
+    Run state (parsed sources, caches, settings) lives in the run's ``RunContext``; what a process
+    keeps across runs is only its imported modules.
     """
-    from generator import pipeline, snippets
-    from generator.codegen import patch_source
-    from generator.upstream.index import UpstreamSources
-    from generator.upstream.locate import package_root
-
     for name in [m for m in sys.modules if m.split(".")[0] in PROJECT_PACKAGES]:
         del sys.modules[name]
-    package_root.cache_clear()
-    patch_source._parse_file.cache_clear()
-    snippets._environment.cache_clear()
-    monkeypatch.setattr(pipeline, "_SOURCES", UpstreamSources())
     importlib.invalidate_caches()
 
 

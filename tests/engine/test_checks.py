@@ -1,4 +1,4 @@
-"""The checks of design 2.4: a bad config fails with a message naming config, target and cause, and writes nothing.
+"""The checks of docs/design.md: a bad config fails with a message naming config, target and cause, and writes nothing.
 
 Every rejection test starts from a project whose outputs are already
 generated (so "writes nothing" also means "leaves existing files alone"),

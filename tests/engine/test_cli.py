@@ -1,4 +1,4 @@
-"""Every ``patchgen`` flag and ``generate-all``, in-process and as real processes; exit codes 0 / 1 / 2."""
+"""Every ``patchgen`` flag and ``generate-all``, in-process and as real processes; exit codes 0 / 1 / 2 / 3."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every patch DSL primitive (design 2.1), applied to the fake upstream ``toyupstream``.
+"""Every patch DSL primitive (docs/dsl.md, "The primitives"), applied to the fake upstream ``toyupstream``.
 
 Each test writes one small config, generates it through the CLI and reads
 the generated text: what the primitive must change, and that nothing else

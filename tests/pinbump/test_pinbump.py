@@ -137,3 +137,52 @@ def test_survey_between_identical_versions_reports_no_drift(project: Path, wheel
     code = cli.main(["--workspace", str(project / "ws"), *pip, "survey", "9.0.0", "9.0.0"])
     assert code == 0
     assert "no signature drift" in capsys.readouterr().out
+
+
+# -- exit statuses (generator.entrypoint): 1 drift above, 2 bad input, 3 a bug -----------------------------------
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_an_unknown_config_module_exits_2_naming_it_and_changes_nothing(
+    project: Path, wheelhouse: Path, capsys
+) -> None:
+    pip = [f"--pip-arg={a}" for a in local_pip(wheelhouse)]
+    before = _tree(project)
+
+    code = cli.main(["--workspace", str(project / "ws"), *pip, "survey", "9.0.0", "9.1.0", "zoopin.toy.nope"])
+
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("patchgen-pin: error: config zoopin.toy.nope: failed to import: ModuleNotFoundError")
+    assert _tree(project) == before
+
+
+def test_a_version_pip_cannot_download_exits_2_naming_it(project: Path, wheelhouse: Path, capsys) -> None:
+    pip = [f"--pip-arg={a}" for a in local_pip(wheelhouse)]
+
+    code = cli.main(["--workspace", str(project / "ws"), *pip, "fetch", "9.9.9"])
+
+    assert code == 2
+    assert "patchgen-pin: error: target transformers==9.9.9: pip could not download transformers==9.9.9" in (
+        capsys.readouterr().err
+    )
+    assert not (project / "ws" / "hf_reference" / "v9.9.9").exists()
+
+
+def test_a_bug_in_the_survey_exits_3_with_a_traceback_never_1(
+    project: Path, wheelhouse: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> list:
+        raise RuntimeError("a bug in the survey")
+
+    monkeypatch.setattr(cli, "survey", broken)
+    pip = [f"--pip-arg={a}" for a in local_pip(wheelhouse)]
+
+    code = cli.main(["--workspace", str(project / "ws"), *pip, "survey", "9.0.0", "9.1.0"])
+
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "RuntimeError: a bug in the survey" in err

@@ -1,0 +1,138 @@
+"""One exit-status table for every console script: 0 ok, 1 drift or conflict, 2 bad input, 3 a bug (traceback)."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from generator.entrypoint import ExitStatus, run_script
+from generator.errors import PatchgenError, UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+
+#: Each console script and the function its entry point runs the work through (the one a bug is planted in).
+WORK = {
+    "patchgen": ("generator.cli", "run"),
+    "generate-all": ("generator.cli", "run"),
+    "patchgen-pin": ("generator.pinbump.cli", "run"),
+    "patchgen-inspect": ("generator.inspect_cli", "run"),
+    "scaffold-update": ("scaffold.update", "run"),
+    "scaffold-conflicts": ("scaffold.conflict_check", "run"),
+    "scaffold-survey": ("scaffold.survey", "_survey"),
+}
+
+
+def test_the_table_is_0_ok_1_findings_2_bad_input_3_internal() -> None:
+    assert [(status.name, int(status)) for status in ExitStatus] == [
+        ("OK", 0),
+        ("FINDINGS", 1),
+        ("BAD_INPUT", 2),
+        ("INTERNAL", 3),
+    ]
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_what_the_work_returns_is_the_exit_status(status: int) -> None:
+    assert run_script("tool", lambda: status) == status
+
+
+def test_a_user_error_exits_2_with_one_line_naming_the_tool(capsys: pytest.CaptureFixture[str]) -> None:
+    def bad_input() -> int:
+        raise UserError("models/x is not a scaffold (no .copier-answers.yml)")
+
+    assert run_script("tool", bad_input) == ExitStatus.BAD_INPUT
+    assert capsys.readouterr().err == "tool: error: models/x is not a scaffold (no .copier-answers.yml)\n"
+
+
+def test_a_generator_error_names_its_config_target_and_cause(capsys: pytest.CaptureFixture[str]) -> None:
+    def bad_config() -> int:
+        raise PatchgenError("upstream has no such class", config="models.x.x_gpu_patch_gen_config", target="Nope")
+
+    assert run_script("patchgen", bad_config) == ExitStatus.BAD_INPUT
+    assert capsys.readouterr().err == (
+        "patchgen: error: config models.x.x_gpu_patch_gen_config, target Nope: upstream has no such class\n"
+    )
+
+
+def test_any_other_exception_exits_3_with_its_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    def bug() -> int:
+        raise KeyError("a bug")
+
+    assert run_script("tool", bug) == ExitStatus.INTERNAL
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "KeyError: 'a bug'" in err
+    assert "tool: internal error" in err
+
+
+def test_argparse_exits_pass_through_untouched() -> None:
+    def usage_error() -> int:
+        raise SystemExit(2)
+
+    with pytest.raises(SystemExit) as exited:
+        run_script("tool", usage_error)
+    assert exited.value.code == 2
+
+
+def test_every_console_script_is_covered_here() -> None:
+    assert set(WORK) == set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", sorted(WORK))
+def test_every_console_script_maps_a_bug_to_3_with_a_traceback(
+    script: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module_name, work = WORK[script]
+
+    def bug(*args: object, **kwargs: object) -> int:
+        raise RuntimeError(f"a planted bug in {script}")
+
+    monkeypatch.setattr(importlib.import_module(module_name), work, bug)
+    entry_module, entry = SCRIPTS[script].split(":")
+    main = getattr(importlib.import_module(entry_module), entry)
+
+    assert main([]) == ExitStatus.INTERNAL
+    err = capsys.readouterr().err
+    assert f"RuntimeError: a planted bug in {script}" in err and "Traceback (most recent call last)" in err
+
+
+@pytest.mark.parametrize("script", sorted(WORK))
+def test_every_console_script_maps_bad_input_to_2_with_one_error_line(
+    script: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module_name, work = WORK[script]
+
+    def bad_input(*args: object, **kwargs: object) -> int:
+        raise UserError("the cause")
+
+    monkeypatch.setattr(importlib.import_module(module_name), work, bad_input)
+    entry_module, entry = SCRIPTS[script].split(":")
+    main = getattr(importlib.import_module(entry_module), entry)
+
+    assert main([]) == ExitStatus.BAD_INPUT
+    prog = "patchgen" if script == "generate-all" else script
+    assert capsys.readouterr().err == f"{prog}: error: the cause\n"
+
+
+def test_a_console_script_process_exits_with_the_status_of_the_table(tmp_path: Path) -> None:
+    """A real process: outside a git repository, scaffold-conflicts is bad input (2), not a conflict (1)."""
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; from scaffold.conflict_check import main; sys.exit(main())"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"scaffold-conflicts: error: git rev-parse --show-toplevel failed in {tmp_path}")

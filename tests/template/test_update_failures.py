@@ -1,0 +1,42 @@
+"""``scaffold-update`` when Copier or git cannot carry out an update: bad input (2) naming the scaffold, never a
+conflict (1) nor a bug (3); the scaffolds after it are not attempted."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from copier.errors import UserMessageError
+
+from scaffold.update import EXIT_ERROR
+
+from .test_update import change_template, scaffold, update
+
+FAILURES = {
+    "copier": UserMessageError("the answers file is broken"),
+    "git": subprocess.CalledProcessError(128, ["git", "apply"], stderr="fatal: Unable to create index.lock"),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(FAILURES))
+def test_a_failed_update_exits_2_naming_the_scaffold_and_the_cause(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    scaffold(repo, "mistral", "Mistral")
+    scaffold(repo, "smollm3", "SmolLM3")
+    change_template(repo)
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise FAILURES[failure]
+
+    monkeypatch.setattr("scaffold.update.run_update", fail)
+
+    assert update(repo, "models/mistral", "models/smollm3") == EXIT_ERROR
+
+    captured = capsys.readouterr()
+    assert f"scaffold-update: error: models/mistral: copier update failed: {type(FAILURES[failure]).__name__}" in (
+        captured.err
+    )
+    assert "Traceback" not in captured.err
+    assert "models/smollm3: not updated: fix the failure above first" in captured.out
