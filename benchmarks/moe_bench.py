@@ -3,9 +3,12 @@
 Two levels, both forward + backward, fp32, timed in one child process per level with the variants
 interleaved and their order rotated every round (so drift of a shared machine hits all alike):
 
-- kernel: one routed-experts layer (``Qwen3MoeExperts``'s fused ``[E, 2I, H]`` weights) at several
-  (experts, top-k, tokens) shapes: ``grouped`` (this repo's kernel) against upstream's ``eager`` loop
-  and ``grouped_mm`` (``torch.nn.functional.grouped_mm``), the implementations upstream runs on CPU.
+- kernel: one routed-experts layer at several (experts, top-k, tokens) shapes, in each expert layout
+  of ``KERNEL_LAYOUTS``: ``Qwen3MoeExperts``'s fused gate-first ``[E, 2I, H]`` weights, and
+  ``GptOssExperts``'s transposed ``[E, H, 2I]`` weights with interleaved gate/up columns, biases and the
+  clamped SwiGLU (limit 7.0, alpha 1.702). ``grouped`` (this repo's kernel, given the slot options the
+  generated code passes) against upstream's ``eager`` loop and ``grouped_mm``
+  (``torch.nn.functional.grouped_mm``), the implementations upstream runs on CPU.
   ``batched_mm`` gathers one weight matrix per (token, expert) pair; at these shapes that is tens of
   GiB, so it is reported as skipped with its size;
 - model: one training step of every sparse model of the zoo: the generated class with the
@@ -41,6 +44,8 @@ GROUPED = "grouped"
 #: Upstream's experts implementations that run on CPU; the first is its default there.
 UPSTREAM = ("grouped_mm", "eager")
 UPSTREAM_DEFAULT = UPSTREAM[0]
+#: Expert layouts of the kernel rows: the upstream experts class, and the label its rows carry.
+KERNEL_LAYOUTS = {"qwen3_moe": "experts layer", "gpt_oss": "gpt_oss experts layer (interleaved, biases, clamped)"}
 #: Config keys that hold the number of routed experts, whichever a model uses.
 _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
@@ -122,23 +127,46 @@ def _rotated(variants: Sequence[str], round_: int) -> list[str]:
     return list(variants[shift:]) + list(variants[:shift])
 
 
-def _time_experts_layer(shape: tuple[int, int, int], sizes: MoeSizes, repeats: int) -> dict[str, Any]:
-    import torch
+def _experts_module(layout: str, num_experts: int, sizes: MoeSizes) -> tuple[Any, Any, dict[str, Any]]:
+    """(upstream experts module, its config, the slot keywords the generated sparse block passes)."""
+    if layout == "gpt_oss":
+        from transformers import GptOssConfig
+        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+        config = GptOssConfig(
+            hidden_size=sizes.hidden_size, intermediate_size=sizes.moe_intermediate_size, num_local_experts=num_experts
+        )
+        experts = GptOssExperts(config)
+        options = {
+            "layout": "transposed",
+            "interleaved": True,
+            "gate_up_bias": experts.gate_up_proj_bias,
+            "down_bias": experts.down_proj_bias,
+            "limit": experts.limit,
+            "alpha": experts.alpha,
+        }
+        return experts, config, options
     from transformers import Qwen3MoeConfig
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+    config = Qwen3MoeConfig(
+        hidden_size=sizes.hidden_size, moe_intermediate_size=sizes.moe_intermediate_size, num_experts=num_experts
+    )
+    return Qwen3MoeExperts(config), config, {}
+
+
+def _time_experts_layer(shape: tuple[int, int, int], sizes: MoeSizes, repeats: int, layout: str) -> dict[str, Any]:
+    import torch
 
     from models.ops.kernels import load_kernel
 
     grouped = load_kernel("moe_experts", GROUPED)
     num_experts, top_k, tokens = shape
-    config = Qwen3MoeConfig(
-        hidden_size=sizes.hidden_size, moe_intermediate_size=sizes.moe_intermediate_size, num_experts=num_experts
-    )
-    experts = Qwen3MoeExperts(config)
+    experts, config, options = _experts_module(layout, num_experts, sizes)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        experts.gate_up_proj.normal_(0, 0.02, generator=generator)
-        experts.down_proj.normal_(0, 0.02, generator=generator)
+        for param in experts.parameters():
+            param.normal_(0, 0.02, generator=generator)
     hidden = torch.randn(tokens, sizes.hidden_size, generator=generator).requires_grad_(True)
     probs = torch.randn(tokens, num_experts, generator=generator).softmax(-1)
     weights, index = torch.topk(probs, top_k, dim=-1)
@@ -149,7 +177,9 @@ def _time_experts_layer(shape: tuple[int, int, int], sizes: MoeSizes, repeats: i
         experts.zero_grad(set_to_none=True)
         hidden.grad = weights.grad = None
         if variant == GROUPED:
-            out = grouped(hidden, index, weights, experts.gate_up_proj, experts.down_proj, config.hidden_act)
+            out = grouped(
+                hidden, index, weights, experts.gate_up_proj, experts.down_proj, config.hidden_act, **options
+            )
         else:
             config._experts_implementation = variant
             out = experts(hidden, index, weights)
@@ -166,13 +196,17 @@ def _time_experts_layer(shape: tuple[int, int, int], sizes: MoeSizes, repeats: i
             start = time.perf_counter()
             step(variant)
             times[variant].append(time.perf_counter() - start)
-    return {"shape": list(shape), "times": times, "max_rel_diff": max_rel}
+    return {"shape": list(shape), "layout": layout, "times": times, "max_rel_diff": max_rel}
 
 
 def _kernel_timing(sizes: MoeSizes, repeats: int) -> dict[str, Any]:
     import torch
 
-    shapes = [_time_experts_layer(shape, sizes, repeats) for shape in sizes.kernel_shapes]
+    shapes = [
+        _time_experts_layer(shape, sizes, repeats, layout)
+        for layout in KERNEL_LAYOUTS
+        for shape in sizes.kernel_shapes
+    ]
     return {"shapes": shapes, "threads": torch.get_num_threads(), "torch": torch.__version__}
 
 
@@ -372,7 +406,7 @@ def bench_moe(
     if kernel is not None:
         for result in kernel["shapes"]:
             num_experts, top_k, tokens = result["shape"]
-            label = f"experts layer E={num_experts} k={top_k} {tokens} tokens, fwd+bwd"
+            label = f"{KERNEL_LAYOUTS[result['layout']]} E={num_experts} k={top_k} {tokens} tokens, fwd+bwd"
             rows += _speedup_rows(label, result["times"], "ms", 1000.0)
             rows[-1] = Row(
                 **{**asdict(rows[-1]), "notes": rows[-1].notes + f"; max rel diff {result['max_rel_diff']:.0e}"}

@@ -210,7 +210,7 @@ def _causal_lm(structure: ModelStructure, refusals: list[Finding]) -> dict[str, 
     return {"cls": head.cls, "softcap": softcap, "scale": scale, "head": head.head_attr, "bias": head.lm_head_bias}
 
 
-def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, str] | None:
+def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, Any] | None:
     moe = structure.moe
     if moe is None:
         return None
@@ -226,6 +226,8 @@ def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, str
     if experts is None:
         skipped.append(Finding("experts", moe.sparse_block, moe.sparse_block_line, "no fused experts class found"))
         return None
+    if experts.gated_unit == "clamped_swiglu" and experts.transposed and experts.layout == "interleaved":
+        return _clamped_swiglu_experts(structure)
     if experts.layout != "gate_up" or experts.has_bias or experts.custom_activation or not experts.activation_expr:
         why = (
             experts.reason
@@ -244,6 +246,29 @@ def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, str
         )
         return None
     return {"sparse_block": moe.sparse_block, "activation": experts.activation_expr, "block_attr": moe.block_attr}
+
+
+def _clamped_swiglu_experts(structure: ModelStructure) -> dict[str, Any]:
+    """gpt_oss's experts, which the reader recognised exactly: every layout option of the slot, from upstream.
+
+    The limit and alpha are read from the experts' attributes at run time, so the kernel gets upstream's
+    constants. The activation argument is the literal "silu": with ``alpha`` the slot computes gpt_oss's
+    own unit and does not use it, and the experts keep no config that could name one.
+    """
+    moe = structure.moe
+    assert moe is not None and moe.experts is not None
+    experts = moe.experts
+    return {
+        "sparse_block": moe.sparse_block,
+        "activation": '"silu"',
+        "block_attr": moe.block_attr,
+        "layout": "transposed",
+        "interleaved": True,
+        "gate_up_bias": experts.gate_up_bias,
+        "down_bias": experts.down_bias,
+        "limit": f"self.experts.{experts.limit_attr}",
+        "alpha": f"self.experts.{experts.alpha_attr}",
+    }
 
 
 #: Slots of the loss heads: the coverage floor counts the others.

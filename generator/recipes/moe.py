@@ -62,6 +62,12 @@ def moe_text(
             "moe_experts_guard",
             f"{_named(experts.sparse_block, prefix)}.forward",
             activation=experts.activation,
+            layout=experts.layout,
+            interleaved=experts.interleaved,
+            gate_up_bias=experts.gate_up_bias,
+            down_bias=experts.down_bias,
+            limit=experts.limit,
+            alpha=experts.alpha,
             description="routed experts behind the moe_experts slot",
         )
     causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss)
@@ -73,6 +79,7 @@ def moe_text(
             prefix=prefix,
             layers=layers,
             block=sparse_block_attr,
+            biases=[bias for bias in (experts.gate_up_bias, experts.down_bias) if bias],
             description="expert-parallel plan of the fused expert tensors",
         )
     apply_sequence_classification(config, sequence_classification, prefix=prefix, base_model=base_model)

@@ -65,10 +65,23 @@ class LossHead:
 
 @dataclass(frozen=True)
 class Experts:
-    """The sparse MoE block whose routed-experts call goes behind the moe_experts slot."""
+    """The sparse MoE block whose routed-experts call goes behind the moe_experts slot, and the experts' layout.
+
+    The defaults are qwen3_moe's: ``[E, 2I, H]`` gate-first, no biases, ``ACT(gate) * up``. The other
+    fields are the slot's keyword options, passed only when they differ from these defaults:
+    ``layout`` "transposed" for ``[E, H, 2I]`` weights applied as ``x @ W[e]``, ``interleaved`` for gate/up
+    in alternating columns, ``gate_up_bias`` / ``down_bias`` the experts' bias attributes, and ``limit`` /
+    ``alpha`` expressions (inside the sparse block's forward) of the clamped SwiGLU's constants.
+    """
 
     sparse_block: str = "{prefix}SparseMoeBlock"
     activation: str = "self.experts.config.hidden_act"
+    layout: str = "fused"
+    interleaved: bool = False
+    gate_up_bias: str = ""
+    down_bias: str = ""
+    limit: str = ""
+    alpha: str = ""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from generator.errors import PatchgenError
 from generator.normalize.ruff import ruff_binary
 
 LINE_LENGTH = 119
+#: Experts fields beyond the activation, written only when the fit set them (a gate-first block has none).
+EXPERTS_LAYOUT_FIELDS = ("layout", "interleaved", "gate_up_bias", "down_bias", "limit", "alpha")
 
 
 def _call(name: str, positional: str, keywords: Mapping[str, Any]) -> str:
@@ -88,9 +90,9 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         experts = arguments.get("experts")
         if experts:
             parts.add("Experts")
-            lines.append(
-                "    experts=" + _call("Experts", experts["sparse_block"], {"activation": experts["activation"]}) + ","
-            )
+            layout = {key: experts[key] for key in EXPERTS_LAYOUT_FIELDS if experts.get(key)}
+            fields = {"activation": experts["activation"], **layout}
+            lines.append("    experts=" + _call("Experts", experts["sparse_block"], fields) + ",")
         else:
             lines.append("    experts=None,")
         lines.append(f"    aux_loss={arguments.get('aux_loss') or ''!r},")

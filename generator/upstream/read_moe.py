@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from generator.upstream.shapes import match_body, strip_docstring
+from generator.upstream.shapes import attr_binding, match_body, strip_docstring
 from generator.upstream.source import ModelSource, called_name, calls_in, is_self_attr
 from generator.upstream.structure import ExpertsInfo, MoeInfo, RouterInfo, SharedExpertsInfo
 
@@ -87,6 +87,37 @@ for P_e in P_hit:
     P_h = P_h * P_w[P_tok, P_pos, None]
     P_out.index_add_(0, P_tok, P_h.to(P_out.dtype))
 return P_out
+"""
+
+# gpt_oss: [E, H, 2I] weights applied as x @ W[e], a bias after each matmul, the gated unit a method.
+_EXPERTS_TRANSPOSED_BIAS = """
+P_out = torch.zeros_like(P_x, dtype=P_x.dtype, device=P_x.device)
+with torch.no_grad():
+    P_mask = torch.nn.functional.one_hot(P_idx, num_classes=self.P_ne)
+    P_mask = P_mask.permute(2, 1, 0)
+    P_hit = torch.greater(P_mask.sum(dim=(-1, -2)), 0).nonzero()
+for P_e in P_hit:
+    P_e = P_e[0]
+    if P_e == self.P_ne:
+        continue
+    P_pos, P_tok = torch.where(P_mask[P_e])
+    P_cur = P_x[P_tok]
+    P_gu = P_cur @ self.gate_up_proj[P_e] + self.P_gub[P_e]
+    P_act = self.P_unit(P_gu)
+    P_down = P_act @ self.down_proj[P_e] + self.P_db[P_e]
+    P_weighted = P_down * P_w[P_tok, P_pos, None]
+    P_out.index_add_(0, P_tok, P_weighted.to(P_x.dtype))
+return P_out
+"""
+
+# gpt_oss's gated unit: interleaved gate/up columns, both clamped, (up + 1) * gate * sigmoid(alpha * gate).
+_CLAMPED_SWIGLU = """
+P_g, P_u = P_gu[..., ::2], P_gu[..., 1::2]
+P_g = P_g.clamp(min=None, max=self.P_limit)
+P_u = P_u.clamp(min=-self.P_limit, max=self.P_limit)
+P_glu = P_g * torch.sigmoid(P_g * self.P_alpha)
+P_o = (P_u + 1) * P_glu
+return P_o
 """
 
 _DENSE_MARKERS = (
@@ -291,6 +322,9 @@ def _experts(source: ModelSource, block: str, cls: str) -> ExpertsInfo:
     text = "\n".join(ast.unparse(n) for n in (forward, source.own_method(cls, "_apply_gate")) if n is not None)
     custom = "_apply_gate" in text or "self.act_fn" not in text
     if "::2]" in text and "1::2]" in text:
+        recognised = _clamped_swiglu_experts(source, cls, forward, doubled)
+        if recognised is not None:
+            return ExpertsInfo(cls, line, "interleaved", has_bias=has_bias, custom_activation=True, **recognised)
         return ExpertsInfo(
             cls,
             line,
@@ -326,6 +360,43 @@ def _experts(source: ModelSource, block: str, cls: str) -> ExpertsInfo:
             reason="" if "chunk(2" in text else "transposed parameters but no chunk(2) in forward",
         )
     return ExpertsInfo(cls, line, "unknown", has_bias=has_bias, reason="no dimension of gate_up_proj is 2 * I")
+
+
+def _clamped_swiglu_experts(
+    source: ModelSource, cls: str, forward: ast.FunctionDef | None, doubled: list[int]
+) -> dict[str, object] | None:
+    """gpt_oss's experts, recognised exactly: transposed weights, both biases, the clamped SwiGLU unit.
+
+    Returns the ExpertsInfo fields naming the biases and the clamp limit and alpha (attributes and the
+    constants ``__init__`` assigns them), or None when any piece has another shape.
+    """
+    if forward is None or doubled != [2]:
+        return None
+    loop = match_body(_EXPERTS_TRANSPOSED_BIAS, forward.body)
+    if loop is None:
+        return None
+    unit = source.own_method(cls, attr_binding(loop, "unit") or "")
+    bound = match_body(_CLAMPED_SWIGLU, unit.body) if unit is not None and len(unit.args.args) == 2 else None
+    if bound is None or bound["gu"] != unit.args.args[1].arg:
+        return None
+    assigns = source.init_assigns(cls)
+    constants = {}
+    for role in ("limit", "alpha"):
+        values = assigns.get(attr_binding(bound, role) or "", [])
+        if len(values) != 1 or not isinstance(values[0], ast.Constant) or type(values[0].value) not in (int, float):
+            return None
+        constants[role] = float(values[0].value)
+    return {
+        "transposed": True,
+        "gate_up_bias": attr_binding(loop, "gub"),
+        "down_bias": attr_binding(loop, "db"),
+        "gated_unit": "clamped_swiglu",
+        "limit_attr": attr_binding(bound, "limit"),
+        "limit": constants["limit"],
+        "alpha_attr": attr_binding(bound, "alpha"),
+        "alpha": constants["alpha"],
+        "reason": "gate/up columns alternate; gate_up_proj is [E, H, 2I] (transposed); biases; clamped SwiGLU",
+    }
 
 
 def _param_shape(value: ast.expr) -> list[ast.expr] | None:

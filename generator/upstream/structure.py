@@ -161,6 +161,19 @@ class ExpertsInfo:
     #: Source text of the experts' activation function when it is not a plain ACT2FN one (gpt_oss's clamped GLU).
     custom_activation: bool = False
     reason: str = ""
+    #: The weights are stored ``[E, H, 2I]`` / ``[E, I, H]`` and applied as ``x @ W[e]`` (gpt_oss).
+    transposed: bool = False
+    #: Attributes of the experts holding the biases added after each matmul ("" for none).
+    gate_up_bias: str = ""
+    down_bias: str = ""
+    #: A gated unit other than ``ACT(gate) * up`` that the reader recognised exactly ("" for none):
+    #: "clamped_swiglu" is gpt_oss's ``(up.clamp(-l, l) + 1) * g * sigmoid(alpha * g)``, ``g = gate.clamp(max=l)``.
+    gated_unit: str = ""
+    #: The experts' attributes holding the clamp limit and alpha, and the constants upstream assigns them.
+    limit_attr: str = ""
+    limit: float | None = None
+    alpha_attr: str = ""
+    alpha: float | None = None
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,20 @@ __all__ = [
     "OpSlot",
     "activation_slot",
     "causal_lm_loss_slot",
+    "correction_bias_router_slot",
     "glu_activation_slot",
+    "hash_router_slot",
+    "hyper_connection_post_slot",
+    "hyper_connection_slot",
+    "hyper_head_slot",
     "layer_norm_slot",
+    "lightning_indexer_slot",
     "load_balancing_loss_slot",
     "moe_experts_slot",
     "rms_norm_slot",
     "rope_slot",
     "sequence_classification_loss_slot",
+    "sinkhorn_slot",
 ]
 
 
@@ -127,6 +134,34 @@ sequence_classification_loss_slot = _define("sequence_classification_loss")
 moe_experts_slot = _define("moe_experts")
 # load_balancing_loss_slot(router_logits, num_experts, top_k, attention_mask) -> Tensor, or the int 0 without logits
 load_balancing_loss_slot = _define("load_balancing_loss")
+# hyper_connection_slot(hidden_streams, fn, base, scale, *, hc_mult, eps, norm_eps)
+#     -> (pre [B, S, n], post [B, S, n], comb_logits [B, S, n, n]): the mHC mapping of n = hc_mult residual
+#     streams [B, S, n, D] (DeepSeek-V4). In fp32: x = unweighted RMSNorm(streams.flatten(2)) (norm_eps);
+#     (pre, post, comb) logits = x @ fn.T split [n, n, n*n], each times its scale[i] plus its slice of base;
+#     pre = sigmoid + eps, post = 2 * sigmoid; the comb logits go on to the sinkhorn slot.
+hyper_connection_slot = _define("hyper_connection")
+# sinkhorn_slot(logits [..., n, n], iters, eps) -> comb: softmax over the last axis + eps, then one column
+#     normalisation, then iters - 1 rounds of row and column normalisation, each dividing by (sum + eps).
+sinkhorn_slot = _define("sinkhorn")
+# hyper_connection_post_slot(output [B, S, D], hidden_streams [B, S, n, D], post, comb) -> [B, S, n, D]:
+#     post[..., n, None] * output[..., None, :] + comb^T @ hidden_streams, post and comb cast to the streams' dtype.
+hyper_connection_post_slot = _define("hyper_connection_post")
+# hyper_head_slot(hidden_streams, fn, base, scale, *, eps, norm_eps) -> [B, S, D]: the final collapse of the
+#     streams, weights sigmoid(unweighted RMSNorm(streams.flatten(2)) @ fn.T * scale + base) + eps, in fp32.
+hyper_head_slot = _define("hyper_head")
+# hash_router_slot(hidden_states, weight, tid2eid, input_ids, *, scoring_func, routed_scaling_factor)
+#     -> (router_logits [T, E], weights [T, K], indices [T, K]): experts chosen by the frozen token-id table
+#     tid2eid [V, K]; weights = ACT2FN[scoring_func](logits) at those experts, normalised (sum + 1e-20), scaled.
+hash_router_slot = _define("hash_router")
+# correction_bias_router_slot(hidden_states, weight, e_score_correction_bias, *, top_k, scoring_func,
+#                             routed_scaling_factor) -> (router_logits [T, E], weights [T, K], indices [T, K]):
+#     scores = ACT2FN[scoring_func](logits); experts = top-k of scores + bias (unsorted); weights = their
+#     scores, normalised (sum + 1e-20), scaled (DeepSeek-V4's top-k router: no expert groups).
+correction_bias_router_slot = _define("correction_bias_router")
+# lightning_indexer_slot(q [B, S, h, d], compressed_kv [B, T, d], hidden_states [B, S, D], weights_proj [h, D], *,
+#                        softmax_scale, weights_scaling) -> index scores [B, S, T], in fp32:
+#     sum_h (hidden_states @ weights_proj.T * weights_scaling)[h] * relu(q[h] . k) * softmax_scale.
+lightning_indexer_slot = _define("lightning_indexer")
 
 #: Every slot by name, in definition order.
 SLOTS: Mapping[str, OpSlot] = MappingProxyType(_slots)

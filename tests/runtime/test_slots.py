@@ -23,6 +23,13 @@ GENERATED_CODE_SLOT_NAMES = {
     "sequence_classification_loss_slot": "sequence_classification_loss",
     "moe_experts_slot": "moe_experts",
     "load_balancing_loss_slot": "load_balancing_loss",
+    "hyper_connection_slot": "hyper_connection",
+    "sinkhorn_slot": "sinkhorn",
+    "hyper_connection_post_slot": "hyper_connection_post",
+    "hyper_head_slot": "hyper_head",
+    "hash_router_slot": "hash_router",
+    "correction_bias_router_slot": "correction_bias_router",
+    "lightning_indexer_slot": "lightning_indexer",
 }
 
 

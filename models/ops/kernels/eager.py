@@ -29,7 +29,8 @@ def rms_norm(
     ``cast_last`` False (the default for ``offset == 0``) follows Llama: cast the normalized input back,
     then scale by ``weight``. True (the default otherwise) scales by ``offset + weight`` in fp32 and casts
     last: Gemma's formulation with ``offset=1``, OLMo-2's with ``offset=0``. ``weight`` None is an
-    unweighted norm (nanochat): normalized in fp32, cast back.
+    unweighted norm: with ``cast_last`` normalized in fp32, then cast back (nanochat); without, the fp32
+    scale factor is cast to the input dtype and multiplies the input there (DeepSeek-V4).
     """
     if cast_last is None:
         cast_last = offset != 0.0
@@ -37,6 +38,8 @@ def rms_norm(
     x = hidden_states.to(torch.float32)
     normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     if weight is None:
+        if not cast_last:
+            return hidden_states * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps).to(input_dtype)
         return normed.to(input_dtype)
     if not cast_last:
         return (weight + offset if offset else weight) * normed.to(input_dtype)
@@ -363,3 +366,141 @@ def load_balancing_loss(
             total_rows = total_rows + flat_mask.sum()
     overall = torch.sum((tokens_per_expert / total_rows) * (router_prob / total_rows).unsqueeze(0))
     return overall * num_experts
+
+
+def _unweighted_rms_fp32(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x`` in fp32 over its RMS (last dim): the input norm of the mHC mappings."""
+    x = x.float()
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+
+
+def sinkhorn(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor:
+    """Sinkhorn-Knopp projection of ``[..., n, n]`` logits towards a doubly-stochastic matrix (DeepSeek-V4's mHC).
+
+    A softmax over the last axis (plus ``eps``) makes the matrix positive with unit rows; one column
+    normalisation follows, then ``iters - 1`` rounds of row and column normalisation, each dividing by
+    the sum plus ``eps``.
+    """
+    comb = torch.softmax(logits, dim=-1) + eps
+    comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
+    for _ in range(iters - 1):
+        comb = comb / (comb.sum(dim=-1, keepdim=True) + eps)
+        comb = comb / (comb.sum(dim=-2, keepdim=True) + eps)
+    return comb
+
+
+def hyper_connection(
+    hidden_streams: torch.Tensor,
+    fn: torch.Tensor,
+    base: torch.Tensor,
+    scale: torch.Tensor,
+    *,
+    hc_mult: int,
+    eps: float,
+    norm_eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The mHC mapping of ``hc_mult`` residual streams ``[B, S, n, D]``: ``(pre, post, comb_logits)``, in fp32.
+
+    The flattened streams, RMS-normalised in fp32, project through ``fn`` to ``n`` pre, ``n`` post and
+    ``n * n`` comb logits; each is scaled by its entry of ``scale`` and shifted by its slice of ``base``.
+    ``pre`` (sigmoid + eps) collapses the streams into the sublayer input, ``post`` (2 sigmoid) places the
+    sublayer output back, and the comb logits become the stream mixer through :func:`sinkhorn`.
+    """
+    n = hc_mult
+    mix = F.linear(_unweighted_rms_fp32(hidden_streams.flatten(start_dim=2), norm_eps), fn.float())
+    pre_logits, post_logits, comb_logits = mix.split([n, n, n * n], dim=-1)
+    pre = torch.sigmoid(pre_logits * scale[0] + base[:n]) + eps
+    post = 2 * torch.sigmoid(post_logits * scale[1] + base[n : 2 * n])
+    return pre, post, comb_logits.unflatten(-1, (n, n)) * scale[2] + base[2 * n :].view(n, n)
+
+
+def hyper_connection_post(
+    output: torch.Tensor, hidden_streams: torch.Tensor, post: torch.Tensor, comb: torch.Tensor
+) -> torch.Tensor:
+    """The streams after a sublayer: ``output [B, S, D]`` placed by ``post``, plus the streams mixed by ``comb``.
+
+    ``comb`` is read transposed (stream ``k`` receives ``sum_j comb[j, k] * stream_j``); both weights are
+    cast to the streams' dtype first.
+    """
+    dtype = hidden_streams.dtype
+    placed = post.to(dtype).unsqueeze(-1) * output.unsqueeze(-2)
+    return placed + torch.matmul(comb.to(dtype).transpose(-1, -2), hidden_streams)
+
+
+def hyper_head(
+    hidden_streams: torch.Tensor,
+    fn: torch.Tensor,
+    base: torch.Tensor,
+    scale: torch.Tensor,
+    *,
+    eps: float,
+    norm_eps: float,
+) -> torch.Tensor:
+    """The final collapse of the mHC streams ``[B, S, n, D]`` into ``[B, S, D]``, with weights computed in fp32."""
+    mix = F.linear(_unweighted_rms_fp32(hidden_streams.flatten(2), norm_eps), fn.float())
+    pre = torch.sigmoid(mix * scale.float() + base.float()) + eps
+    return (pre.unsqueeze(-1) * hidden_streams).sum(dim=2).to(hidden_streams.dtype)
+
+
+def _scaled_routing_weights(scores: torch.Tensor, indices: torch.Tensor, scaling: float) -> torch.Tensor:
+    chosen = scores.gather(1, indices)
+    return chosen / (chosen.sum(dim=-1, keepdim=True) + 1e-20) * scaling
+
+
+def hash_router(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    tid2eid: torch.Tensor,
+    input_ids: torch.Tensor,
+    *,
+    scoring_func: str,
+    routed_scaling_factor: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Hash routing: each token's experts are its row of the frozen table ``tid2eid [V, K]``.
+
+    Returns ``(router_logits [T, E], weights [T, K], indices [T, K])``; the weights are the
+    ``scoring_func`` scores (an HF ``ACT2FN`` name) of the chosen experts, normalised, times
+    ``routed_scaling_factor``.
+    """
+    logits = F.linear(hidden_states.reshape(-1, weight.shape[-1]), weight)
+    scores = _activation(scoring_func)(logits)
+    indices = tid2eid[input_ids.reshape(-1)].long()
+    return logits, _scaled_routing_weights(scores, indices, routed_scaling_factor), indices
+
+
+def correction_bias_router(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    e_score_correction_bias: torch.Tensor,
+    *,
+    top_k: int,
+    scoring_func: str,
+    routed_scaling_factor: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top-k routing on biased scores: the bias picks the experts, the unbiased scores weight them.
+
+    Returns ``(router_logits [T, E], weights [T, K], indices [T, K])`` (indices unsorted, as upstream's).
+    """
+    logits = F.linear(hidden_states.reshape(-1, weight.shape[-1]), weight)
+    scores = _activation(scoring_func)(logits)
+    indices = torch.topk(scores + e_score_correction_bias, top_k, dim=-1, sorted=False).indices
+    return logits, _scaled_routing_weights(scores, indices, routed_scaling_factor), indices
+
+
+def lightning_indexer(
+    q: torch.Tensor,
+    compressed_kv: torch.Tensor,
+    hidden_states: torch.Tensor,
+    weights_proj: torch.Tensor,
+    *,
+    softmax_scale: float,
+    weights_scaling: float,
+) -> torch.Tensor:
+    """Index scores ``[B, S, T]`` of the lightning indexer, in fp32.
+
+    Per query head ``h``: ``relu(q[h] . k_t) * softmax_scale`` for every compressed key ``k_t``, weighted
+    by the head's gate ``hidden_states @ weights_proj.T * weights_scaling`` and summed over heads.
+    """
+    scores = torch.matmul(q.float(), compressed_kv.float().transpose(-1, -2).unsqueeze(1))  # [B, S, h, T]
+    gates = F.linear(hidden_states, weights_proj).float() * weights_scaling  # [B, S, h]
+    return (F.relu(scores) * softmax_scale * gates.unsqueeze(-1)).sum(dim=2)
