@@ -30,6 +30,7 @@ def _file_digest(path: Path) -> str:
         return "missing"
 
 
+# Memoised per process: a fact of the installed generator, not run state (RunContext holds that).
 @lru_cache(maxsize=1)
 def generator_digest() -> str:
     """Hash of the generator's own code, templates and ruff settings, plus the ruff version."""

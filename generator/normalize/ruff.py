@@ -38,6 +38,7 @@ class Normalized:
     fixed: str = ""
 
 
+# Facts of the installed ruff package, memoised per process; no run state.
 @lru_cache(maxsize=1)
 def ruff_binary() -> str:
     try:

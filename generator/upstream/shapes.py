@@ -32,6 +32,7 @@ def strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
     return list(body)
 
 
+# A pure function of its argument (the canonical body texts are constants), so memoising it holds no run state.
 @lru_cache(maxsize=None)
 def template(source: str) -> tuple[ast.stmt, ...]:
     """Parse a canonical body once (cached: the same templates serve every model of a survey)."""
