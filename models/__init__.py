@@ -10,7 +10,12 @@ transformers and generation-time code can use it.
 import importlib
 from pathlib import Path
 
+from models import import_hook
 from models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
+
+# Generated modules are adopted as they are imported, so their classes load and save checkpoints
+# like upstream's (models/pretrained.py) however they are obtained.
+import_hook.install()
 
 
 def _model_packages() -> tuple[str, ...]:

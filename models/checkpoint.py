@@ -24,7 +24,15 @@ from safetensors import safe_open
 
 from models.converters import CheckpointConverter, converter_for
 
-__all__ = ["CheckpointError", "LoadResult", "TensorReader", "checkpoint_files", "load_checkpoint", "read_whole"]
+__all__ = [
+    "CheckpointError",
+    "LoadResult",
+    "TensorReader",
+    "checkpoint_files",
+    "describe_key_problems",
+    "load_checkpoint",
+    "read_whole",
+]
 
 INDEX_FILE = "model.safetensors.index.json"
 
@@ -87,6 +95,17 @@ def _listed(keys: Iterable[str], limit: int = 10) -> str:
     return ", ".join(keys[:limit]) + more
 
 
+def describe_key_problems(missing: Iterable[str], unexpected: Iterable[str]) -> str:
+    """One phrase naming the keys a checkpoint lacks and the keys the model lacks (for error messages)."""
+    missing, unexpected = list(missing), list(unexpected)
+    problems = []
+    if missing:
+        problems.append(f"missing from the checkpoint: {_listed(missing)}")
+    if unexpected:
+        problems.append(f"not in the model: {_listed(unexpected)}")
+    return "; ".join(problems)
+
+
 def load_checkpoint(
     model: torch.nn.Module,
     path: str | Path,
@@ -140,10 +159,7 @@ def load_checkpoint(
     filled = {targets[key].data_ptr() for key in loaded}
     missing = [key for key in targets if key not in loaded and targets[key].data_ptr() not in filled]
     if strict and (missing or unexpected):
-        problems = []
-        if missing:
-            problems.append(f"missing from the checkpoint: {_listed(missing)}")
-        if unexpected:
-            problems.append(f"not in the model: {_listed(unexpected)}")
-        raise CheckpointError(f"checkpoint {path} does not fit {type(model).__name__}: " + "; ".join(problems))
+        raise CheckpointError(
+            f"checkpoint {path} does not fit {type(model).__name__}: {describe_key_problems(missing, unexpected)}"
+        )
     return LoadResult(files=files, loaded=tuple(loaded), missing=tuple(missing), unexpected=tuple(unexpected))

@@ -168,6 +168,10 @@ class ModelingRegistry(_Registry[Mapping[str, str]]):
         modules = self._entry(model_type)
         return tuple(backend for backend in BACKENDS if backend in modules)
 
+    def module_paths(self) -> set[str]:
+        """Every registered module path, all model types and backends, without importing anything."""
+        return {path for modules in self._entries.values() for path in modules.values()}
+
     def module_path(self, model_type: str, backend: str = "gpu") -> str:
         """The dotted path of the generated module, without importing it."""
         modules = self._entry(model_type)

@@ -1,0 +1,259 @@
+"""``from_pretrained`` / ``save_pretrained`` of every generated class interoperate with upstream transformers.
+
+Every registered (model_type, backend) is a case, read from the registry at collection time, so a new
+model is covered without an edit here. Each case uses the generated module's ``*ForCausalLM`` at the
+tiny config of ``models.testing.tiny`` (fp32, eager attention, eager experts); every floating weight
+gets noise first, so a weight left at its initialisation, or filled from the wrong tensor, changes
+the logits. Upstream's ``save_pretrained`` writes its own hub layout (qwen3_moe: per-expert keys;
+deepseek_v4: partly DeepSeek's names), which only the ``model_type``'s conversion mapping reads back.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from transformers import PreTrainedConfig, PreTrainedModel
+from transformers.conversion_mapping import USER_REGISTERED_MAPPINGS
+
+import models
+from models.checkpoint import CheckpointError
+from models.import_hook import GeneratedModuleFinder
+from models.loader import get_model_class
+from models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY
+from models.testing.batches import causal_lm_batch
+from models.testing.seed import seed_everything
+from models.testing.tiny import tiny_config_for
+
+REPO_ROOT = Path(models.__file__).resolve().parent.parent
+
+CASES = [
+    (model_type, backend) for model_type in MODELING_REGISTRY for backend in MODELING_REGISTRY.backends(model_type)
+]
+CASE_IDS = [f"{model_type}-{backend}" for model_type, backend in CASES]
+
+#: Implementations pinned on both sides: from_pretrained would otherwise pick sdpa / grouped_mm.
+EAGER = {"attn_implementation": "eager", "experts_implementation": "eager"}
+
+#: A module of the models package that is not a generated module.
+CONVERTERS_MODULE = "models.converters.moe"
+
+#: A tensor no model has, added to a checkpoint (no conversion mapping renames it).
+PROBE_KEY = "model.interop_probe.weight"
+
+
+def _causal_lm_name(model_type: str, backend: str) -> str:
+    """The one ``*ForCausalLM`` of the generated module that upstream also has; anything else fails the case."""
+    module = MODELING_REGISTRY.get_module(model_type, backend)
+    names = [
+        name
+        for name, value in vars(module).items()
+        if name.endswith("ForCausalLM")
+        and isinstance(value, type)
+        and value.__module__ == module.__name__
+        and isinstance(getattr(transformers, name, None), type)
+    ]
+    assert len(names) == 1, f"{module.__name__}: expected one upstream *ForCausalLM, found {names}"
+    return names[0]
+
+
+def _config(model_type: str) -> PreTrainedConfig:
+    return tiny_config_for(MODEL_CONFIG_REGISTRY[model_type], experts_implementation="eager")
+
+
+def _noisy(model: PreTrainedModel) -> PreTrainedModel:
+    """``model`` in eval mode with noise on every floating tensor of its state dict (zero biases included)."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.add_(0.02 * torch.randn(tensor.shape, generator=generator, dtype=tensor.dtype))
+    return model.eval()
+
+
+def _source(cls: type[PreTrainedModel], config: PreTrainedConfig) -> PreTrainedModel:
+    seed_everything(0)
+    return _noisy(cls(config))
+
+
+def _logits(model: PreTrainedModel) -> torch.Tensor:
+    batch = causal_lm_batch(model.config)
+    del batch["labels"]
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+def _upstream_and_generated(model_type: str, backend: str) -> tuple[type[PreTrainedModel], type[PreTrainedModel]]:
+    name = _causal_lm_name(model_type, backend)
+    return get_model_class(model_type, name, use_hf=True), get_model_class(model_type, name, backend=backend)
+
+
+def _saved_keys(folder: Path) -> set[str]:
+    keys: set[str] = set()
+    for file in folder.glob("*.safetensors"):
+        with safe_open(str(file), framework="pt") as handle:
+            keys.update(handle.keys())
+    return keys
+
+
+def _rewrite_checkpoint(folder: Path, *, drop: str | None = None, add: str | None = None) -> None:
+    """Edit the single-file checkpoint upstream's save_pretrained wrote (tiny models fit one shard)."""
+    file = folder / "model.safetensors"
+    tensors = load_file(str(file))
+    if drop is not None:
+        del tensors[drop]
+    if add is not None:
+        tensors[add] = torch.zeros(3)
+    save_file(tensors, str(file), metadata={"format": "pt"})
+
+
+def _unrenamed_norm_key(saved: set[str], model: PreTrainedModel) -> str:
+    """A saved norm weight that keeps its name in the model, the outermost one (no conversion touches it)."""
+    candidates = sorted((key for key in saved & set(model.state_dict()) if key.endswith("norm.weight")), key=len)
+    assert candidates, f"no norm weight keeps its name between the checkpoint and {type(model).__name__}"
+    return candidates[0]
+
+
+@pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
+def test_upstream_save_pretrained_loads_in_the_generated_from_pretrained_to_equal_logits(
+    model_type: str, backend: str, tmp_path: Path
+) -> None:
+    upstream_cls, generated_cls = _upstream_and_generated(model_type, backend)
+    upstream = _source(upstream_cls, _config(model_type))
+    upstream.save_pretrained(tmp_path)
+    generated = generated_cls.from_pretrained(tmp_path, **EAGER)
+    assert type(generated) is generated_cls
+    assert torch.equal(_logits(generated), _logits(upstream))
+
+
+@pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
+def test_generated_save_pretrained_loads_in_upstream_from_pretrained_to_equal_logits(
+    model_type: str, backend: str, tmp_path: Path
+) -> None:
+    upstream_cls, generated_cls = _upstream_and_generated(model_type, backend)
+    generated = _source(generated_cls, _config(model_type))
+    generated.save_pretrained(tmp_path)
+    upstream, info = upstream_cls.from_pretrained(tmp_path, output_loading_info=True, **EAGER)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert torch.equal(_logits(upstream), _logits(generated))
+
+
+@pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
+def test_generated_save_pretrained_writes_the_keys_upstream_writes(
+    model_type: str, backend: str, tmp_path: Path
+) -> None:
+    """The reverse conversion runs on save too (qwen3_moe: per-expert keys, as upstream writes them)."""
+    upstream_cls, generated_cls = _upstream_and_generated(model_type, backend)
+    config = _config(model_type)
+    _source(upstream_cls, config).save_pretrained(tmp_path / "upstream")
+    _source(generated_cls, config).save_pretrained(tmp_path / "generated")
+    assert _saved_keys(tmp_path / "generated") == _saved_keys(tmp_path / "upstream")
+
+
+@pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
+def test_generated_from_pretrained_raises_on_a_missing_weight(model_type: str, backend: str, tmp_path: Path) -> None:
+    upstream_cls, generated_cls = _upstream_and_generated(model_type, backend)
+    upstream = _source(upstream_cls, _config(model_type))
+    upstream.save_pretrained(tmp_path)
+    dropped = _unrenamed_norm_key(_saved_keys(tmp_path), upstream)
+    _rewrite_checkpoint(tmp_path, drop=dropped)
+    with pytest.raises(CheckpointError, match="missing from the checkpoint") as raised:
+        generated_cls.from_pretrained(tmp_path, **EAGER)
+    message = str(raised.value)
+    assert str(tmp_path) in message and generated_cls.__qualname__ in message and dropped in message
+
+
+@pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
+def test_generated_from_pretrained_raises_on_an_unexpected_weight(
+    model_type: str, backend: str, tmp_path: Path
+) -> None:
+    upstream_cls, generated_cls = _upstream_and_generated(model_type, backend)
+    _source(upstream_cls, _config(model_type)).save_pretrained(tmp_path)
+    _rewrite_checkpoint(tmp_path, add=PROBE_KEY)
+    with pytest.raises(CheckpointError, match="not in the model") as raised:
+        generated_cls.from_pretrained(tmp_path, **EAGER)
+    message = str(raised.value)
+    assert str(tmp_path) in message and generated_cls.__qualname__ in message and PROBE_KEY in message
+
+
+@pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
+def test_strict_false_loads_an_incomplete_checkpoint_and_reports_the_keys(
+    model_type: str, backend: str, tmp_path: Path
+) -> None:
+    upstream_cls, generated_cls = _upstream_and_generated(model_type, backend)
+    upstream = _source(upstream_cls, _config(model_type))
+    upstream.save_pretrained(tmp_path)
+    dropped = _unrenamed_norm_key(_saved_keys(tmp_path), upstream)
+    _rewrite_checkpoint(tmp_path, drop=dropped, add=PROBE_KEY)
+    model, info = generated_cls.from_pretrained(tmp_path, strict=False, output_loading_info=True, **EAGER)
+    assert type(model) is generated_cls
+    assert dropped in info["missing_keys"] and PROBE_KEY in info["unexpected_keys"]
+
+
+@pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
+def test_every_model_class_of_a_generated_module_counts_as_transformers_own_code(
+    model_type: str, backend: str
+) -> None:
+    """``is_custom_code`` false is what makes transformers apply the model_type's conversion mapping."""
+    module = MODELING_REGISTRY.get_module(model_type, backend)
+    classes = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type) and issubclass(value, PreTrainedModel) and value.__module__ == module.__name__
+    ]
+    assert classes
+    assert [cls.__name__ for cls in classes if cls.is_custom_code()] == []
+
+
+@pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
+def test_every_model_class_of_a_generated_module_loads_strictly(model_type: str, backend: str) -> None:
+    module = MODELING_REGISTRY.get_module(model_type, backend)
+    classes = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type) and issubclass(value, PreTrainedModel) and value.__module__ == module.__name__
+    ]
+    assert classes
+    assert [cls.__name__ for cls in classes if not getattr(cls.from_pretrained, "_modelgraft_strict", False)] == []
+
+
+def test_a_subclass_written_outside_the_generated_module_is_custom_code_again() -> None:
+    """Its layout is not known to be upstream's, so transformers' own rule applies to it."""
+    model_type, backend = CASES[0]
+    base = get_model_class(model_type, _causal_lm_name(model_type, backend), backend=backend)
+    subclass = type("UserVariant", (base,), {})
+    assert not base.is_custom_code()
+    assert subclass.is_custom_code()
+
+
+def test_upstream_classes_and_transformers_registry_are_left_alone() -> None:
+    """Nothing is registered globally with transformers, so remote code of a zoo model_type is unaffected."""
+    for model_type, backend in CASES:
+        upstream_cls, _ = _upstream_and_generated(model_type, backend)
+        assert not getattr(upstream_cls.from_pretrained, "_modelgraft_strict", False), upstream_cls
+    assert not USER_REGISTERED_MAPPINGS & set(MODELING_REGISTRY)
+
+
+def test_a_plain_import_of_a_generated_module_adopts_it() -> None:
+    """No registry or loader call in between: importing the module is enough (fresh interpreter)."""
+    model_type, backend = CASES[0]
+    path = MODELING_REGISTRY.module_path(model_type, backend)
+    name = _causal_lm_name(model_type, backend)
+    code = (
+        f"from {path} import {name} as cls\n"
+        "assert not cls.is_custom_code()\n"
+        "assert getattr(cls.from_pretrained, '_modelgraft_strict', False)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_import_finder_leaves_unregistered_modules_to_the_other_finders() -> None:
+    assert GeneratedModuleFinder().find_spec("json", None) is None
+    assert GeneratedModuleFinder().find_spec(CONVERTERS_MODULE, None) is None
