@@ -74,6 +74,33 @@ def test_liger_glu_activation_matches_eager(liger_bound: None, activation: str) 
 
 @pytest.mark.gpu
 @needs_liger
+@pytest.mark.parametrize("with_biases", [False, True])
+def test_liger_gated_mlp_matches_eager(liger_bound: None, with_biases: bool) -> None:
+    x = torch.randn(3, 7, 32, device="cuda")
+    gate_w, up_w, down_w = (
+        torch.randn(48, 32, device="cuda"),
+        torch.randn(48, 32, device="cuda"),
+        torch.randn(32, 48, device="cuda"),
+    )
+    biases = (
+        {
+            "gate_bias": torch.randn(48, device="cuda"),
+            "up_bias": torch.randn(48, device="cuda"),
+            "down_bias": torch.randn(32, device="cuda"),
+        }
+        if with_biases
+        else {}
+    )
+    torch.testing.assert_close(
+        SLOTS["gated_mlp"](x, gate_w, up_w, down_w, "silu", **biases),
+        eager.gated_mlp(x, gate_w, up_w, down_w, "silu", **biases),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+@pytest.mark.gpu
+@needs_liger
 def test_liger_rope_matches_eager(liger_bound: None) -> None:
     q, k = torch.randn(2, 6, 11, 16, device="cuda"), torch.randn(2, 2, 11, 16, device="cuda")
     cos, sin = torch.randn(2, 11, 16, device="cuda"), torch.randn(2, 11, 16, device="cuda")

@@ -21,4 +21,4 @@ def test_binding_npu_without_torch_npu_fails_at_bind_time(slot: str) -> None:
 
 
 def test_npu_serves_the_device_slots_but_no_loss() -> None:
-    assert set(NPU_SLOTS) == {"rms_norm", "glu_activation", "rope"}
+    assert set(NPU_SLOTS) == {"rms_norm", "glu_activation", "gated_mlp", "rope"}

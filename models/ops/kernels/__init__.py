@@ -71,14 +71,14 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
         "liger": KernelFamily(
             name="liger",
             module="models.ops.kernels.liger",
-            slots=frozenset({"rms_norm", "glu_activation", "rope", "causal_lm_loss"}),
+            slots=frozenset({"rms_norm", "glu_activation", "gated_mlp", "rope", "causal_lm_loss"}),
             requires_cuda=True,
             requires_packages=("liger_kernel",),
         ),
         "npu": KernelFamily(
             name="npu",
             module="models.ops.kernels.npu",
-            slots=frozenset({"rms_norm", "glu_activation", "rope"}),
+            slots=frozenset({"rms_norm", "glu_activation", "gated_mlp", "rope"}),
             requires_packages=("torch_npu",),
         ),
     }

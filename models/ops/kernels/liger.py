@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from liger_kernel.transformers.functional import (
     liger_fused_linear_cross_entropy,
     liger_geglu,
@@ -55,6 +56,24 @@ def glu_activation(gate: torch.Tensor, up: torch.Tensor, activation: str) -> tor
             "bind the 'eager' kernel for this model"
         )
     return kernel(gate, up)
+
+
+def gated_mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    activation: str,
+    *,
+    gate_bias: torch.Tensor | None = None,
+    up_bias: torch.Tensor | None = None,
+    down_bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """A whole gated MLP with Liger's fused GLU in the middle: a model whose MLP is guarded whole
+    (DeepSeek-V3's shared experts) gets the same fused activation as one guarded at the GLU."""
+    gate = F.linear(x, gate_weight, gate_bias)
+    up = F.linear(x, up_weight, up_bias)
+    return F.linear(glu_activation(gate, up, activation), down_weight, down_bias)
 
 
 def rope(

@@ -9,6 +9,7 @@ Argument layouts follow torch_npu's documented fused operators.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 import torch_npu
 
 
@@ -40,6 +41,24 @@ def glu_activation(gate: torch.Tensor, up: torch.Tensor, activation: str) -> tor
     if activation not in ("silu", "swish"):
         raise ValueError(f"npu glu_activation supports hidden_act silu/swish, got {activation!r}; bind 'eager'")
     return torch_npu.npu_swiglu(torch.cat((gate, up), dim=-1), dim=-1)
+
+
+def gated_mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    activation: str,
+    *,
+    gate_bias: torch.Tensor | None = None,
+    up_bias: torch.Tensor | None = None,
+    down_bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """A whole gated MLP with ``npu_swiglu`` in the middle: a model whose MLP is guarded whole
+    (DeepSeek-V3's shared experts) gets the same fused activation as one guarded at the GLU."""
+    gate = F.linear(x, gate_weight, gate_bias)
+    up = F.linear(x, up_weight, up_bias)
+    return F.linear(glu_activation(gate, up, activation), down_weight, down_bias)
 
 
 def rope(
