@@ -1,17 +1,20 @@
 """MoE benchmark on CPU: the ``grouped`` experts kernel against upstream transformers' experts implementations.
 
-Two levels, both forward + backward, fp32, timed in one child process per level with the variants
+Two levels, both forward + backward, fp32, each figure timed in a fresh child process of its own (one per
+kernel layout, one per model, so no measurement inherits another's allocator state), with the variants
 interleaved and their order rotated every round (so drift of a shared machine hits all alike):
 
 - kernel: one routed-experts layer at several (experts, top-k, tokens) shapes, in each expert layout
-  of ``KERNEL_LAYOUTS``: ``Qwen3MoeExperts``'s fused gate-first ``[E, 2I, H]`` weights, and
-  ``GptOssExperts``'s transposed ``[E, H, 2I]`` weights with interleaved gate/up columns, biases and the
-  clamped SwiGLU (limit 7.0, alpha 1.702). ``grouped`` (this repo's kernel, given the slot options the
-  generated code passes) against upstream's ``eager`` loop and ``grouped_mm``
+  of ``KERNEL_LAYOUTS``: ``Qwen3MoeExperts``'s fused gate-first ``[E, 2I, H]`` weights (also DeepSeek-V3's
+  and GLM-MoE-DSA's), ``GptOssExperts``'s transposed ``[E, H, 2I]`` weights with interleaved gate/up
+  columns, biases and the clamped SwiGLU (limit 7.0, alpha 1.702), and ``DeepseekV4Experts``'s fused
+  weights with the clamped SwiGLU (limit 10.0). ``grouped`` (this repo's kernel, given the slot options
+  the generated code passes) against upstream's ``eager`` loop and ``grouped_mm``
   (``torch.nn.functional.grouped_mm``), the implementations upstream runs on CPU.
   ``batched_mm`` gathers one weight matrix per (token, expert) pair; at these shapes that is tens of
   GiB, so it is reported as skipped with its size;
-- model: one training step of every sparse model of the zoo: the generated class with the
+- model: one training step of every sparse model registered in ``models.MODELING_REGISTRY`` (a new MoE
+  model joins without an edit; its sizes: ``benchmarks.moe_sizes``): the generated class with the
   ``moe_experts`` slot bound to ``grouped`` against the upstream class with its default experts
   implementation (``grouped_mm`` on CPU, what ``from_pretrained`` picks) and with each other CPU
   implementation; same config, seed and weights (``models.testing.build_pair``).
@@ -28,15 +31,19 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from benchmarks import budgets
 from benchmarks.child import ChildError, emit_result, run_child
+from benchmarks.moe_sizes import EXPERT_KEYS, SMOKE_SIZES, MoeSizes
 from benchmarks.peak_memory import MEASURE_ENV
 from benchmarks.report import FAILED, INFO, SKIPPED, Row, judge_at_least
 from benchmarks.runtime_bench import train_step
 from benchmarks.stats import summarize
+
+# The sizes live in benchmarks.moe_sizes; run.py picks them from here with the section.
+__all__ = ["SMOKE_SIZES", "MoeSizes", "bench_moe", "child_main", "sparse_models"]
 
 SECTION = "moe"
 MODULE = "benchmarks.moe_bench"
@@ -45,74 +52,11 @@ GROUPED = "grouped"
 UPSTREAM = ("grouped_mm", "eager")
 UPSTREAM_DEFAULT = UPSTREAM[0]
 #: Expert layouts of the kernel rows: the upstream experts class, and the label its rows carry.
-KERNEL_LAYOUTS = {"qwen3_moe": "experts layer", "gpt_oss": "gpt_oss experts layer (interleaved, biases, clamped)"}
-#: Config keys that hold the number of routed experts, whichever a model uses.
-_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
-
-
-@dataclass(frozen=True)
-class MoeSizes:
-    """Qwen3-30B-A3B's proportions at a quarter of its width (I / H = 0.375, 64 of its 128 experts, top-8).
-
-    At these sizes the routed experts are about 58% of a step's multiply-adds (attention projections
-    16%, attention scores 12%, lm_head 13%), close to the real model's share (about 60%).
-    """
-
-    hidden_size: int = 512
-    moe_intermediate_size: int = 192
-    num_experts: int = 64
-    num_experts_per_tok: int = 8
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 8
-    num_key_value_heads: int = 2
-    head_dim: int = 64
-    vocab_size: int = 4096
-    seq_len: int = 512
-    batch_size: int = 4
-    warmup: int = 1
-    #: Kernel rows: (experts, top-k, tokens) at hidden_size x moe_intermediate_size.
-    kernel_shapes: tuple[tuple[int, int, int], ...] = field(default=((8, 2, 2048), (32, 4, 2048), (64, 8, 2048)))
-
-    def config_overrides(self, config_keys: Sequence[str]) -> dict[str, Any]:
-        overrides: dict[str, Any] = {
-            "hidden_size": self.hidden_size,
-            "moe_intermediate_size": self.moe_intermediate_size,
-            "intermediate_size": 2 * self.hidden_size,  # dense layers / shared experts, where a model has them
-            "num_experts_per_tok": self.num_experts_per_tok,
-            "num_hidden_layers": self.num_hidden_layers,
-            "num_attention_heads": self.num_attention_heads,
-            "num_key_value_heads": self.num_key_value_heads,
-            "head_dim": self.head_dim,
-            "vocab_size": self.vocab_size,
-            "max_position_embeddings": max(self.seq_len, 64),
-        }
-        overrides.update({key: self.num_experts for key in _EXPERT_KEYS if key in config_keys})
-        return {key: value for key, value in overrides.items() if key in config_keys or key in _EXPERT_KEYS}
-
-    def describe(self) -> str:
-        shapes = ", ".join(f"E{e}/k{k}/{t} tokens" for e, k, t in self.kernel_shapes)
-        return (
-            f"hidden {self.hidden_size}, expert intermediate {self.moe_intermediate_size}; kernel rows at {shapes}; "
-            f"models: {self.num_experts} experts, top-{self.num_experts_per_tok}, {self.num_hidden_layers} layers, "
-            f"heads {self.num_attention_heads}/kv {self.num_key_value_heads} x {self.head_dim}, vocab {self.vocab_size}, "
-            f"batch {self.batch_size} x seq {self.seq_len}, fp32, eager attention"
-        )
-
-
-SMOKE_SIZES = MoeSizes(
-    hidden_size=64,
-    moe_intermediate_size=32,
-    num_experts=8,
-    num_experts_per_tok=2,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    vocab_size=512,
-    seq_len=32,
-    batch_size=2,
-    kernel_shapes=((8, 2, 256),),
-)
+KERNEL_LAYOUTS = {
+    "qwen3_moe": "experts layer",
+    "gpt_oss": "gpt_oss experts layer (interleaved, biases, clamped)",
+    "deepseek_v4": "deepseek_v4 experts layer (clamped)",
+}
 
 
 # ---------------------------------------------------------------- child side (imports torch)
@@ -146,6 +90,17 @@ def _experts_module(layout: str, num_experts: int, sizes: MoeSizes) -> tuple[Any
             "alpha": experts.alpha,
         }
         return experts, config, options
+    if layout == "deepseek_v4":
+        from transformers import DeepseekV4Config
+        from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Experts
+
+        config = DeepseekV4Config(
+            hidden_size=sizes.hidden_size,
+            moe_intermediate_size=sizes.moe_intermediate_size,
+            n_routed_experts=num_experts,
+        )
+        experts = DeepseekV4Experts(config)
+        return experts, config, {"limit": experts.limit}
     from transformers import Qwen3MoeConfig
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
 
@@ -199,14 +154,10 @@ def _time_experts_layer(shape: tuple[int, int, int], sizes: MoeSizes, repeats: i
     return {"shape": list(shape), "layout": layout, "times": times, "max_rel_diff": max_rel}
 
 
-def _kernel_timing(sizes: MoeSizes, repeats: int) -> dict[str, Any]:
+def _kernel_timing(layout: str, sizes: MoeSizes, repeats: int) -> dict[str, Any]:
     import torch
 
-    shapes = [
-        _time_experts_layer(shape, sizes, repeats, layout)
-        for layout in KERNEL_LAYOUTS
-        for shape in sizes.kernel_shapes
-    ]
+    shapes = [_time_experts_layer(shape, sizes, repeats, layout) for shape in sizes.kernel_shapes]
     return {"shapes": shapes, "threads": torch.get_num_threads(), "torch": torch.__version__}
 
 
@@ -221,10 +172,10 @@ def _prepare(model_type: str, sizes: MoeSizes):
     if architecture is None:
         raise Skip(f"transformers has no causal-LM class for {model_type!r}")
     config_cls = MODEL_CONFIG_REGISTRY[model_type]
-    keys = list(config_cls().to_dict())
-    if not any(key in keys for key in _EXPERT_KEYS):
+    defaults = config_cls().to_dict()
+    if not any(key in defaults for key in EXPERT_KEYS):
         raise Skip("dense model")
-    config = tiny_config(config_cls, **sizes.config_overrides(keys))
+    config = tiny_config(config_cls, **sizes.config_overrides(defaults, getattr(config_cls, "attribute_map", {})))
     upstream = get_model_class(model_type, architecture, use_hf=True)
     try:
         generated = get_model_class(model_type, architecture)
@@ -241,7 +192,7 @@ def sparse_models() -> list[str]:
     found = []
     for model_type in models.MODELING_REGISTRY:
         keys = MODEL_CONFIG_REGISTRY[model_type]().to_dict()
-        if any(key in keys for key in _EXPERT_KEYS):
+        if any(key in keys for key in EXPERT_KEYS):
             found.append(model_type)
     return found
 
@@ -315,8 +266,9 @@ def _child_memory(model_type: str, variant: str, sizes: MoeSizes) -> dict[str, A
 
 def child_main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="MoE benchmark child process (run by benchmarks/run.py)")
-    parser.add_argument("mode", choices=("kernel", "models", "memory"))
+    parser.add_argument("mode", choices=("kernel", "models", "memory", "list"))
     parser.add_argument("--models", default="", help="comma-separated model types (default: every sparse one)")
+    parser.add_argument("--layout", choices=tuple(KERNEL_LAYOUTS), help="kernel mode: the expert layout")
     parser.add_argument("--variant", choices=(GROUPED, *UPSTREAM))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sizes", required=True, help="MoeSizes as JSON")
@@ -330,8 +282,10 @@ def child_main(argv: Sequence[str] | None = None) -> None:
 
         torch.set_num_threads(args.threads)
     models = [m for m in args.models.split(",") if m]
-    if args.mode == "kernel":
-        emit_result(_kernel_timing(sizes, args.repeats))
+    if args.mode == "list":
+        emit_result({"models": sparse_models()})
+    elif args.mode == "kernel":
+        emit_result(_kernel_timing(args.layout, sizes, args.repeats))
     elif args.mode == "models":
         emit_result(_child_models(models, sizes, args.repeats))
     else:
@@ -398,54 +352,70 @@ def bench_moe(
     """Kernel rows, then per sparse model its step-time and peak-memory rows; and a line on the setup."""
     rows: list[Row] = []
     common = ["--repeats", str(repeats), "--sizes", json.dumps(asdict(sizes)), "--threads", str(threads)]
+    threads_used = "?"
+    for layout, name in KERNEL_LAYOUTS.items():
+        try:
+            kernel = run_child(MODULE, ["kernel", "--layout", layout, *common])
+        except ChildError as exc:
+            rows.append(Row(SECTION, name, "error", status=FAILED, notes=str(exc)[-500:]))
+            continue
+        threads_used = kernel["threads"]
+        rows += _kernel_rows(name, kernel["shapes"])
+    rows.append(_batched_mm_row(sizes))
     try:
-        kernel = run_child(MODULE, ["kernel", *common])
-    except ChildError as exc:
-        kernel = None
-        rows.append(Row(SECTION, "experts layer", "error", status=FAILED, notes=str(exc)[-500:]))
-    if kernel is not None:
-        for result in kernel["shapes"]:
-            num_experts, top_k, tokens = result["shape"]
-            label = f"{KERNEL_LAYOUTS[result['layout']]} E={num_experts} k={top_k} {tokens} tokens, fwd+bwd"
-            rows += _speedup_rows(label, result["times"], "ms", 1000.0)
-            rows[-1] = Row(
-                **{**asdict(rows[-1]), "notes": rows[-1].notes + f"; max rel diff {result['max_rel_diff']:.0e}"}
-            )
-        num_experts, top_k, tokens = sizes.kernel_shapes[-1]
-        gib = _batched_mm_gib(sizes, num_experts, top_k, tokens)
-        rows.append(
-            Row(
-                SECTION,
-                "experts layer: upstream batched_mm",
-                "-",
-                status=SKIPPED,
-                notes=f"gathers a weight matrix per (token, expert) pair: {gib:.1f} GiB at E={num_experts} k={top_k} "
-                f"{tokens} tokens, before autograd keeps it",
-            )
-        )
-    try:
-        models = run_child(MODULE, ["models", "--models", ",".join(model_types or []), *common])
+        listed = model_types or run_child(MODULE, ["list", *common])["models"]
     except ChildError as exc:
         rows.append(Row(SECTION, "train step, MoE models", "error", status=FAILED, notes=str(exc)[-500:]))
-        models = {"models": {}}
-    for model_type, result in models["models"].items():
-        if "skipped" in result:
-            rows.append(Row(SECTION, f"{model_type}: train step", "-", status=SKIPPED, notes=result["skipped"]))
-            continue
-        if "error" in result:
-            rows.append(
-                Row(SECTION, f"{model_type}: train step", "error", status=FAILED, notes=result["error"][-500:])
-            )
-            continue
-        step_rows = _speedup_rows(f"{model_type}: train step", result["times"], "ms", 1000.0)
-        last = step_rows[-1]
-        step_rows[-1] = Row(
-            **{**asdict(last), "notes": last.notes + f"; first-step loss |diff| {result['loss_abs_diff']:.1e}"}
-        )
-        rows += step_rows
-        rows.append(_memory_row(model_type, sizes, threads))
-    setup = f"moe: {sizes.describe()}; {kernel['threads'] if kernel else '?'} torch thread(s)"
+        listed = []
+    for model_type in listed:
+        rows += _model_rows(model_type, sizes, common, threads)
+    setup = (
+        f"moe: {sizes.describe()}; {threads_used} torch thread(s); each layout and each model in a process of its own"
+    )
     return rows, setup
+
+
+def _kernel_rows(name: str, shapes: list[dict[str, Any]]) -> list[Row]:
+    rows: list[Row] = []
+    for result in shapes:
+        num_experts, top_k, tokens = result["shape"]
+        rows += _speedup_rows(
+            f"{name} E={num_experts} k={top_k} {tokens} tokens, fwd+bwd", result["times"], "ms", 1000.0
+        )
+        rows[-1] = Row(
+            **{**asdict(rows[-1]), "notes": rows[-1].notes + f"; max rel diff {result['max_rel_diff']:.0e}"}
+        )
+    return rows
+
+
+def _batched_mm_row(sizes: MoeSizes) -> Row:
+    num_experts, top_k, tokens = sizes.kernel_shapes[-1]
+    gib = _batched_mm_gib(sizes, num_experts, top_k, tokens)
+    return Row(
+        SECTION,
+        "experts layer: upstream batched_mm",
+        "-",
+        status=SKIPPED,
+        notes=f"gathers a weight matrix per (token, expert) pair: {gib:.1f} GiB at E={num_experts} k={top_k} "
+        f"{tokens} tokens, before autograd keeps it",
+    )
+
+
+def _model_rows(model_type: str, sizes: MoeSizes, common: list[str], threads: int) -> list[Row]:
+    """Step-time rows of one model, timed in a child of its own, and its peak-memory row."""
+    name = f"{model_type}: train step"
+    try:
+        result = run_child(MODULE, ["models", "--models", model_type, *common])["models"][model_type]
+    except ChildError as exc:
+        return [Row(SECTION, name, "error", status=FAILED, notes=str(exc)[-500:])]
+    if "skipped" in result:
+        return [Row(SECTION, name, "-", status=SKIPPED, notes=result["skipped"])]
+    if "error" in result:
+        return [Row(SECTION, name, "error", status=FAILED, notes=result["error"][-500:])]
+    rows = _speedup_rows(name, result["times"], "ms", 1000.0)
+    last = rows[-1]
+    rows[-1] = Row(**{**asdict(last), "notes": last.notes + f"; first-step loss |diff| {result['loss_abs_diff']:.1e}"})
+    return [*rows, _memory_row(model_type, sizes, threads)]
 
 
 if __name__ == "__main__":

@@ -2,6 +2,6 @@
 
 from generator.recipes.dense import dense_text
 from generator.recipes.moe import moe_text
-from generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope
+from generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
 
-__all__ = ["CallSites", "Experts", "LossHead", "Mlp", "Norm", "Rope", "dense_text", "moe_text"]
+__all__ = ["CallSites", "Experts", "LossHead", "Mlp", "Norm", "Rope", "Router", "dense_text", "moe_text"]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from generator.dsl.call_site import call_site
 from generator.dsl.config import PatchConfig
+from generator.errors import PatchApiError
 from generator.recipes.parts import CallSites, LossHead, Mlp, Norm, Rope
 
 
@@ -31,7 +33,11 @@ def apply_norms(config: PatchConfig, norms: Sequence[Norm], *, prefix: str) -> N
 
 
 def apply_mlps(config: PatchConfig, mlps: Sequence[Mlp], *, prefix: str, description: str) -> None:
-    """Each MLP's activation behind its slot (glu_activation for gated ones, activation for plain ones)."""
+    """Each MLP's activation behind its slot (glu_activation for gated ones, activation for plain ones).
+
+    An ``Mlp(whole=True)`` goes behind gated_mlp instead, as one unit; it does not also get the
+    glu_activation guard, so a bound whole-MLP kernel is never bypassed and no slot of it goes unconsulted.
+    """
     for mlp in mlps:
         cls = _named(mlp.cls, prefix)
         if mlp.init_activation:
@@ -49,6 +55,23 @@ def apply_mlps(config: PatchConfig, mlps: Sequence[Mlp], *, prefix: str, descrip
                 act=mlp.act,
                 activation=mlp.activation,
                 description="activation slot guard",
+            )
+            continue
+        if mlp.whole:
+            if mlp.kind != "gated":
+                raise PatchApiError(
+                    f"Mlp {cls}: whole=True needs kind='gated' (separate gate and up), got {mlp.kind!r}",
+                    target=f"{cls}.forward",
+                    location=call_site(),
+                )
+            config.apply_snippet(
+                "gated_mlp_guard",
+                f"{cls}.forward",
+                gate=mlp.gate,
+                up=mlp.up,
+                down=mlp.down,
+                activation=mlp.activation,
+                description="the whole MLP behind the gated_mlp slot",
             )
             continue
         config.apply_snippet(

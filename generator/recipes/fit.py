@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from generator.upstream.structure import ModelStructure
+from generator.recipes.parts import ROUTER_ROLES
+from generator.upstream.structure import MlpInfo, ModelStructure
 
 DOCS = "docs/adding-a-model.md#hand-written-patches"
 
@@ -130,19 +131,34 @@ def _mlps(structure: ModelStructure, skipped: list[Finding]) -> list[dict[str, s
             )
             skipped.append(Finding("mlp", mlp.cls, mlp.line, reason, "override its forward by hand to guard it"))
             continue
-        guarded.append(
-            {
-                "cls": mlp.cls,
-                "kind": mlp.kind,
-                "gate": mlp.gate_attr or "",
-                "up": mlp.up_attr or "",
-                "down": mlp.down_attr or "",
-                "activation": activation,
-                "act": mlp.act_attr or "",
-                "init_activation": init_activation,
-            }
-        )
+        fields = {
+            "cls": mlp.cls,
+            "kind": mlp.kind,
+            "gate": mlp.gate_attr or "",
+            "up": mlp.up_attr or "",
+            "down": mlp.down_attr or "",
+            "activation": activation,
+            "act": mlp.act_attr or "",
+            "init_activation": init_activation,
+        }
+        if _whole_shared_experts(structure, mlp):
+            fields["whole"] = True
+        guarded.append(fields)
     return guarded
+
+
+def _whole_shared_experts(structure: ModelStructure, mlp: MlpInfo) -> bool:
+    """The MLP is a MoE block's shared experts and can go behind gated_mlp_slot as a whole.
+
+    Only for the gated formulation the reader matched exactly, ending in its down projection (no residual
+    dropout after it), whose three projections are plain ``nn.Linear`` modules: the slot recomputes the MLP
+    from their weights and biases, which is then exactly what upstream computes.
+    """
+    shared = structure.moe.shared_experts if structure.moe else None
+    if shared is None or shared.cls != mlp.cls or mlp.kind != "gated" or mlp.residual_dropout:
+        return False
+    projections = (mlp.gate_attr, mlp.up_attr, mlp.down_attr)
+    return all(projection in shared.linear_attrs for projection in projections)
 
 
 def _call_sites(structure: ModelStructure) -> list[dict[str, Any]]:
@@ -248,6 +264,31 @@ def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, Any
     return {"sparse_block": moe.sparse_block, "activation": experts.activation_expr, "block_attr": moe.block_attr}
 
 
+#: The reader's router kinds that a router slot recomputes, and the Router part's kind (its slot) for each.
+ROUTER_KIND_OF = {
+    "sigmoid_group_limited": "group_limited",
+    "softmax_topk": "softmax_topk",
+    "topk_softmax": "topk_softmax",
+}
+
+
+def _router(structure: ModelStructure) -> dict[str, str] | None:
+    """The router's slot guard, for a router the reader recognised exactly (None: it stays upstream's code).
+
+    Each slot recomputes one body; its attributes are the ones the reader's match bound, so the guard hands
+    the slot what upstream reads. A router of a recognised kind whose roles were not all bound (a softmax
+    router that always renormalises, or keeps fp32 weights, as mixtral's does) has no slot and stays as is.
+    """
+    router = structure.moe.router if structure.moe else None
+    kind = ROUTER_KIND_OF.get(router.kind) if router is not None else None
+    if router is None or kind is None:
+        return None
+    roles = ROUTER_ROLES[kind]
+    if any(not router.attributes.get(role) for role in roles):
+        return None
+    return {"cls": router.cls, "kind": kind, **{role: router.attributes[role] for role in roles}}
+
+
 def _clamped_swiglu_experts(structure: ModelStructure) -> dict[str, Any]:
     """gpt_oss's experts, which the reader recognised exactly: every layout option of the slot, from upstream.
 
@@ -280,9 +321,12 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
     guarded = []
     if arguments.get("norms"):
         guarded.append("rms_norm")
-    kinds = {mlp["kind"] for mlp in arguments.get("mlps") or []}
+    mlps = arguments.get("mlps") or []
+    kinds = {mlp["kind"] for mlp in mlps if not mlp.get("whole")}
     if kinds & {"gated", "fused_gate_up"}:
         guarded.append("glu_activation")
+    if any(mlp.get("whole") for mlp in mlps):
+        guarded.append("gated_mlp")
     if "plain" in kinds:
         guarded.append("activation")
     sites = arguments.get("call_sites") or []
@@ -294,6 +338,8 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
         guarded.append("rope")
     if arguments.get("experts"):
         guarded.append("moe_experts")
+    if arguments.get("router"):
+        guarded.append(f"{arguments['router'].get('kind', 'group_limited')}_router")
     if arguments.get("causal_lm"):
         guarded.append("causal_lm_loss")
     if arguments.get("aux_loss"):
@@ -341,6 +387,9 @@ def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
             skipped.append(Finding("sequence_classification", seq.cls, seq.line, seq.reason or "its own forward"))
     if category == "moe":
         arguments["experts"] = _experts(structure, skipped)
+        router = _router(structure)
+        if router is not None:  # recorded only where there is one: other scaffolds' answers stay as they were
+            arguments["router"] = router
         arguments["aux_loss"] = (structure.causal_lm.aux_loss_function if structure.causal_lm else None) or ""
 
     guarded = list(guarded_slots(arguments))

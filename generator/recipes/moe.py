@@ -8,6 +8,10 @@ gates, and ``_can_record_outputs`` recording the router logits. The recipe adds:
 - the dense pieces, same snippets as :func:`generator.recipes.dense_text` (norms, the MLPs of dense
   layers and shared experts, RoPE, the classification head);
 - ``moe_experts_guard``: the sparse block's call of its routed experts behind ``moe_experts_slot``;
+- ``<kind>_router_guard`` for a ``router``: its forward behind the router slot of its kind, DeepSeek-V3's
+  sigmoid, group-limited router behind ``group_limited_router_slot``, Qwen3-MoE's softmax-then-top-k one
+  behind ``softmax_topk_router_slot``, gpt_oss's top-k-then-softmax one behind ``topk_softmax_router_slot``
+  (the routing stays in the router, as upstream has it);
 - ``causal_lm_loss_guard`` with ``aux_loss``: the fused-loss head plus upstream's aux-loss call behind
   ``load_balancing_loss_slot``;
 - ``moe_parallel_plan``: an added ``get_parallel_plan`` sharding the fused expert tensors by expert.
@@ -17,7 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from generator.dsl.call_site import call_site
 from generator.dsl.config import PatchConfig
+from generator.errors import PatchApiError
 from generator.recipes.dense import (
     _named,
     apply_call_sites,
@@ -27,7 +33,7 @@ from generator.recipes.dense import (
     apply_rope,
     apply_sequence_classification,
 )
-from generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope
+from generator.recipes.parts import ROUTER_ROLES, CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
 
 
 def moe_text(
@@ -40,6 +46,7 @@ def moe_text(
     rope: str | Rope | None = "apply_rotary_pos_emb",
     causal_lm: LossHead = LossHead(),
     experts: Experts | None = Experts(),
+    router: Router | None = None,
     aux_loss: str = "load_balancing_loss_func",
     layers: str = "model.layers",
     sparse_block_attr: str = "mlp",
@@ -52,6 +59,7 @@ def moe_text(
     calls for the router's auxiliary loss ("" when it has none); ``layers`` is the state_dict prefix of
     the decoder layers and ``sparse_block_attr`` the layer attribute holding the sparse block, for the
     parallel plan; ``experts=None`` leaves the routed experts unguarded (a layout no kernel reads).
+    ``router`` puts the router's forward behind its slot (None, the default: the router stays upstream's).
     """
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard (dense layers, shared experts)")
@@ -70,6 +78,8 @@ def moe_text(
             alpha=experts.alpha,
             description="routed experts behind the moe_experts slot",
         )
+    if router is not None:
+        apply_router(config, router, prefix=prefix)
     causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss)
     if experts is not None:
         config.apply_snippet(
@@ -84,3 +94,29 @@ def moe_text(
         )
     apply_sequence_classification(config, sequence_classification, prefix=prefix, base_model=base_model)
     return config
+
+
+#: Router kinds a recipe can guard, with the snippet that does it (``<kind>_router_guard``, one per slot).
+ROUTER_SNIPPETS = {kind: f"{kind}_router_guard" for kind in ROUTER_ROLES}
+
+
+def apply_router(config: PatchConfig, router: Router, *, prefix: str) -> None:
+    """The router's forward behind the slot of its kind, reading the attributes ``router`` names.
+
+    Only the fields the kind's slot reads are handed to its snippet (:data:`ROUTER_ROLES`), so a snippet
+    checks exactly the attributes it passes.
+    """
+    cls = _named(router.cls, prefix)
+    snippet = ROUTER_SNIPPETS.get(router.kind)
+    if snippet is None:
+        raise PatchApiError(
+            f"Router {cls}: kind must be one of {', '.join(sorted(ROUTER_SNIPPETS))}, got {router.kind!r}",
+            target=f"{cls}.forward",
+            location=call_site(),
+        )
+    config.apply_snippet(
+        snippet,
+        f"{cls}.forward",
+        **{role: getattr(router, role) for role in ROUTER_ROLES[router.kind]},
+        description=f"routing behind the {router.kind}_router slot",
+    )

@@ -35,6 +35,9 @@ class Mlp:
     the activation module ``act`` behind the activation slot). ``activation`` is an expression naming the
     activation inside forward; for a module that keeps no config, ``init_activation`` names the config
     attribute its ``__init__`` records as ``self.activation_name`` (then ``activation`` is that).
+    ``whole`` (gated kind only) puts the whole MLP, its three projections and the activation, behind the
+    gated_mlp slot instead of only its activation behind glu_activation: for MLPs a kernel should replace
+    as one unit, such as the shared experts of a MoE block (DeepSeek-V3), which run beside the routed ones.
     """
 
     cls: str = "{prefix}MLP"
@@ -45,6 +48,7 @@ class Mlp:
     activation: str = "self.config.hidden_act"
     act: str = "act_fn"
     init_activation: str = ""
+    whole: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,38 @@ class Experts:
     down_bias: str = ""
     limit: str = ""
     alpha: str = ""
+
+
+@dataclass(frozen=True)
+class Router:
+    """A MoE router class whose forward goes behind a routing slot, and the attributes that slot reads.
+
+    ``kind`` names the slot, ``<kind>_router_slot``, each for one router body the upstream reader
+    recognises exactly: "group_limited" is the sigmoid router with a correction bias and group-limited
+    top-k (the reader's ``sigmoid_group_limited``: DeepSeek-V3, GLM-4.5-MoE, GLM-MoE-DSA, ...);
+    "softmax_topk" the fp32 softmax, top-k and optional renormalisation of Qwen3-MoE (its ``softmax_topk``
+    with the roles bound: Qwen2-MoE, OLMoE, ...); "topk_softmax" gpt_oss's biased logits, top-k, then a
+    softmax over the k values. The other fields name the router's attributes for the slot's arguments
+    (:data:`ROUTER_ROLES` says which a kind reads); the defaults are the names every such router upstream uses.
+    """
+
+    cls: str = "{prefix}TopkRouter"
+    kind: str = "group_limited"
+    weight: str = "weight"
+    bias: str = "bias"
+    top_k: str = "top_k"
+    n_group: str = "num_group"
+    topk_group: str = "topk_group"
+    norm_topk_prob: str = "norm_topk_prob"
+    routed_scaling_factor: str = "routed_scaling_factor"
+
+
+#: The Router fields each kind hands its slot, in the slot's argument order: the roles the reader binds.
+ROUTER_ROLES: dict[str, tuple[str, ...]] = {
+    "group_limited": ("weight", "top_k", "n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor"),
+    "softmax_topk": ("weight", "top_k", "norm_topk_prob"),
+    "topk_softmax": ("weight", "bias", "top_k"),
+}
 
 
 @dataclass(frozen=True)

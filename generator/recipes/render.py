@@ -13,10 +13,13 @@ from typing import Any
 
 from generator.errors import PatchgenError
 from generator.normalize.ruff import ruff_binary
+from generator.recipes.parts import Router
 
 LINE_LENGTH = 119
 #: Experts fields beyond the activation, written only when the fit set them (a gate-first block has none).
 EXPERTS_LAYOUT_FIELDS = ("layout", "interleaved", "gate_up_bias", "down_bias", "limit", "alpha")
+#: Router fields besides the class, each written only when it differs from the Router part's default.
+ROUTER_FIELDS = ("kind", "weight", "bias", "top_k", "n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor")
 
 
 def _call(name: str, positional: str, keywords: Mapping[str, Any]) -> str:
@@ -34,7 +37,15 @@ def _mlp_fields(mlp: Mapping[str, Any]) -> dict[str, Any]:
     fields = {"kind": mlp["kind"], **{name: mlp[name] for name in names}, "activation": mlp["activation"]}
     if mlp.get("init_activation"):
         fields["init_activation"] = mlp["init_activation"]
+    if mlp.get("whole"):
+        fields["whole"] = True
     return fields
+
+
+def _router_fields(router: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a Router part that differ from its defaults (every upstream router of a kind shares them)."""
+    defaults = Router()
+    return {name: router[name] for name in ROUTER_FIELDS if name in router and router[name] != getattr(defaults, name)}
 
 
 def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
@@ -95,6 +106,10 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
             lines.append("    experts=" + _call("Experts", experts["sparse_block"], fields) + ",")
         else:
             lines.append("    experts=None,")
+        router = arguments.get("router")
+        if router:
+            parts.add("Router")
+            lines.append("    router=" + _call("Router", router["cls"], _router_fields(router)) + ",")
         lines.append(f"    aux_loss={arguments.get('aux_loss') or ''!r},")
         if experts and experts.get("block_attr", "mlp") != "mlp":
             lines.append(f"    sparse_block_attr={experts['block_attr']!r},")

@@ -14,7 +14,8 @@ from generator.upstream.source import ModelSource, called_name, calls_in, is_sel
 from generator.upstream.structure import ExpertsInfo, MoeInfo, RouterInfo, SharedExpertsInfo
 
 _ROUTER_SOFTMAX_TOPK = (
-    # qwen2_moe / qwen3_moe / olmoe: optional renormalisation behind norm_topk_prob.
+    # qwen2_moe / qwen3_moe / olmoe: optional renormalisation behind norm_topk_prob. The first shape is the
+    # one softmax_topk_router_slot recomputes: only its match records the roles (_SOFTMAX_ROUTER_ROLES).
     """
 P_x = P_x.reshape(-1, self.P_hidden)
 P_logits = F.linear(P_x, self.P_w)
@@ -68,6 +69,30 @@ if self.P_norm:
 P_tw = P_tw * self.P_scale
 return (P_logits, P_tw, P_ti)
 """
+
+#: Slot argument -> the placeholder of _ROUTER_SIGMOID_GROUP that binds the router attribute holding it.
+_GROUP_ROUTER_ROLES = {
+    "weight": "w",
+    "top_k": "k",
+    "n_group": "ng",
+    "topk_group": "tg",
+    "norm_topk_prob": "norm",
+    "routed_scaling_factor": "scale",
+}
+
+#: Slot argument -> placeholder of the first _ROUTER_SOFTMAX_TOPK shape binding the router attribute holding it.
+_SOFTMAX_ROUTER_ROLES = {"weight": "w", "top_k": "k", "norm_topk_prob": "norm"}
+
+# gpt_oss: biased logits, their top-k, a softmax over the k values in the logits' own dtype.
+_ROUTER_TOPK_SOFTMAX = """
+P_logits = F.linear(P_x, self.P_w, self.P_b)
+P_top, P_idx = torch.topk(P_logits, self.P_k, dim=-1)
+P_scores = torch.nn.functional.softmax(P_top, dim=1, dtype=P_top.dtype)
+return (P_logits, P_scores, P_idx)
+"""
+
+#: Slot argument -> the placeholder of _ROUTER_TOPK_SOFTMAX binding the router attribute holding it.
+_TOPK_SOFTMAX_ROUTER_ROLES = {"weight": "w", "bias": "b", "top_k": "k"}
 
 _EXPERTS_GATE_UP = """
 P_out = torch.zeros_like(P_x)
@@ -281,14 +306,37 @@ def _router_info(source: ModelSource, block: str, attr: str | None, cls: str | N
         return RouterInfo(cls, line, "unknown", reason="no forward")
     body = strip_docstring(found[0].body)
     param = found[0].args.args[1].arg if len(found[0].args.args) > 1 else None
-    for text in _ROUTER_SOFTMAX_TOPK:
+    for number, text in enumerate(_ROUTER_SOFTMAX_TOPK):
         bound = match_body(text, body)
         if bound is not None and bound["x"] == param:
-            return RouterInfo(cls, line, "softmax_topk")
+            exact = number == 0 and _weight_is_hidden_wide(source, cls, bound)
+            roles = _roles(bound, _SOFTMAX_ROUTER_ROLES) if exact else {}
+            return RouterInfo(cls, line, "softmax_topk", attributes=roles)
     bound = match_body(_ROUTER_SIGMOID_GROUP, body)
     if bound is not None and bound["x"] == param:
-        return RouterInfo(cls, line, "sigmoid_group_limited")
+        return RouterInfo(cls, line, "sigmoid_group_limited", attributes=_roles(bound, _GROUP_ROUTER_ROLES))
+    bound = match_body(_ROUTER_TOPK_SOFTMAX, body)
+    if bound is not None and bound["x"] == param:
+        return RouterInfo(cls, line, "topk_softmax", attributes=_roles(bound, _TOPK_SOFTMAX_ROUTER_ROLES))
     return RouterInfo(cls, line, "unknown", reason=f"forward (line {found[0].lineno}): {_router_features(found[0])}")
+
+
+def _weight_is_hidden_wide(source: ModelSource, cls: str, bound: dict[str, str]) -> bool:
+    """``__init__`` makes the weight ``nn.Parameter(...(E, self.<hidden>))``, the width the body reshapes to.
+
+    The slot reshapes the hidden states to the weight's width, upstream to ``self.<hidden>``: the same only
+    when the weight is created that wide.
+    """
+    values = source.init_assigns(cls).get(attr_binding(bound, "w") or "", [])
+    shape = _param_shape(values[0]) if len(values) == 1 else None
+    hidden = attr_binding(bound, "hidden")
+    return bool(shape) and hidden is not None and is_self_attr(shape[-1], hidden)
+
+
+def _roles(bound: dict[str, str], placeholders: dict[str, str]) -> dict[str, str]:
+    """Slot argument -> the router attribute a match bound to its placeholder (the unbound ones left out)."""
+    roles = {role: attr_binding(bound, placeholder) for role, placeholder in placeholders.items()}
+    return {role: attr for role, attr in roles.items() if attr}
 
 
 def _router_features(func: ast.FunctionDef) -> str:
@@ -443,12 +491,26 @@ def _shared(source: ModelSource, block: str) -> SharedExpertsInfo | None:
     assigns = source.init_assigns(block)
     for attr in ("shared_expert", "shared_experts", "shared_mlp"):
         if attr in assigns:
+            cls = _first(source.instantiated_classes(block, attr))
             return SharedExpertsInfo(
                 attr=attr,
-                cls=_first(source.instantiated_classes(block, attr)),
+                cls=cls,
                 gated="shared_expert_gate" in assigns,
+                linear_attrs=_linear_attrs(source, cls) if cls in source.classes else (),
             )
     return None
+
+
+def _linear_attrs(source: ModelSource, cls: str) -> tuple[str, ...]:
+    """Attributes that ``cls.__init__`` assigns exactly once, each a call of ``nn.Linear``."""
+    return tuple(
+        attr
+        for attr, values in source.init_assigns(cls).items()
+        if len(values) == 1 and isinstance(values[0], ast.Call) and ast.unparse(values[0].func) in _LINEAR_CALLS
+    )
+
+
+_LINEAR_CALLS = ("nn.Linear", "torch.nn.Linear")
 
 
 def _config_name(source: ModelSource, classes: list[str], attrs: tuple[str, ...]) -> str | None:

@@ -31,8 +31,9 @@ NORM_KINDS = ("rms_weight", "rms_one_plus_weight", "rms_weight_cast_last", "rms_
 MLP_KINDS = ("gated", "fused_gate_up", "plain", "unknown")
 
 #: Router kinds: ``softmax_topk`` (qwen/mixtral: softmax, top-k, optional renormalisation);
-#: ``sigmoid_group_limited`` (deepseek_v3: sigmoid scores, e_score_correction_bias, group-limited top-k).
-ROUTER_KINDS = ("softmax_topk", "sigmoid_group_limited", "unknown")
+#: ``sigmoid_group_limited`` (deepseek_v3: sigmoid scores, e_score_correction_bias, group-limited top-k);
+#: ``topk_softmax`` (gpt_oss: biased logits, top-k, softmax over the k values in their own dtype).
+ROUTER_KINDS = ("softmax_topk", "sigmoid_group_limited", "topk_softmax", "unknown")
 
 #: Fused expert layouts: ``gate_up`` gate_up_proj [E, 2I, H] gate rows first, down_proj [E, H, I];
 #: ``gate_up_transposed`` [E, H, 2I] / [E, I, H]; ``interleaved`` gate/up rows alternate (gpt_oss).
@@ -148,6 +149,11 @@ class RouterInfo:
     line: int
     kind: str  # one of ROUTER_KINDS
     reason: str = ""
+    #: For a body a router slot recomputes: the router's attributes the matched shape reads, by role, as the
+    #: slot needs them ("weight", "top_k", and "n_group", "topk_group", "norm_topk_prob",
+    #: "routed_scaling_factor" for ``sigmoid_group_limited``; "norm_topk_prob" for Qwen3-MoE's
+    #: ``softmax_topk``; "bias" for ``topk_softmax``). Empty for a shape no slot recomputes (mixtral's).
+    attributes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -181,6 +187,9 @@ class SharedExpertsInfo:
     attr: str  # "shared_expert", "shared_experts"
     cls: str | None = None
     gated: bool = False  # a sigmoid shared_expert_gate scales it (qwen2_moe)
+    #: Attributes of ``cls`` that its ``__init__`` assigns a plain ``nn.Linear(...)``: what a slot can take as
+    #: (weight, bias) pairs, so the whole shared-experts MLP can go behind gated_mlp_slot.
+    linear_attrs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

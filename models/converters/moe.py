@@ -16,8 +16,12 @@ which is what transformers' own loading does for these models (``conversion_mapp
 per-expert pieces of a layer and emits a fused tensor as soon as all E experts of it arrived, so at
 most one layer's experts are held at a time. Already-fused keys pass through; fused tensors stored
 transposed (``[E, H, 2I]`` / ``[E, I, H]``, the layout some exporters and VL-MoE checkpoints use) and
-transposed per-expert pieces are recognised by shape and transposed. When both orientations have the
-same shape (``H == 2I`` for gate_up, ``H == I`` for down) the stored layout is taken to be canonical.
+transposed per-expert pieces are transposed back. Which way round a tensor is stored is never read off
+its shape alone (``models.converters.layout``): the shapes the config's sizes give tell the two apart
+unless ``H == 2I`` (gate_up) or ``H == I`` (down, per-expert pieces); such a tensor takes the declared
+``layout``, or, undeclared, the layout the checkpoint's other expert tensors show (a fused tensor waits
+for one; ``finalize`` raises if none did). Per-expert pieces that nothing settles are ``nn.Linear``
+weights, ``[out, in]``, by the definition of that format.
 
 Under expert parallelism a rank holds only experts ``[start, stop)`` of every layer:
 ``converter.for_experts(start, stop)`` is a converter that fuses only those (``[stop - start, 2I, H]``),
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from models.converters.base import ConversionError
+from models.converters.layout import LayoutEvidence
 
 __all__ = ["FusedExpertsConverter"]
 
@@ -52,7 +57,9 @@ class FusedExpertsConverter:
     ``num_experts``, ``hidden_size`` and ``intermediate_size`` (the per-expert one, e.g.
     ``moe_intermediate_size``) come from the model config and fix every expected shape. ``gate``,
     ``up`` and ``down`` name the per-expert projections as the checkpoint spells them (Mixtral-style
-    checkpoints use ``w1``, ``w3``, ``w2``); ``experts`` is the name of the experts module.
+    checkpoints use ``w1``, ``w3``, ``w2``); ``experts`` is the name of the experts module. ``layout``
+    declares which way round the checkpoint stores the expert matrices (``"fused"``: ``nn.Linear``'s
+    ``[out, in]``; ``"transposed"``: ``[in, out]``); None leaves it to the checkpoint's tensors.
     """
 
     def __init__(
@@ -66,6 +73,7 @@ class FusedExpertsConverter:
         down: str = "down_proj",
         experts: str = "experts",
         expert_range: tuple[int, int] | None = None,
+        layout: str | None = None,
     ) -> None:
         start, stop = (0, num_experts) if expert_range is None else expert_range
         if not 0 <= start < stop <= num_experts:
@@ -84,6 +92,9 @@ class FusedExpertsConverter:
         self._role = {gate: "gate", up: "up", down: "down"}
         self._buffers: dict[str, _LayerBuffer] = {}
         self._emitted: set[str] = set()
+        self._layout = LayoutEvidence(layout)
+        #: Fused tensors whose shape ties, held until the checkpoint shows its layout: (key, module, proj, tensor).
+        self._held: list[tuple[str, str, str, torch.Tensor]] = []
 
     # -- expert parallelism -----------------------------------------------------------------------
     def for_experts(self, start: int, stop: int) -> FusedExpertsConverter:
@@ -93,6 +104,7 @@ class FusedExpertsConverter:
             hidden_size=self.hidden_size,
             intermediate_size=self.intermediate_size,
             expert_range=(start, stop),
+            layout=self._layout.declared,
             **self._settings,
         )
 
@@ -125,7 +137,13 @@ class FusedExpertsConverter:
                 expected = (self._local, self.hidden_size, self.intermediate_size)
             if self._local != self.num_experts and tensor.dim() == 3 and tensor.shape[0] == self.num_experts:
                 tensor = tensor[self.expert_range[0] : self.expert_range[1]]  # whole: keep this range's experts
-            return [self._emit(module, proj, _oriented(key, tensor, expected))]
+            if self._given_fused(f"{module}.{proj}"):
+                raise ConversionError(f"{key!r} is given twice (fused, or fused and per expert)")
+            layout = self._layout.layout_of(key, tensor.shape, expected)
+            if layout is None:
+                self._held.append((key, module, proj, tensor))
+                return []
+            return [self._emit(module, proj, _to_fused(tensor, layout)), *self._release()]
 
         match = self._per_expert.match(key)
         if match is None:
@@ -140,16 +158,18 @@ class FusedExpertsConverter:
         else:
             expected = (self.intermediate_size, self.hidden_size)
         target = f"{module}.{'down_proj' if role == 'down' else 'gate_up_proj'}"
-        if target in self._emitted:
+        if self._given_fused(target):
             raise ConversionError(f"{key!r}: {target!r} was already given fused; a checkpoint holds one or the other")
         pieces = self._buffers.setdefault(module, _LayerBuffer()).pieces
         if expert in pieces[role]:
             raise ConversionError(f"{key!r} appears twice in the checkpoint")
-        pieces[role][expert] = _oriented(key, tensor, expected)
-        return self._complete(module)
+        # A piece that ties (H == I) and that nothing settled is read as what the format defines: nn.Linear's.
+        layout = self._layout.layout_of(key, tensor.shape, expected) or "fused"
+        pieces[role][expert] = _to_fused(tensor, layout)
+        return [*self._complete(module), *self._release()]
 
     def finalize(self) -> list[tuple[str, torch.Tensor]]:
-        """Nothing is left to emit (fused tensors go out as soon as complete); leftovers are missing experts."""
+        """Nothing is left to emit (fused tensors go out once complete and oriented); leftovers are errors."""
         problems = []
         for module, buffer in sorted(self._buffers.items()):
             pieces = buffer.pieces
@@ -163,11 +183,34 @@ class FusedExpertsConverter:
                         name = self._names[role]
                         problems.append(f"{module}.<i>.{name}.weight is missing expert(s) {_ranges(missing)}")
         self._buffers.clear()
+        undecided = ""
+        if self._held:
+            keys = ", ".join(repr(key) for key, *_ in self._held)
+            undecided = (
+                f"{keys}: with hidden_size {self.hidden_size} and intermediate_size {self.intermediate_size} the "
+                "shape is the same in both layouts, and no other expert tensor showed which one the checkpoint "
+                "uses; declare it (layout='fused' or 'transposed')"
+            )
+            self._held.clear()
         if problems:
-            raise ConversionError(f"incomplete per-expert checkpoint ({self._range_text()}): " + "; ".join(problems))
+            message = f"incomplete per-expert checkpoint ({self._range_text()}): " + "; ".join(problems)
+            raise ConversionError(f"{message}; {undecided}" if undecided else message)
+        if undecided:
+            raise ConversionError(undecided)
         return []
 
     # -- internals --------------------------------------------------------------------------------
+    def _given_fused(self, key: str) -> bool:
+        return key in self._emitted or any(f"{module}.{proj}" == key for _, module, proj, _ in self._held)
+
+    def _release(self) -> list[tuple[str, torch.Tensor]]:
+        """The held fused tensors, once the checkpoint has shown its layout."""
+        layout = self._layout.known
+        if layout is None or not self._held:
+            return []
+        held, self._held = self._held, []
+        return [self._emit(module, proj, _to_fused(tensor, layout)) for _, module, proj, tensor in held]
+
     def _complete(self, module: str) -> list[tuple[str, torch.Tensor]]:
         """Emit the fused tensors of ``module`` whose per-expert pieces are all here."""
         pieces = self._buffers[module].pieces
@@ -193,17 +236,9 @@ class FusedExpertsConverter:
         return key, tensor
 
 
-def _oriented(key: str, tensor: torch.Tensor, expected: tuple[int, ...]) -> torch.Tensor:
-    """``tensor`` in the ``expected`` shape, transposing its last two dims if that is how it is stored."""
-    shape = tuple(tensor.shape)
-    if shape == expected:
-        return tensor
-    transposed = (*expected[:-2], expected[-1], expected[-2])
-    if shape == transposed:
-        return tensor.transpose(-2, -1).contiguous()
-    raise ConversionError(
-        f"{key!r} has shape {list(shape)}; expected {list(expected)} or transposed {list(transposed)}"
-    )
+def _to_fused(tensor: torch.Tensor, layout: str) -> torch.Tensor:
+    """``tensor``, stored in ``layout``, as the modeling holds it (``nn.Linear``'s ``[out, in]``)."""
+    return tensor if layout == "fused" else tensor.transpose(-2, -1).contiguous()
 
 
 def _ranges(indices: list[int]) -> str:

@@ -7,7 +7,7 @@ Left as upstream's code (no snippet covers them):
 """
 
 from generator import PatchConfig
-from generator.recipes import Experts, LossHead, Norm, moe_text
+from generator.recipes import Experts, LossHead, Norm, Router, moe_text
 
 config = PatchConfig(
     source_module="transformers.models.gpt_oss.modeling_gpt_oss",
@@ -31,6 +31,7 @@ moe_text(
         limit="self.experts.limit",
         alpha="self.experts.alpha",
     ),
+    router=Router("GptOssTopKRouter", kind="topk_softmax"),
     aux_loss="load_balancing_loss_func",
     sequence_classification="GptOssForSequenceClassification",
 )

@@ -15,7 +15,10 @@ from models.ops.slots import (
     activation_slot,
     causal_lm_loss_slot,
     correction_bias_router_slot,
+    dsa_indexer_slot,
+    gated_mlp_slot,
     glu_activation_slot,
+    group_limited_router_slot,
     hash_router_slot,
     hyper_connection_post_slot,
     hyper_connection_slot,
@@ -28,6 +31,8 @@ from models.ops.slots import (
     rope_slot,
     sequence_classification_loss_slot,
     sinkhorn_slot,
+    softmax_topk_router_slot,
+    topk_softmax_router_slot,
 )
 
 __all__ = [
@@ -48,7 +53,10 @@ __all__ = [
     "causal_lm_loss_slot",
     "correction_bias_router_slot",
     "current_ops",
+    "dsa_indexer_slot",
+    "gated_mlp_slot",
     "glu_activation_slot",
+    "group_limited_router_slot",
     "hash_router_slot",
     "hyper_connection_post_slot",
     "hyper_connection_slot",
@@ -62,5 +70,7 @@ __all__ = [
     "rope_slot",
     "sequence_classification_loss_slot",
     "sinkhorn_slot",
+    "softmax_topk_router_slot",
+    "topk_softmax_router_slot",
     "unbind_ops",
 ]

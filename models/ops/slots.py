@@ -22,7 +22,10 @@ __all__ = [
     "activation_slot",
     "causal_lm_loss_slot",
     "correction_bias_router_slot",
+    "dsa_indexer_slot",
+    "gated_mlp_slot",
     "glu_activation_slot",
+    "group_limited_router_slot",
     "hash_router_slot",
     "hyper_connection_post_slot",
     "hyper_connection_slot",
@@ -35,6 +38,8 @@ __all__ = [
     "rope_slot",
     "sequence_classification_loss_slot",
     "sinkhorn_slot",
+    "softmax_topk_router_slot",
+    "topk_softmax_router_slot",
 ]
 
 
@@ -133,6 +138,7 @@ sequence_classification_loss_slot = _define("sequence_classification_loss")
 #     limit + alpha: gpt_oss's, g = gate.clamp(max=limit); (up.clamp(-limit, limit) + 1) * g * sigmoid(alpha * g).
 moe_experts_slot = _define("moe_experts")
 # load_balancing_loss_slot(router_logits, num_experts, top_k, attention_mask) -> Tensor, or the int 0 without logits
+#     attention_mask: None, [batch, seq], or a 4-D mask / dict of them by attention type (its real tokens)
 load_balancing_loss_slot = _define("load_balancing_loss")
 # hyper_connection_slot(hidden_streams, fn, base, scale, *, hc_mult, eps, norm_eps)
 #     -> (pre [B, S, n], post [B, S, n], comb_logits [B, S, n, n]): the mHC mapping of n = hc_mult residual
@@ -162,6 +168,36 @@ correction_bias_router_slot = _define("correction_bias_router")
 #                        softmax_scale, weights_scaling) -> index scores [B, S, T], in fp32:
 #     sum_h (hidden_states @ weights_proj.T * weights_scaling)[h] * relu(q[h] . k) * softmax_scale.
 lightning_indexer_slot = _define("lightning_indexer")
+# dsa_indexer_slot(q [B, S, h, d], k [B, T, d], hidden_states [B, S, D], weights_proj [h, D], attention_mask,
+#                  position_ids [B, S], *, softmax_scale, weights_scaling, index_topk)
+#     -> int32 key indices [B, S, min(index_topk, T)]: DeepSeek sparse attention's top-k selection (GLM-MoE-DSA).
+#     In fp32: relu(q[h] . k * softmax_scale), weighted by (hidden_states cast to weights_proj's dtype) @
+#     weights_proj.T * weights_scaling and reduced over heads by a matmul; plus the additive attention_mask
+#     [B, S, T], or where it is None -inf at keys after position_ids; then torch.topk's indices.
+dsa_indexer_slot = _define("dsa_indexer")
+# group_limited_router_slot(hidden_states, weight, e_score_correction_bias, *, top_k, n_group, topk_group,
+#                           norm_topk_prob, routed_scaling_factor)
+#     -> (router_logits [T, E], weights [T, K], indices [T, K]), logits and weights in fp32 (DeepSeek-V3, GLM-MoE-DSA):
+#     logits = fp32 hidden_states @ fp32 weight.T; scores = sigmoid(logits); biased = scores + bias; each of the
+#     n_group groups of E / n_group experts is ranked by the sum of its top-2 biased scores, experts outside the
+#     topk_group best groups are masked to -inf, and indices = top-k of the biased scores (unsorted); weights =
+#     the unbiased scores there, divided by (their sum + 1e-20) when norm_topk_prob, times routed_scaling_factor.
+group_limited_router_slot = _define("group_limited_router")
+# gated_mlp_slot(x, gate_weight, up_weight, down_weight, activation, *, gate_bias=None, up_bias=None, down_bias=None)
+#     -> down(ACT2FN[activation](gate(x)) * up(x)), each projection F.linear(., weight, bias): a whole gated MLP
+#     (DeepSeek-V3's dense layers and shared experts), for kernels that fuse the projections, not just the GLU.
+gated_mlp_slot = _define("gated_mlp")
+# softmax_topk_router_slot(hidden_states, weight, *, top_k, norm_topk_prob)
+#     -> (router_logits [T, E], weights [T, K], indices [T, K]) (Qwen2/3-MoE, OLMoE, Qwen3-Next, ...):
+#     logits = F.linear(hidden_states.reshape(-1, H), weight) in the input's dtype; probs = softmax(logits) in fp32;
+#     weights, indices = torch.topk(probs, top_k) (sorted); weights divided by their sum (no epsilon) when
+#     norm_topk_prob; weights cast to the logits' dtype.
+softmax_topk_router_slot = _define("softmax_topk_router")
+# topk_softmax_router_slot(hidden_states [T, H], weight, bias, *, top_k)
+#     -> (router_logits [T, E], weights [T, K], indices [T, K]) (gpt_oss): logits = F.linear(hidden_states, weight,
+#     bias); top values, indices = torch.topk(logits, top_k) (sorted); weights = softmax over those K values, in
+#     their own dtype (no upcast).
+topk_softmax_router_slot = _define("topk_softmax_router")
 
 #: Every slot by name, in definition order.
 SLOTS: Mapping[str, OpSlot] = MappingProxyType(_slots)

@@ -4,7 +4,7 @@ Every norm, MLP and RoPE function upstream has is guarded.
 """
 
 from generator import PatchConfig
-from generator.recipes import Experts, LossHead, Mlp, Norm, moe_text
+from generator.recipes import Experts, LossHead, Mlp, Norm, Router, moe_text
 
 config = PatchConfig(
     source_module="transformers.models.qwen3_moe.modeling_qwen3_moe",
@@ -28,6 +28,7 @@ moe_text(
     rope="apply_rotary_pos_emb",
     causal_lm=LossHead("Qwen3MoeForCausalLM", softcap="", scale=()),
     experts=Experts("Qwen3MoeSparseMoeBlock", activation="self.experts.config.hidden_act"),
+    router=Router("Qwen3MoeTopKRouter", kind="softmax_topk"),
     aux_loss="load_balancing_loss_func",
     sequence_classification="Qwen3MoeForSequenceClassification",
 )

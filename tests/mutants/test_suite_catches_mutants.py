@@ -8,8 +8,8 @@ should notice runs in a subprocess on the copy. The real files are never touched
 
 The test asserts the selected tests pass on an unmutated copy (so a failure is the mutant's doing) and
 that, with the mutant, the named tests fail (pytest exit 1, not a collection error). qwen3_moe is the
-one model whose suite reaches every mutated guard: norms, a dense GLU layer, the causal-LM loss with the
-aux loss, and the classification head.
+one model whose suite reaches every mutated guard: norms, a dense GLU layer, the router, the causal-LM loss
+with the aux loss, and the classification head.
 """
 
 from __future__ import annotations
@@ -110,6 +110,13 @@ MUTANTS = (
         r"glu_activation_slot\(self\.\{\{ gate \}\}\(\{\{ x \}\}\), self\.\{\{ up \}\}\(\{\{ x \}\}\)",
         "glu_activation_slot(self.{{ up }}({{ x }}), self.{{ gate }}({{ x }})",
         (_one_slot("causal_lm", "glu_activation", "fp32"),),
+    ),
+    Mutant(
+        "softmax_topk_router_slot_call_drops_the_renormalisation",
+        "generator/snippets/softmax_topk_router_guard.py.j2",
+        r"norm_topk_prob=self\.\{\{ norm_topk_prob \}\}",
+        "norm_topk_prob=False",
+        (_one_slot("causal_lm", "softmax_topk_router", "fp32"),),
     ),
 )
 

@@ -71,7 +71,13 @@ def test_an_option_the_kernel_does_not_take_is_rejected_at_bind(option: str) -> 
 
 def test_everywhere_selects_every_slot_that_has_the_kernel() -> None:
     assert dict(OpsConfig.everywhere("chunked").kernels) == {"causal_lm_loss": "chunked"}
-    assert set(OpsConfig.everywhere("liger").kernels) == {"rms_norm", "glu_activation", "gated_mlp", "rope", "causal_lm_loss"}
+    assert set(OpsConfig.everywhere("liger").kernels) == {
+        "rms_norm",
+        "glu_activation",
+        "gated_mlp",
+        "rope",
+        "causal_lm_loss",
+    }
     with pytest.raises(OpsConfigError, match="unknown kernel 'triton'"):
         OpsConfig.everywhere("triton")
 

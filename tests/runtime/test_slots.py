@@ -30,6 +30,11 @@ GENERATED_CODE_SLOT_NAMES = {
     "hash_router_slot": "hash_router",
     "correction_bias_router_slot": "correction_bias_router",
     "lightning_indexer_slot": "lightning_indexer",
+    "group_limited_router_slot": "group_limited_router",
+    "gated_mlp_slot": "gated_mlp",
+    "dsa_indexer_slot": "dsa_indexer",
+    "softmax_topk_router_slot": "softmax_topk_router",
+    "topk_softmax_router_slot": "topk_softmax_router",
 }
 
 

@@ -34,6 +34,12 @@ LOCAL_MODIFICATIONS = {
     # The hub stores gpt_oss's experts fused (no per-expert keys): its own converter, and the parity test's
     # checkpoint tests for that layout.
     "gpt_oss": ["checkpoint.py", "tests/test_gpt_oss_parity.py"],
+    # DeepSeek's hub layout adds the MTP layer and FP8 scales to the per-expert keys: the shared DeepSeek
+    # converter; the parity test's sizes (two shared experts, a non-default routed scale).
+    "deepseek_v3": ["checkpoint.py", "tests/test_deepseek_v3_parity.py"],
+    # GLM-5's hub layout is DeepSeek's (MTP layer, FP8 scales): the shared DeepSeek converter; the config's
+    # DSA indexer guard, which the reader does not plan; the parity test's sizes (expert groups, indexers).
+    "glm_moe_dsa": ["checkpoint.py", "glm_moe_dsa_gpu_patch_gen_config.py", "tests/test_glm_moe_dsa_parity.py"],
     # Text path only: the docstrings, the excluded multimodal classes and the _init_weights override, the
     # text head, the test's sliding window and soft-cap.
     "gemma3": ["__init__.py", "gemma3_gpu_patch_gen_config.py", "tests/test_gemma3_parity.py"],

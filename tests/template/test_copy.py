@@ -112,13 +112,15 @@ def test_a_mixtral_style_moe_scaffold_uses_its_hub_projection_names_and_passes(r
     _assert_tests_pass(repo, "mixtral")
 
 
-def test_a_deepseek_style_moe_scaffold_keeps_its_router_and_shared_experts_and_passes(repo: Path) -> None:
-    """deepseek_v3: sigmoid group-limited router, shared experts, dense first layers, MLA attention."""
-    model_dir = copy_model(repo, "deepseek_v3")
-    generated = (model_dir / "generated" / "patched_modeling_deepseek_v3_gpu.py").read_text(encoding="utf-8")
+def test_a_deepseek_style_moe_scaffold_guards_its_router_and_shared_experts_and_passes(repo: Path) -> None:
+    """glm4_moe (deepseek_v3 is in the zoo): sigmoid group-limited router with a correction bias, shared experts,
+    dense first layers."""
+    model_dir = copy_model(repo, "glm4_moe")
+    generated = (model_dir / "generated" / "patched_modeling_glm4_moe_gpu.py").read_text(encoding="utf-8")
     assert "e_score_correction_bias" in generated and "shared_experts" in generated
-    assert "moe_experts_slot(" in generated
-    _assert_tests_pass(repo, "deepseek_v3")
+    for slot in ("moe_experts_slot(", "group_limited_router_slot(", "gated_mlp_slot("):
+        assert slot in generated, slot
+    _assert_tests_pass(repo, "glm4_moe")
 
 
 def test_a_loss_head_no_snippet_fits_is_refused(repo: Path) -> None:

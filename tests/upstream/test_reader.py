@@ -289,8 +289,8 @@ def test_gpt_oss_experts_are_interleaved_with_bias_and_custom_activation() -> No
     assert (e.layout, e.has_bias, e.custom_activation) == ("interleaved", True, True)
 
 
-def test_gpt_oss_top_k_before_softmax_router_is_unknown() -> None:
-    assert read("gpt_oss").moe.router.kind == "unknown"
+def test_gpt_oss_top_k_before_softmax_router_is_recognised() -> None:
+    assert read("gpt_oss").moe.router.kind == "topk_softmax"
 
 
 @pytest.mark.parametrize(("model", "block"), [("dots1", "Dots1MoE"), ("glm4_moe", "Glm4MoeMoE")])

@@ -4,10 +4,11 @@
 # Source: transformers.models.gpt_oss.modeling_gpt_oss (transformers==5.16.1)
 # Config: models.gpt_oss.gpt_oss_gpu_patch_gen_config
 # Description: GptOss with op-slot guards and slot-backed losses
-# Fingerprint: de6fde2de57523e05c83
+# Fingerprint: 0ec2ef80f34c9a8ff283
 # Patches:
 #   - override_method GptOssRMSNorm.forward: rms_norm slot guard
 #   - override_method GptOssMLP.forward: routed experts behind the moe_experts slot
+#   - override_method GptOssTopKRouter.forward: routing behind the topk_softmax_router slot
 #   - override_method GptOssForCausalLM.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
 #   - override_method GptOssForCausalLM.get_parallel_plan: expert-parallel plan of the fused expert tensors
 #   - override_method GptOssForSequenceClassification.__init__: the base model is this module's, not AutoModel's
@@ -69,6 +70,7 @@ from models.ops.slots import (
     moe_experts_slot,
     rms_norm_slot,
     sequence_classification_loss_slot,
+    topk_softmax_router_slot,
 )
 
 
@@ -146,6 +148,7 @@ class GptOssExperts(nn.Module):
         return next_states
 
 
+# [MODIFIED CLASS] GptOssTopKRouter
 class GptOssTopKRouter(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -155,7 +158,10 @@ class GptOssTopKRouter(nn.Module):
         self.weight = nn.Parameter(torch.zeros(self.num_experts, self.hidden_dim))
         self.bias = nn.Parameter(torch.zeros(self.num_experts))
 
+    # [PATCHED METHOD] GptOssTopKRouter.forward: routing behind the topk_softmax_router slot
     def forward(self, hidden_states):
+        if topk_softmax_router_slot.use_non_eager_impl:
+            return topk_softmax_router_slot(hidden_states, self.weight, self.bias, top_k=self.top_k)
         router_logits = F.linear(hidden_states, self.weight, self.bias)  # (num_tokens, num_experts)
         router_top_value, router_indices = torch.topk(router_logits, self.top_k, dim=-1)  # (num_tokens, top_k)
         router_scores = torch.nn.functional.softmax(router_top_value, dim=1, dtype=router_top_value.dtype)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.ops.kernels.loss_inputs import divide_by_num_items, shift_causal_labels
+from models.ops.kernels.token_mask import real_token_mask
 
 
 def rms_norm(
@@ -332,17 +333,18 @@ def moe_experts(
     return final_hidden_states
 
 
-def load_balancing_loss(
-    router_logits: Any, num_experts: int, top_k: int, attention_mask: torch.Tensor | None
-) -> torch.Tensor | int:
+def load_balancing_loss(router_logits: Any, num_experts: int, top_k: int, attention_mask: Any) -> torch.Tensor | int:
     """Switch-Transformer auxiliary loss, HF ``load_balancing_loss_func`` semantics.
 
     ``router_logits`` is a tuple of per-layer ``[batch * seq, num_experts]`` logits; anything else (None,
     a bare tensor, an empty tuple) has no routing to balance and gives the **int** ``0``, as upstream
-    does for None. ``attention_mask`` (``[batch, seq]``) keeps padding out of both statistics.
+    does for None. ``attention_mask`` (``[batch, seq]``) keeps padding out of both statistics. A 4-D mask,
+    or a dict of masks by attention type, on which upstream's function fails, counts the real tokens its
+    diagonal names (``models.ops.kernels.token_mask``): the loss upstream computes from the 2-D mask.
     """
     if not isinstance(router_logits, tuple) or not router_logits:
         return 0
+    attention_mask = real_token_mask(attention_mask)
     device = router_logits[0].device
     tokens_per_expert = torch.zeros(num_experts, dtype=torch.float32, device=device)
     router_prob = torch.zeros(num_experts, dtype=torch.float32, device=device)
@@ -442,9 +444,14 @@ def hyper_head(
     return (pre.unsqueeze(-1) * hidden_streams).sum(dim=2).to(hidden_streams.dtype)
 
 
-def _scaled_routing_weights(scores: torch.Tensor, indices: torch.Tensor, scaling: float) -> torch.Tensor:
+def _scaled_routing_weights(
+    scores: torch.Tensor, indices: torch.Tensor, scaling: float, *, normalize: bool = True
+) -> torch.Tensor:
+    """The chosen experts' scores, divided by their sum (+ 1e-20 against an all-zero row) unless told not to, scaled."""
     chosen = scores.gather(1, indices)
-    return chosen / (chosen.sum(dim=-1, keepdim=True) + 1e-20) * scaling
+    if normalize:
+        chosen = chosen / (chosen.sum(dim=-1, keepdim=True) + 1e-20)
+    return chosen * scaling
 
 
 def hash_router(
@@ -504,3 +511,117 @@ def lightning_indexer(
     scores = torch.matmul(q.float(), compressed_kv.float().transpose(-1, -2).unsqueeze(1))  # [B, S, h, T]
     gates = F.linear(hidden_states, weights_proj).float() * weights_scaling  # [B, S, h]
     return (F.relu(scores) * softmax_scale * gates.unsqueeze(-1)).sum(dim=2)
+
+
+def dsa_indexer(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    hidden_states: torch.Tensor,
+    weights_proj: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor,
+    *,
+    softmax_scale: float,
+    weights_scaling: float,
+    index_topk: int,
+) -> torch.Tensor:
+    """The int32 indices ``[B, S, min(index_topk, T)]`` of the keys a DSA indexer selects for each query.
+
+    Kept operation for operation as GLM-MoE-DSA computes it, because the top-k turns any rounding
+    difference into a different key set: the scale goes inside the relu, the head gates are computed from
+    ``hidden_states`` cast to the (fp32-kept) gate weight's dtype, and the heads are reduced by a matmul.
+    Without an ``attention_mask`` (``[B, S, T]``, additive), keys after each query's position are masked.
+    """
+    scores = F.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * softmax_scale)  # [B, S, h, T]
+    gates = F.linear(hidden_states.to(weights_proj.dtype), weights_proj).float() * weights_scaling  # [B, S, h]
+    index_scores = torch.matmul(gates.unsqueeze(-2), scores).squeeze(-2)  # [B, S, T]
+    if attention_mask is not None:
+        index_scores = index_scores + attention_mask
+    else:
+        keys = torch.arange(index_scores.shape[-1], device=index_scores.device)
+        index_scores = index_scores.masked_fill(keys[None, None, :] > position_ids[:, :, None], float("-inf"))
+    return index_scores.topk(min(index_topk, index_scores.shape[-1]), dim=-1).indices.to(torch.int32)
+
+
+def group_limited_router(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    e_score_correction_bias: torch.Tensor,
+    *,
+    top_k: int,
+    n_group: int,
+    topk_group: int,
+    norm_topk_prob: bool,
+    routed_scaling_factor: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """DeepSeek-V3's routing: sigmoid scores, biased choice limited to the best expert groups.
+
+    Everything runs in fp32 whatever the model dtype, as upstream does, because the choice of experts is
+    a top-k that any rounding can flip. The bias only decides which experts are chosen; the weights are
+    the unbiased scores. A group's rank is the sum of its two best biased scores. Returns
+    ``(router_logits [T, E], weights [T, K], indices [T, K])``, indices unsorted as upstream's.
+    """
+    num_experts, hidden = weight.shape
+    logits = F.linear(hidden_states.view(-1, hidden).type(torch.float32), weight.type(torch.float32))
+    scores = logits.sigmoid()
+    biased = scores + e_score_correction_bias
+    per_group = num_experts // n_group
+    group_scores = biased.view(-1, n_group, per_group).topk(2, dim=-1)[0].sum(dim=-1)
+    best_groups = torch.topk(group_scores, k=topk_group, dim=-1, sorted=False)[1]
+    group_mask = torch.zeros_like(group_scores).scatter_(1, best_groups, 1)
+    expert_mask = group_mask.unsqueeze(-1).expand(-1, n_group, per_group).reshape(-1, num_experts)
+    biased = biased.masked_fill(~expert_mask.bool(), float("-inf"))
+    indices = torch.topk(biased, k=top_k, dim=-1, sorted=False)[1]
+    weights = _scaled_routing_weights(scores, indices, routed_scaling_factor, normalize=norm_topk_prob)
+    return logits, weights, indices
+
+
+def gated_mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    activation: str,
+    *,
+    gate_bias: torch.Tensor | None = None,
+    up_bias: torch.Tensor | None = None,
+    down_bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """A whole gated MLP, ``down(ACT(gate(x)) * up(x))``, from its projections' weights and biases.
+
+    Each projection is ``F.linear``, which is what an ``nn.Linear`` computes, so passing a module's
+    ``weight`` and ``bias`` (None without one) gives upstream's MLP bit for bit.
+    """
+    gate = F.linear(x, gate_weight, gate_bias)
+    up = F.linear(x, up_weight, up_bias)
+    return F.linear(_activation(activation)(gate) * up, down_weight, down_bias)
+
+
+def softmax_topk_router(
+    hidden_states: torch.Tensor, weight: torch.Tensor, *, top_k: int, norm_topk_prob: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Softmax over every expert in fp32, then the top-k of those probabilities (Qwen2/3-MoE, OLMoE, ...).
+
+    Written op for op as upstream's router, the renormalisation in place included, so the values and the
+    gradients are upstream's bit for bit. Returns ``(router_logits [T, E], weights [T, K], indices [T, K])``:
+    the logits in the input's dtype, the weights cast back to it, the experts sorted by probability.
+    """
+    logits = F.linear(hidden_states.reshape(-1, weight.shape[-1]), weight)
+    probs = F.softmax(logits, dtype=torch.float, dim=-1)
+    weights, indices = torch.topk(probs, top_k, dim=-1)
+    if norm_topk_prob:
+        weights /= weights.sum(dim=-1, keepdim=True)
+    return logits, weights.to(logits.dtype), indices
+
+
+def topk_softmax_router(
+    hidden_states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *, top_k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The top-k of the biased logits, then a softmax over those k values alone (gpt_oss).
+
+    The softmax runs in the logits' own dtype, as upstream's does (no fp32 upcast), and over dim 1, the k
+    axis of the ``[T, K]`` top values. Returns ``(router_logits [T, E], weights [T, K], indices [T, K])``.
+    """
+    logits = F.linear(hidden_states, weight, bias)
+    top, indices = torch.topk(logits, top_k, dim=-1)
+    return logits, F.softmax(top, dim=1, dtype=top.dtype), indices

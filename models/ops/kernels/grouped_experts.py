@@ -17,8 +17,9 @@ contiguous segment, and one ``autograd.Function`` runs the layer segment by segm
   weight applied to the ``[n_e, I]`` activations (``(w a) W = w (a W)``, cheaper than scaling
   ``[n_e, H]`` outputs when ``I < H``), ``[n_e, I] x [I, H]``, and ``index_add_`` onto its tokens;
 - backward, per expert: the same, in reverse: two matmuls per projection, the gated unit's derivative
-  (by hand for SiLU, by autograd on a recomputation otherwise), weight gradients written straight into
-  their ``[E, ...]`` buffers, ``index_add_`` of the input gradient.
+  (written out for SiLU, clamped or not, and gpt_oss's unit: ``models.ops.kernels.expert_units``; by
+  autograd on a recomputation for other activations), weight gradients written straight into their
+  ``[E, ...]`` buffers, ``index_add_`` of the input gradient.
 
 Every temporary is one expert's size (``[n_e, H]``), so it comes from the allocator's free lists and
 stays in cache; the only ``[S, ...]`` buffer is the saved pre-activations. Within one segment a token
@@ -36,14 +37,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from models.ops.kernels.eager import check_moe_experts_options, experts_glu, split_gate_up
+from models.ops.kernels.expert_units import GatedUnit, has_unit
 
 __all__ = ["moe_experts"]
-
-#: Activation names whose derivative the backward writes by hand (``silu_backward``); others use autograd.
-_SILU = frozenset({"silu", "swish"})
 
 
 def moe_experts(
@@ -194,17 +192,17 @@ class _GroupedExperts(torch.autograd.Function):
         grad_down_proj = expert_buffer(needs[3], down_proj)
         grad_gate_up_bias = expert_buffer(needs[4], gate_up_proj, num_experts, gate_up.shape[1])
         grad_down_bias = expert_buffer(needs[5], down_proj, num_experts, hidden_states.shape[-1])
-        silu = plan.limit is None and plan.alpha is None and plan.activation in _SILU
+        by_hand = has_unit(plan.activation, alpha=plan.alpha)
 
         for expert, start, end in plan.segments:
             tokens = plan.token_of[start:end]
             weight = routing[start:end].unsqueeze(-1)
             grad_rows = grad_output.index_select(0, tokens)  # [n, H]
-            # Recompute the gated unit: by hand for plain SiLU, else keeping its graph for the derivative.
-            if silu:
+            # Recompute the gated unit: with its written-out derivative, else keeping its graph for autograd.
+            if by_hand:
                 gate, up = split_gate_up(gate_up[start:end], plan.interleaved)
-                gate_activated = F.silu(gate)
-                activated = gate_activated * up
+                unit = GatedUnit(gate, up, limit=plan.limit, alpha=plan.alpha)
+                activated = unit.value
             else:
                 with torch.enable_grad():
                     gate, up = split_gate_up(gate_up[start:end].detach(), plan.interleaved)
@@ -226,11 +224,11 @@ class _GroupedExperts(torch.autograd.Function):
                     pair += grad_rows @ down_bias[expert]
             del grad_rows
             grad_activated = grad_weighted.mul_(weight)
-            if silu:  # straight into the two halves (or interleaved columns) of one [n, 2I] buffer
+            if by_hand:  # straight into the two halves (or interleaved columns) of one [n, 2I] buffer
                 grad_gate_up = gate_up.new_empty(end - start, gate_up.shape[1])
                 grad_gate, grad_up = split_gate_up(grad_gate_up, plan.interleaved)
-                torch.mul(grad_activated, gate_activated, out=grad_up)
-                torch.ops.aten.silu_backward.grad_input(grad_activated.mul_(up), gate, grad_input=grad_gate)
+                unit.backward(grad_activated, grad_gate, grad_up)
+                del unit
             else:
                 grad_gate, grad_up = torch.autograd.grad(activated, (gate, up), grad_activated)
                 if plan.interleaved:

@@ -4,12 +4,13 @@
 # Source: transformers.models.qwen3_moe.modeling_qwen3_moe (transformers==5.16.1)
 # Config: models.qwen3_moe.qwen3_moe_gpu_patch_gen_config
 # Description: Qwen3-MoE with op-slot guards and slot-backed losses
-# Fingerprint: 7a9c3b6c2764d19c1b34
+# Fingerprint: 25fcf0dc2545680eb3a0
 # Patches:
 #   - override_method Qwen3MoeRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MoeMLP.forward: glu_activation slot guard (dense layers, shared experts)
 #   - replace_function apply_rotary_pos_emb: rope slot guard
 #   - override_method Qwen3MoeSparseMoeBlock.forward: routed experts behind the moe_experts slot
+#   - override_method Qwen3MoeTopKRouter.forward: routing behind the softmax_topk_router slot
 #   - override_method Qwen3MoeForCausalLM.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
 #   - override_method Qwen3MoeForCausalLM.get_parallel_plan: expert-parallel plan of the fused expert tensors
 #   - override_method Qwen3MoeForSequenceClassification.__init__: the base model is this module's, not AutoModel's
@@ -77,6 +78,7 @@ from models.ops.slots import (
     rms_norm_slot,
     rope_slot,
     sequence_classification_loss_slot,
+    softmax_topk_router_slot,
 )
 
 
@@ -286,6 +288,7 @@ class Qwen3MoeExperts(nn.Module):
         return final_hidden_states
 
 
+# [MODIFIED CLASS] Qwen3MoeTopKRouter
 class Qwen3MoeTopKRouter(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -295,7 +298,12 @@ class Qwen3MoeTopKRouter(nn.Module):
         self.hidden_dim = config.hidden_size
         self.weight = nn.Parameter(torch.zeros(self.num_experts, self.hidden_dim))
 
+    # [PATCHED METHOD] Qwen3MoeTopKRouter.forward: routing behind the softmax_topk_router slot
     def forward(self, hidden_states):
+        if softmax_topk_router_slot.use_non_eager_impl:
+            return softmax_topk_router_slot(
+                hidden_states, self.weight, top_k=self.top_k, norm_topk_prob=self.norm_topk_prob
+            )
         hidden_states = hidden_states.reshape(-1, self.hidden_dim)
         router_logits = F.linear(hidden_states, self.weight)  # (seq_len, num_experts)
         router_probs = torch.nn.functional.softmax(router_logits, dtype=torch.float, dim=-1)

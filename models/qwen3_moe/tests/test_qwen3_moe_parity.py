@@ -1,4 +1,4 @@
-"""Qwen3-MoE: the generated modeling matches upstream transformers, and hub checkpoints load into it.
+"""Qwen3-MoE: the generated modeling, GPU and NPU configs, matches upstream transformers; hub checkpoints load.
 
 Layers 0 and 2 route over 7 experts (4 per token, moe_intermediate_size 28, so gate_up_proj is
 [7, 56, 48] and down_proj [7, 48, 28]: no two dims coincide); layer 1 is in ``mlp_only_layers`` and
@@ -15,6 +15,17 @@ QWEN3_MOE = MoeModel(
     config_class=Qwen3MoeConfig,
     causal_lm="Qwen3MoeForCausalLM",
     sequence_classification="Qwen3MoeForSequenceClassification",
+    backends=("gpu", "npu"),
+    guarded=(
+        "rms_norm",
+        "glu_activation",
+        "rope",
+        "moe_experts",
+        "softmax_topk_router",
+        "causal_lm_loss",
+        "load_balancing_loss",
+        "sequence_classification_loss",
+    ),
     sizes={
         "num_experts": 7,
         "num_experts_per_tok": 4,

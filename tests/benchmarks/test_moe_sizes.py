@@ -1,0 +1,47 @@
+"""The MoE benchmark's sizes reach every sparse model of the registry, under that model's own config keys.
+
+A model joins the benchmark by being registered; these tests catch one whose config the shared sizes
+cannot build, or whose experts end up at another width (an alias or a key the sizes miss), without
+running the benchmark itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:  # the benchmarks package is not installed; run.py does the same
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.moe_bench import _prepare, sparse_models
+from benchmarks.moe_sizes import SMOKE_SIZES, MoeSizes
+
+
+@pytest.mark.parametrize("model_type", sparse_models())
+def test_every_sparse_model_builds_with_experts_at_the_benchmark_width(model_type: str) -> None:
+    config, _, generated = _prepare(model_type, SMOKE_SIZES)
+    experts = [t for name, t in generated(config).named_parameters() if name.endswith("experts.gate_up_proj")]
+    assert experts, f"{model_type}: no routed experts at the benchmark's sizes"
+    e, h, i = SMOKE_SIZES.num_experts, SMOKE_SIZES.hidden_size, SMOKE_SIZES.moe_intermediate_size
+    assert {tuple(t.shape) for t in experts} <= {(e, 2 * i, h), (e, h, 2 * i)}
+
+
+def test_the_expert_width_goes_where_each_model_keeps_it() -> None:
+    sizes = MoeSizes()
+    qwen = sizes.config_overrides({"hidden_size": 0, "intermediate_size": 0, "moe_intermediate_size": 0})
+    assert (qwen["moe_intermediate_size"], qwen["intermediate_size"]) == (192, 1024)  # dense layers: 2 H
+    gpt_oss = sizes.config_overrides({"hidden_size": 0, "intermediate_size": 0, "num_local_experts": 0})
+    assert (gpt_oss["intermediate_size"], gpt_oss["num_local_experts"]) == (192, 64)
+    aliased = sizes.config_overrides({"moe_intermediate_size": 0}, {"intermediate_size": "moe_intermediate_size"})
+    assert aliased["intermediate_size"] == aliased["moe_intermediate_size"] == 192
+
+
+def test_latent_attention_gets_ranks_and_head_dims_instead_of_a_head_dim() -> None:
+    keys = {"kv_lora_rank": 0, "q_lora_rank": 0, "qk_rope_head_dim": 0, "qk_nope_head_dim": 0, "v_head_dim": 0}
+    mla = MoeSizes().config_overrides({**keys, "num_key_value_heads": 0, "n_group": 8, "topk_group": 0})
+    assert mla["head_dim"] == mla["qk_rope_head_dim"] == 32
+    assert (mla["kv_lora_rank"], mla["q_lora_rank"], mla["num_key_value_heads"]) == (64, 128, 8)
+    assert (mla["n_group"], mla["topk_group"]) == (8, 4)  # 64 experts: groups of 8, half of them kept

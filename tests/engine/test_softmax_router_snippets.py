@@ -1,0 +1,111 @@
+"""softmax_topk_router_guard and topk_softmax_router_guard, rendered against real upstream routers, and the recipe.
+
+Each guard puts its slot call in front of upstream's unchanged body, handing the slot the attributes upstream
+reads, and refuses a router that never reads one of them (the other kind of router, a misspelt name); the
+recipe hands each snippet only the Router fields its slot takes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from generator import PatchConfig
+from generator.dsl.patches import SnippetRef
+from generator.errors import SnippetError
+from generator.recipes import Experts, LossHead, Router, moe_text
+from generator.snippets import environment, render
+from generator.upstream.index import UpstreamSources
+from generator.upstream.member import UpstreamMember
+
+QWEN3_MOE = "transformers.models.qwen3_moe.modeling_qwen3_moe"
+GPT_OSS = "transformers.models.gpt_oss.modeling_gpt_oss"
+SOFTMAX_TOPK = {"weight": "weight", "top_k": "top_k", "norm_topk_prob": "norm_topk_prob"}
+TOPK_SOFTMAX = {"weight": "weight", "bias": "bias", "top_k": "top_k"}
+
+
+def _render(snippet: str, module: str, target: str, **variables: object) -> str:
+    index = UpstreamSources(None).get(module)
+    cls, method = target.split(".")
+    member = UpstreamMember(index, index.method(cls, method), target)
+    text, _ = render(SnippetRef(name=snippet, variables=variables), member, environment())
+    return text
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_softmax_topk_guard_goes_in_front_of_upstreams_body() -> None:
+    text = _render("softmax_topk_router_guard", QWEN3_MOE, "Qwen3MoeTopKRouter.forward", **SOFTMAX_TOPK)
+    assert text.startswith("from models.ops.slots import softmax_topk_router_slot\n")
+    assert (
+        "def forward(self, hidden_states): if softmax_topk_router_slot.use_non_eager_impl: "
+        "return softmax_topk_router_slot(hidden_states, self.weight, top_k=self.top_k, "
+        "norm_topk_prob=self.norm_topk_prob) hidden_states = hidden_states.reshape(-1, self.hidden_dim)"
+    ) in _one_line(text)
+    assert "return router_logits, router_scores, router_indices" in text  # upstream's body, to its end
+
+
+def test_topk_softmax_guard_goes_in_front_of_upstreams_body() -> None:
+    text = _render("topk_softmax_router_guard", GPT_OSS, "GptOssTopKRouter.forward", **TOPK_SOFTMAX)
+    assert text.startswith("from models.ops.slots import topk_softmax_router_slot\n")
+    assert (
+        "def forward(self, hidden_states): if topk_softmax_router_slot.use_non_eager_impl: "
+        "return topk_softmax_router_slot(hidden_states, self.weight, self.bias, top_k=self.top_k) "
+        "router_logits = F.linear(hidden_states, self.weight, self.bias)"
+    ) in _one_line(text)
+
+
+def test_softmax_topk_guard_refuses_a_router_without_the_renormalisation_flag() -> None:
+    with pytest.raises(SnippetError, match="never reads self.norm_topk_prob"):
+        _render("softmax_topk_router_guard", GPT_OSS, "GptOssTopKRouter.forward", **SOFTMAX_TOPK)
+
+
+def test_topk_softmax_guard_refuses_a_router_without_a_bias() -> None:
+    with pytest.raises(SnippetError, match="never reads self.bias"):
+        _render("topk_softmax_router_guard", QWEN3_MOE, "Qwen3MoeTopKRouter.forward", **TOPK_SOFTMAX)
+
+
+@pytest.mark.parametrize(
+    ("snippet", "module", "target", "variables"),
+    [
+        ("softmax_topk_router_guard", QWEN3_MOE, "Qwen3MoeTopKRouter.forward", {**SOFTMAX_TOPK, "top_k": "topk"}),
+        ("topk_softmax_router_guard", GPT_OSS, "GptOssTopKRouter.forward", {**TOPK_SOFTMAX, "top_k": "topk"}),
+    ],
+    ids=["softmax_topk", "topk_softmax"],
+)
+def test_each_guard_refuses_a_misspelt_attribute(snippet: str, module: str, target: str, variables: dict) -> None:
+    with pytest.raises(SnippetError, match="never reads self.topk"):
+        _render(snippet, module, target, **variables)
+
+
+@pytest.mark.parametrize(
+    ("module", "prefix", "router", "snippet", "variables"),
+    [
+        (
+            QWEN3_MOE,
+            "Qwen3Moe",
+            Router("Qwen3MoeTopKRouter", kind="softmax_topk"),
+            "softmax_topk_router_guard",
+            SOFTMAX_TOPK,
+        ),
+        (
+            GPT_OSS,
+            "GptOss",
+            Router("GptOssTopKRouter", kind="topk_softmax"),
+            "topk_softmax_router_guard",
+            TOPK_SOFTMAX,
+        ),
+    ],
+    ids=["softmax_topk", "topk_softmax"],
+)
+def test_recipe_hands_each_router_snippet_only_its_slots_attributes(
+    module: str, prefix: str, router: Router, snippet: str, variables: dict[str, str]
+) -> None:
+    config = PatchConfig(module, f"patched_{prefix}.py")
+    moe_text(
+        config, prefix=prefix, norms=[], mlps=[], rope=None, causal_lm=LossHead(), experts=Experts(), router=router
+    )
+    (patch,) = [p for p in config.patches if p.target == f"{router.cls}.forward"]
+    assert isinstance(patch.body, SnippetRef)
+    assert (patch.body.name, patch.body.variables) == (snippet, variables)
