@@ -134,8 +134,8 @@ def test_a_mask_without_per_token_padding_is_refused() -> None:
         real_token_mask({"full_attention": object()})
 
 
-def test_gpt_oss_with_a_dict_of_masks_gets_upstreams_aux_loss_of_the_2d_mask() -> None:
-    """A model that takes a dict of masks (gpt_oss): through its slot, the aux loss of the padded batch."""
+def _gpt_oss_with_padding_and_its_mask_dict():
+    """A gpt_oss pair (upstream, generated), a padded batch, and the dict of 4-D masks built from its 2-D mask."""
     from transformers import GptOssConfig
     from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
@@ -155,7 +155,12 @@ def test_gpt_oss_with_a_dict_of_masks_gets_upstreams_aux_loss_of_the_2d_mask() -
         "sliding_attention": create_sliding_window_causal_mask(**kwargs),
     }
     assert all(m is not None and m.dim() == 4 for m in masks.values())
+    return pair, batch, masks
 
+
+def test_gpt_oss_with_a_dict_of_masks_gets_upstreams_aux_loss_of_the_2d_mask() -> None:
+    """A model that takes a dict of masks (gpt_oss): through its slot, the aux loss of the padded batch."""
+    pair, batch, masks = _gpt_oss_with_padding_and_its_mask_dict()
     with torch.no_grad():
         want = pair.upstream(**batch, output_router_logits=True)
         saved = load_balancing_loss_slot.bound
@@ -164,5 +169,18 @@ def test_gpt_oss_with_a_dict_of_masks_gets_upstreams_aux_loss_of_the_2d_mask() -
             got = pair.generated(**{**batch, "attention_mask": masks}, output_router_logits=True)
         finally:
             restore_bindings({"load_balancing_loss": saved})
+    assert torch.equal(got.logits, want.logits)
+    assert torch.equal(got.aux_loss, want.aux_loss)
+
+
+def test_gpt_oss_unbound_with_a_dict_of_masks_gets_upstreams_aux_loss_of_the_2d_mask() -> None:
+    """Without a kernel bound, the generated guard hands upstream's own function the real tokens of the dict."""
+    pair, batch, masks = _gpt_oss_with_padding_and_its_mask_dict()
+    assert not load_balancing_loss_slot.use_non_eager_impl
+    with torch.no_grad():
+        want = pair.upstream(**batch, output_router_logits=True)
+        got = pair.generated(**{**batch, "attention_mask": masks}, output_router_logits=True)
+        with pytest.raises(AttributeError):
+            pair.upstream(**{**batch, "attention_mask": masks}, output_router_logits=True)
     assert torch.equal(got.logits, want.logits)
     assert torch.equal(got.aux_loss, want.aux_loss)

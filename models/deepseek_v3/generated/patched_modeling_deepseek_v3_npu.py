@@ -4,7 +4,7 @@
 # Source: transformers.models.deepseek_v3.modeling_deepseek_v3 (transformers==5.16.1)
 # Config: models.deepseek_v3.deepseek_v3_npu_patch_gen_config
 # Description: DeepSeek-V3 for NPU: the GPU config's slot guards; NPU kernels bind to the same slots
-# Fingerprint: 81288d0b5f8f11a2500d
+# Fingerprint: 074ff0d65a7dd6f03be4
 # Patches:
 #   - override_method DeepseekV3RMSNorm.forward: rms_norm slot guard
 #   - override_method DeepseekV3MLP.forward: the whole MLP behind the gated_mlp slot

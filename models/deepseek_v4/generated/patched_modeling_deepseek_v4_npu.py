@@ -4,7 +4,7 @@
 # Source: transformers.models.deepseek_v4.modeling_deepseek_v4 (transformers==5.16.1)
 # Config: models.deepseek_v4.deepseek_v4_npu_patch_gen_config
 # Description: DeepSeek-V4 for NPU: the GPU config's slot guards; NPU kernels bind to the same slots
-# Fingerprint: 9f723a4993bdd2a6bc85
+# Fingerprint: 61fcb7e83317bcf4aad7
 # Patches:
 #   - override_method DeepseekV4RMSNorm.forward: rms_norm slot guard
 #   - override_method DeepseekV4UnweightedRMSNorm.forward: rms_norm slot guard
@@ -63,6 +63,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from models.ops.kernels.token_mask import real_token_mask
 from models.ops.slots import (
     causal_lm_loss_slot,
     correction_bias_router_slot,
@@ -1624,12 +1625,21 @@ class DeepseekV4ForCausalLM(DeepseekV4PreTrainedModel, GenerationMixin):
                         outputs.router_logits, self.num_experts, self.num_experts_per_tok, attention_mask
                     )
                 else:
-                    aux_loss = load_balancing_loss_func(
-                        outputs.router_logits,
-                        self.num_experts,
-                        self.num_experts_per_tok,
-                        attention_mask,
-                    )
+                    if isinstance(attention_mask, dict):
+                        # A dict of 4-D masks (one per attention type): upstream's function reads the [batch, seq] real tokens.
+                        aux_loss = load_balancing_loss_func(
+                            outputs.router_logits,
+                            self.num_experts,
+                            self.num_experts_per_tok,
+                            real_token_mask(attention_mask),
+                        )
+                    else:
+                        aux_loss = load_balancing_loss_func(
+                            outputs.router_logits,
+                            self.num_experts,
+                            self.num_experts_per_tok,
+                            attention_mask,
+                        )
                 if labels is not None:
                     loss += self.router_aux_loss_coef * aux_loss.to(
                         loss.device

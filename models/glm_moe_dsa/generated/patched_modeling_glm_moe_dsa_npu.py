@@ -4,7 +4,7 @@
 # Source: transformers.models.glm_moe_dsa.modeling_glm_moe_dsa (transformers==5.16.1)
 # Config: models.glm_moe_dsa.glm_moe_dsa_npu_patch_gen_config
 # Description: GLM-MoE-DSA for NPU: the GPU config's slot guards; NPU kernels bind to the same slots
-# Fingerprint: 9123261049a407dbb0fa
+# Fingerprint: b0fd2a8e72bd87c100d1
 # Patches:
 #   - override_method GlmMoeDsaRMSNorm.forward: rms_norm slot guard
 #   - override_method GlmMoeDsaMLP.forward: the whole MLP behind the gated_mlp slot

@@ -4,7 +4,7 @@
 # Source: transformers.models.gpt_oss.modeling_gpt_oss (transformers==5.16.1)
 # Config: models.gpt_oss.gpt_oss_gpu_patch_gen_config
 # Description: GptOss with op-slot guards and slot-backed losses
-# Fingerprint: 0ec2ef80f34c9a8ff283
+# Fingerprint: c1f2d9986e9826224e22
 # Patches:
 #   - override_method GptOssRMSNorm.forward: rms_norm slot guard
 #   - override_method GptOssMLP.forward: routed experts behind the moe_experts slot
@@ -64,6 +64,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from models.ops.kernels.token_mask import real_token_mask
 from models.ops.slots import (
     causal_lm_loss_slot,
     load_balancing_loss_slot,
@@ -721,12 +722,21 @@ class GptOssForCausalLM(GptOssPreTrainedModel, GenerationMixin):
                         outputs.router_logits, self.num_experts, self.num_experts_per_tok, attention_mask
                     )
                 else:
-                    aux_loss = load_balancing_loss_func(
-                        outputs.router_logits,
-                        self.num_experts,
-                        self.num_experts_per_tok,
-                        attention_mask,
-                    )
+                    if isinstance(attention_mask, dict):
+                        # A dict of 4-D masks (one per attention type): upstream's function reads the [batch, seq] real tokens.
+                        aux_loss = load_balancing_loss_func(
+                            outputs.router_logits,
+                            self.num_experts,
+                            self.num_experts_per_tok,
+                            real_token_mask(attention_mask),
+                        )
+                    else:
+                        aux_loss = load_balancing_loss_func(
+                            outputs.router_logits,
+                            self.num_experts,
+                            self.num_experts_per_tok,
+                            attention_mask,
+                        )
                 if labels is not None:
                     loss += self.router_aux_loss_coef * aux_loss.to(
                         loss.device

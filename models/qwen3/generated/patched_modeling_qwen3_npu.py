@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3.modeling_qwen3 (transformers==5.16.1)
 # Config: models.qwen3.qwen3_npu_patch_gen_config
 # Description: Qwen3 for NPU: the GPU config's slot guards; NPU kernels bind to the same slots
-# Fingerprint: fd3ba77ee7988b9a3b63
+# Fingerprint: a0ce3b1f48c831b4a5b2
 # Patches:
 #   - override_method Qwen3RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MLP.forward: glu_activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_moe.modeling_qwen3_moe (transformers==5.16.1)
 # Config: models.qwen3_moe.qwen3_moe_gpu_patch_gen_config
 # Description: Qwen3-MoE with op-slot guards and slot-backed losses
-# Fingerprint: 25fcf0dc2545680eb3a0
+# Fingerprint: 5b01d806bc8336b5003b
 # Patches:
 #   - override_method Qwen3MoeRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MoeMLP.forward: glu_activation slot guard (dense layers, shared experts)
@@ -70,6 +70,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from models.ops.kernels.token_mask import real_token_mask
 from models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
@@ -744,12 +745,21 @@ class Qwen3MoeForCausalLM(Qwen3MoePreTrainedModel, GenerationMixin):
                         outputs.router_logits, self.num_experts, self.num_experts_per_tok, attention_mask
                     )
                 else:
-                    aux_loss = load_balancing_loss_func(
-                        outputs.router_logits,
-                        self.num_experts,
-                        self.num_experts_per_tok,
-                        attention_mask,
-                    )
+                    if isinstance(attention_mask, dict):
+                        # A dict of 4-D masks (one per attention type): upstream's function reads the [batch, seq] real tokens.
+                        aux_loss = load_balancing_loss_func(
+                            outputs.router_logits,
+                            self.num_experts,
+                            self.num_experts_per_tok,
+                            real_token_mask(attention_mask),
+                        )
+                    else:
+                        aux_loss = load_balancing_loss_func(
+                            outputs.router_logits,
+                            self.num_experts,
+                            self.num_experts_per_tok,
+                            attention_mask,
+                        )
                 if labels is not None:
                     loss += self.router_aux_loss_coef * aux_loss.to(
                         loss.device

@@ -4,7 +4,7 @@
 # Source: transformers.models.seed_oss.modeling_seed_oss (transformers==5.16.1)
 # Config: models.seed_oss.seed_oss_gpu_patch_gen_config
 # Description: Seed-OSS with op-slot guards and slot-backed losses
-# Fingerprint: f51ebbbd89c9c02cc1a8
+# Fingerprint: f7c6c4d1306c95ef94bf
 # Patches:
 #   - override_method SeedOssRMSNorm.forward: rms_norm slot guard
 #   - override_method SeedOssMLP.forward: glu_activation slot guard
