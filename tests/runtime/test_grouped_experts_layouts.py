@@ -24,6 +24,7 @@ import torch
 
 from models.ops import OpsConfig, bound_ops, moe_experts_slot
 from models.ops.kernels import eager, grouped_experts
+from models.ops.kernels.expert_units import GatedUnit, gated_value, has_unit
 from models.testing import KERNEL_TOLERANCE
 
 E, K, H, I, T = 7, 3, 20, 12, 29
@@ -59,7 +60,7 @@ def _inputs(
     }
 
 
-def _run(kernel, inputs, dtype, **options):
+def _run(kernel, inputs, dtype, activation="silu", **options):
     """Output and the gradient of every floating input, in fp32, from a fixed non-uniform output gradient."""
     leaves = {
         name: value.to(dtype).requires_grad_(True)
@@ -72,7 +73,7 @@ def _run(kernel, inputs, dtype, **options):
         leaves["top_k_weights"],
         leaves["gate_up_proj"],
         leaves["down_proj"],
-        "silu",
+        activation,
         gate_up_bias=leaves.get("gate_up_bias"),
         down_bias=leaves.get("down_bias"),
         **options,
@@ -192,3 +193,43 @@ def test_the_slot_passes_the_layout_keywords_through() -> None:
     with bound_ops(OpsConfig({"moe_experts": "grouped"})):
         got = moe_experts_slot(*list(inputs.values())[:5], "silu", gate_up_bias=inputs["gate_up_bias"], **options)
     assert torch.allclose(got, want, rtol=KERNEL_TOLERANCE.rtol, atol=KERNEL_TOLERANCE.atol)
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+@pytest.mark.parametrize(
+    "case",
+    [("fused", False, False, "plain"), ("transposed", True, True, "plain"), ("fused", False, True, "clamped")],
+    ids=_layout_id,
+)
+def test_grouped_matches_eager_for_activations_without_a_written_out_unit(case: tuple, activation: str) -> None:
+    # These take the kernel's other backward: autograd on a per-expert recomputation of the unit.
+    assert not has_unit(activation, alpha=None)
+    inputs = _inputs(case[0], case[2])
+    expected = _run(eager.moe_experts, inputs, torch.float32, activation, **_options(case))
+    actual = _run(grouped_experts.moe_experts, inputs, torch.float32, activation, **_options(case))
+    _assert_matches(actual, expected, torch.float32)
+
+
+@pytest.mark.parametrize("gate", ["plain", "clamped", "gpt_oss"])
+def test_the_written_out_units_are_upstreams_values_and_autograds_derivatives(gate: str) -> None:
+    limit, alpha = GATES[gate]
+    generator = torch.Generator().manual_seed(0)
+    gate_in, up_in = (torch.randn(9, 16, generator=generator) * 2 for _ in range(2))
+    if limit is not None:  # on the bounds (the gradient passes), just past them (it does not), and NaN
+        gate_in[0, :4] = torch.tensor([limit, -limit, torch.nextafter(torch.tensor(limit), torch.tensor(99.0)), 0.5])
+        up_in[0, :4] = torch.tensor([-limit, limit, 0.5, torch.nextafter(torch.tensor(-limit), torch.tensor(-99.0))])
+        gate_in[1, 0], up_in[1, 1] = float("nan"), float("nan")
+    want_value = eager.experts_glu(gate_in, up_in, "silu", limit=limit, alpha=alpha)
+    # Bitwise: the forward pass's in-place version, and the backward pass's recomputation.
+    bitwise = {"rtol": 0, "atol": 0, "equal_nan": True}
+    torch.testing.assert_close(gated_value(gate_in, up_in, limit=limit, alpha=alpha), want_value, **bitwise)
+    unit = GatedUnit(gate_in, up_in, limit=limit, alpha=alpha)
+    torch.testing.assert_close(unit.value, want_value, **bitwise)
+
+    leaves = [gate_in.clone().requires_grad_(True), up_in.clone().requires_grad_(True)]
+    grad = torch.randn(want_value.shape, generator=generator)
+    eager.experts_glu(*leaves, "silu", limit=limit, alpha=alpha).backward(grad)
+    got_gate, got_up = torch.empty_like(gate_in), torch.empty_like(up_in)
+    unit.backward(grad.clone(), got_gate, got_up)
+    for got, leaf in zip((got_gate, got_up), leaves, strict=True):
+        torch.testing.assert_close(got, leaf.grad, rtol=1e-6, atol=1e-7, equal_nan=True)

@@ -1,4 +1,5 @@
-"""The experts' gated units with their derivatives written out, for the grouped kernel's backward.
+"""The experts' gated units with their derivatives written out, for the grouped kernel's backward
+(and their values computed in place, for its forward: :func:`gated_value`).
 
 The grouped kernel recomputes each expert's gated unit in backward from the saved pre-activations. Taking
 the unit's derivative from autograd means building a small graph per expert and per call, plus a
@@ -11,10 +12,11 @@ so each is written here, straight into the two halves (or interleaved columns) o
 - gpt_oss's ``(up' + 1) * g * sigmoid(alpha g)`` (``g``, ``up'`` clamped): ``d/dg = sigmoid(alpha g) * (1 +
   alpha g (1 - sigmoid(alpha g)))``, zero where a clamp cut.
 
-A clamp passes the gradient where its input lies within its bounds, bounds included, as torch's clamp
-does. Forward values are :func:`models.ops.kernels.eager.experts_glu`'s operations in the same order, so
-they equal the forward pass's; derivatives match autograd's to rounding. Other activations have no unit
-here (:func:`has_unit` says False) and keep autograd.
+A clamp passes the gradient where its input lies within its bounds, bounds included, and zeroes it for
+a NaN input, as torch's clamp does. Values are :func:`models.ops.kernels.eager.experts_glu`'s operations
+in the same order, so they equal upstream's to the bit; derivatives match autograd's to rounding
+(tests/runtime/test_grouped_experts_layouts.py checks both, on and just past the bounds). Other
+activations have no unit here (:func:`has_unit` says False) and keep autograd.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["SILU", "GatedUnit", "has_unit"]
+__all__ = ["SILU", "GatedUnit", "gated_value", "has_unit"]
 
 #: Activation names that mean SiLU.
 SILU = frozenset({"silu", "swish"})
@@ -52,8 +54,27 @@ class GatedUnit:
             slope = (1 - self.sigmoid).mul_(self.gate_in).mul_(self.alpha).add_(1).mul_(self.sigmoid)
             torch.mul(grad.mul_(self.up_in + 1), slope, out=grad_gate)
         if self.limit is not None:
-            grad_gate.masked_fill_(self.gate > self.limit, 0)
-            grad_up.masked_fill_((self.up < -self.limit) | (self.up > self.limit), 0)
+            # A clamp changed its input exactly where that input lay outside the bounds (NaN included, whose
+            # gradient torch's clamp also zeroes): one comparison per half instead of one per bound.
+            grad_gate.masked_fill_(self.gate_in != self.gate, 0)
+            grad_up.masked_fill_(self.up_in != self.up, 0)
+
+
+def gated_value(gate: torch.Tensor, up: torch.Tensor, *, limit: float | None, alpha: float | None) -> torch.Tensor:
+    """The unit's value for the forward pass, :class:`GatedUnit`'s units only, in a fresh ``[n, I]`` tensor.
+
+    The operations and their order are :func:`models.ops.kernels.eager.experts_glu`'s, so the values are
+    the same to the bit; they are done in place on the first temporary, so one expert allocates one to
+    three ``[n, I]`` tensors instead of two to seven (the forward pass keeps none of them: the backward
+    pass recomputes the unit from the saved pre-activations).
+    """
+    if limit is not None:
+        gate = gate.clamp(min=None, max=limit)
+        up = up.clamp(min=-limit, max=limit)
+    if alpha is None:
+        return (F.silu(gate, inplace=True) if limit is not None else F.silu(gate)).mul_(up)
+    glu = torch.mul(gate, alpha).sigmoid_().mul_(gate)
+    return (up.add_(1) if limit is not None else up + 1).mul_(glu)
 
 
 def has_unit(activation: str, *, alpha: float | None) -> bool:

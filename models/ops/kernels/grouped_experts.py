@@ -22,7 +22,12 @@ contiguous segment, and one ``autograd.Function`` runs the layer segment by segm
   ``[E, ...]`` buffers, ``index_add_`` of the input gradient.
 
 Every temporary is one expert's size (``[n_e, H]``), so it comes from the allocator's free lists and
-stays in cache; the only ``[S, ...]`` buffer is the saved pre-activations. Within one segment a token
+stays in cache; the only ``[S, ...]`` buffer is the saved pre-activations. The forward unit runs in
+place on its first temporary (``expert_units.gated_value``), and the per-expert views (token ids,
+segments, routing weights, weight matrices, gradient slices) are made by one ``split`` or ``unbind``
+each, not by a slice per expert: at E=32 the loops' Python and dispatch cost is a few ms of a
+130 ms layer step, about what the matmuls' cold operands cost on top of their in-cache rate
+(docs/performance.md, "Where the time goes"). Within one segment a token
 appears once, so ``index_add_`` has no duplicate indices (deterministic on GPUs too), and each token's
 K contributions are added in expert order, as the eager reference adds them.
 
@@ -39,7 +44,7 @@ from typing import Any
 import torch
 
 from models.ops.kernels.eager import check_moe_experts_options, experts_glu, split_gate_up
-from models.ops.kernels.expert_units import GatedUnit, has_unit
+from models.ops.kernels.expert_units import GatedUnit, gated_value, has_unit
 
 __all__ = ["moe_experts"]
 
@@ -81,15 +86,11 @@ def moe_experts(
 
     # Pair s = token * K + k; sorted by expert, stably, so each segment keeps token order.
     order = torch.argsort(flat_experts, stable=True)
-    segments, start = [], 0
-    for expert, count in enumerate(counts):
-        if count:
-            segments.append((expert, start, start + count))
-            start += count
     plan = _Plan(
         order=order,
-        token_of=order // top_k,
-        segments=segments,
+        counts=counts,
+        visited=[expert for expert, count in enumerate(counts) if count],
+        tokens=(order // top_k).split(counts),
         num_tokens=num_tokens,
         transposed=layout == "transposed",
         interleaved=interleaved,
@@ -101,27 +102,36 @@ def moe_experts(
 
 
 class _Plan:
-    """Everything about one call that is not a differentiable tensor: the routing order and the options."""
+    """Everything about one call that is not a differentiable tensor: the routing order and the options.
+
+    ``tokens`` holds every expert's token ids (empty for experts that got none), split once here so the
+    loops below index a tuple instead of slicing tensors; ``visited`` lists the experts with rows.
+    """
 
     __slots__ = (
         "activation",
         "alpha",
+        "counts",
         "interleaved",
         "limit",
         "num_tokens",
         "order",
-        "segments",
-        "token_of",
+        "tokens",
         "transposed",
+        "visited",
     )
 
     def __init__(self, **values: Any) -> None:
         for name, value in values.items():
             setattr(self, name, value)
 
-    def forward_weight(self, weight: torch.Tensor, expert: int) -> torch.Tensor:
-        """The ``[in, out]`` matrix of one expert: ``rows @ forward_weight`` is its projection."""
-        return weight[expert] if self.transposed else weight[expert].t()
+    def forward_weights(self, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Every expert's ``[in, out]`` matrix (``rows @ m`` is its projection), as views made in one call."""
+        return (weight if self.transposed else weight.transpose(1, 2)).unbind(0)
+
+    def backward_weights(self, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Every expert's ``[out, in]`` matrix: ``grad @ m`` is the gradient of the projection's input."""
+        return (weight.transpose(1, 2) if self.transposed else weight).unbind(0)
 
     def weight_grad(self, out: torch.Tensor, inputs: torch.Tensor, grad: torch.Tensor) -> None:
         """Write one expert's weight gradient into ``out`` (its ``[E, ...]`` slice, stored layout)."""
@@ -129,6 +139,10 @@ class _Plan:
             torch.mm(inputs.t(), grad, out=out)
         else:  # y = x @ W[e].T
             torch.mm(grad.t(), inputs, out=out)
+
+
+def _unbind(buffer: torch.Tensor | None) -> tuple[torch.Tensor, ...] | None:
+    return None if buffer is None else buffer.unbind(0)
 
 
 class _GroupedExperts(torch.autograd.Function):
@@ -147,18 +161,26 @@ class _GroupedExperts(torch.autograd.Function):
         two_i = gate_up_proj.shape[2] if plan.transposed else gate_up_proj.shape[1]
         gate_up = hidden_states.new_empty(plan.order.numel(), two_i)  # pre-activations, saved for backward
         out = torch.zeros_like(hidden_states)
-        for expert, start, end in plan.segments:
-            tokens = plan.token_of[start:end]
-            segment = gate_up[start:end]
-            torch.mm(hidden_states.index_select(0, tokens), plan.forward_weight(gate_up_proj, expert), out=segment)
+        segments = gate_up.split(plan.counts)
+        weights = routing.split(plan.counts)
+        columns = routing.unsqueeze(-1).split(plan.counts)
+        up_weights = plan.forward_weights(gate_up_proj)
+        down_weights = plan.forward_weights(down_proj)
+        by_hand = has_unit(plan.activation, alpha=plan.alpha)
+        for expert in plan.visited:
+            tokens = plan.tokens[expert]
+            segment = segments[expert]
+            torch.mm(hidden_states.index_select(0, tokens), up_weights[expert], out=segment)
             if gate_up_bias is not None:
                 segment.add_(gate_up_bias[expert])
             gate, up = split_gate_up(segment, plan.interleaved)
-            weighted = experts_glu(gate, up, plan.activation, limit=plan.limit, alpha=plan.alpha)
-            weighted.mul_(routing[start:end].unsqueeze(-1))
-            rows = weighted @ plan.forward_weight(down_proj, expert)
+            if by_hand:
+                weighted = gated_value(gate, up, limit=plan.limit, alpha=plan.alpha)
+            else:
+                weighted = experts_glu(gate, up, plan.activation, limit=plan.limit, alpha=plan.alpha)
+            rows = torch.mm(weighted.mul_(columns[expert]), down_weights[expert])
             if down_bias is not None:
-                rows.addr_(routing[start:end], down_bias[expert])
+                rows.addr_(weights[expert], down_bias[expert])
             out.index_add_(0, tokens, rows)
         ctx.save_for_backward(hidden_states, top_k_weights, gate_up_proj, down_proj, down_bias, gate_up, routing)
         ctx.plan = plan
@@ -175,7 +197,7 @@ class _GroupedExperts(torch.autograd.Function):
         dtype = gate_up.dtype
         grad_output = grad_output.to(dtype)
 
-        unvisited = sorted(set(range(num_experts)) - {expert for expert, _, _ in plan.segments})
+        unvisited = sorted(set(range(num_experts)) - set(plan.visited))
 
         def expert_buffer(wanted: bool, like: torch.Tensor, *shape: int) -> torch.Tensor | None:
             # Written expert by expert below; experts that received no rows get zeros.
@@ -194,38 +216,53 @@ class _GroupedExperts(torch.autograd.Function):
         grad_down_bias = expert_buffer(needs[5], down_proj, num_experts, hidden_states.shape[-1])
         by_hand = has_unit(plan.activation, alpha=plan.alpha)
 
-        for expert, start, end in plan.segments:
-            tokens = plan.token_of[start:end]
-            weight = routing[start:end].unsqueeze(-1)
+        # Per-expert views, each made by one call rather than one slice per expert in the loop.
+        segments = gate_up.split(plan.counts)
+        weights = routing.split(plan.counts)
+        columns = routing.unsqueeze(-1).split(plan.counts)
+        pairs = per_pair.split(plan.counts) if per_pair is not None else None
+        up_weights = plan.backward_weights(gate_up_proj)
+        down_weights = plan.backward_weights(down_proj)
+        grad_up_weights, grad_down_weights = _unbind(grad_gate_up_proj), _unbind(grad_down_proj)
+        grad_up_biases, grad_down_biases = _unbind(grad_gate_up_bias), _unbind(grad_down_bias)
+
+        # Last expert first: the forward pass touched its weights and segment last, so some are still cached
+        # (about 1% of the backward at E=32), and autograd's backward of the eager loop runs in this order too.
+        for expert in reversed(plan.visited):
+            tokens = plan.tokens[expert]
+            weight = columns[expert]
+            segment = segments[expert]
             grad_rows = grad_output.index_select(0, tokens)  # [n, H]
             # Recompute the gated unit: with its written-out derivative, else keeping its graph for autograd.
             if by_hand:
-                gate, up = split_gate_up(gate_up[start:end], plan.interleaved)
+                gate, up = split_gate_up(segment, plan.interleaved)
                 unit = GatedUnit(gate, up, limit=plan.limit, alpha=plan.alpha)
                 activated = unit.value
             else:
                 with torch.enable_grad():
-                    gate, up = split_gate_up(gate_up[start:end].detach(), plan.interleaved)
+                    gate, up = split_gate_up(segment.detach(), plan.interleaved)
                     gate.requires_grad_(True)
                     up.requires_grad_(True)
                     activated = experts_glu(gate, up, plan.activation, limit=plan.limit, alpha=plan.alpha)
             values = activated.detach()
 
-            if grad_down_proj is not None:
-                plan.weight_grad(grad_down_proj[expert], values * weight, grad_rows)
-            if grad_down_bias is not None:
-                torch.mv(grad_rows.t(), routing[start:end], out=grad_down_bias[expert])
+            if grad_down_biases is not None:
+                torch.mv(grad_rows.t(), weights[expert], out=grad_down_biases[expert])
             # Gradient of the weighted activations, [n, I].
-            grad_weighted = grad_rows @ plan.forward_weight(down_proj, expert).t()
-            if per_pair is not None:
-                pair = per_pair[start:end]
+            grad_weighted = torch.mm(grad_rows, down_weights[expert])
+            if pairs is not None:
+                pair = pairs[expert]
                 torch.sum(grad_weighted * values, dim=-1, out=pair)
                 if down_bias is not None:
                     pair += grad_rows @ down_bias[expert]
+            if grad_down_weights is not None:
+                # By hand, `values` is a temporary spent after this (scaled in place); autograd's graph shares it.
+                weighted = values.mul_(weight) if by_hand else values * weight
+                plan.weight_grad(grad_down_weights[expert], weighted, grad_rows)
             del grad_rows
             grad_activated = grad_weighted.mul_(weight)
             if by_hand:  # straight into the two halves (or interleaved columns) of one [n, 2I] buffer
-                grad_gate_up = gate_up.new_empty(end - start, gate_up.shape[1])
+                grad_gate_up = torch.empty_like(segment)
                 grad_gate, grad_up = split_gate_up(grad_gate_up, plan.interleaved)
                 unit.backward(grad_activated, grad_gate, grad_up)
                 del unit
@@ -237,13 +274,12 @@ class _GroupedExperts(torch.autograd.Function):
                     grad_gate_up = torch.cat((grad_gate, grad_up), dim=-1)
             del activated, values, grad_activated, grad_gate, grad_up
 
-            if grad_gate_up_bias is not None:
-                torch.sum(grad_gate_up, dim=0, out=grad_gate_up_bias[expert])
-            if grad_gate_up_proj is not None:
-                rows = hidden_states.index_select(0, tokens)
-                plan.weight_grad(grad_gate_up_proj[expert], rows, grad_gate_up)
+            if grad_up_biases is not None:
+                torch.sum(grad_gate_up, dim=0, out=grad_up_biases[expert])
+            if grad_up_weights is not None:
+                plan.weight_grad(grad_up_weights[expert], hidden_states.index_select(0, tokens), grad_gate_up)
             if grad_hidden is not None:
-                grad_hidden.index_add_(0, tokens, grad_gate_up @ plan.forward_weight(gate_up_proj, expert).t())
+                grad_hidden.index_add_(0, tokens, torch.mm(grad_gate_up, up_weights[expert]))
 
         grad_weights = None
         if per_pair is not None:
