@@ -123,6 +123,12 @@ def test_a_deepseek_style_moe_scaffold_guards_its_router_and_shared_experts_and_
     _assert_tests_pass(repo, "glm4_moe")
 
 
+def test_a_scaffold_guarding_many_slots_is_ruff_clean(repo: Path) -> None:
+    """qwen2_moe guards eight slots: its parity test's guarded= tuple is too long for one line."""
+    model_dir = copy_model(repo, "qwen2_moe")
+    _assert_ruff_clean(repo, model_dir)
+
+
 def test_a_loss_head_no_snippet_fits_is_refused(repo: Path) -> None:
     """cpmant computes its loss without self.loss_function: the loss head, which every scaffold guards."""
     message = _refusal(repo, "cpmant")
