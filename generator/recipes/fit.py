@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from generator.recipes.parts import ROUTER_ROLES
+from generator.recipes.parts import ROUTER_OPTIONS, Router, router_roles
 from generator.upstream.structure import MlpInfo, ModelStructure
 
 DOCS = "docs/adding-a-model.md#hand-written-patches"
@@ -272,21 +272,29 @@ ROUTER_KIND_OF = {
 }
 
 
-def _router(structure: ModelStructure) -> dict[str, str] | None:
+def _router(structure: ModelStructure) -> dict[str, Any] | None:
     """The router's slot guard, for a router the reader recognised exactly (None: it stays upstream's code).
 
-    Each slot recomputes one body; its attributes are the ones the reader's match bound, so the guard hands
-    the slot what upstream reads. A router of a recognised kind whose roles were not all bound (a softmax
-    router that always renormalises, or keeps fp32 weights, as mixtral's does) has no slot and stays as is.
+    Each slot recomputes one body, or one of a few bodies told apart by its options; its attributes are the
+    ones the reader's match bound, so the guard hands the slot what upstream reads. A router of a recognised
+    kind whose roles were not all bound (a weight narrower than the reshape) has no slot and stays as is.
+    Options are recorded only where they differ from the Router defaults, so a router with the default
+    body keeps the answers (and the generated code) it had before options existed.
     """
     router = structure.moe.router if structure.moe else None
     kind = ROUTER_KIND_OF.get(router.kind) if router is not None else None
     if router is None or kind is None:
         return None
-    roles = ROUTER_ROLES[kind]
+    defaults = Router()
+    options = {
+        name: router.options[name]
+        for name in ROUTER_OPTIONS[kind]
+        if name in router.options and router.options[name] != getattr(defaults, name)
+    }
+    roles = router_roles(kind, options)
     if any(not router.attributes.get(role) for role in roles):
         return None
-    return {"cls": router.cls, "kind": kind, **{role: router.attributes[role] for role in roles}}
+    return {"cls": router.cls, "kind": kind, **{role: router.attributes[role] for role in roles}, **options}
 
 
 def _clamped_swiglu_experts(structure: ModelStructure) -> dict[str, Any]:

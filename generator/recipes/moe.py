@@ -20,6 +20,7 @@ gates, and ``_can_record_outputs`` recording the router logits. The recipe adds:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from generator.dsl.call_site import call_site
 from generator.dsl.config import PatchConfig
@@ -33,7 +34,18 @@ from generator.recipes.dense import (
     apply_rope,
     apply_sequence_classification,
 )
-from generator.recipes.parts import ROUTER_ROLES, CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
+from generator.recipes.parts import (
+    ROUTER_OPTIONS,
+    ROUTER_ROLES,
+    CallSites,
+    Experts,
+    LossHead,
+    Mlp,
+    Norm,
+    Rope,
+    Router,
+    router_roles,
+)
 
 
 def moe_text(
@@ -100,11 +112,24 @@ def moe_text(
 ROUTER_SNIPPETS = {kind: f"{kind}_router_guard" for kind in ROUTER_ROLES}
 
 
+def _router_variables(router: Router) -> dict[str, Any]:
+    """The snippet variables for ``router``: its roles' attributes, then its non-default options."""
+    defaults = Router()
+    options = {
+        name: getattr(router, name)
+        for name in ROUTER_OPTIONS[router.kind]
+        if getattr(router, name) != getattr(defaults, name)
+    }
+    roles = router_roles(router.kind, options)
+    return {**{role: getattr(router, role) for role in roles}, **options}
+
+
 def apply_router(config: PatchConfig, router: Router, *, prefix: str) -> None:
     """The router's forward behind the slot of its kind, reading the attributes ``router`` names.
 
-    Only the fields the kind's slot reads are handed to its snippet (:data:`ROUTER_ROLES`), so a snippet
-    checks exactly the attributes it passes.
+    Only the fields the kind's slot reads are handed to its snippet (:data:`ROUTER_ROLES`, less a flag an
+    always-renormalising router lacks), so a snippet checks exactly the attributes it passes; its options
+    (:data:`ROUTER_OPTIONS`) only where they differ from the Router defaults.
     """
     cls = _named(router.cls, prefix)
     snippet = ROUTER_SNIPPETS.get(router.kind)
@@ -114,9 +139,10 @@ def apply_router(config: PatchConfig, router: Router, *, prefix: str) -> None:
             target=f"{cls}.forward",
             location=call_site(),
         )
+    variables = _router_variables(router)
     config.apply_snippet(
         snippet,
         f"{cls}.forward",
-        **{role: getattr(router, role) for role in ROUTER_ROLES[router.kind]},
+        **variables,
         description=f"routing behind the {router.kind}_router slot",
     )

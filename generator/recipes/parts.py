@@ -8,7 +8,9 @@ upstream passes to its lm_head and loss) are read from upstream by the snippets 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,11 @@ class Router:
     with the roles bound: Qwen2-MoE, OLMoE, ...); "topk_softmax" gpt_oss's biased logits, top-k, then a
     softmax over the k values. The other fields name the router's attributes for the slot's arguments
     (:data:`ROUTER_ROLES` says which a kind reads); the defaults are the names every such router upstream uses.
+
+    ``upcast``, ``cast_back`` and ``always_renormalize`` are softmax_topk's variants (:data:`ROUTER_OPTIONS`),
+    as the reader found them: Mixtral/MiniMax upcast with ``.float()``, keep fp32 weights and always
+    renormalise; Qwen3.5-MoE/Qwen3-VL-MoE only always renormalise (then ``norm_topk_prob`` is not read). The
+    defaults are Qwen3-MoE's body, and the snippet hands the slot only the options that differ from them.
     """
 
     cls: str = "{prefix}TopkRouter"
@@ -110,6 +117,9 @@ class Router:
     topk_group: str = "topk_group"
     norm_topk_prob: str = "norm_topk_prob"
     routed_scaling_factor: str = "routed_scaling_factor"
+    upcast: str = "dtype_arg"
+    cast_back: bool = True
+    always_renormalize: bool = False
 
 
 #: The Router fields each kind hands its slot, in the slot's argument order: the roles the reader binds.
@@ -118,6 +128,25 @@ ROUTER_ROLES: dict[str, tuple[str, ...]] = {
     "softmax_topk": ("weight", "top_k", "norm_topk_prob"),
     "topk_softmax": ("weight", "bias", "top_k"),
 }
+
+#: The Router fields that are options of a kind's slot rather than attributes of the router: handed to the
+#: snippet only when they differ from the Router default, so a router with the default body renders as before.
+ROUTER_OPTIONS: dict[str, tuple[str, ...]] = {
+    "group_limited": (),
+    "softmax_topk": ("upcast", "cast_back", "always_renormalize"),
+    "topk_softmax": (),
+}
+
+
+def router_roles(kind: str, options: Mapping[str, Any]) -> tuple[str, ...]:
+    """The roles a router of ``kind`` with these options reads from its attributes.
+
+    A softmax-top-k router that always renormalises has no flag to read, so ``norm_topk_prob`` drops out.
+    """
+    roles = ROUTER_ROLES[kind]
+    if options.get("always_renormalize"):
+        roles = tuple(role for role in roles if role != "norm_topk_prob")
+    return roles
 
 
 @dataclass(frozen=True)

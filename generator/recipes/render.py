@@ -19,7 +19,19 @@ LINE_LENGTH = 119
 #: Experts fields beyond the activation, written only when the fit set them (a gate-first block has none).
 EXPERTS_LAYOUT_FIELDS = ("layout", "interleaved", "gate_up_bias", "down_bias", "limit", "alpha")
 #: Router fields besides the class, each written only when it differs from the Router part's default.
-ROUTER_FIELDS = ("kind", "weight", "bias", "top_k", "n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor")
+ROUTER_FIELDS = (
+    "kind",
+    "weight",
+    "bias",
+    "top_k",
+    "n_group",
+    "topk_group",
+    "norm_topk_prob",
+    "routed_scaling_factor",
+    "upcast",
+    "cast_back",
+    "always_renormalize",
+)
 
 
 def _call(name: str, positional: str, keywords: Mapping[str, Any]) -> str:

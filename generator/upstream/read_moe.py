@@ -8,15 +8,20 @@ other variant is reported with where it is and why it is not one of them.
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 from generator.upstream.shapes import attr_binding, match_body, strip_docstring
 from generator.upstream.source import ModelSource, called_name, calls_in, is_self_attr
 from generator.upstream.structure import ExpertsInfo, MoeInfo, RouterInfo, SharedExpertsInfo
 
-_ROUTER_SOFTMAX_TOPK = (
-    # qwen2_moe / qwen3_moe / olmoe: optional renormalisation behind norm_topk_prob. The first shape is the
-    # one softmax_topk_router_slot recomputes: only its match records the roles (_SOFTMAX_ROUTER_ROLES).
-    """
+#: The softmax-then-top-k router bodies softmax_topk_router_slot recomputes, each with the slot options that
+#: make its kernel follow that body op for op (the slot's own defaults are the first body's; the fit writes
+#: only the options that differ). A body is bound with its roles only when its weight is as wide as the
+#: reshape (:func:`_weight_is_hidden_wide`); any other softmax-top-k body is still "softmax_topk", unguarded.
+_ROUTER_SOFTMAX_TOPK: tuple[tuple[str, dict[str, Any]], ...] = (
+    # qwen2_moe / qwen3_moe / olmoe: renormalisation behind norm_topk_prob, fp32 via dtype=, cast back.
+    (
+        """
 P_x = P_x.reshape(-1, self.P_hidden)
 P_logits = F.linear(P_x, self.P_w)
 P_probs = torch.nn.functional.softmax(P_logits, dtype=torch.float, dim=-1)
@@ -27,8 +32,11 @@ P_top = P_top.to(P_logits.dtype)
 P_scores = P_top
 return (P_logits, P_scores, P_idx)
 """,
-    # qwen3_5_moe: always renormalised, qwen's casts.
-    """
+        {"upcast": "dtype_arg", "cast_back": True, "always_renormalize": False},
+    ),
+    # qwen3_5_moe / qwen3_vl_moe: always renormalised, otherwise qwen's upcast and cast back.
+    (
+        """
 P_x = P_x.reshape(-1, self.P_hidden)
 P_logits = F.linear(P_x, self.P_w)
 P_probs = torch.nn.functional.softmax(P_logits, dtype=torch.float, dim=-1)
@@ -38,8 +46,11 @@ P_top = P_top.to(P_logits.dtype)
 P_scores = P_top
 return (P_logits, P_scores, P_idx)
 """,
-    # mixtral / minimax: always renormalised.
-    """
+        {"upcast": "dtype_arg", "cast_back": True, "always_renormalize": True},
+    ),
+    # mixtral / minimax: always renormalised, fp32 via .float(), the weights left fp32.
+    (
+        """
 P_x = P_x.reshape(-1, self.P_hidden)
 P_logits = F.linear(P_x, self.P_w)
 P_probs = torch.nn.functional.softmax(P_logits.float(), dim=-1)
@@ -48,6 +59,8 @@ P_top /= P_top.sum(dim=-1, keepdim=True)
 P_scores = P_top
 return (P_logits, P_scores, P_idx)
 """,
+        {"upcast": "float_call", "cast_back": False, "always_renormalize": True},
+    ),
 )
 
 _ROUTER_SIGMOID_GROUP = """
@@ -80,7 +93,8 @@ _GROUP_ROUTER_ROLES = {
     "routed_scaling_factor": "scale",
 }
 
-#: Slot argument -> placeholder of the first _ROUTER_SOFTMAX_TOPK shape binding the router attribute holding it.
+#: Slot argument -> placeholder of the _ROUTER_SOFTMAX_TOPK shapes binding the router attribute holding it
+#: ("norm" only in the shape that renormalises behind a flag).
 _SOFTMAX_ROUTER_ROLES = {"weight": "w", "top_k": "k", "norm_topk_prob": "norm"}
 
 # gpt_oss: biased logits, their top-k, a softmax over the k values in the logits' own dtype.
@@ -306,12 +320,13 @@ def _router_info(source: ModelSource, block: str, attr: str | None, cls: str | N
         return RouterInfo(cls, line, "unknown", reason="no forward")
     body = strip_docstring(found[0].body)
     param = found[0].args.args[1].arg if len(found[0].args.args) > 1 else None
-    for number, text in enumerate(_ROUTER_SOFTMAX_TOPK):
+    for text, options in _ROUTER_SOFTMAX_TOPK:
         bound = match_body(text, body)
         if bound is not None and bound["x"] == param:
-            exact = number == 0 and _weight_is_hidden_wide(source, cls, bound)
-            roles = _roles(bound, _SOFTMAX_ROUTER_ROLES) if exact else {}
-            return RouterInfo(cls, line, "softmax_topk", attributes=roles)
+            if not _weight_is_hidden_wide(source, cls, bound):
+                return RouterInfo(cls, line, "softmax_topk")
+            roles = _roles(bound, _SOFTMAX_ROUTER_ROLES)
+            return RouterInfo(cls, line, "softmax_topk", attributes=roles, options=dict(options))
     bound = match_body(_ROUTER_SIGMOID_GROUP, body)
     if bound is not None and bound["x"] == param:
         return RouterInfo(cls, line, "sigmoid_group_limited", attributes=_roles(bound, _GROUP_ROUTER_ROLES))

@@ -152,8 +152,13 @@ class RouterInfo:
     #: For a body a router slot recomputes: the router's attributes the matched shape reads, by role, as the
     #: slot needs them ("weight", "top_k", and "n_group", "topk_group", "norm_topk_prob",
     #: "routed_scaling_factor" for ``sigmoid_group_limited``; "norm_topk_prob" for Qwen3-MoE's
-    #: ``softmax_topk``; "bias" for ``topk_softmax``). Empty for a shape no slot recomputes (mixtral's).
+    #: ``softmax_topk`` behind a flag; "bias" for ``topk_softmax``). Empty for a shape no slot recomputes.
     attributes: dict[str, str] = field(default_factory=dict)
+    #: For a ``softmax_topk`` body the slot recomputes: the slot's keyword options that follow that body,
+    #: all of them, defaults included: "upcast" ("dtype_arg": ``softmax(x, dtype=torch.float)``, "float_call":
+    #: ``softmax(x.float())``), "cast_back" (weights back to the logits' dtype) and "always_renormalize"
+    #: (no norm_topk_prob flag: mixtral, qwen3_5_moe). Empty otherwise.
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

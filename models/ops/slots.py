@@ -187,11 +187,13 @@ group_limited_router_slot = _define("group_limited_router")
 #     -> down(ACT2FN[activation](gate(x)) * up(x)), each projection F.linear(., weight, bias): a whole gated MLP
 #     (DeepSeek-V3's dense layers and shared experts), for kernels that fuse the projections, not just the GLU.
 gated_mlp_slot = _define("gated_mlp")
-# softmax_topk_router_slot(hidden_states, weight, *, top_k, norm_topk_prob)
-#     -> (router_logits [T, E], weights [T, K], indices [T, K]) (Qwen2/3-MoE, OLMoE, Qwen3-Next, ...):
-#     logits = F.linear(hidden_states.reshape(-1, H), weight) in the input's dtype; probs = softmax(logits) in fp32;
-#     weights, indices = torch.topk(probs, top_k) (sorted); weights divided by their sum (no epsilon) when
-#     norm_topk_prob; weights cast to the logits' dtype.
+# softmax_topk_router_slot(hidden_states, weight, *, top_k, norm_topk_prob, upcast="dtype_arg", cast_back=True)
+#     -> (router_logits [T, E], weights [T, K], indices [T, K]) (Qwen2/3-MoE, OLMoE, Qwen3-Next, Mixtral, ...):
+#     logits = F.linear(hidden_states.reshape(-1, H), weight) in the input's dtype; probs = softmax(logits) in fp32,
+#     reached as softmax(logits, dtype=torch.float) ("dtype_arg", Qwen) or softmax(logits.float()) ("float_call",
+#     Mixtral/MiniMax); weights, indices = torch.topk(probs, top_k) (sorted); weights divided in place by their
+#     sum (no epsilon) when norm_topk_prob (the literal True for routers that always renormalise: Mixtral,
+#     Qwen3.5-MoE, Qwen3-VL-MoE); weights cast to the logits' dtype when cast_back, else left fp32 (Mixtral).
 softmax_topk_router_slot = _define("softmax_topk_router")
 # topk_softmax_router_slot(hidden_states [T, H], weight, bias, *, top_k)
 #     -> (router_logits [T, E], weights [T, K], indices [T, K]) (gpt_oss): logits = F.linear(hidden_states, weight,

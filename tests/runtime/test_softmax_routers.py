@@ -1,7 +1,8 @@
 """The softmax_topk_router and topk_softmax_router reference kernels are upstream's routers, bit for bit.
 
-Each kernel must return exactly what every upstream router of its shape returns: logits, weights and
-experts, in fp32 and in bf16, renormalised or not, and the same gradients for the hidden states, the gate
+Each kernel must return exactly what every upstream router of its shape returns (softmax_topk_router with
+the options of each variant: Mixtral's ``.float()`` upcast and fp32 weights, an unconditional
+renormalisation): logits, weights and experts, in fp32 and in bf16, renormalised or not, and the same gradients for the hidden states, the gate
 weight and (gpt_oss) its bias, through the weights and the logits alike (the logits feed the aux loss).
 The argument tests use inputs where a guard's likely slip (no renormalisation, one expert fewer, no bias)
 changes the result.
@@ -26,6 +27,25 @@ SOFTMAX_TOPK = {
     "flex_olmo": ("FlexOlmoTopKRouter", "FlexOlmoConfig", "num_experts"),
     "qwen3_next": ("Qwen3NextTopKRouter", "Qwen3NextConfig", "num_experts"),
 }
+#: model -> (router class, config class, config name of the expert count, the slot options that recompute its
+#: body) of the softmax-top-k variants: always renormalised (Qwen3.5/Qwen3-VL MoE), and also upcast with
+#: ``.float()`` and left fp32 (Mixtral, MiniMax); the reader returns these options (read_moe._ROUTER_SOFTMAX_TOPK).
+SOFTMAX_TOPK_VARIANTS: dict[str, tuple[str, str, str, dict[str, object]]] = {
+    "qwen3_5_moe": ("Qwen3_5MoeTopKRouter", "Qwen3_5MoeTextConfig", "num_experts", {"norm_topk_prob": True}),
+    "qwen3_vl_moe": ("Qwen3VLMoeTextTopKRouter", "Qwen3VLMoeTextConfig", "num_experts", {"norm_topk_prob": True}),
+    "mixtral": (
+        "MixtralTopKRouter",
+        "MixtralConfig",
+        "num_local_experts",
+        {"norm_topk_prob": True, "upcast": "float_call", "cast_back": False},
+    ),
+    "minimax": (
+        "MiniMaxTopKRouter",
+        "MiniMaxConfig",
+        "num_local_experts",
+        {"norm_topk_prob": True, "upcast": "float_call", "cast_back": False},
+    ),
+}
 EXPERTS, TOP_K, HIDDEN = 12, 3, 20
 DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")]
 
@@ -45,6 +65,12 @@ def _router(model: str, cls: str, config_cls: str, experts_name: str, **settings
 
 def _softmax_topk(model: str = "qwen3_moe", *, norm_topk_prob: bool = True) -> nn.Module:
     return _router(model, *SOFTMAX_TOPK[model], norm_topk_prob=norm_topk_prob)
+
+
+def _variant(model: str) -> tuple[nn.Module, dict[str, object]]:
+    """Upstream's router of a softmax-top-k variant, and the slot options its body needs."""
+    cls, config_cls, experts_name, options = SOFTMAX_TOPK_VARIANTS[model]
+    return _router(model, cls, config_cls, experts_name), options
 
 
 def _gpt_oss() -> nn.Module:
@@ -120,6 +146,53 @@ def test_each_softmax_topk_argument_changes_the_routing(change: dict[str, object
     router = _softmax_topk(norm_topk_prob=True)
     hidden = _hidden((9, HIDDEN))
     assert _routes_differently(_softmax_topk_kernel(router, hidden), _softmax_topk_kernel(router, hidden, **change))
+
+
+# -- softmax then top-k: the variants the slot's options recompute ---------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model", sorted(SOFTMAX_TOPK_VARIANTS))
+def test_softmax_topk_kernel_with_options_returns_each_variants_outputs(model: str, dtype: torch.dtype) -> None:
+    router, options = _variant(model)
+    router = router.to(dtype)
+    hidden = _hidden((2, 7, HIDDEN), dtype)
+    _assert_same_outputs(router(hidden), eager.softmax_topk_router(hidden, router.weight, top_k=TOP_K, **options))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model", sorted(SOFTMAX_TOPK_VARIANTS))
+def test_softmax_topk_kernel_with_options_gradients_equal_each_variants(model: str, dtype: torch.dtype) -> None:
+    router, options = _variant(model)
+    router = router.to(dtype)
+    hidden = _hidden((2, 7, HIDDEN), dtype).requires_grad_(True)
+    expected = _gradients(router, hidden, router(hidden))
+    actual = _gradients(router, hidden, eager.softmax_topk_router(hidden, router.weight, top_k=TOP_K, **options))
+    for want, got in zip(expected, actual, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_mixtral_options_leave_the_weights_fp32() -> None:
+    """Without the cast back a bf16 router hands the experts fp32 weights, as Mixtral's does."""
+    router, options = _variant("mixtral")
+    router = router.to(torch.bfloat16)
+    logits, weights, _ = eager.softmax_topk_router(
+        _hidden((5, HIDDEN), torch.bfloat16), router.weight, top_k=TOP_K, **options
+    )
+    assert (logits.dtype, weights.dtype) == (torch.bfloat16, torch.float32)
+
+
+def test_the_cast_back_option_changes_bf16_weights() -> None:
+    """cast_back is not cosmetic: the bf16 weights Qwen returns are not Mixtral's fp32 ones."""
+    router = _softmax_topk().to(torch.bfloat16)
+    hidden = _hidden((9, HIDDEN), torch.bfloat16)
+    kept = _softmax_topk_kernel(router, hidden, cast_back=False)[1]
+    cast = _softmax_topk_kernel(router, hidden)[1]
+    assert kept.dtype == torch.float32 and not torch.equal(kept, cast.float())
+
+
+def test_softmax_topk_refuses_an_unknown_upcast() -> None:
+    router = _softmax_topk()
+    with pytest.raises(ValueError, match="upcast must be one of"):
+        _softmax_topk_kernel(router, _hidden((3, HIDDEN)), upcast="double")
 
 
 # -- top-k then softmax (gpt_oss) ------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Softmax routers read from upstream, fitted and rendered: each slot only for the one body it recomputes.
 
 softmax_topk_router_slot recomputes Qwen3-MoE's router (fp32 softmax, top-k, renormalised behind a flag,
-cast back); topk_softmax_router_slot gpt_oss's (biased logits, top-k, softmax over the k values in their
-dtype). The reader binds the attributes of exactly those bodies; a router that differs in any step (one
-that always renormalises, keeps fp32 weights, upcasts, drops the bias) gets no roles, so no guard.
+cast back) and, told by options, its variants (always renormalised; also upcast with .float() and left fp32:
+Mixtral); topk_softmax_router_slot gpt_oss's (biased logits, top-k, softmax over the k values in their
+dtype). The reader binds the attributes (and options) of exactly those bodies; a router that differs in any
+other step (an epsilon, another upcast, a dropped bias) gets no roles, so no guard.
 """
 
 from __future__ import annotations
@@ -37,9 +38,20 @@ EXACT_SOFTMAX_TOPK = {
     "qwen3_omni_moe",
     "qwen4_exp",
 }
-#: Softmax-then-top-k routers of another body: always renormalised (qwen3_5_moe, qwen3_vl_moe), or also
-#: without the cast back, fp32 weights (mixtral, minimax).
-OTHER_SOFTMAX_TOPK = {"minimax", "mixtral", "qwen3_5_moe", "qwen3_vl_moe"}
+#: Softmax-then-top-k routers of another body, which the slot recomputes with options: always renormalised
+#: (qwen3_5_moe, qwen3_vl_moe), or also upcast with .float() and without the cast back, fp32 weights (mixtral,
+#: minimax). Each with its bound roles and the reader's options.
+ALWAYS_RENORMALISED = {"upcast": "dtype_arg", "cast_back": True, "always_renormalize": True}
+FP32_WEIGHTS = {"upcast": "float_call", "cast_back": False, "always_renormalize": True}
+VARIANT_ROLES = {"weight": "weight", "top_k": "top_k"}
+OTHER_SOFTMAX_TOPK = {
+    "minimax": FP32_WEIGHTS,
+    "mixtral": FP32_WEIGHTS,
+    "qwen3_5_moe": ALWAYS_RENORMALISED,
+    "qwen3_vl_moe": ALWAYS_RENORMALISED,
+}
+#: The options of Qwen3-MoE's own body: the slot's defaults, which the fit leaves out.
+QWEN3_MOE_OPTIONS = {"upcast": "dtype_arg", "cast_back": True, "always_renormalize": False}
 
 
 def _modeling(model: str) -> Path:
@@ -79,19 +91,35 @@ def test_reader_recognises_gpt_oss_router_and_binds_its_attributes() -> None:
     assert (router.cls, router.kind, router.attributes) == ("GptOssTopKRouter", "topk_softmax", GPT_OSS_ROUTER)
 
 
-def test_only_routers_with_qwen3_moes_exact_body_get_the_softmax_topk_guard() -> None:
+def test_routers_with_qwen3_moes_exact_body_get_the_guard_without_options() -> None:
     sources = UpstreamSources(None)
-    for model in sorted(EXACT_SOFTMAX_TOPK | OTHER_SOFTMAX_TOPK):
+    for model in sorted(EXACT_SOFTMAX_TOPK):
         structure = read_model(model, sources=sources)
         router = structure.moe.router
-        assert router.kind == "softmax_topk", model
+        assert (router.kind, router.attributes, router.options) == (
+            "softmax_topk",
+            QWEN3_MOE_ROUTER,
+            QWEN3_MOE_OPTIONS,
+        ), model
         # Only MoE text models get a scaffold (qwen3_next is a hybrid, qwen3_omni_moe an omni model).
         planned = fit_model(structure).arguments.get("router") if structure.category == "moe" else "no scaffold"
-        if model in EXACT_SOFTMAX_TOPK:
-            assert router.attributes == QWEN3_MOE_ROUTER, model
-            assert planned in ("no scaffold", {"cls": router.cls, "kind": "softmax_topk", **QWEN3_MOE_ROUTER}), model
-        else:
-            assert router.attributes == {} and planned in ("no scaffold", None), model
+        assert planned in ("no scaffold", {"cls": router.cls, "kind": "softmax_topk", **QWEN3_MOE_ROUTER}), model
+
+
+@pytest.mark.parametrize("model", sorted(OTHER_SOFTMAX_TOPK))
+def test_reader_recognises_each_softmax_topk_variant_and_its_options(model: str) -> None:
+    """No norm_topk_prob role for a router that always renormalises; the options name its body's steps."""
+    structure = read_model(model)
+    router = structure.moe.router
+    assert (router.kind, router.attributes, router.options) == (
+        "softmax_topk",
+        VARIANT_ROLES,
+        OTHER_SOFTMAX_TOPK[model],
+    )
+    if structure.category == "moe":  # qwen3_5_moe and qwen3_vl_moe are multimodal: no scaffold
+        changed = {key: value for key, value in OTHER_SOFTMAX_TOPK[model].items() if QWEN3_MOE_OPTIONS[key] != value}
+        planned = fit_model(structure).arguments["router"]
+        assert planned == {"cls": router.cls, "kind": "softmax_topk", **VARIANT_ROLES, **changed}
 
 
 @pytest.mark.parametrize("model", ["granitemoe", "jetmoe", "openai_privacy_filter"])
@@ -126,6 +154,46 @@ def test_a_near_miss_of_the_softmax_topk_body_gets_no_roles(tmp_path: Path, chan
     assert router.attributes == {}
 
 
+#: One-step changes of the variants' bodies (Mixtral's, Qwen3.5-MoE's), none of which the slot's options reach.
+VARIANT_NEAR_MISSES = {
+    "mixtral upcast to fp64": ("mixtral", "MixtralTopKRouter", "router_logits.float()", "router_logits.double()"),
+    "mixtral epsilon in the renormalisation": (
+        "mixtral",
+        "MixtralTopKRouter",
+        "router_top_value.sum(dim=-1, keepdim=True)",
+        "(router_top_value.sum(dim=-1, keepdim=True) + 1e-20)",
+    ),
+    "mixtral softmax over the tokens": (
+        "mixtral",
+        "MixtralTopKRouter",
+        "softmax(router_logits.float(), dim=-1)",
+        "softmax(router_logits.float(), dim=0)",
+    ),
+    "qwen3_5_moe without the cast back": (
+        "qwen3_5_moe",
+        "Qwen3_5MoeTopKRouter",
+        "router_top_value = router_top_value.to(router_logits.dtype)",
+        "pass",
+    ),
+    "qwen3_5_moe scaled weights": (
+        "qwen3_5_moe",
+        "Qwen3_5MoeTopKRouter",
+        "router_scores = router_top_value\n",
+        "router_scores = router_top_value * 2\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("change", sorted(VARIANT_NEAR_MISSES))
+def test_a_near_miss_of_a_variants_body_gets_no_roles_or_options(tmp_path: Path, change: str) -> None:
+    model, cls, old, new = VARIANT_NEAR_MISSES[change]
+    original = _router_source(model, cls)
+    assert _read_router(tmp_path, original, cls).options == OTHER_SOFTMAX_TOPK[model]
+    assert original.count(old) == 1
+    router = _read_router(tmp_path, original.replace(old, new), cls)
+    assert (router.attributes, router.options) == ({}, {})
+
+
 def test_a_weight_narrower_than_the_reshape_gets_no_roles(tmp_path: Path) -> None:
     """The slot flattens the tokens to the weight's width, upstream to self.hidden_dim: equal only by __init__."""
     original = _router_source("qwen3_moe", "Qwen3MoeTopKRouter")
@@ -133,7 +201,7 @@ def test_a_weight_narrower_than_the_reshape_gets_no_roles(tmp_path: Path) -> Non
     router = _read_router(
         tmp_path, original.replace(old, "torch.zeros(self.num_experts, 2 * self.hidden_dim)"), "Qwen3MoeTopKRouter"
     )
-    assert (router.kind, router.attributes) == ("softmax_topk", {})
+    assert (router.kind, router.attributes, router.options) == ("softmax_topk", {}, {})
 
 
 TOPK_SOFTMAX_NEAR_MISSES = {
@@ -186,3 +254,13 @@ def test_rendered_recipe_declares_the_router_in_one_line(model: str, prefix: str
     imports, call = recipe_call("moe", prefix, fit_model(read_model(model)).arguments)
     assert "Router" in imports
     assert f"    {declaration}" in call.splitlines()
+
+
+def test_rendered_recipe_spells_out_the_variants_options() -> None:
+    """Mixtral's router is declared with every option that differs from Qwen3-MoE's body, and no flag."""
+    imports, call = recipe_call("moe", "Mixtral", fit_model(read_model("mixtral")).arguments)
+    assert "Router" in imports
+    assert (
+        'router=Router( "MixtralTopKRouter", kind="softmax_topk", upcast="float_call", cast_back=False, '
+        "always_renormalize=True ),"
+    ) in " ".join(call.split())

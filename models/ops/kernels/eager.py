@@ -597,21 +597,43 @@ def gated_mlp(
     return F.linear(_activation(activation)(gate) * up, down_weight, down_bias)
 
 
+#: The two ways upstream's softmax routers reach fp32: ``softmax(logits, dtype=torch.float)`` (Qwen) and
+#: ``softmax(logits.float())`` (Mixtral, MiniMax). Same values, but not the same autograd graph, so the
+#: kernel spells out whichever one the guarded body uses.
+SOFTMAX_TOPK_UPCASTS = ("dtype_arg", "float_call")
+
+
 def softmax_topk_router(
-    hidden_states: torch.Tensor, weight: torch.Tensor, *, top_k: int, norm_topk_prob: bool
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    top_k: int,
+    norm_topk_prob: bool,
+    upcast: str = "dtype_arg",
+    cast_back: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Softmax over every expert in fp32, then the top-k of those probabilities (Qwen2/3-MoE, OLMoE, ...).
+    """Softmax over every expert in fp32, then the top-k of those probabilities (Qwen2/3-MoE, Mixtral, ...).
 
     Written op for op as upstream's router, the renormalisation in place included, so the values and the
-    gradients are upstream's bit for bit. Returns ``(router_logits [T, E], weights [T, K], indices [T, K])``:
-    the logits in the input's dtype, the weights cast back to it, the experts sorted by probability.
+    gradients are upstream's bit for bit. ``upcast`` picks how the logits reach fp32 (see
+    :data:`SOFTMAX_TOPK_UPCASTS`) and ``cast_back`` whether the weights return to the logits' dtype (Qwen)
+    or stay fp32 (Mixtral); the defaults are Qwen3-MoE's body. A router that always renormalises is handed
+    ``norm_topk_prob=True``. Returns ``(router_logits [T, E], weights [T, K], indices [T, K])``: the logits
+    in the input's dtype, the experts sorted by probability.
     """
+    if upcast not in SOFTMAX_TOPK_UPCASTS:
+        raise ValueError(f"softmax_topk_router: upcast must be one of {SOFTMAX_TOPK_UPCASTS}, got {upcast!r}")
     logits = F.linear(hidden_states.reshape(-1, weight.shape[-1]), weight)
-    probs = F.softmax(logits, dtype=torch.float, dim=-1)
+    if upcast == "dtype_arg":
+        probs = F.softmax(logits, dtype=torch.float, dim=-1)
+    else:
+        probs = F.softmax(logits.float(), dim=-1)
     weights, indices = torch.topk(probs, top_k, dim=-1)
     if norm_topk_prob:
         weights /= weights.sum(dim=-1, keepdim=True)
-    return logits, weights.to(logits.dtype), indices
+    if cast_back:
+        weights = weights.to(logits.dtype)
+    return logits, weights, indices
 
 
 def topk_softmax_router(

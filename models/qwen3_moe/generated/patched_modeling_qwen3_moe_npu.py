@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_moe.modeling_qwen3_moe (transformers==5.16.1)
 # Config: models.qwen3_moe.qwen3_moe_npu_patch_gen_config
 # Description: Qwen3-MoE for NPU: the GPU config's slot guards; NPU kernels bind to the same slots
-# Fingerprint: e2ed399039144e53718c
+# Fingerprint: 2d2353acd10bb48875b8
 # Patches:
 #   - override_method Qwen3MoeRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MoeMLP.forward: glu_activation slot guard (dense layers, shared experts)
