@@ -114,7 +114,7 @@ MUTANTS = (
     Mutant(
         "softmax_topk_router_slot_call_drops_the_renormalisation",
         "generator/snippets/softmax_topk_router_guard.py.j2",
-        r"norm_topk_prob=self\.\{\{ norm_topk_prob \}\}",
+        r"norm_topk_prob=\{\{ norm \}\}",
         "norm_topk_prob=False",
         (_one_slot("causal_lm", "softmax_topk_router", "fp32"),),
     ),
