@@ -80,3 +80,34 @@ def test_the_output_depends_on_the_activation_and_the_order_of_gate_and_up() -> 
     assert not torch.allclose(_kernel(mlp, x, "gelu"), base)
     swapped = eager.gated_mlp(x, mlp.up_proj.weight, mlp.gate_proj.weight, mlp.down_proj.weight, "silu")
     assert not torch.allclose(swapped, base)
+
+
+def test_a_gated_mlp_with_the_eager_glu_is_the_eager_gated_mlp() -> None:
+    """The Liger and NPU families build their gated_mlp this way; with eager's GLU it must be eager's MLP."""
+    from models.ops.kernels import eager
+    from models.ops.kernels.gated_mlp import gated_mlp_with
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 8, generator=generator)
+    gate, up, down = (
+        torch.randn(12, 8, generator=generator),
+        torch.randn(12, 8, generator=generator),
+        torch.randn(8, 12, generator=generator),
+    )
+    bias = {"up_bias": torch.randn(12, generator=generator), "down_bias": torch.randn(8, generator=generator)}
+    expected = eager.gated_mlp(x, gate, up, down, "silu", **bias)
+    assert torch.equal(gated_mlp_with(eager.glu_activation, x, gate, up, down, "silu", **bias), expected)
+
+
+def test_a_gated_mlp_with_a_glu_kernel_calls_that_kernel() -> None:
+    from models.ops.kernels.gated_mlp import gated_mlp_with
+
+    calls: list[str] = []
+
+    def doubling_glu(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
+        calls.append(activation)
+        return 2 * gate * up
+
+    x, gate, up, down = torch.ones(2, 4), torch.eye(4), torch.eye(4), torch.eye(4)
+    assert torch.equal(gated_mlp_with(doubling_glu, x, gate, up, down, "gelu"), 2 * x)
+    assert calls == ["gelu"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from liger_kernel.transformers.functional import (
     liger_fused_linear_cross_entropy,
     liger_geglu,
@@ -19,6 +18,7 @@ from liger_kernel.transformers.functional import (
 )
 from liger_kernel.transformers.rope import liger_rotary_pos_emb
 
+from models.ops.kernels.gated_mlp import gated_mlp_with
 from models.ops.kernels.loss_inputs import divide_by_num_items, flat_rows_and_targets
 
 # Liger's GEGLU kernel implements the tanh approximation of GELU only.
@@ -69,11 +69,18 @@ def gated_mlp(
     up_bias: torch.Tensor | None = None,
     down_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """A whole gated MLP with Liger's fused GLU in the middle: a model whose MLP is guarded whole
-    (DeepSeek-V3's shared experts) gets the same fused activation as one guarded at the GLU."""
-    gate = F.linear(x, gate_weight, gate_bias)
-    up = F.linear(x, up_weight, up_bias)
-    return F.linear(glu_activation(gate, up, activation), down_weight, down_bias)
+    """The whole MLP around this family's GLU kernel (models.ops.kernels.gated_mlp)."""
+    return gated_mlp_with(
+        glu_activation,
+        x,
+        gate_weight,
+        up_weight,
+        down_weight,
+        activation,
+        gate_bias=gate_bias,
+        up_bias=up_bias,
+        down_bias=down_bias,
+    )
 
 
 def rope(

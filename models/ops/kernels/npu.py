@@ -9,8 +9,9 @@ Argument layouts follow torch_npu's documented fused operators.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 import torch_npu
+
+from models.ops.kernels.gated_mlp import gated_mlp_with
 
 
 def rms_norm(
@@ -54,11 +55,18 @@ def gated_mlp(
     up_bias: torch.Tensor | None = None,
     down_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """A whole gated MLP with ``npu_swiglu`` in the middle: a model whose MLP is guarded whole
-    (DeepSeek-V3's shared experts) gets the same fused activation as one guarded at the GLU."""
-    gate = F.linear(x, gate_weight, gate_bias)
-    up = F.linear(x, up_weight, up_bias)
-    return F.linear(glu_activation(gate, up, activation), down_weight, down_bias)
+    """The whole MLP around this family's GLU kernel (models.ops.kernels.gated_mlp)."""
+    return gated_mlp_with(
+        glu_activation,
+        x,
+        gate_weight,
+        up_weight,
+        down_weight,
+        activation,
+        gate_bias=gate_bias,
+        up_bias=up_bias,
+        down_bias=down_bias,
+    )
 
 
 def rope(
