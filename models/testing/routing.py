@@ -18,6 +18,7 @@ import torch
 from transformers import PreTrainedModel
 
 from models.ops import SLOTS, OpsConfig, bound_ops
+from models.ops.kernels import eager
 from models.testing.parity import StepResult, Tolerance, run_step
 
 __all__ = ["assert_same_step", "kernel_bound", "router_outputs", "routes_differently", "step_with_kernel"]
@@ -82,3 +83,43 @@ def routes_differently(expected: StepResult, actual: StepResult, tolerance: Tole
         return not torch.allclose(got, want, rtol=tolerance.rtol, atol=tolerance.atol)
 
     return differs(expected.logits, actual.logits) or differs(expected.aux_loss, actual.aux_loss)
+
+
+def _group_limited_router_mutant(**changes: Any) -> Callable[..., Any]:
+    def kernel(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, **settings: Any) -> Any:
+        if changes.get("no_bias"):
+            bias = torch.zeros_like(bias)
+        if changes.get("no_group_limit"):
+            settings["topk_group"] = settings["n_group"]
+        settings.update({k: v for k, v in changes.items() if k not in ("no_bias", "no_group_limit")})
+        return eager.group_limited_router(hidden, weight, bias, **settings)
+
+    return kernel
+
+
+def _gated_mlp_mutant(swap: bool = False, activation: str | None = None) -> Callable[..., Any]:
+    def kernel(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor, act: str, **biases: Any):
+        if swap:
+            gate, up = up, gate
+        return eager.gated_mlp(x, gate, up, down, activation or act, **biases)
+
+    return kernel
+
+
+#: Kernels that get one argument of the group-limited router or the whole gated MLP wrong, by the slip
+#: (DeepSeek-V3, GLM-MoE-DSA): a model's tiny config must expose each. The scale 2.5 is DeepSeek's default.
+GROUP_LIMITED_MUTANTS: dict[str, tuple[str, Callable[..., Any]]] = {
+    "router without the correction bias": ("group_limited_router", _group_limited_router_mutant(no_bias=True)),
+    "router without the group limit": ("group_limited_router", _group_limited_router_mutant(no_group_limit=True)),
+    "router that skips the renormalisation": (
+        "group_limited_router",
+        _group_limited_router_mutant(norm_topk_prob=False),
+    ),
+    "router with the default scale": (
+        "group_limited_router",
+        _group_limited_router_mutant(routed_scaling_factor=2.5),
+    ),
+    "router choosing one expert fewer": ("group_limited_router", _group_limited_router_mutant(top_k=2)),
+    "MLP with gate and up swapped": ("gated_mlp", _gated_mlp_mutant(swap=True)),
+    "MLP with another activation": ("gated_mlp", _gated_mlp_mutant(activation="gelu")),
+}

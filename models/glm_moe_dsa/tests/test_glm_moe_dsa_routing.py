@@ -10,7 +10,6 @@ layer. Every test here gives the routers random correction biases (:func:`random
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from models.ops.kernels import eager
 from models.testing import causal_lm_batch
 from models.testing.dense_suite import reference_kernels_bound
 from models.testing.parity import assert_step_parity, run_step, tolerance_for
+from models.testing.routing import GROUP_LIMITED_MUTANTS
 
 DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")]
 
@@ -128,37 +128,7 @@ def test_the_tiny_configs_group_limit_changes_the_logits() -> None:
     assert not torch.allclose(_logits(pair.upstream, batch), grouped)
 
 
-def _router_mutant(**changes: Any) -> Callable[..., Any]:
-    def kernel(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, **settings: Any) -> Any:
-        if changes.get("no_bias"):
-            bias = torch.zeros_like(bias)
-        if changes.get("no_group_limit"):
-            settings["topk_group"] = settings["n_group"]
-        settings.update({k: v for k, v in changes.items() if k not in ("no_bias", "no_group_limit")})
-        return eager.group_limited_router(hidden, weight, bias, **settings)
-
-    return kernel
-
-
-def _mlp_mutant(swap: bool = False, activation: str | None = None) -> Callable[..., Any]:
-    def kernel(x: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor, act: str, **biases: Any):
-        if swap:
-            gate, up = up, gate
-        return eager.gated_mlp(x, gate, up, down, activation or act, **biases)
-
-    return kernel
-
-
-#: Kernels that get one argument of a GLM slot wrong, by the slip: the tiny config must expose each.
-MUTANTS = {
-    "router without the correction bias": ("group_limited_router", _router_mutant(no_bias=True)),
-    "router without the group limit": ("group_limited_router", _router_mutant(no_group_limit=True)),
-    "router that skips the renormalisation": ("group_limited_router", _router_mutant(norm_topk_prob=False)),
-    "router with the default scale": ("group_limited_router", _router_mutant(routed_scaling_factor=2.5)),
-    "router choosing one expert fewer": ("group_limited_router", _router_mutant(top_k=2)),
-    "MLP with gate and up swapped": ("gated_mlp", _mlp_mutant(swap=True)),
-    "MLP with another activation": ("gated_mlp", _mlp_mutant(activation="gelu")),
-}
+MUTANTS = GROUP_LIMITED_MUTANTS
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
