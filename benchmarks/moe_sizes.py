@@ -5,8 +5,9 @@ between models is only which config keys carry a size: the routed-expert count (
 ``num_local_experts``, ``n_routed_experts``), the expert width (``moe_intermediate_size``, or
 ``intermediate_size`` where a model has no other MLP, as gpt_oss), multi-head latent attention's ranks
 and head dims (DeepSeek-V3, GLM-MoE-DSA) in place of ``head_dim``, and a sparse-attention indexer's width.
-Everything the sizes leave out is ``models.testing.tiny_config``'s tiny value or the config class's default,
-which derives the per-layer lists (layer types, dense and sparse layers) for the benchmark's depth.
+Low-rank projection widths the sizes do not name keep the class default's share of its hidden size.
+Everything else the sizes leave out is ``models.testing.tiny_config``'s tiny value or the config class's
+default, which derives the per-layer lists (layer types, dense and sparse layers) for the benchmark's depth.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class MoeSizes:
             # Group-limited routing (DeepSeek-V3: 8 groups, the best 4 kept): groups of 8 experts, half kept.
             n_group = max(1, min(defaults["n_group"], self.num_experts // 8))
             overrides.update(n_group=n_group, topk_group=max(1, n_group // 2))
+        overrides.update(self._scaled_ranks(defaults, exclude=overrides))
         if "first_k_dense_replace" in keys:
             overrides["first_k_dense_replace"] = 1  # one dense layer in front, as the tiny configs keep
         overrides.update({key: self.num_experts for key in EXPERT_KEYS if key in keys})
@@ -84,6 +86,22 @@ class MoeSizes:
         chosen = {key: value for key, value in overrides.items() if key in keys or key == "head_dim"}
         chosen.update({alias: chosen[key] for alias, key in (aliases or {}).items() if key in chosen})
         return chosen
+
+    def _scaled_ranks(self, defaults: Mapping[str, Any], *, exclude: Mapping[str, Any]) -> dict[str, int]:
+        """Low-rank projection widths (``*_lora_rank``) the sizes do not set, at the class's own share of its width.
+
+        A class default is the released model's rank; kept at a quarter of its hidden size it would make the
+        projections several times too wide next to the experts (DeepSeek-V4's ``q_lora_rank`` and
+        ``o_lora_rank`` are 1024 at hidden 4096: 128 here, not 1024 at hidden 512).
+        """
+        default_hidden = defaults.get("hidden_size")
+        if not default_hidden:
+            return {}
+        return {
+            key: max(1, round(value * self.hidden_size / default_hidden))
+            for key, value in defaults.items()
+            if key.endswith("_lora_rank") and key not in exclude and isinstance(value, int) and value > 0
+        }
 
     def _latent_attention(self) -> dict[str, Any]:
         """DeepSeek-V3's MLA proportions at ``head_dim``: rope half a head, q / kv ranks 1/4 and 1/8 of hidden.

@@ -45,3 +45,14 @@ def test_latent_attention_gets_ranks_and_head_dims_instead_of_a_head_dim() -> No
     assert mla["head_dim"] == mla["qk_rope_head_dim"] == 32
     assert (mla["kv_lora_rank"], mla["q_lora_rank"], mla["num_key_value_heads"]) == (64, 128, 8)
     assert (mla["n_group"], mla["topk_group"]) == (8, 4)  # 64 experts: groups of 8, half of them kept
+
+
+def test_low_rank_widths_the_sizes_do_not_name_keep_the_class_share_of_its_hidden_size() -> None:
+    v4 = MoeSizes().config_overrides({"hidden_size": 4096, "q_lora_rank": 1024, "o_lora_rank": 1024, "o_groups": 8})
+    assert (v4["q_lora_rank"], v4["o_lora_rank"]) == (128, 128)
+    assert "o_groups" not in v4
+
+
+def test_latent_attention_ranks_win_over_the_scaled_class_defaults() -> None:
+    mla = MoeSizes().config_overrides({"hidden_size": 7168, "kv_lora_rank": 512, "q_lora_rank": 1536})
+    assert (mla["kv_lora_rank"], mla["q_lora_rank"]) == (64, 128)
