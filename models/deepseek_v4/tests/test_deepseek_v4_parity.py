@@ -31,7 +31,7 @@ from models.converters import ConversionError, converter_for
 from models.deepseek_v4.checkpoint import hub_key, hub_state_dict, model_key
 from models.loader import build_model, get_model_class
 from models.ops import SLOTS, OpsConfig, bound_ops
-from models.ops.kernels import eager
+from models.ops.kernels import eager, indexers
 from models.testing import build_pair, causal_lm_batch, seed_everything
 from models.testing.dense_suite import reference_kernels_bound
 from models.testing.moe_suite import MoeModel, MoeParitySuite, _write_sharded
@@ -173,6 +173,33 @@ def test_each_v4_slot_is_called_once_per_use() -> None:
     assert calls["hash_router"] == config.mlp_layer_types.count("hash_moe") == 2
     assert calls["correction_bias_router"] == config.mlp_layer_types.count("moe") == 1
     assert calls["lightning_indexer"] == config.layer_types.count("compressed_sparse_attention") == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_shared_keys_indexer_leaves_a_training_step_bit_for_bit_unchanged(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forward and backward of the generated model with the lightning_indexer slot bound to ``shared_keys``:
+    logits, loss, aux loss and every gradient equal to the eager slots'."""
+    pair = random_routing_pair(dtype)
+    batch = _router_batch(pair.generated.config)
+    expected = run_step(pair.generated, batch)
+    calls: Counter[str] = Counter()
+    scorer = indexers.lightning_indexer
+
+    def counted(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls["lightning_indexer"] += 1
+        return scorer(*args, **kwargs)
+
+    monkeypatch.setattr(indexers, "lightning_indexer", counted)
+    with bound_ops(OpsConfig({"lightning_indexer": "shared_keys"})):
+        actual = run_step(pair.generated, batch)
+    assert calls["lightning_indexer"] == pair.generated.config.layer_types.count("compressed_sparse_attention") == 1
+    assert torch.equal(actual.logits, expected.logits)
+    assert torch.equal(actual.loss, expected.loss) and torch.equal(actual.aux_loss, expected.aux_loss)
+    for name, grad in expected.grads.items():
+        assert (grad is None) == (actual.grads[name] is None), name
+        assert grad is None or torch.equal(actual.grads[name], grad), name
 
 
 def test_the_swiglu_clamp_of_the_tiny_config_changes_the_logits() -> None:

@@ -5,7 +5,8 @@ the scores can swap a selected key, and the attention then sees other keys. The 
 (``models.ops.kernels.eager.dsa_indexer``) is compared with upstream's ``GlmMoeDsaIndexer`` alone (with the
 additive mask the attention hands it and without one, in fp32 and in bf16 with the fp32 gate projection
 transformers keeps), and inside the model: one call per layer that runs its own indexer, logits equal to
-upstream's, also with a cache (prefill, then a decode step that scores the cached keys).
+upstream's, also with a cache (prefill, then a decode step that scores the cached keys). The ``shared_keys``
+kernel (``models.ops.kernels.indexers``) must leave a whole training step of the model unchanged.
 
 Positive scale factors (``softmax_scale``, ``weights_scaling``) do not change which keys win, so no test can
 see a kernel drop them; the kernels below that change the selection must each change the logits.
@@ -25,10 +26,10 @@ from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as upstream_mod
 
 from models.glm_moe_dsa.tests.test_glm_moe_dsa_parity import GLM_MOE_DSA, random_bias_pair
 from models.ops import SLOTS, OpsConfig, bound_ops
-from models.ops.kernels import eager
+from models.ops.kernels import eager, indexers
 from models.registry import MODELING_REGISTRY
 from models.testing import causal_lm_batch
-from models.testing.parity import randomize_constant_parameters, tolerance_for
+from models.testing.parity import randomize_constant_parameters, run_step, tolerance_for
 
 DTYPES = [torch.float32, torch.bfloat16]
 DTYPE_IDS = ["fp32", "bf16"]
@@ -167,6 +168,27 @@ def test_reference_kernel_scores_the_cached_keys_of_a_decode_step() -> None:
             )
         logits[side] = torch.cat([prefill.logits, step.logits], dim=1)
     assert torch.equal(logits["generated"], logits["upstream"])
+
+
+@pytest.mark.parametrize("backend", GLM_MOE_DSA.backends)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_shared_keys_kernel_leaves_a_training_step_bit_for_bit_unchanged(
+    backend: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forward and backward of the generated model: logits, loss and every gradient equal to the eager slots'."""
+    pair = random_bias_pair(dtype, backend)
+    batch = causal_lm_batch(pair.generated.config)
+    expected = run_step(pair.generated, batch)
+    calls: Counter[str] = Counter()
+    monkeypatch.setattr(indexers, "dsa_indexer", _counted(calls, indexers.dsa_indexer))
+    with bound_ops(OpsConfig({"dsa_indexer": "shared_keys"})):
+        actual = run_step(pair.generated, batch)
+    assert calls["dsa_indexer"] == pair.generated.config.indexer_types.count("full") == 2
+    assert torch.equal(actual.logits, expected.logits)
+    assert torch.equal(actual.loss, expected.loss)
+    for name, grad in expected.grads.items():
+        assert (grad is None) == (actual.grads[name] is None), name
+        assert grad is None or torch.equal(actual.grads[name], grad), name
 
 
 def _lowest_scores(*args: Any, **kwargs: Any) -> torch.Tensor:

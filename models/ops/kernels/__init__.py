@@ -58,6 +58,11 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             module="models.ops.kernels.grouped_experts",
             slots=frozenset({"moe_experts"}),
         ),
+        "shared_keys": KernelFamily(
+            name="shared_keys",
+            module="models.ops.kernels.indexers",
+            slots=frozenset({"dsa_indexer", "lightning_indexer"}),
+        ),
         "ep_alltoall": KernelFamily(
             name="ep_alltoall",
             module="models.distributed.expert_parallel",
