@@ -84,7 +84,7 @@ def parallel_ops(state: ParallelState, base: OpsConfig | None = None) -> OpsConf
         kernels["causal_lm_loss"] = "global_batch"
         options["causal_lm_loss"] = loss_options
         kernels["load_balancing_loss"] = "global_batch"
-        options["load_balancing_loss"] = {"group": state.data_group}
+        options["load_balancing_loss"] = {"group": state.data_group, "sp_group": state.sp_group}
     return OpsConfig(kernels, kernel_options=options)
 
 

@@ -12,7 +12,10 @@ concatenation of all ranks' tokens:
   first label of the next rank's slice (exchanged over ``sp_group``), unless ``shift_labels`` is given.
 * ``load_balancing_loss``: the per-expert routed-token counts, router-probability sums and token
   counts are summed over the group before the Switch-Transformer formula, as upstream's
-  ``load_balancing_loss_func`` computes them over one process's batch.
+  ``load_balancing_loss_func`` computes them over one process's batch. Padding is read from any mask
+  form (2-D, 4-D, a dict of 4-D masks) at this rank's own tokens: under sequence parallelism a 4-D mask
+  covers the whole sequence, so its diagonal is read at the rank's slice (``sp_group`` gives which one;
+  ``models.ops.kernels.token_mask.slice_real_token_mask``).
 
 The reductions are differentiable (``collectives.all_reduce_sum``): each rank's gradients are the
 group size times its share, so averaging gradients over the data ranks (FSDP, DDP,
@@ -31,6 +34,7 @@ from torch.distributed import ProcessGroup
 from models.distributed.collectives import all_reduce_sum
 from models.ops.kernels import chunked_loss, eager
 from models.ops.kernels.loss_inputs import shift_causal_labels
+from models.ops.kernels.token_mask import slice_real_token_mask
 
 __all__ = ["causal_lm_loss", "load_balancing_loss", "shift_labels_across_ranks"]
 
@@ -108,11 +112,18 @@ def load_balancing_loss(
     router_logits: Any,
     num_experts: int,
     top_k: int,
-    attention_mask: torch.Tensor | None,
+    attention_mask: Any,
     *,
     group: ProcessGroup | None = None,
+    sp_group: ProcessGroup | None = None,
 ) -> torch.Tensor | int:
-    """``load_balancing_loss`` slot contract over the tokens of every rank of ``group``."""
+    """``load_balancing_loss`` slot contract over the tokens of every rank of ``group``.
+
+    ``attention_mask`` may be any form the model accepted: a 2-D ``[batch, seq]`` mask of this rank's
+    tokens, a 4-D mask or a dict of them; under sequence parallelism (``sp_group`` of more than one
+    rank) a 4-D mask may cover the whole sequence, and only this rank's slice of its diagonal counts.
+    A form that names no real tokens for this rank's router-logit rows raises ``ValueError``.
+    """
     group = _require(group, "load_balancing_loss")
     if not isinstance(router_logits, tuple) or not router_logits:
         return 0
@@ -120,6 +131,10 @@ def load_balancing_loss(
     tokens_per_expert = torch.zeros(num_experts, dtype=torch.float32, device=device)
     router_prob = torch.zeros(num_experts, dtype=torch.float32, device=device)
     total_rows = torch.zeros((), dtype=torch.float32, device=device)
+    sp, sp_rank = (1, 0) if sp_group is None else (dist.get_world_size(sp_group), dist.get_rank(sp_group))
+    attention_mask = slice_real_token_mask(
+        attention_mask, num_tokens=router_logits[0].shape[0], sp_rank=sp_rank, sp=sp
+    )
     if attention_mask is not None:
         flat_mask = attention_mask.reshape(-1).to(device=device, dtype=torch.float32)
     for layer_logits in router_logits:

@@ -3,7 +3,10 @@
 ``shard_sequence(batch, state)`` pads every sequence tensor of a causal-LM batch to a multiple of ``sp``
 (pad id, attention mask 0, label ``-100``) and keeps this rank's contiguous slice of each, adding the
 ``position_ids`` of the whole sequence (a rank cannot infer them from its slice) and ``shift_labels``
-(next-token targets shifted before slicing, so no target is lost at a slice boundary). The model is
+(next-token targets shifted before slicing, so no target is lost at a slice boundary). A 2-D attention mask
+is sliced like the tokens; a mask already prepared for attention (4-D, or a dict of them by attention type)
+stays whole on every rank, padded to the multiple of ``sp``, since Ulysses attention attends over the whole
+sequence (transformers passes a 4-D mask on to attention as it is). The model is
 then called on the slice as usual; with the ``global_batch`` loss kernel bound, its loss is the loss of
 the whole batch (``models.distributed.losses``).
 
@@ -48,6 +51,25 @@ def _pad(x: torch.Tensor, length: int, value: float, dim: int = 1) -> torch.Tens
     return F.pad(x, pad, value=value)
 
 
+def _mask_of_rank(mask: Any, length: int, total: int, window: slice) -> Any:
+    if isinstance(mask, Mapping):
+        return {name: None if m is None else _mask_of_rank(m, length, total, window) for name, m in mask.items()}
+    if mask.dim() != 4:
+        return _pad(mask, total, 0)[:, window]
+    if mask.shape[-2:] == (total, total):
+        return mask
+    if mask.shape[-2:] != (length, length):
+        raise ValueError(
+            f"attention_mask of shape {tuple(mask.shape)}: a 4-D mask must cover the whole sequence without a "
+            f"cache, [batch, heads, {length}, {length}] (or {total} x {total}, padded for sp)"
+        )
+    masked = False if mask.dtype == torch.bool else torch.finfo(mask.dtype).min
+    mask = _pad(mask, total, masked, dim=-1)
+    # A padding query attends what the last one does (never nothing, which would give NaN), never itself.
+    last = mask[..., -1:, :]
+    return torch.cat((mask, last.expand(*last.shape[:-2], total - length, total)), dim=-2)
+
+
 def shard_sequence(
     batch: Mapping[str, Any], state: ParallelState, *, pad_token_id: int = 0, ignore_index: int = IGNORE_INDEX
 ) -> dict[str, Any]:
@@ -55,7 +77,8 @@ def shard_sequence(
     optionally ``position_ids`` or ``inputs_embeds``); other entries are passed through unchanged.
 
     Returns the sliced tensors plus ``position_ids`` and, when ``labels`` are given, ``shift_labels``.
-    An ``attention_mask`` is created when padding is needed and none was given.
+    An ``attention_mask`` is created when padding is needed and none was given. A 4-D ``[batch, heads, seq,
+    seq]`` mask, or a dict of them, is returned whole, padded to ``[batch, heads, padded, padded]``.
     """
     reference = batch["input_ids"] if batch.get("input_ids") is not None else batch["inputs_embeds"]
     batch_size, length = reference.shape[:2]
@@ -74,7 +97,7 @@ def shard_sequence(
     if attention_mask is None and total != length:
         attention_mask = torch.ones(batch_size, length, dtype=torch.long, device=reference.device)
     if attention_mask is not None:
-        out["attention_mask"] = _pad(attention_mask, total, 0)[:, window]
+        out["attention_mask"] = _mask_of_rank(attention_mask, length, total, window)
     if batch.get("input_ids") is not None:
         out["input_ids"] = _pad(batch["input_ids"], total, pad_token_id)[:, window]
     if batch.get("inputs_embeds") is not None:

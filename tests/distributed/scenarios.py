@@ -11,8 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 import torch
 from transformers import LlamaConfig, PreTrainedConfig, Qwen3Config, Qwen3MoeConfig
+from transformers.masking_utils import create_causal_mask
 
 from models.distributed import (
     ParallelState,
@@ -26,8 +28,10 @@ from models.distributed import (
     register_ulysses,
     shard_sequence,
 )
+from models.distributed.losses import load_balancing_loss
 from models.loader import build_model
 from models.ops import OpsConfig, bind_ops, bound_ops, unbind_ops
+from models.ops.kernels import eager
 from models.testing import causal_lm_batch, seed_everything, tiny_config
 
 GROUPED = OpsConfig({"moe_experts": "grouped"})
@@ -266,6 +270,74 @@ def ulysses_matches_one_process(name: str, attention: str) -> None:
     unbind_ops()
 
 
+# -- prepared (4-D, dict) masks under sequence parallelism -----------------------------------------------------
+def _padded_both_slices(config: PreTrainedConfig) -> dict[str, torch.Tensor]:
+    """11 positions (12 with sp=2's padding): row 1 left-padded in sp rank 0's slice, row 3 right-padded in rank 1's."""
+    batch = causal_lm_batch(config, seq_len=11)
+    batch["attention_mask"][1, :2] = 0
+    batch["input_ids"][1, :2] = config.pad_token_id
+    # No padding position has a target: its query attends no key, and what attention returns for such a row
+    # depends on the number of keys, which sp's padding changes.
+    batch["labels"][1, :3] = -100
+    return batch
+
+
+def _causal(real: torch.Tensor, window: int | None = None) -> torch.Tensor:
+    """``[batch, 1, S, S]`` boolean causal (sliding within ``window``) mask over the real keys of ``real``."""
+    size = real.shape[-1]
+    query, key = torch.arange(size).view(-1, 1), torch.arange(size).view(1, -1)
+    allowed = (key <= query) & (True if window is None else query - key < window)
+    return allowed & real.bool()[:, None, None, :]
+
+
+def prepared_masks_match_one_process(attention: str) -> None:
+    """With sp=2 (and dp = world / 2), a prepared 4-D mask gives qwen3_moe the aux loss and loss of its 2-D
+    mask in one process, the global-batch kernel reads a dict of whole-sequence masks at each rank's slice,
+    and refuses a mask it cannot read. (qwen3_moe itself takes no dict: transformers' create_causal_mask
+    fails on one, with or without sp.)"""
+    state = ParallelState.build(sp=2)
+    register_ulysses(state)
+    config = config_of("qwen3_moe", attn_implementation=attention)
+    batch = _padded_both_slices(config)
+    kwargs = {"output_router_logits": True}
+    reference = fresh_model("qwen3_moe", config)
+    with torch.no_grad():
+        ref_out = reference(**batch, **kwargs)
+        embeds = reference.get_input_embeddings()(batch["input_ids"])
+    prepared = create_causal_mask(
+        config=config, inputs_embeds=embeds, attention_mask=batch["attention_mask"], past_key_values=None
+    )
+    assert prepared.shape == (4, 1, 11, 11)
+
+    model = fresh_model("qwen3_moe", config_of("qwen3_moe", attn_implementation=f"ulysses_{attention}"))
+    bind_ops(parallel_ops(state))
+    rows = rows_of({**batch, "attention_mask": prepared}, state.dp_rank, state.dp)
+    local = shard_sequence(rows, state, pad_token_id=config.pad_token_id)
+    assert local["attention_mask"].shape == (4 // state.dp, 1, 12, 12)
+    with torch.no_grad():
+        out = model(**local, **kwargs)
+    assert_close(out.aux_loss, ref_out.aux_loss, "aux loss with a 4-D mask")
+    assert_close(out.loss, ref_out.loss, "loss with a 4-D mask")
+
+    # The kernel alone: a dict of whole-sequence masks (boolean full, additive sliding), this rank's router logits.
+    real = torch.nn.functional.pad(batch["attention_mask"], (0, 1))
+    generator = torch.Generator().manual_seed(1)
+    logits = tuple(torch.randn(4, 12, 8, generator=generator) for _ in range(2))
+    expected = eager.load_balancing_loss(tuple(t.reshape(-1, 8) for t in logits), 8, 2, real)
+    sliding = torch.zeros(4, 1, 12, 12).masked_fill(~_causal(real, window=3), torch.finfo(torch.float32).min)
+    masks = {"full_attention": _causal(real), "sliding_attention": sliding}
+    window = slice(state.sp_rank * 6, state.sp_rank * 6 + 6)
+    rows = slice(state.dp_rank * 4 // state.dp, (state.dp_rank + 1) * 4 // state.dp)
+    mine = tuple(t[rows, window].reshape(-1, 8) for t in logits)
+    local_masks = {name: mask[rows] for name, mask in masks.items()}
+    got = load_balancing_loss(mine, 8, 2, local_masks, group=state.data_group, sp_group=state.sp_group)
+    assert_close(got, expected, "aux loss of the kernel from a dict of masks")
+    # The whole sequence's 2-D mask is no slice of this rank's tokens: refused on every rank, before any collective.
+    with pytest.raises(ValueError, match=r"shape \(\d, 12\): expected \[\d, 6\]"):
+        load_balancing_loss(mine, 8, 2, real[rows], group=state.data_group, sp_group=state.sp_group)
+    unbind_ops()
+
+
 # -- SP x EP ----------------------------------------------------------------------------------------------
 def sequence_and_expert_parallel(attention: str = "sdpa") -> None:
     state = ParallelState.build(sp=2, ep=2)
@@ -295,9 +367,11 @@ def sequence_and_expert_parallel(attention: str = "sdpa") -> None:
 
 
 def four_rank_cases() -> None:
-    """EP=4 and SP=2 x EP=2 on one 4-rank group (one spawn: starting ranks is the slow part on 2 cores)."""
+    """EP=4, SP=2 x EP=2 and DP=2 x SP=2 with a 4-D mask on one 4-rank group (one spawn: starting ranks is the
+    slow part on 2 cores)."""
     expert_parallel_matches_grouped(ep=4, idle_layer=True)
     sequence_and_expert_parallel()
+    prepared_masks_match_one_process("sdpa")
 
 
 # -- what each spawned test runs (starting ranks is the slow part on 2 cores: one start per test) ----------
@@ -315,3 +389,4 @@ def two_rank_fsdp() -> None:
 def two_rank_ulysses() -> None:
     ulysses_matches_one_process("llama", "eager")
     ulysses_matches_one_process("qwen3", "sdpa")
+    prepared_masks_match_one_process("eager")

@@ -28,11 +28,11 @@ def test_ep2_outputs_aux_loss_and_gradients_match_grouped_experts_with_idle_expe
     spawn(scenarios.two_rank_expert_parallel, 2, timeout=TIMEOUT)
 
 
-def test_ulysses_sp2_on_llama_and_qwen3_matches_one_process() -> None:
+def test_ulysses_sp2_on_llama_and_qwen3_and_on_qwen3_moe_with_a_4d_mask_matches_one_process() -> None:
     spawn(scenarios.two_rank_ulysses, 2, timeout=TIMEOUT)
 
 
-def test_ep4_and_sp2_x_ep2_on_qwen3_moe_match_grouped_experts() -> None:
+def test_ep4_sp2_x_ep2_and_dp2_x_sp2_with_a_4d_mask_on_qwen3_moe_match_one_process() -> None:
     spawn(scenarios.four_rank_cases, 4, timeout=TIMEOUT)
 
 

@@ -133,6 +133,43 @@ def test_shard_sequence_pads_slices_and_shifts_before_slicing() -> None:
     assert parts[0]["shift_labels"][0, -1] == 7 and parts[1]["shift_labels"][0, -2:].tolist() == [-100, -100]
 
 
+def _causal_bool(real: torch.Tensor) -> torch.Tensor:
+    size = real.shape[-1]
+    return (torch.arange(size).view(1, -1) <= torch.arange(size).view(-1, 1)) & real.bool()[:, None, None, :]
+
+
+def _shard_with_mask(mask: object, sp_rank: int = 0) -> dict:
+    batch = {"input_ids": torch.arange(1, 12).reshape(1, 11), "attention_mask": mask}
+    return shard_sequence(batch, SimpleNamespace(sp=2, sp_rank=sp_rank), pad_token_id=0)
+
+
+@pytest.mark.parametrize("sp_rank", [0, 1])
+def test_shard_sequence_keeps_a_4d_mask_whole_on_every_rank_padded_to_the_multiple_of_sp(sp_rank: int) -> None:
+    """Ulysses attention attends over the whole sequence, so every rank needs the whole mask."""
+    real = torch.tensor([[1] * 9 + [0] * 2])
+    mask = _shard_with_mask(_causal_bool(real), sp_rank)["attention_mask"]
+    assert torch.equal(mask, _causal_bool(torch.cat((real, torch.zeros(1, 1, dtype=torch.long)), dim=1)))
+
+
+def test_shard_sequence_pads_an_additive_4d_mask_with_the_dtypes_minimum() -> None:
+    additive = torch.zeros(1, 1, 11, 11).masked_fill(~_causal_bool(torch.ones(1, 11)), torch.finfo(torch.float32).min)
+    mask = _shard_with_mask(additive)["attention_mask"]
+    assert mask.shape == (1, 1, 12, 12)
+    assert mask[0, 0, 11, 11] == torch.finfo(torch.float32).min, "the padding position must mask itself"
+    assert torch.equal(mask[0, 0, 11, :11], torch.zeros(11)), "a padding query must attend something (no NaN)"
+
+
+def test_shard_sequence_keeps_a_dict_of_4d_masks_whole() -> None:
+    masks = _shard_with_mask({"full_attention": _causal_bool(torch.ones(1, 11)), "sliding_attention": None})
+    assert masks["attention_mask"]["full_attention"].shape == (1, 1, 12, 12)
+    assert masks["attention_mask"]["sliding_attention"] is None
+
+
+def test_shard_sequence_refuses_a_4d_mask_that_is_not_the_whole_sequence() -> None:
+    with pytest.raises(ValueError, match=r"shape \(1, 1, 6, 11\).*\[batch, heads, 11, 11\]"):
+        _shard_with_mask(_causal_bool(torch.ones(1, 11))[:, :, :6])
+
+
 def test_distributed_kernels_without_their_group_say_how_to_bind_them() -> None:
     x = torch.zeros(2, 4)
     with pytest.raises(ParallelConfigError, match="parallel_ops"):
