@@ -15,7 +15,8 @@ interleaved and their order rotated every round (so drift of a shared machine hi
   GiB, so it is reported as skipped with its size;
 - model: one training step of every sparse model registered in ``models.MODELING_REGISTRY`` (a new MoE
   model joins without an edit; its sizes: ``benchmarks.moe_sizes``): the generated class with the
-  ``moe_experts`` slot bound to ``grouped`` against the upstream class with its default experts
+  ``moe_experts`` slot bound to ``grouped`` (and a sparse-attention indexer, where the model has one, to
+  ``shared_keys``: ``GENERATED_KERNELS``) against the upstream class with its default experts
   implementation (``grouped_mm`` on CPU, what ``from_pretrained`` picks) and with each other CPU
   implementation; same config, seed and weights (``models.testing.build_pair``).
 
@@ -51,6 +52,9 @@ GROUPED = "grouped"
 #: Upstream's experts implementations that run on CPU; the first is its default there.
 UPSTREAM = ("grouped_mm", "eager")
 UPSTREAM_DEFAULT = UPSTREAM[0]
+#: The generated model's kernels in the train-step rows: ``grouped`` experts, and the ``shared_keys`` indexers
+#: of the models that have a sparse-attention indexer (a slot a model never calls costs nothing).
+GENERATED_KERNELS = {"moe_experts": GROUPED, "dsa_indexer": "shared_keys", "lightning_indexer": "shared_keys"}
 #: Expert layouts of the kernel rows: the upstream experts class, and the label its rows carry.
 KERNEL_LAYOUTS = {
     "qwen3_moe": "experts layer",
@@ -213,7 +217,7 @@ def _model_timing(model_type: str, sizes: MoeSizes, repeats: int) -> dict[str, A
 
     variants = (GROUPED, *UPSTREAM)
     times: dict[str, list[float]] = {variant: [] for variant in variants}
-    with bound_ops(OpsConfig({"moe_experts": GROUPED})):  # upstream's classes consult no slot
+    with bound_ops(OpsConfig(GENERATED_KERNELS)):  # upstream's classes consult no slot
         losses = {variant: step(variant) for variant in variants}
         for _ in range(sizes.warmup - 1):
             for variant in variants:
@@ -249,7 +253,7 @@ def _child_memory(model_type: str, variant: str, sizes: MoeSizes) -> dict[str, A
     config, upstream_cls, generated_cls = _prepare(model_type, sizes)
     seed_everything(0)
     if variant == GROUPED:
-        model, ops = generated_cls(config), OpsConfig({"moe_experts": GROUPED})
+        model, ops = generated_cls(config), OpsConfig(GENERATED_KERNELS)
     else:
         model, ops = upstream_cls(config), OpsConfig()
         model.set_experts_implementation(variant)
