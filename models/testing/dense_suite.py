@@ -42,7 +42,7 @@ from models.testing import (
     sequence_classification_batch,
     tiny_config,
 )
-from models.testing.parity import tolerance_for
+from models.testing.parity import eager_slots_on_one_thread, tolerance_for
 from models.testing.reference import HEADS, Head, consulted_slots, reference_kernel, reference_kernels
 from models.testing.tiny import AUX_NAMES, EPS_NAMES, tiny_config_for, tiny_overrides_for
 
@@ -173,13 +173,8 @@ class DenseParitySuite:
     @pytest.fixture(autouse=True)
     def _eager_slots(self) -> Iterator[None]:
         """Each test starts with every slot eager, on one torch thread, and leaks neither into the next."""
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            with bound_ops(OpsConfig()):
-                yield
-        finally:
-            torch.set_num_threads(threads)
+        with eager_slots_on_one_thread():
+            yield
 
     # -- hooks the MoE suite overrides ----------------------------------------------------------
     def _causal_lm_batch(self, config: PreTrainedConfig) -> dict[str, Any]:

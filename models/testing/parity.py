@@ -38,6 +38,7 @@ __all__ = [
     "build_pair",
     "check_parity",
     "counting_calls",
+    "eager_slots_on_one_thread",
     "randomize_constant_parameters",
     "run_step",
     "tolerance_for",
@@ -131,6 +132,22 @@ def randomize_constant_parameters(model: PreTrainedModel, *, seed: int = 0) -> l
         param.add_(noise.to(device=param.device, dtype=param.dtype))
         changed.append(name)
     return changed
+
+
+@contextmanager
+def eager_slots_on_one_thread() -> Iterator[None]:
+    """Every slot eager and one torch thread inside the block; both restored after it.
+
+    Per-model tests run under it (as an autouse fixture) so a kernel one test binds, or a thread count it
+    sets, never reaches the next test, and reductions run in one order whatever the machine's core count.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with bound_ops(OpsConfig()):
+            yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def build_pair(

@@ -21,7 +21,15 @@ from models.ops import SLOTS, OpsConfig, bound_ops
 from models.ops.kernels import eager
 from models.testing.parity import StepResult, Tolerance, run_step
 
-__all__ = ["assert_same_step", "kernel_bound", "router_outputs", "routes_differently", "step_with_kernel"]
+__all__ = [
+    "assert_same_router_outputs",
+    "assert_same_step",
+    "counted_reference",
+    "kernel_bound",
+    "router_outputs",
+    "routes_differently",
+    "step_with_kernel",
+]
 
 
 @contextmanager
@@ -72,6 +80,28 @@ def router_outputs(model: PreTrainedModel, batch: Mapping[str, Any], router: str
         for handle in handles:
             handle.remove()
     return outputs
+
+
+def assert_same_router_outputs(
+    expected: list[tuple[torch.Tensor, ...]], actual: list[tuple[torch.Tensor, ...]]
+) -> None:
+    """Every router's logits, weights and expert indices bit for bit equal, naming the first layer that is not."""
+    assert len(actual) == len(expected), f"{len(actual)} routers ran, upstream ran {len(expected)}"
+    for layer, (want, got) in enumerate(zip(expected, actual, strict=True)):
+        for what, w, g in zip(("router logits", "weights", "expert indices"), want, got, strict=True):
+            assert torch.equal(g, w), f"{what} of router {layer} (in layer order) differ from upstream"
+
+
+def counted_reference(slot: str, calls: list[str]) -> Callable[..., Any]:
+    """The slot's reference kernel (``models.ops.kernels.eager``), noting each call in ``calls``, so a test
+    knows the generated code's guard reached it."""
+    reference = getattr(eager, slot)
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        calls.append(slot)
+        return reference(*args, **kwargs)
+
+    return kernel
 
 
 def routes_differently(expected: StepResult, actual: StepResult, tolerance: Tolerance) -> bool:

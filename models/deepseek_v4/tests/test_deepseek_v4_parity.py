@@ -35,7 +35,7 @@ from models.ops.kernels import eager, indexers
 from models.testing import build_pair, causal_lm_batch, seed_everything
 from models.testing.dense_suite import reference_kernels_bound
 from models.testing.moe_suite import MoeModel, MoeParitySuite, _write_sharded
-from models.testing.parity import ModelPair, assert_step_parity, run_step, tolerance_for
+from models.testing.parity import ModelPair, assert_step_parity, eager_slots_on_one_thread, run_step, tolerance_for
 from models.testing.reference import reference_kernel
 
 #: The slots V4's own snippets guard, besides the recipe's.
@@ -69,14 +69,8 @@ class TestDeepseekV4Parity(MoeParitySuite):
 
 @pytest.fixture(autouse=True)
 def _eager_slots_one_thread():
-    """As in the suite: every slot eager, one torch thread, nothing leaking into the next test."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with bound_ops(OpsConfig()):
-            yield
-    finally:
-        torch.set_num_threads(threads)
+    with eager_slots_on_one_thread():
+        yield
 
 
 @torch.no_grad()

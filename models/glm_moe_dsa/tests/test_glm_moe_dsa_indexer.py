@@ -29,7 +29,7 @@ from models.ops import SLOTS, OpsConfig, bound_ops
 from models.ops.kernels import eager, indexers
 from models.registry import MODELING_REGISTRY
 from models.testing import causal_lm_batch
-from models.testing.parity import randomize_constant_parameters, run_step, tolerance_for
+from models.testing.parity import eager_slots_on_one_thread, randomize_constant_parameters, run_step, tolerance_for
 
 DTYPES = [torch.float32, torch.bfloat16]
 DTYPE_IDS = ["fp32", "bf16"]
@@ -37,14 +37,8 @@ DTYPE_IDS = ["fp32", "bf16"]
 
 @pytest.fixture(autouse=True)
 def _eager_slots_one_thread():
-    """Every slot eager, one torch thread, nothing leaking into the next test."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with bound_ops(OpsConfig()):
-            yield
-    finally:
-        torch.set_num_threads(threads)
+    with eager_slots_on_one_thread():
+        yield
 
 
 def _counted(calls: Counter[str], kernel: Callable[..., Any]) -> Callable[..., Any]:

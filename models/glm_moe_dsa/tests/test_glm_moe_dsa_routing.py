@@ -18,47 +18,24 @@ from transformers import GlmMoeDsaConfig, PreTrainedModel
 
 from models.glm_moe_dsa.tests.test_glm_moe_dsa_parity import GLM_MOE_DSA, random_bias_pair
 from models.loader import build_model
-from models.ops import SLOTS, OpsConfig, bound_ops
+from models.ops import SLOTS
 from models.ops.kernels import eager
 from models.testing import causal_lm_batch
 from models.testing.dense_suite import reference_kernels_bound
-from models.testing.parity import assert_step_parity, run_step, tolerance_for
-from models.testing.routing import GROUP_LIMITED_MUTANTS
+from models.testing.parity import assert_step_parity, eager_slots_on_one_thread, run_step, tolerance_for
+from models.testing.routing import GROUP_LIMITED_MUTANTS, router_outputs
 
 DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")]
 
 
 @pytest.fixture(autouse=True)
 def _eager_slots_one_thread():
-    """Every slot eager, one torch thread, nothing leaking into the next test."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with bound_ops(OpsConfig()):
-            yield
-    finally:
-        torch.set_num_threads(threads)
+    with eager_slots_on_one_thread():
+        yield
 
 
 def _sparse_layers(config: GlmMoeDsaConfig) -> int:
     return config.mlp_layer_types.count("sparse")
-
-
-def _router_outputs(model: PreTrainedModel, batch: dict[str, Any]) -> list[tuple[torch.Tensor, ...]]:
-    """What each router returned in one forward, in layer order."""
-    outputs: list[tuple[torch.Tensor, ...]] = []
-    handles = [
-        module.register_forward_hook(lambda _module, _args, out: outputs.append(tuple(t.detach() for t in out)))
-        for name, module in model.named_modules()
-        if name.endswith(".mlp.gate")
-    ]
-    try:
-        with torch.no_grad():
-            model(**batch)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return outputs
 
 
 def _logits(model: PreTrainedModel, batch: dict[str, Any]) -> torch.Tensor:
@@ -71,7 +48,10 @@ def test_every_router_returns_upstreams_logits_weights_and_experts(dtype: torch.
     pair = random_bias_pair(dtype)
     batch = causal_lm_batch(pair.upstream.config)
     del batch["labels"]
-    expected, actual = _router_outputs(pair.upstream, batch), _router_outputs(pair.generated, batch)
+    expected, actual = (
+        router_outputs(pair.upstream, batch, ".mlp.gate"),
+        router_outputs(pair.generated, batch, ".mlp.gate"),
+    )
     config = pair.upstream.config
     tokens = batch["input_ids"].numel()
     assert len(actual) == len(expected) == _sparse_layers(config) == 2

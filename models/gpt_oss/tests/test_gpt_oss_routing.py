@@ -9,7 +9,6 @@ random values first, so a kernel that drops the bias routes elsewhere.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,9 +18,11 @@ from models.gpt_oss.tests.test_gpt_oss_parity import GPT_OSS
 from models.loader import get_model_class
 from models.ops.kernels import eager
 from models.testing import build_pair, causal_lm_batch
-from models.testing.parity import ModelPair, tolerance_for
+from models.testing.parity import ModelPair, eager_slots_on_one_thread, tolerance_for
 from models.testing.routing import (
+    assert_same_router_outputs,
     assert_same_step,
+    counted_reference,
     kernel_bound,
     router_outputs,
     routes_differently,
@@ -33,14 +34,9 @@ DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, i
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread, as in the suite, so two runs of the same step reduce in the same order."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+def _eager_slots_one_thread():
+    with eager_slots_on_one_thread():
         yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _pair(dtype: torch.dtype = torch.float32, backend: str = "gpu") -> ModelPair:
@@ -53,16 +49,6 @@ def _batch(pair: ModelPair) -> dict[str, Any]:
     return {**causal_lm_batch(pair.upstream.config), "output_router_logits": True}
 
 
-def _counted(calls: list[str]) -> Callable[..., Any]:
-    """The reference kernel, noting each call in ``calls`` (so a test knows the guard was reached)."""
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        calls.append(SLOT)
-        return eager.topk_softmax_router(*args, **kwargs)
-
-    return kernel
-
-
 @pytest.mark.parametrize("backend", GPT_OSS.backends)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reference_router_kernel_is_the_eager_step_bit_for_bit(backend: str, dtype: torch.dtype) -> None:
@@ -70,7 +56,7 @@ def test_reference_router_kernel_is_the_eager_step_bit_for_bit(backend: str, dty
     batch = _batch(pair)
     calls: list[str] = []
     eager_step = step_with_kernel(pair.generated, batch, SLOT, None)
-    assert_same_step(eager_step, step_with_kernel(pair.generated, batch, SLOT, _counted(calls)))
+    assert_same_step(eager_step, step_with_kernel(pair.generated, batch, SLOT, counted_reference(SLOT, calls)))
     assert len(calls) == pair.upstream.config.num_hidden_layers  # every layer routes
 
 
@@ -80,12 +66,10 @@ def test_every_router_returns_upstreams_logits_weights_and_experts_through_the_s
     del batch["labels"]
     expected = router_outputs(pair.upstream, batch, ".mlp.router")
     calls: list[str] = []
-    with kernel_bound(SLOT, _counted(calls)):
+    with kernel_bound(SLOT, counted_reference(SLOT, calls)):
         actual = router_outputs(pair.generated, batch, ".mlp.router")
     assert len(actual) == len(expected) == len(calls) == pair.upstream.config.num_hidden_layers
-    for layer, (want, got) in enumerate(zip(expected, actual)):
-        for what, w, g in zip(("router logits", "weights", "expert indices"), want, got, strict=True):
-            assert torch.equal(g, w), f"{what} of layer {layer} differ from upstream"
+    assert_same_router_outputs(expected, actual)
 
 
 def _without_bias(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, **settings: Any) -> Any:

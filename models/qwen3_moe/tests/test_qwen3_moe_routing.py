@@ -18,9 +18,11 @@ from models.loader import get_model_class
 from models.ops.kernels import eager
 from models.qwen3_moe.tests.test_qwen3_moe_parity import QWEN3_MOE
 from models.testing import build_pair, causal_lm_batch
-from models.testing.parity import ModelPair, tolerance_for
+from models.testing.parity import ModelPair, eager_slots_on_one_thread, tolerance_for
 from models.testing.routing import (
+    assert_same_router_outputs,
     assert_same_step,
+    counted_reference,
     kernel_bound,
     router_outputs,
     routes_differently,
@@ -32,14 +34,9 @@ DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, i
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """One torch thread, as in the suite, so two runs of the same step reduce in the same order."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+def _eager_slots_one_thread():
+    with eager_slots_on_one_thread():
         yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _pair(dtype: torch.dtype = torch.float32, backend: str = "gpu") -> ModelPair:
@@ -52,16 +49,6 @@ def _batch(pair: ModelPair) -> dict[str, Any]:
     return {**causal_lm_batch(pair.upstream.config), "output_router_logits": True}
 
 
-def _counted(calls: list[str]) -> Callable[..., Any]:
-    """The reference kernel, noting each call in ``calls`` (so a test knows the guard was reached)."""
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        calls.append(SLOT)
-        return eager.softmax_topk_router(*args, **kwargs)
-
-    return kernel
-
-
 @pytest.mark.parametrize("backend", QWEN3_MOE.backends)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reference_router_kernel_is_the_eager_step_bit_for_bit(backend: str, dtype: torch.dtype) -> None:
@@ -69,7 +56,7 @@ def test_reference_router_kernel_is_the_eager_step_bit_for_bit(backend: str, dty
     batch = _batch(pair)
     calls: list[str] = []
     eager_step = step_with_kernel(pair.generated, batch, SLOT, None)
-    assert_same_step(eager_step, step_with_kernel(pair.generated, batch, SLOT, _counted(calls)))
+    assert_same_step(eager_step, step_with_kernel(pair.generated, batch, SLOT, counted_reference(SLOT, calls)))
     assert len(calls) == 2  # one router per sparse layer
 
 
@@ -79,12 +66,10 @@ def test_every_router_returns_upstreams_logits_weights_and_experts_through_the_s
     del batch["labels"]
     expected = router_outputs(pair.upstream, batch, ".mlp.gate")
     calls: list[str] = []
-    with kernel_bound(SLOT, _counted(calls)):
+    with kernel_bound(SLOT, counted_reference(SLOT, calls)):
         actual = router_outputs(pair.generated, batch, ".mlp.gate")
     assert len(actual) == len(expected) == len(calls) == 2  # the sparse layers 0 and 2, each through the slot
-    for layer, (want, got) in enumerate(zip(expected, actual)):
-        for what, w, g in zip(("router logits", "weights", "expert indices"), want, got, strict=True):
-            assert torch.equal(g, w), f"{what} of sparse layer {layer} differ from upstream"
+    assert_same_router_outputs(expected, actual)
 
 
 def _mutant(**changes: Any) -> Callable[..., Any]:
