@@ -181,11 +181,21 @@ def _prepare(model_type: str, sizes: MoeSizes):
         raise Skip("dense model")
     config = tiny_config(config_cls, **sizes.config_overrides(defaults, getattr(config_cls, "attribute_map", {})))
     upstream = get_model_class(model_type, architecture, use_hf=True)
+    config._attn_implementation = default_attention(upstream)
     try:
         generated = get_model_class(model_type, architecture)
     except (ImportError, KeyError, TypeError) as exc:
         raise Skip(f"generated module not available: {exc}") from exc
     return config, upstream, generated
+
+
+def default_attention(upstream_cls: Any) -> str:
+    """The attention ``from_pretrained`` gives ``upstream_cls`` on CPU: sdpa where the class supports it, else eager.
+
+    The tiny configs ask for eager attention (exact parity tests); a train step against upstream's default
+    should run upstream's default attention too, on both sides.
+    """
+    return "sdpa" if getattr(upstream_cls, "_supports_sdpa", False) else "eager"
 
 
 def sparse_models() -> list[str]:

@@ -56,3 +56,9 @@ def test_low_rank_widths_the_sizes_do_not_name_keep_the_class_share_of_its_hidde
 def test_latent_attention_ranks_win_over_the_scaled_class_defaults() -> None:
     mla = MoeSizes().config_overrides({"hidden_size": 7168, "kv_lora_rank": 512, "q_lora_rank": 1536})
     assert (mla["kv_lora_rank"], mla["q_lora_rank"]) == (64, 128)
+
+
+@pytest.mark.parametrize(("model_type", "attention"), [("qwen3_moe", "sdpa"), ("gpt_oss", "eager")])
+def test_train_steps_run_the_attention_upstream_would_pick(model_type: str, attention: str) -> None:
+    config, upstream, _ = _prepare(model_type, SMOKE_SIZES)
+    assert config._attn_implementation == attention == upstream(config).config._attn_implementation
