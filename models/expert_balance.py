@@ -21,7 +21,8 @@ experts its forward passes select, and ``update(rate)`` applies the rule once pe
 Counts cover every routed token, padding included (pretraining batches are packed). Under data or
 sequence parallelism every rank counts different tokens, so the counts are summed over ``group``
 before the update and every rank moves its replica of the bias the same way. A token counted on several
-ranks (replicated batches) scales every count alike, which leaves the update, a sign, unchanged.
+ranks (replicated batches), or a forward recomputed by activation checkpointing, scales every count alike,
+which leaves the update, a sign, unchanged.
 """
 
 from __future__ import annotations
