@@ -18,7 +18,9 @@ experts its forward passes select, and ``update(rate)`` applies the rule once pe
         optimizer.step()
         balancer.update(rate=1e-3)                      # counts summed over ``group`` first
 
-Counts cover every routed token, padding included (pretraining batches are packed). Under data or
+Counts cover every routed token unless a forward runs inside ``balancer.real_tokens(mask)``, which
+counts only the tokens a ``[batch, seq]`` mask marks real (padded fine-tuning batches; under sequence
+parallelism, the rank's own slice of the mask, as ``shard_sequence`` returns it). Under data or
 sequence parallelism every rank counts different tokens, so the counts are summed over ``group``
 before the update and every rank moves its replica of the bias the same way. A token counted on several
 ranks (replicated batches), or a forward recomputed by activation checkpointing, scales every count alike,
@@ -27,7 +29,8 @@ which leaves the update, a sign, unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Self
 
 import torch
@@ -58,6 +61,7 @@ class ExpertBalancer:
                 "by an auxiliary loss (router_logits), not by a correction bias"
             )
         self.group = group
+        self._mask: torch.Tensor | None = None
         self._counts = {
             name: torch.zeros_like(router._buffers[BIAS], dtype=torch.float64) for name, router in self.routers.items()
         }
@@ -67,9 +71,33 @@ class ExpertBalancer:
         def count(module: nn.Module, args: Any, output: Any) -> None:
             indices = output[2]
             counts = self._counts[name]
-            counts += torch.bincount(indices.reshape(-1).to(counts.device), minlength=counts.numel()).to(counts.dtype)
+            weights = None
+            if self._mask is not None:
+                if self._mask.numel() != indices.shape[0]:
+                    raise ValueError(
+                        f"{name}: the real-token mask of shape {tuple(self._mask.shape)} has {self._mask.numel()} "
+                        f"entries, but the router routed {indices.shape[0]} tokens"
+                    )
+                weights = self._mask.reshape(-1, 1).expand(indices.shape).reshape(-1).to(counts.device, counts.dtype)
+            flat = indices.reshape(-1).to(counts.device)
+            counts += torch.bincount(flat, weights=weights, minlength=counts.numel()).to(counts.dtype)
 
         return count
+
+    @contextmanager
+    def real_tokens(self, mask: torch.Tensor | None) -> Iterator[None]:
+        """Inside the block, count only the tokens ``mask`` (``[batch, seq]``, nonzero = real) marks real.
+
+        The mask must cover exactly the tokens each router sees (a sequence-parallel rank's own slice);
+        a router that routes another number of tokens raises ``ValueError``. ``None`` counts every token.
+        """
+        if mask is not None and mask.dim() != 2:
+            raise ValueError(f"real-token mask: expected a [batch, seq] mask, got shape {tuple(mask.shape)}")
+        previous, self._mask = self._mask, None if mask is None else mask.detach() != 0
+        try:
+            yield
+        finally:
+            self._mask = previous
 
     @property
     def counts(self) -> Mapping[str, torch.Tensor]:

@@ -65,6 +65,45 @@ def test_counts_are_the_experts_each_router_selected(model_type: str, architectu
         assert torch.equal(counts[name], torch.bincount(indices.reshape(-1), minlength=counts[name].numel()).double())
 
 
+def test_inside_real_tokens_only_the_unmasked_tokens_are_counted() -> None:
+    model, config = tiny_model()
+    batch = causal_lm_batch(config, batch_size=2, seq_len=8, seed=0)
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[0, :3] = 0  # left padding in the first row
+    mask[1, 6:] = 0  # right padding in the second
+    selected = selected_experts(model, {**batch, "attention_mask": mask})
+    balancer = ExpertBalancer(model)
+    with balancer.real_tokens(mask), torch.no_grad():
+        model(**{**batch, "attention_mask": mask}, use_cache=False)
+    real = mask.reshape(-1).bool()
+    for name, indices in selected.items():
+        counts = balancer.counts[name]
+        assert torch.equal(counts, torch.bincount(indices[real].reshape(-1), minlength=counts.numel()).double())
+        assert counts.sum() == real.sum() * indices.shape[1]
+
+
+def test_a_real_token_mask_that_does_not_cover_the_routed_tokens_is_refused() -> None:
+    model, config = tiny_model()
+    batch = causal_lm_batch(config, batch_size=2, seq_len=8, seed=0)
+    balancer = ExpertBalancer(model)
+    refused = pytest.raises(ValueError, match=r"mask of shape \(2, 4\) has 8 entries, but the router routed 16 tokens")
+    with balancer.real_tokens(torch.ones(2, 4)), torch.no_grad(), refused:
+        model(**batch, use_cache=False)
+
+
+def test_counting_every_token_resumes_after_the_real_tokens_block() -> None:
+    model, config = tiny_model()
+    batch = causal_lm_batch(config, batch_size=2, seq_len=8, seed=0)
+    balancer = ExpertBalancer(model)
+    with balancer.real_tokens(torch.zeros(2, 8)), torch.no_grad():
+        model(**batch, use_cache=False)
+    assert all(not counts.any() for counts in balancer.counts.values())
+    with torch.no_grad():
+        model(**batch, use_cache=False)
+    top_k = config.num_experts_per_tok
+    assert all(counts.sum() == 16 * top_k for counts in balancer.counts.values())
+
+
 def test_counts_accumulate_over_forward_passes_until_an_update() -> None:
     model, config = tiny_model()
     batch = causal_lm_batch(config, batch_size=2, seq_len=8, seed=0)
