@@ -144,6 +144,68 @@ def test_generated_save_pretrained_loads_in_upstream_from_pretrained_to_equal_lo
     assert torch.equal(_logits(upstream), _logits(generated))
 
 
+def _other_classes(model_type: str, backend: str) -> list[str]:
+    """The generated module's model classes besides the causal LM that upstream transformers also exports."""
+    module = MODELING_REGISTRY.get_module(model_type, backend)
+    return sorted(
+        name
+        for name, value in vars(module).items()
+        if isinstance(value, type)
+        and issubclass(value, PreTrainedModel)
+        and value.__module__ == module.__name__
+        and not name.endswith(("PreTrainedModel", "ForCausalLM"))
+        and isinstance(getattr(transformers, name, None), type)
+    )
+
+
+OTHER_CLASS_CASES = [
+    (model_type, backend, name) for model_type, backend in CASES for name in _other_classes(model_type, backend)
+]
+
+
+def _outputs(model: PreTrainedModel) -> list[torch.Tensor]:
+    """Every tensor a forward of ``model`` returns (logits, hidden states, start/end logits, ...)."""
+    batch = causal_lm_batch(model.config)
+    del batch["labels"]
+    with torch.no_grad():
+        output = model(**batch, use_cache=False)
+    return [value for value in output.to_tuple() if torch.is_tensor(value)]
+
+
+def _assert_same_outputs(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> None:
+    assert expected and len(actual) == len(expected)
+    assert all(torch.equal(got, want) for got, want in zip(actual, expected, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("model_type", "backend", "name"), OTHER_CLASS_CASES, ids=[f"{m}-{b}-{n}" for m, b, n in OTHER_CLASS_CASES]
+)
+def test_every_other_class_loads_upstreams_save_pretrained_to_equal_outputs(
+    model_type: str, backend: str, name: str, tmp_path: Path
+) -> None:
+    upstream = _source(get_model_class(model_type, name, use_hf=True), _config(model_type))
+    upstream.save_pretrained(tmp_path)
+    generated_cls = get_model_class(model_type, name, backend=backend)
+    generated = generated_cls.from_pretrained(tmp_path, **EAGER)
+    assert type(generated) is generated_cls
+    _assert_same_outputs(_outputs(generated), _outputs(upstream))
+
+
+@pytest.mark.parametrize(
+    ("model_type", "backend", "name"), OTHER_CLASS_CASES, ids=[f"{m}-{b}-{n}" for m, b, n in OTHER_CLASS_CASES]
+)
+def test_upstream_loads_every_other_class_from_its_save_pretrained_to_equal_outputs(
+    model_type: str, backend: str, name: str, tmp_path: Path
+) -> None:
+    generated = _source(get_model_class(model_type, name, backend=backend), _config(model_type))
+    generated.save_pretrained(tmp_path)
+    upstream, info = get_model_class(model_type, name, use_hf=True).from_pretrained(
+        tmp_path, output_loading_info=True, **EAGER
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    _assert_same_outputs(_outputs(upstream), _outputs(generated))
+
+
 @pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
 def test_generated_save_pretrained_writes_the_keys_upstream_writes(
     model_type: str, backend: str, tmp_path: Path
