@@ -82,13 +82,6 @@ def _source(cls: type[PreTrainedModel], config: PreTrainedConfig) -> PreTrainedM
     return _noisy(cls(config))
 
 
-def _logits(model: PreTrainedModel) -> torch.Tensor:
-    batch = causal_lm_batch(model.config)
-    del batch["labels"]
-    with torch.no_grad():
-        return model(**batch).logits
-
-
 def _upstream_and_generated(model_type: str, backend: str) -> tuple[type[PreTrainedModel], type[PreTrainedModel]]:
     name = _causal_lm_name(model_type, backend)
     return get_model_class(model_type, name, use_hf=True), get_model_class(model_type, name, backend=backend)
@@ -120,47 +113,24 @@ def _unrenamed_norm_key(saved: set[str], model: PreTrainedModel) -> str:
     return candidates[0]
 
 
-@pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
-def test_upstream_save_pretrained_loads_in_the_generated_from_pretrained_to_equal_logits(
-    model_type: str, backend: str, tmp_path: Path
-) -> None:
-    upstream_cls, generated_cls = _upstream_and_generated(model_type, backend)
-    upstream = _source(upstream_cls, _config(model_type))
-    upstream.save_pretrained(tmp_path)
-    generated = generated_cls.from_pretrained(tmp_path, **EAGER)
-    assert type(generated) is generated_cls
-    assert torch.equal(_logits(generated), _logits(upstream))
-
-
-@pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
-def test_generated_save_pretrained_loads_in_upstream_from_pretrained_to_equal_logits(
-    model_type: str, backend: str, tmp_path: Path
-) -> None:
-    upstream_cls, generated_cls = _upstream_and_generated(model_type, backend)
-    generated = _source(generated_cls, _config(model_type))
-    generated.save_pretrained(tmp_path)
-    upstream, info = upstream_cls.from_pretrained(tmp_path, output_loading_info=True, **EAGER)
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
-    assert torch.equal(_logits(upstream), _logits(generated))
-
-
-def _other_classes(model_type: str, backend: str) -> list[str]:
-    """The generated module's model classes besides the causal LM that upstream transformers also exports."""
+def _model_classes(model_type: str, backend: str) -> dict[str, type[PreTrainedModel]]:
+    """Every model class the generated module defines, by name."""
     module = MODELING_REGISTRY.get_module(model_type, backend)
-    return sorted(
-        name
+    return {
+        name: value
         for name, value in vars(module).items()
-        if isinstance(value, type)
-        and issubclass(value, PreTrainedModel)
-        and value.__module__ == module.__name__
-        and not name.endswith(("PreTrainedModel", "ForCausalLM"))
-        and isinstance(getattr(transformers, name, None), type)
-    )
+        if isinstance(value, type) and issubclass(value, PreTrainedModel) and value.__module__ == module.__name__
+    }
 
 
-OTHER_CLASS_CASES = [
-    (model_type, backend, name) for model_type, backend in CASES for name in _other_classes(model_type, backend)
+#: Every generated class that upstream transformers also exports (base models, causal LMs, heads), per backend.
+CLASS_CASES = [
+    (model_type, backend, name)
+    for model_type, backend in CASES
+    for name in sorted(_model_classes(model_type, backend))
+    if not name.endswith("PreTrainedModel") and isinstance(getattr(transformers, name, None), type)
 ]
+CLASS_IDS = [f"{model_type}-{backend}-{name}" for model_type, backend, name in CLASS_CASES]
 
 
 def _outputs(model: PreTrainedModel) -> list[torch.Tensor]:
@@ -177,10 +147,8 @@ def _assert_same_outputs(actual: list[torch.Tensor], expected: list[torch.Tensor
     assert all(torch.equal(got, want) for got, want in zip(actual, expected, strict=True))
 
 
-@pytest.mark.parametrize(
-    ("model_type", "backend", "name"), OTHER_CLASS_CASES, ids=[f"{m}-{b}-{n}" for m, b, n in OTHER_CLASS_CASES]
-)
-def test_every_other_class_loads_upstreams_save_pretrained_to_equal_outputs(
+@pytest.mark.parametrize(("model_type", "backend", "name"), CLASS_CASES, ids=CLASS_IDS)
+def test_upstream_save_pretrained_loads_in_the_generated_from_pretrained_to_equal_outputs(
     model_type: str, backend: str, name: str, tmp_path: Path
 ) -> None:
     upstream = _source(get_model_class(model_type, name, use_hf=True), _config(model_type))
@@ -191,10 +159,8 @@ def test_every_other_class_loads_upstreams_save_pretrained_to_equal_outputs(
     _assert_same_outputs(_outputs(generated), _outputs(upstream))
 
 
-@pytest.mark.parametrize(
-    ("model_type", "backend", "name"), OTHER_CLASS_CASES, ids=[f"{m}-{b}-{n}" for m, b, n in OTHER_CLASS_CASES]
-)
-def test_upstream_loads_every_other_class_from_its_save_pretrained_to_equal_outputs(
+@pytest.mark.parametrize(("model_type", "backend", "name"), CLASS_CASES, ids=CLASS_IDS)
+def test_generated_save_pretrained_loads_in_upstream_from_pretrained_to_equal_outputs(
     model_type: str, backend: str, name: str, tmp_path: Path
 ) -> None:
     generated = _source(get_model_class(model_type, name, backend=backend), _config(model_type))
@@ -263,24 +229,14 @@ def test_every_model_class_of_a_generated_module_counts_as_transformers_own_code
     model_type: str, backend: str
 ) -> None:
     """``is_custom_code`` false is what makes transformers apply the model_type's conversion mapping."""
-    module = MODELING_REGISTRY.get_module(model_type, backend)
-    classes = [
-        value
-        for value in vars(module).values()
-        if isinstance(value, type) and issubclass(value, PreTrainedModel) and value.__module__ == module.__name__
-    ]
+    classes = list(_model_classes(model_type, backend).values())
     assert classes
     assert [cls.__name__ for cls in classes if cls.is_custom_code()] == []
 
 
 @pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
 def test_every_model_class_of_a_generated_module_loads_strictly(model_type: str, backend: str) -> None:
-    module = MODELING_REGISTRY.get_module(model_type, backend)
-    classes = [
-        value
-        for value in vars(module).values()
-        if isinstance(value, type) and issubclass(value, PreTrainedModel) and value.__module__ == module.__name__
-    ]
+    classes = list(_model_classes(model_type, backend).values())
     assert classes
     assert [cls.__name__ for cls in classes if not getattr(cls.from_pretrained, "_modelgraft_strict", False)] == []
 
