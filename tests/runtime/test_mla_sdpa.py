@@ -1,0 +1,171 @@
+"""``mla_sdpa``: transformers' sdpa for unequal head widths, through torch's fused CPU kernel.
+
+Specification: equal widths are sdpa itself; unequal widths (values narrower, as in MLA, or wider) give
+sdpa's output and gradients within fp32 rounding under every mask kind; a sparse ``indices`` selection
+masks every other key; the fused CPU kernel runs where upstream's sdpa runs the math path; and MLA models
+built with it train like upstream's eager attention (DeepSeek-V3 also like upstream's sdpa; GLM-MoE-DSA's
+upstream sdpa path loses its causal and sparse masks, see models/attention.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+from models import MODEL_CONFIG_REGISTRY
+from models.attention import MLA_SDPA, mla_sdpa_attention, register_mla_sdpa
+from models.loader import get_model_class
+from models.testing import KERNEL_TOLERANCE, assert_step_parity, build_pair, causal_lm_batch, run_step
+from models.testing.tiny import tiny_config_for
+
+BATCH, HEADS, LENGTH = 2, 4, 24
+FUSED_CPU_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
+
+
+class _Attention(nn.Module):
+    """What transformers' attention functions read from the calling module."""
+
+    is_causal = True
+    num_key_value_groups = 1
+
+
+def _inputs(query_width: int, value_width: int, *, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(seed)
+
+    def tensor(width: int) -> torch.Tensor:
+        return torch.randn(BATCH, HEADS, LENGTH, width, generator=generator).requires_grad_(True)
+
+    return tensor(query_width), tensor(query_width), tensor(value_width)
+
+
+def _masks() -> dict[str, torch.Tensor | None]:
+    causal = torch.ones(LENGTH, LENGTH, dtype=torch.bool).tril()
+    padded = causal[None, None].repeat(BATCH, 1, 1, 1)
+    padded[1, :, :, :5] = False  # row 1 left-padded by five tokens
+    padded[1, :, :5, 0] = True  # padding queries see one key, so no row is empty
+    additive = torch.zeros(BATCH, 1, LENGTH, LENGTH).masked_fill(~padded, torch.finfo(torch.float32).min)
+    return {"causal (no mask)": None, "boolean": padded, "additive": additive}
+
+
+def _forward_backward(function, query, key, value, mask, **kwargs) -> tuple[torch.Tensor, ...]:
+    for tensor in (query, key, value):
+        tensor.grad = None
+    output, _ = function(_Attention(), query, key, value, mask, **kwargs)
+    output.backward(torch.linspace(-1, 1, output.numel()).view_as(output))
+    return output.detach(), query.grad.clone(), key.grad.clone(), value.grad.clone()
+
+
+def test_equal_widths_are_sdpa_itself():
+    query, key, value = _inputs(32, 32)
+    expected, _ = sdpa_attention_forward(_Attention(), query, key, value, None)
+    actual, _ = mla_sdpa_attention(_Attention(), query, key, value, None)
+    assert torch.equal(actual, expected)
+
+
+@pytest.mark.parametrize("mask_kind", list(_masks()))
+@pytest.mark.parametrize(("query_width", "value_width"), [(48, 32), (32, 48)], ids=["narrow values", "wide values"])
+def test_unequal_widths_match_sdpa_with_gradients(mask_kind, query_width, value_width):
+    mask = _masks()[mask_kind]
+    inputs = _inputs(query_width, value_width)
+    expected = _forward_backward(sdpa_attention_forward, *inputs, mask)
+    actual = _forward_backward(mla_sdpa_attention, *inputs, mask)
+    for name, want, got in zip(("output", "query grad", "key grad", "value grad"), expected, actual, strict=True):
+        assert got.shape == want.shape, name
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def _hand_sparse_mask(indices: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The additive mask of ``indices`` on top of ``mask`` (causal when None), one entry at a time."""
+    allowed = torch.zeros(BATCH, 1, LENGTH, LENGTH, dtype=torch.bool)
+    for batch in range(BATCH):
+        for query in range(LENGTH):
+            for key in indices[batch, query].tolist():
+                allowed[batch, 0, query, key] = True
+    if mask is None:
+        allowed &= torch.ones(LENGTH, LENGTH, dtype=torch.bool).tril()
+        return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    if mask.dtype == torch.bool:
+        return mask & allowed
+    return mask.masked_fill(~allowed, torch.finfo(torch.float32).min)
+
+
+@pytest.mark.parametrize("mask_kind", list(_masks()))
+def test_sparse_indices_mask_every_other_key(mask_kind):
+    mask = _masks()[mask_kind]
+    generator = torch.Generator().manual_seed(1)
+    indices = torch.rand(BATCH, LENGTH, LENGTH, generator=generator).topk(6, dim=-1).indices.to(torch.int32)
+    # Every query keeps itself and key 0, so no row is masked whole (kernels disagree on such rows).
+    indices[..., 0] = torch.arange(LENGTH, dtype=torch.int32)
+    indices[..., 1] = 0
+    inputs = _inputs(48, 32)
+    expected = _forward_backward(sdpa_attention_forward, *inputs, _hand_sparse_mask(indices, mask))
+    actual = _forward_backward(mla_sdpa_attention, *inputs, mask, indices=indices)
+    for want, got in zip(expected, actual, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_explicit_scaling_is_kept():
+    inputs = _inputs(48, 32)
+    expected = _forward_backward(sdpa_attention_forward, *inputs, None, scaling=0.3)
+    actual = _forward_backward(mla_sdpa_attention, *inputs, None, scaling=0.3)
+    for want, got in zip(expected, actual, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_queries_and_keys_of_different_widths_are_refused():
+    query, _, value = _inputs(48, 32)
+    key = torch.randn(BATCH, HEADS, LENGTH, 40)
+    with pytest.raises(ValueError, match="queries \\(48\\) and keys \\(40\\)"):
+        mla_sdpa_attention(_Attention(), query, key, value, None)
+
+
+def _ran_fused_kernel(function) -> bool:
+    query, key, value = _inputs(48, 32)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        output, _ = function(_Attention(), query, key, value, None)
+        output.sum().backward()
+    return any(event.key == FUSED_CPU_KERNEL for event in prof.key_averages())
+
+
+def test_unequal_widths_run_the_fused_cpu_kernel_where_sdpa_does_not():
+    assert not _ran_fused_kernel(sdpa_attention_forward)
+    assert _ran_fused_kernel(mla_sdpa_attention)
+
+
+def test_registration_makes_the_name_selectable_by_from_pretrained(tmp_path):
+    assert register_mla_sdpa() == MLA_SDPA
+    config = tiny_config_for(MODEL_CONFIG_REGISTRY["deepseek_v3"])
+    generated_cls = get_model_class("deepseek_v3", "DeepseekV3ForCausalLM")
+    generated_cls(config).save_pretrained(tmp_path)
+    loaded = generated_cls.from_pretrained(tmp_path, attn_implementation=MLA_SDPA)
+    assert loaded.config._attn_implementation == MLA_SDPA
+
+
+def _step_parity(model_type: str, upstream_attention: str) -> None:
+    register_mla_sdpa()
+    architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+    config = tiny_config_for(MODEL_CONFIG_REGISTRY[model_type], attn_implementation=upstream_attention)
+    pair = build_pair(
+        config, get_model_class(model_type, architecture, use_hf=True), get_model_class(model_type, architecture)
+    )
+    pair.generated.set_attn_implementation(MLA_SDPA)
+    batch = causal_lm_batch(config, batch_size=2, seq_len=16)
+    assert_step_parity(
+        run_step(pair.upstream, batch),
+        run_step(pair.generated, batch),
+        tolerance=KERNEL_TOLERANCE,
+        logits="close",
+    )
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "glm_moe_dsa"])
+def test_mla_model_trains_like_upstream_eager_attention(model_type):
+    _step_parity(model_type, "eager")
+
+
+def test_deepseek_v3_trains_like_upstream_sdpa():
+    _step_parity("deepseek_v3", "sdpa")
