@@ -166,9 +166,11 @@ def _kernel_timing(layout: str, sizes: MoeSizes, repeats: int) -> dict[str, Any]
 
 
 def _prepare(model_type: str, sizes: MoeSizes):
+    """(config with upstream's attention, upstream class, generated class, the generated side's attention)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     from models import MODEL_CONFIG_REGISTRY
+    from models.attention import register_mla_sdpa
     from models.loader import get_model_class
     from models.testing import tiny_config
 
@@ -181,21 +183,37 @@ def _prepare(model_type: str, sizes: MoeSizes):
         raise Skip("dense model")
     config = tiny_config(config_cls, **sizes.config_overrides(defaults, getattr(config_cls, "attribute_map", {})))
     upstream = get_model_class(model_type, architecture, use_hf=True)
-    config._attn_implementation = default_attention(upstream)
+    config._attn_implementation = default_attention(upstream, config)
     try:
         generated = get_model_class(model_type, architecture)
     except (ImportError, KeyError, TypeError) as exc:
         raise Skip(f"generated module not available: {exc}") from exc
-    return config, upstream, generated
+    register_mla_sdpa()
+    return config, upstream, generated, generated_attention(upstream, config)
 
 
-def default_attention(upstream_cls: Any) -> str:
-    """The attention ``from_pretrained`` gives ``upstream_cls`` on CPU: sdpa where the class supports it, else eager.
+def default_attention(upstream_cls: Any, config: Any) -> str:
+    """The attention upstream's side runs: the one ``from_pretrained`` gives ``upstream_cls`` on CPU (sdpa where
+    the class supports it, else eager), but eager for a DSA model (a config with ``index_topk``) whose upstream
+    sdpa path drops its causal and sparse masks (transformers 5.16.1; ``models.attention``).
 
     The tiny configs ask for eager attention (exact parity tests); a train step against upstream's default
-    should run upstream's default attention too, on both sides.
+    should run upstream's default attention.
     """
-    return "sdpa" if getattr(upstream_cls, "_supports_sdpa", False) else "eager"
+    if not getattr(upstream_cls, "_supports_sdpa", False) or hasattr(config, "index_topk"):
+        return "eager"
+    return "sdpa"
+
+
+def generated_attention(upstream_cls: Any, config: Any) -> str:
+    """The attention the generated side runs: ``mla_sdpa`` for MLA models (a config with ``kv_lora_rank``) whose
+    upstream class supports sdpa, else upstream's side's own (``mla_sdpa`` is sdpa's fused CPU kernel for
+    MLA's unequal head widths, and attends like upstream eager where sdpa drops a DSA model's masks)."""
+    if getattr(upstream_cls, "_supports_sdpa", False) and hasattr(config, "kv_lora_rank"):
+        from models.attention import MLA_SDPA
+
+        return MLA_SDPA
+    return default_attention(upstream_cls, config)
 
 
 def sparse_models() -> list[str]:
@@ -215,8 +233,9 @@ def _model_timing(model_type: str, sizes: MoeSizes, repeats: int) -> dict[str, A
     from models.ops import OpsConfig, bound_ops
     from models.testing import build_pair, causal_lm_batch
 
-    config, upstream_cls, generated_cls = _prepare(model_type, sizes)
+    config, upstream_cls, generated_cls, attention = _prepare(model_type, sizes)
     pair = build_pair(config, upstream_cls, generated_cls, seed=0)
+    pair.generated.set_attn_implementation(attention)
     batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
 
     def step(variant: str) -> float:
@@ -238,7 +257,7 @@ def _model_timing(model_type: str, sizes: MoeSizes, repeats: int) -> dict[str, A
                 step(variant)
                 times[variant].append(time.perf_counter() - start)
     loss_diff = max(abs(losses[v] - losses[UPSTREAM_DEFAULT]) for v in variants)
-    return {"times": times, "loss_abs_diff": loss_diff}
+    return {"times": times, "loss_abs_diff": loss_diff, "attention": [config._attn_implementation, attention]}
 
 
 def _child_models(model_types: Sequence[str], sizes: MoeSizes, repeats: int) -> dict[str, Any]:
@@ -260,10 +279,11 @@ def _child_memory(model_type: str, variant: str, sizes: MoeSizes) -> dict[str, A
     from models.ops import OpsConfig, bound_ops
     from models.testing import causal_lm_batch, seed_everything
 
-    config, upstream_cls, generated_cls = _prepare(model_type, sizes)
+    config, upstream_cls, generated_cls, attention = _prepare(model_type, sizes)
     seed_everything(0)
     if variant == GROUPED:
         model, ops = generated_cls(config), OpsConfig(GENERATED_KERNELS)
+        model.set_attn_implementation(attention)
     else:
         model, ops = upstream_cls(config), OpsConfig()
         model.set_experts_implementation(variant)
@@ -428,7 +448,9 @@ def _model_rows(model_type: str, sizes: MoeSizes, common: list[str], threads: in
         return [Row(SECTION, name, "error", status=FAILED, notes=result["error"][-500:])]
     rows = _speedup_rows(name, result["times"], "ms", 1000.0)
     last = rows[-1]
-    rows[-1] = Row(**{**asdict(last), "notes": last.notes + f"; first-step loss |diff| {result['loss_abs_diff']:.1e}"})
+    upstream_attention, attention = result["attention"]
+    notes = f"; first-step loss |diff| {result['loss_abs_diff']:.1e}; attention: {attention} (upstream: {upstream_attention})"
+    rows[-1] = Row(**{**asdict(last), "notes": last.notes + notes})
     return [*rows, _memory_row(model_type, sizes, threads)]
 
 
