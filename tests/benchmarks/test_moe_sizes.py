@@ -22,7 +22,7 @@ from benchmarks.moe_sizes import SMOKE_SIZES, MoeSizes
 
 @pytest.mark.parametrize("model_type", sparse_models())
 def test_every_sparse_model_builds_with_experts_at_the_benchmark_width(model_type: str) -> None:
-    config, _, generated = _prepare(model_type, SMOKE_SIZES)
+    config, _, generated, _ = _prepare(model_type, SMOKE_SIZES)
     experts = [t for name, t in generated(config).named_parameters() if name.endswith("experts.gate_up_proj")]
     assert experts, f"{model_type}: no routed experts at the benchmark's sizes"
     e, h, i = SMOKE_SIZES.num_experts, SMOKE_SIZES.hidden_size, SMOKE_SIZES.moe_intermediate_size
@@ -60,5 +60,17 @@ def test_latent_attention_ranks_win_over_the_scaled_class_defaults() -> None:
 
 @pytest.mark.parametrize(("model_type", "attention"), [("qwen3_moe", "sdpa"), ("gpt_oss", "eager")])
 def test_train_steps_run_the_attention_upstream_would_pick(model_type: str, attention: str) -> None:
-    config, upstream, _ = _prepare(model_type, SMOKE_SIZES)
+    config, upstream, _, generated_attention = _prepare(model_type, SMOKE_SIZES)
     assert config._attn_implementation == attention == upstream(config).config._attn_implementation
+    assert generated_attention == attention
+
+
+def test_mla_models_run_mla_sdpa_on_the_generated_side() -> None:
+    config, _, _, generated_attention = _prepare("deepseek_v3", SMOKE_SIZES)
+    assert (config._attn_implementation, generated_attention) == ("sdpa", "mla_sdpa")
+
+
+def test_dsa_models_run_eager_upstream_where_sdpa_drops_their_masks() -> None:
+    config, upstream, _, generated_attention = _prepare("glm_moe_dsa", SMOKE_SIZES)
+    assert upstream._supports_sdpa
+    assert (config._attn_implementation, generated_attention) == ("eager", "mla_sdpa")
