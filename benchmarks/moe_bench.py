@@ -18,7 +18,10 @@ interleaved and their order rotated every round (so drift of a shared machine hi
   ``moe_experts`` slot bound to ``grouped`` (and a sparse-attention indexer, where the model has one, to
   ``shared_keys``: ``GENERATED_KERNELS``) against the upstream class with its default experts
   implementation (``grouped_mm`` on CPU, what ``from_pretrained`` picks) and with each other CPU
-  implementation; same config, seed and weights (``models.testing.build_pair``).
+  implementation; same config, seed and weights (``models.testing.build_pair``). Upstream runs the
+  attention ``from_pretrained`` picks (``default_attention``); the generated side runs
+  ``models.attention``'s ``fused_attention`` where upstream's attention misses torch's fused CPU kernel
+  (MLA widths, sinks, DSA indices: ``generated_attention``).
 
 Each figure is a speed-up: the median over rounds of ``upstream time / grouped time`` (above 1: grouped
 is faster), judged against ``budgets.MOE_SPEEDUP_VS_DEFAULT`` for upstream's default and
@@ -170,7 +173,7 @@ def _prepare(model_type: str, sizes: MoeSizes):
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     from models import MODEL_CONFIG_REGISTRY
-    from models.attention import register_mla_sdpa
+    from models.attention import register_fused_attention
     from models.loader import get_model_class
     from models.testing import tiny_config
 
@@ -188,7 +191,7 @@ def _prepare(model_type: str, sizes: MoeSizes):
         generated = get_model_class(model_type, architecture)
     except (ImportError, KeyError, TypeError) as exc:
         raise Skip(f"generated module not available: {exc}") from exc
-    register_mla_sdpa()
+    register_fused_attention()
     return config, upstream, generated, generated_attention(upstream, config)
 
 
@@ -206,14 +209,15 @@ def default_attention(upstream_cls: Any, config: Any) -> str:
 
 
 def generated_attention(upstream_cls: Any, config: Any) -> str:
-    """The attention the generated side runs: ``mla_sdpa`` for MLA models (a config with ``kv_lora_rank``) whose
-    upstream class supports sdpa, else upstream's side's own (``mla_sdpa`` is sdpa's fused CPU kernel for
-    MLA's unequal head widths, and attends like upstream eager where sdpa drops a DSA model's masks)."""
-    if getattr(upstream_cls, "_supports_sdpa", False) and hasattr(config, "kv_lora_rank"):
-        from models.attention import MLA_SDPA
+    """The attention the generated side runs: upstream's side's own where that is sdpa's fused CPU kernel
+    already (sdpa, no latent attention), else ``fused_attention`` (``models.attention``): the fused kernel for
+    MLA's unequal head widths (``kv_lora_rank`` in the config), sinks and DSA indices, where upstream runs
+    sdpa's math path or eager attention. (``fused_attention`` builds eager's additive masks, which cost a
+    few % of a plain model's step against sdpa's causal flag.)"""
+    from models.attention import FUSED_ATTENTION
 
-        return MLA_SDPA
-    return default_attention(upstream_cls, config)
+    upstream = default_attention(upstream_cls, config)
+    return upstream if upstream == "sdpa" and not hasattr(config, "kv_lora_rank") else FUSED_ATTENTION
 
 
 def sparse_models() -> list[str]:

@@ -1,72 +1,128 @@
-"""``"mla_sdpa"``: transformers' sdpa attention for heads whose query and value widths differ.
+"""``"fused_attention"``: sdpa attention through torch's fused CPU kernel, for the attention forms upstream's
+``"sdpa"`` cannot take or takes through its slow path.
 
-Multi-head latent attention (DeepSeek-V3, GLM-MoE-DSA) gives queries and keys a wider head than values
-(nope + rope dims against the value dim: 192 against 128 in DeepSeek-V3). torch's fused (flash) CPU
-kernel of ``scaled_dot_product_attention`` needs one head width for all three, so with upstream's
-``"sdpa"`` such a model runs sdpa's math path: it materializes the ``[B, heads, q, kv]`` scores, their
-softmax and both of their gradients, about twice the time of the fused kernel at 512 tokens on CPU
-(docs/performance.md, MoE section).
+torch's fused (flash) CPU kernel of ``scaled_dot_product_attention`` needs one head width for queries,
+keys and values and knows no learned sink. Three attention forms of the MoE zoo miss it upstream:
 
-``mla_sdpa_attention`` zero-pads the narrower side to the wider width and calls transformers' own
-``sdpa_attention_forward``, so the fused kernel applies; then it drops the padding from the output.
-Padding values with zero columns adds zero output columns; padding queries and keys with zero columns
-adds zero to every score (the softmax scale is fixed to the unpadded width first). The result equals
-sdpa's within float rounding (the two kernels sum in different orders), not bitwise; the gradients of
-the padding are dropped by ``F.pad``'s backward. Equal widths go straight to ``sdpa_attention_forward``.
+- Multi-head latent attention (DeepSeek-V3, GLM-MoE-DSA) gives queries and keys a wider head than
+  values (nope + rope against the value width: 192 against 128 in DeepSeek-V3). Upstream's ``"sdpa"``
+  then runs sdpa's math path, which materializes the ``[B, heads, q, kv]`` scores, their softmax and
+  both of their gradients: about 1.7x the fused kernel's time per layer at 512 tokens on CPU. Here the
+  narrower side is zero-padded to the wider width: zero value columns add zero output columns (dropped
+  afterwards), zero query/key columns add zero to every score (the softmax scale is fixed to the
+  unpadded width first).
+- Learned per-head sinks (``s_aux``: gpt_oss, DeepSeek-V4) add one logit per head to every softmax
+  denominator; upstream supports no sdpa for these models and runs eager attention. Here the sink is one
+  more key: queries get a column of ones, keys a column of zeros, and the extra key is zero everywhere
+  but that column, where it holds ``sink / scale``, so its score is the sink; its value is zero, so it
+  only enters the denominator, as upstream's ``cat([scores, sinks]).softmax()[..., :-1]`` does. Its
+  gradient reaches the sink parameter through that one entry.
+- A DSA indexer's top-k selection (GLM-MoE-DSA) reaches the attention function as ``indices`` under any
+  name but ``"eager"`` and ``"sdpa"`` (upstream builds its mask only under those two names and passes
+  the indices on for a sparse kernel). Here every key outside ``indices`` is masked, as upstream's eager
+  path masks it.
 
-Masks are eager's (additive floats, ``transformers.masking_utils.eager_mask``), not sdpa's booleans, and
-a sparse selection passed as ``indices`` is honoured. Both are for DSA models (GLM-MoE-DSA): their
-upstream attention turns the indexer's top-k ``indices`` into a mask only under the names ``"eager"``
-and ``"sdpa"`` and passes them on unapplied under any other name (for a sparse kernel), and their
-indexer adds the attention mask to its scores, which is right for an additive mask only. Under
-upstream's ``"sdpa"`` both go wrong in transformers 5.16.1: ``masked_fill(..., finfo.min)`` on a boolean
-mask writes True, so masked keys (later tokens included) become visible, and the indexer adds 1 for
-every visible key. With ``"mla_sdpa"`` such a model attends like upstream's ``"eager"``.
+Masks are eager's (additive floats, ``transformers.masking_utils.eager_mask``), not sdpa's booleans:
+DeepSeek-V4 concatenates its compressors' additive block bias onto the mask, and GLM-MoE-DSA's indexer
+adds the mask to its scores, which is right for an additive mask only. (Under upstream's own ``"sdpa"``
+GLM-MoE-DSA goes wrong in transformers 5.16.1: ``masked_fill(..., finfo.min)`` on a boolean mask writes
+True, so masked keys, later tokens included, become visible, and its indexer adds 1 per visible key.
+With ``"fused_attention"`` it attends like upstream's ``"eager"``.) The name holds no "sdpa": transformers
+checks any name containing it against the class's ``_supports_sdpa``, which gpt_oss and DeepSeek-V4 lack.
 
-:func:`register_mla_sdpa` registers the implementation and eager's mask builder with transformers under
-``"mla_sdpa"``; then ``from_pretrained(..., attn_implementation="mla_sdpa")`` or
-``model.set_attn_implementation("mla_sdpa")`` selects it, and the generated attention code stays
-upstream's (design section 3, as for Ulysses in ``models.distributed.ulysses``).
+Results equal upstream's eager attention (and sdpa's where upstream has it) within float rounding: the
+fused kernel sums in another order; tests/runtime/test_fused_attention.py holds the tolerances. Forms with
+none of the three go straight to transformers' ``sdpa_attention_forward``.
+
+:func:`register_fused_attention` registers the implementation and eager's mask builder with transformers;
+then ``from_pretrained(..., attn_implementation="fused_attention")`` or ``model.set_attn_implementation(
+"fused_attention")`` selects it, and the generated attention code stays upstream's (design section 3, as for
+Ulysses in ``models.distributed.ulysses``).
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-__all__ = ["MLA_SDPA", "mla_sdpa_attention", "register_mla_sdpa"]
+__all__ = ["FUSED_ATTENTION", "fused_attention", "register_fused_attention"]
 
 #: The name the implementation is registered under.
-MLA_SDPA = "mla_sdpa"
+FUSED_ATTENTION = "fused_attention"
+
+
+def _causal_mask(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """Additive causal mask ``[1, 1, q, kv]``, the last query aligned with the last key (as transformers' masks)."""
+    q_length, kv_length = query.shape[2], key.shape[2]
+    hidden = torch.ones(q_length, kv_length, dtype=torch.bool, device=query.device).triu(kv_length - q_length + 1)
+    return query.new_zeros(1, 1, q_length, kv_length).masked_fill(hidden, torch.finfo(query.dtype).min)
 
 
 def _sparse_mask(
     attention_mask: torch.Tensor | None, indices: torch.Tensor, query: torch.Tensor, key: torch.Tensor
 ) -> torch.Tensor:
-    """``attention_mask`` with every key outside ``indices`` masked, as upstream's eager DSA path builds it."""
+    """``attention_mask`` (causal when None) with every key outside ``indices`` masked."""
     batch, _, q_length, _ = query.shape
-    kv_length = key.shape[2]
-    dropped = torch.ones(batch, q_length, kv_length, dtype=torch.bool, device=query.device)
+    dropped = torch.ones(batch, q_length, key.shape[2], dtype=torch.bool, device=query.device)
     dropped = dropped.scatter(-1, indices.long(), False).unsqueeze(1)
-    if attention_mask is None:  # causal, the last query aligned with the last key
-        attention_mask = query.new_zeros(1, 1, q_length, kv_length)
-        dropped = dropped | torch.ones(q_length, kv_length, dtype=torch.bool, device=query.device).triu(
-            kv_length - q_length + 1
-        )
+    if attention_mask is None:
+        attention_mask = _causal_mask(query, key)
     if attention_mask.dtype == torch.bool:  # True: may attend
         return attention_mask & ~dropped
     return attention_mask.masked_fill(dropped, torch.finfo(attention_mask.dtype).min)
+
+
+def _with_sink_key(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    sinks: torch.Tensor,
+    scaling: float,
+    causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Queries, keys, values and mask with each head's sink as one more key (see the module docstring).
+
+    Without a mask, ``causal`` says whether sdpa would have applied its causal one (it is made explicit
+    here: sdpa's ``is_causal`` would hide the sink key, the last one, from every query but the last).
+    """
+    batch, heads, q_length, width = query.shape
+    key = repeat_kv(key, heads // key.shape[1])
+    value = repeat_kv(value, heads // value.shape[1])
+    if attention_mask is None and causal:
+        attention_mask = _causal_mask(query, key)
+    query = torch.cat((query, query.new_ones(batch, heads, q_length, 1)), dim=-1)
+    key = torch.cat((key, key.new_zeros(*key.shape[:-1], 1)), dim=-1)
+    sink_key = torch.cat(
+        (
+            key.new_zeros(batch, heads, 1, width),
+            (sinks.to(key.dtype) / scaling).view(1, heads, 1, 1).expand(batch, heads, 1, 1),
+        ),
+        dim=-1,
+    )
+    key = torch.cat((key, sink_key), dim=2)
+    value = torch.cat((value, value.new_zeros(batch, heads, 1, value.shape[-1])), dim=2)
+    if attention_mask is not None:  # the sink key is visible to every query
+        attention_mask = F.pad(attention_mask, (0, 1), value=True if attention_mask.dtype == torch.bool else 0.0)
+    return query, key, value, attention_mask
 
 
 def _pad_last(x: torch.Tensor, width: int) -> torch.Tensor:
     return F.pad(x, (0, width - x.shape[-1])) if x.shape[-1] < width else x
 
 
-def mla_sdpa_attention(
+#: Stands in for the calling module once keys and values carry every query head (no repeat left to do).
+#: Any causal mask is explicit by then.
+_SAME_HEADS = SimpleNamespace(num_key_value_groups=1, is_causal=False)
+
+
+def fused_attention(
     module: nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -74,23 +130,28 @@ def mla_sdpa_attention(
     attention_mask: torch.Tensor | None,
     scaling: float | None = None,
     indices: torch.Tensor | None = None,
+    s_aux: torch.Tensor | None = None,
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract: ``[B, heads, q, D]`` inputs, ``[B, q, heads, Dv]`` output.
 
-    ``indices`` (``[B, q, topk]``, optional): the keys each query may attend to (a DSA indexer's top-k);
-    every other key is masked, on top of ``attention_mask``.
+    Register it with :func:`register_fused_attention`.
+
+    ``indices`` (``[B, q, topk]``): the only keys each query may attend to (a DSA indexer's top-k).
+    ``s_aux`` (``[heads]``): learned sink logits, one per head.
     """
-    if indices is not None:
-        attention_mask = _sparse_mask(attention_mask, indices, query, key)
     query_width, value_width = query.shape[-1], value.shape[-1]
     if key.shape[-1] != query_width:
-        raise ValueError(f"mla_sdpa: queries ({query_width}) and keys ({key.shape[-1]}) need one head width")
-    if query_width == value_width:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-    if scaling is None:  # sdpa's default, taken before the padding widens the head
+        raise ValueError(f"fused_attention: queries ({query_width}) and keys ({key.shape[-1]}) need one head width")
+    if scaling is None:  # sdpa's default, taken before any padding widens the head
         scaling = query_width**-0.5
-    width = max(query_width, value_width)
+    if indices is not None:
+        attention_mask = _sparse_mask(attention_mask, indices, query, key)
+    if s_aux is not None:
+        causal = query.shape[2] > 1 and getattr(module, "is_causal", True)
+        query, key, value, attention_mask = _with_sink_key(query, key, value, attention_mask, s_aux, scaling, causal)
+        module = _SAME_HEADS
+    width = max(query.shape[-1], value_width)
     output, weights = sdpa_attention_forward(
         module,
         _pad_last(query, width),
@@ -100,14 +161,16 @@ def mla_sdpa_attention(
         scaling=scaling,
         **kwargs,
     )
-    return output[..., :value_width], weights
+    return (output[..., :value_width] if width != value_width else output), weights
 
 
-def register_mla_sdpa() -> str:
-    """Register ``"mla_sdpa"`` (attention and mask builder) with transformers; returns the name.
+def register_fused_attention() -> str:
+    """Register ``"fused_attention"`` (:func:`fused_attention` and eager's mask builder) with transformers.
+
+    Returns the name.
 
     Registration is process-wide and idempotent; call it before building or loading a model with it.
     """
-    AttentionInterface.register(MLA_SDPA, mla_sdpa_attention)
-    AttentionMaskInterface.register(MLA_SDPA, eager_mask)
-    return MLA_SDPA
+    AttentionInterface.register(FUSED_ATTENTION, fused_attention)
+    AttentionMaskInterface.register(FUSED_ATTENTION, eager_mask)
+    return FUSED_ATTENTION

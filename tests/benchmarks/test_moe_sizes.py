@@ -58,19 +58,29 @@ def test_latent_attention_ranks_win_over_the_scaled_class_defaults() -> None:
     assert (mla["kv_lora_rank"], mla["q_lora_rank"]) == (64, 128)
 
 
+def test_plain_attention_models_run_upstream_sdpa_on_both_sides() -> None:
+    config, _, _, generated_attention = _prepare("qwen3_moe", SMOKE_SIZES)
+    assert config._attn_implementation == generated_attention == "sdpa"
+
+
 @pytest.mark.parametrize(("model_type", "attention"), [("qwen3_moe", "sdpa"), ("gpt_oss", "eager")])
 def test_train_steps_run_the_attention_upstream_would_pick(model_type: str, attention: str) -> None:
     config, upstream, _, generated_attention = _prepare(model_type, SMOKE_SIZES)
     assert config._attn_implementation == attention == upstream(config).config._attn_implementation
-    assert generated_attention == attention
 
 
-def test_mla_models_run_mla_sdpa_on_the_generated_side() -> None:
+def test_mla_models_run_fused_attention_on_the_generated_side() -> None:
     config, _, _, generated_attention = _prepare("deepseek_v3", SMOKE_SIZES)
-    assert (config._attn_implementation, generated_attention) == ("sdpa", "mla_sdpa")
+    assert (config._attn_implementation, generated_attention) == ("sdpa", "fused_attention")
+
+
+@pytest.mark.parametrize("model_type", ["gpt_oss", "deepseek_v4"])
+def test_sink_models_run_fused_attention_against_upstream_eager(model_type: str) -> None:
+    config, _, _, generated_attention = _prepare(model_type, SMOKE_SIZES)
+    assert (config._attn_implementation, generated_attention) == ("eager", "fused_attention")
 
 
 def test_dsa_models_run_eager_upstream_where_sdpa_drops_their_masks() -> None:
     config, upstream, _, generated_attention = _prepare("glm_moe_dsa", SMOKE_SIZES)
     assert upstream._supports_sdpa
-    assert (config._attn_implementation, generated_attention) == ("eager", "mla_sdpa")
+    assert (config._attn_implementation, generated_attention) == ("eager", "fused_attention")

@@ -1,10 +1,11 @@
-"""``mla_sdpa``: transformers' sdpa for unequal head widths, through torch's fused CPU kernel.
+"""``fused_attention``: sdpa through torch's fused CPU kernel for unequal head widths, sinks and sparse indices.
 
-Specification: equal widths are sdpa itself; unequal widths (values narrower, as in MLA, or wider) give
-sdpa's output and gradients within fp32 rounding under every mask kind; a sparse ``indices`` selection
-masks every other key; the fused CPU kernel runs where upstream's sdpa runs the math path; and MLA models
-built with it train like upstream's eager attention (DeepSeek-V3 also like upstream's sdpa; GLM-MoE-DSA's
-upstream sdpa path loses its causal and sparse masks, see models/attention.py).
+Specification: plain attention is sdpa itself; unequal widths (values narrower, as in MLA, or wider) give
+sdpa's output and gradients within fp32 rounding under every mask kind; learned sinks give upstream's
+eager sink attention (gpt_oss, DeepSeek-V4) with the sinks' gradient; a sparse ``indices`` selection
+masks every other key; the fused CPU kernel runs where upstream's sdpa runs the math path; and the zoo's
+models built with it train like upstream's eager attention (DeepSeek-V3 also like upstream's sdpa;
+GLM-MoE-DSA's upstream sdpa path loses its causal and sparse masks, see models/attention.py).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as sink_eager_attention
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from models import MODEL_CONFIG_REGISTRY
-from models.attention import MLA_SDPA, mla_sdpa_attention, register_mla_sdpa
+from models.attention import FUSED_ATTENTION, fused_attention, register_fused_attention
 from models.loader import get_model_class
 from models.testing import KERNEL_TOLERANCE, assert_step_parity, build_pair, causal_lm_batch, run_step
 from models.testing.tiny import tiny_config_for
@@ -33,13 +35,24 @@ class _Attention(nn.Module):
     num_key_value_groups = 1
 
 
-def _inputs(query_width: int, value_width: int, *, seed: int = 0) -> tuple[torch.Tensor, ...]:
+class _SinkAttention(nn.Module):
+    """A module with per-head sinks, as gpt_oss's and DeepSeek-V4's attention hold them."""
+
+    is_causal = True
+
+    def __init__(self, groups: int) -> None:
+        super().__init__()
+        self.num_key_value_groups = groups
+        self.sinks = nn.Parameter(torch.linspace(-1.0, 2.0, HEADS))
+
+
+def _inputs(query_width: int, value_width: int, *, seed: int = 0, kv_heads: int = HEADS) -> tuple[torch.Tensor, ...]:
     generator = torch.Generator().manual_seed(seed)
 
-    def tensor(width: int) -> torch.Tensor:
-        return torch.randn(BATCH, HEADS, LENGTH, width, generator=generator).requires_grad_(True)
+    def tensor(heads: int, width: int) -> torch.Tensor:
+        return torch.randn(BATCH, heads, LENGTH, width, generator=generator).requires_grad_(True)
 
-    return tensor(query_width), tensor(query_width), tensor(value_width)
+    return tensor(HEADS, query_width), tensor(kv_heads, query_width), tensor(kv_heads, value_width)
 
 
 def _masks() -> dict[str, torch.Tensor | None]:
@@ -51,18 +64,28 @@ def _masks() -> dict[str, torch.Tensor | None]:
     return {"causal (no mask)": None, "boolean": padded, "additive": additive}
 
 
-def _forward_backward(function, query, key, value, mask, **kwargs) -> tuple[torch.Tensor, ...]:
-    for tensor in (query, key, value):
+def _additive(mask: torch.Tensor | None) -> torch.Tensor:
+    """The additive form of one of :func:`_masks` (eager attention adds its mask)."""
+    if mask is None:
+        mask = torch.ones(LENGTH, LENGTH, dtype=torch.bool).tril()[None, None]
+    if mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+
+
+def _forward_backward(function, query, key, value, mask, *, module=None, **kwargs) -> tuple[torch.Tensor, ...]:
+    module = _Attention() if module is None else module
+    for tensor in (query, key, value, *module.parameters()):
         tensor.grad = None
-    output, _ = function(_Attention(), query, key, value, mask, **kwargs)
+    output, _ = function(module, query, key, value, mask, **kwargs)
     output.backward(torch.linspace(-1, 1, output.numel()).view_as(output))
-    return output.detach(), query.grad.clone(), key.grad.clone(), value.grad.clone()
+    return output.detach(), *(t.grad.clone() for t in (query, key, value, *module.parameters()))
 
 
 def test_equal_widths_are_sdpa_itself():
     query, key, value = _inputs(32, 32)
     expected, _ = sdpa_attention_forward(_Attention(), query, key, value, None)
-    actual, _ = mla_sdpa_attention(_Attention(), query, key, value, None)
+    actual, _ = fused_attention(_Attention(), query, key, value, None)
     assert torch.equal(actual, expected)
 
 
@@ -72,10 +95,34 @@ def test_unequal_widths_match_sdpa_with_gradients(mask_kind, query_width, value_
     mask = _masks()[mask_kind]
     inputs = _inputs(query_width, value_width)
     expected = _forward_backward(sdpa_attention_forward, *inputs, mask)
-    actual = _forward_backward(mla_sdpa_attention, *inputs, mask)
+    actual = _forward_backward(fused_attention, *inputs, mask)
     for name, want, got in zip(("output", "query grad", "key grad", "value grad"), expected, actual, strict=True):
         assert got.shape == want.shape, name
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("mask_kind", list(_masks()))
+@pytest.mark.parametrize("groups", [1, 2], ids=["one kv head per head", "two heads per kv head"])
+def test_sinks_match_upstream_eager_sink_attention_with_gradients(mask_kind, groups):
+    mask = _masks()[mask_kind]
+    inputs = _inputs(32, 32, kv_heads=HEADS // groups)
+    module = _SinkAttention(groups)
+    expected = _forward_backward(sink_eager_attention, *inputs, _additive(mask), module=module, scaling=0.2)
+    actual = _forward_backward(
+        fused_attention, *inputs, mask, module=module, scaling=0.2, s_aux=module.sinks
+    )
+    names = ("output", "query grad", "key grad", "value grad", "sinks grad")
+    for name, want, got in zip(names, expected, actual, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_sinks_with_unequal_widths_match_upstream_eager_sink_attention():
+    inputs = _inputs(48, 32)
+    module = _SinkAttention(1)
+    expected = _forward_backward(sink_eager_attention, *inputs, _additive(None), module=module, scaling=0.2)
+    actual = _forward_backward(fused_attention, *inputs, None, module=module, scaling=0.2, s_aux=module.sinks)
+    for want, got in zip(expected, actual, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def _hand_sparse_mask(indices: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -103,7 +150,7 @@ def test_sparse_indices_mask_every_other_key(mask_kind):
     indices[..., 1] = 0
     inputs = _inputs(48, 32)
     expected = _forward_backward(sdpa_attention_forward, *inputs, _hand_sparse_mask(indices, mask))
-    actual = _forward_backward(mla_sdpa_attention, *inputs, mask, indices=indices)
+    actual = _forward_backward(fused_attention, *inputs, mask, indices=indices)
     for want, got in zip(expected, actual, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
@@ -111,7 +158,7 @@ def test_sparse_indices_mask_every_other_key(mask_kind):
 def test_explicit_scaling_is_kept():
     inputs = _inputs(48, 32)
     expected = _forward_backward(sdpa_attention_forward, *inputs, None, scaling=0.3)
-    actual = _forward_backward(mla_sdpa_attention, *inputs, None, scaling=0.3)
+    actual = _forward_backward(fused_attention, *inputs, None, scaling=0.3)
     for want, got in zip(expected, actual, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
@@ -120,39 +167,43 @@ def test_queries_and_keys_of_different_widths_are_refused():
     query, _, value = _inputs(48, 32)
     key = torch.randn(BATCH, HEADS, LENGTH, 40)
     with pytest.raises(ValueError, match="queries \\(48\\) and keys \\(40\\)"):
-        mla_sdpa_attention(_Attention(), query, key, value, None)
+        fused_attention(_Attention(), query, key, value, None)
 
 
-def _ran_fused_kernel(function) -> bool:
-    query, key, value = _inputs(48, 32)
+def _ran_fused_kernel(function, query_width: int, value_width: int, **kwargs) -> bool:
+    query, key, value = _inputs(query_width, value_width)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        output, _ = function(_Attention(), query, key, value, None)
+        output, _ = function(_Attention(), query, key, value, None, **kwargs)
         output.sum().backward()
     return any(event.key == FUSED_CPU_KERNEL for event in prof.key_averages())
 
 
 def test_unequal_widths_run_the_fused_cpu_kernel_where_sdpa_does_not():
-    assert not _ran_fused_kernel(sdpa_attention_forward)
-    assert _ran_fused_kernel(mla_sdpa_attention)
+    assert not _ran_fused_kernel(sdpa_attention_forward, 48, 32)
+    assert _ran_fused_kernel(fused_attention, 48, 32)
+
+
+def test_sinks_run_the_fused_cpu_kernel():
+    assert _ran_fused_kernel(fused_attention, 32, 32, s_aux=torch.zeros(HEADS, requires_grad=True))
 
 
 def test_registration_makes_the_name_selectable_by_from_pretrained(tmp_path):
-    assert register_mla_sdpa() == MLA_SDPA
+    assert register_fused_attention() == FUSED_ATTENTION
     config = tiny_config_for(MODEL_CONFIG_REGISTRY["deepseek_v3"])
     generated_cls = get_model_class("deepseek_v3", "DeepseekV3ForCausalLM")
     generated_cls(config).save_pretrained(tmp_path)
-    loaded = generated_cls.from_pretrained(tmp_path, attn_implementation=MLA_SDPA)
-    assert loaded.config._attn_implementation == MLA_SDPA
+    loaded = generated_cls.from_pretrained(tmp_path, attn_implementation=FUSED_ATTENTION)
+    assert loaded.config._attn_implementation == FUSED_ATTENTION
 
 
 def _step_parity(model_type: str, upstream_attention: str) -> None:
-    register_mla_sdpa()
+    register_fused_attention()
     architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
     config = tiny_config_for(MODEL_CONFIG_REGISTRY[model_type], attn_implementation=upstream_attention)
     pair = build_pair(
         config, get_model_class(model_type, architecture, use_hf=True), get_model_class(model_type, architecture)
     )
-    pair.generated.set_attn_implementation(MLA_SDPA)
+    pair.generated.set_attn_implementation(FUSED_ATTENTION)
     batch = causal_lm_batch(config, batch_size=2, seq_len=16)
     assert_step_parity(
         run_step(pair.upstream, batch),
@@ -162,8 +213,8 @@ def _step_parity(model_type: str, upstream_attention: str) -> None:
     )
 
 
-@pytest.mark.parametrize("model_type", ["deepseek_v3", "glm_moe_dsa"])
-def test_mla_model_trains_like_upstream_eager_attention(model_type):
+@pytest.mark.parametrize("model_type", ["qwen3_moe", "deepseek_v3", "glm_moe_dsa", "gpt_oss", "deepseek_v4"])
+def test_zoo_model_trains_like_upstream_eager_attention(model_type):
     _step_parity(model_type, "eager")
 
 
