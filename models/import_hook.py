@@ -6,11 +6,13 @@ obtained from the registry, from the loader, or by a plain ``from models.<m>.gen
 has to remember). The generated files themselves cannot call anything after their classes are defined,
 so a finder on ``sys.meta_path`` does it: for a module registered in ``MODELING_REGISTRY`` it wraps the
 loader that would have loaded it anyway, and after the module ran it calls
-``models.pretrained.adopt_generated_module``.
+``models.pretrained.adopt_generated_module`` and registers ``models.attention``'s ``"fused_attention"``
+with transformers, so ``from_pretrained(..., attn_implementation="fused_attention")`` works as soon as
+a generated class exists.
 
 This module is standard library only: ``import models`` installs the finder and must stay free of torch
 and transformers; ``models.pretrained`` is imported only once a generated module (which imports both
-anyway) has been executed.
+anyway) has been executed; ``models.attention`` likewise.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ class _AdoptingLoader:
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
+        from models.attention import register_fused_attention
         from models.pretrained import adopt_generated_module
 
         adopt_generated_module(module)
+        register_fused_attention()
 
     def __getattr__(self, name: str) -> Any:
         # get_source, get_filename, get_resource_reader, ...: whatever the wrapped loader offers.

@@ -10,6 +10,10 @@ GLM-MoE-DSA's upstream sdpa path loses its causal and sparse masks, see models/a
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -24,6 +28,7 @@ from models.loader import get_model_class
 from models.testing import KERNEL_TOLERANCE, assert_step_parity, build_pair, causal_lm_batch, run_step
 from models.testing.tiny import tiny_config_for
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BATCH, HEADS, LENGTH = 2, 4, 24
 FUSED_CPU_KERNEL = "aten::_scaled_dot_product_flash_attention_for_cpu"
 
@@ -185,6 +190,18 @@ def test_unequal_widths_run_the_fused_cpu_kernel_where_sdpa_does_not():
 
 def test_sinks_run_the_fused_cpu_kernel():
     assert _ran_fused_kernel(fused_attention, 32, 32, s_aux=torch.zeros(HEADS, requires_grad=True))
+
+
+def test_importing_a_generated_module_registers_the_name():
+    code = (
+        "import models\n"
+        "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS\n"
+        "assert 'fused_attention' not in ALL_ATTENTION_FUNCTIONS\n"
+        "import models.qwen3_moe.generated.patched_modeling_qwen3_moe_gpu\n"
+        "assert 'fused_attention' in ALL_ATTENTION_FUNCTIONS\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr
 
 
 def test_registration_makes_the_name_selectable_by_from_pretrained(tmp_path):
