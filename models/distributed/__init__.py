@@ -4,7 +4,7 @@ Everything is applied from outside the generated modeling, torchtitan-style, ove
 :class:`~models.distributed.mesh.ParallelState`::
 
     state = ParallelState.build(sp=2, ep=2)            # meshes from torchrun's environment
-    register_ulysses(state)                            # "ulysses_sdpa" / "ulysses_eager" attention
+    register_ulysses(state)                            # "ulysses_sdpa" / "ulysses_eager" / "ulysses_fused_attention"
     bind_ops(parallel_ops(state))                      # ep_alltoall experts, global-batch losses
     model = build_model(config, attn_implementation="ulysses_sdpa")
     apply_expert_parallel(model, state)                # keep this rank's experts (the model's plan)

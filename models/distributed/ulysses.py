@@ -17,8 +17,16 @@ reaches ``ALL_ATTENTION_FUNCTIONS.get_interface(...)`` it calls:
 The mask builder receives each rank's slice of the 2-D padding mask, gathers the whole one over the sp
 group and hands it to transformers' own ``sdpa_mask`` / ``eager_mask`` with the whole sequence's
 lengths, so the mask is exactly the one a single process builds. Key/value heads that do not divide
-by ``sp`` are repeated to the query heads first. Limits: no KV cache (training forwards), no packed
-sequences (position ids that restart inside a row), and the head count must divide by ``sp``.
+by ``sp`` are repeated to the query heads first. Per-head sinks (gpt_oss, DeepSeek-V4: ``s_aux`` and the
+module's ``sinks``) are sliced to the rank's heads. ``"ulysses_fused_attention"`` wraps
+``models.attention.fused_attention`` (with eager's mask builder, as that implementation has).
+
+Limits: no KV cache (training forwards), no packed sequences (position ids that restart inside a row),
+and the head count must divide by ``sp``. Models with a sparse-attention indexer (a config with
+``index_topk``: GLM-MoE-DSA, DeepSeek-V4) are refused with ``NotImplementedError`` when their mask is
+built: the indexer scores only the rank's slice. The attention function also refuses what exchanging heads
+cannot make right however it arrives: sparse ``indices`` made from one slice, and keys that are not the
+rank's tokens (DeepSeek-V4's compressed entries appended to the keys).
 """
 
 from __future__ import annotations
@@ -35,13 +43,18 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
+from models.attention import FUSED_ATTENTION, fused_attention
 from models.distributed.collectives import all_to_all
 from models.distributed.mesh import ParallelConfigError, ParallelState
 
 __all__ = ["ULYSSES_IMPLEMENTATIONS", "heads_to_sequence", "register_ulysses", "sequence_to_heads"]
 
-#: Implementation name -> the wrapped transformers implementation.
-ULYSSES_IMPLEMENTATIONS = {"ulysses_sdpa": "sdpa", "ulysses_eager": "eager"}
+#: Implementation name -> the wrapped implementation.
+ULYSSES_IMPLEMENTATIONS = {
+    "ulysses_sdpa": "sdpa",
+    "ulysses_eager": "eager",
+    "ulysses_fused_attention": FUSED_ATTENTION,
+}
 
 
 def sequence_to_heads(x: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
@@ -64,15 +77,50 @@ def heads_to_sequence(x: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
     return received.permute(1, 2, 0, 3, 4).reshape(batch, length // sp, sp * heads, dim)
 
 
-class _HeadsRepeated:
-    """The attention module as the wrapped implementation sees it once k/v were repeated to every head."""
+class _RankView:
+    """The attention module as the wrapped implementation sees it on one rank: k/v heads repeated to every
+    query head (when they were), and per-head sinks cut to the rank's heads."""
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, *, repeated: bool, sinks: torch.Tensor | None) -> None:
         self._module = module
-        self.num_key_value_groups = 1
+        if repeated:
+            self.num_key_value_groups = 1
+        if sinks is not None:
+            self.sinks = sinks
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
+
+
+def _rank_heads(x: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
+    """The rank's contiguous share of a per-head tensor ``[heads]`` (``sequence_to_heads``'s head order)."""
+    share = x.shape[0] // dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    return x[rank * share : (rank + 1) * share]
+
+
+def _refuse_indexer(config: Any) -> None:
+    """A sparse-attention indexer (a config with ``index_topk``: GLM-MoE-DSA, DeepSeek-V4) scores the keys of
+    the rank's own slice before attention; refused when the mask is built, before it runs wrong or fails
+    on a shape."""
+    if getattr(config, "index_topk", None) is not None:
+        raise NotImplementedError(
+            f"Ulysses attention does not support {getattr(config, 'model_type', 'this model')}: its sparse-attention "
+            "indexer (config.index_topk) selects keys from one rank's slice of the sequence"
+        )
+
+
+def _refuse_unexchangeable(query: torch.Tensor, key: torch.Tensor, kwargs: dict[str, Any]) -> None:
+    if kwargs.get("indices") is not None:
+        raise NotImplementedError(
+            "Ulysses attention got sparse `indices` (a DSA indexer's top-k, e.g. GLM-MoE-DSA): the indexer "
+            "selected them from this rank's slice of the sequence only; exchanging heads cannot fix that"
+        )
+    if key.shape[2] != query.shape[2]:
+        raise NotImplementedError(
+            f"Ulysses attention got {key.shape[2]} keys for {query.shape[2]} queries: keys beyond the rank's "
+            "tokens (e.g. DeepSeek-V4's compressed entries) or a KV cache are not supported"
+        )
 
 
 def _generic_eager(
@@ -100,6 +148,10 @@ def _eager_of(module: nn.Module) -> Callable[..., Any]:
     return getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", _generic_eager)
 
 
+#: Wrapped implementations other than the model's own eager one.
+_INNER: dict[str, Callable[..., Any]] = {"sdpa": sdpa_attention_forward, FUSED_ATTENTION: fused_attention}
+
+
 def _attention(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
     def ulysses_attention(
         module: nn.Module,
@@ -109,22 +161,29 @@ def _attention(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
         attention_mask: torch.Tensor | None,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, None]:
-        inner = sdpa_attention_forward if wrapped == "sdpa" else _eager_of(module)
+        _refuse_unexchangeable(query, key, kwargs)
+        inner = _INNER.get(wrapped) or _eager_of(module)
         sp = dist.get_world_size(group)
-        target: Any = module
-        if key.shape[1] % sp:
+        repeated = bool(key.shape[1] % sp)
+        if repeated:
             groups = query.shape[1] // key.shape[1]
-            key, value, target = repeat_kv(key, groups), repeat_kv(value, groups), _HeadsRepeated(module)
+            key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+        sinks = getattr(module, "sinks", None)
+        if sinks is not None:
+            sinks = _rank_heads(sinks, group)
+        if kwargs.get("s_aux") is not None:
+            kwargs["s_aux"] = _rank_heads(kwargs["s_aux"], group)
+        target: Any = _RankView(module, repeated=repeated, sinks=sinks) if repeated or sinks is not None else module
         query, key, value = (sequence_to_heads(t, group) for t in (query, key, value))
         output, _ = inner(target, query, key, value, attention_mask, **kwargs)
         return heads_to_sequence(output, group), None
 
-    ulysses_attention.__name__ = f"ulysses_{wrapped}_attention"
+    ulysses_attention.__name__ = f"ulysses_{wrapped}".removesuffix("_attention") + "_attention"
     return ulysses_attention
 
 
 def _mask(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
-    inner = sdpa_mask if wrapped == "sdpa" else eager_mask
+    inner = sdpa_mask if wrapped == "sdpa" else eager_mask  # fused_attention builds eager's masks too
 
     def ulysses_mask(
         batch_size: int,
@@ -135,6 +194,7 @@ def _mask(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
         attention_mask: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> torch.Tensor | None:
+        _refuse_indexer(kwargs.get("config"))
         if q_offset or kv_offset or kv_length != q_length:
             raise NotImplementedError("Ulysses attention supports forwards without a KV cache only (use_cache=False)")
         sp = dist.get_world_size(group)
@@ -155,7 +215,8 @@ def _mask(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
 
 
 def register_ulysses(state: ParallelState) -> tuple[str, ...]:
-    """Register ``"ulysses_sdpa"`` / ``"ulysses_eager"`` over ``state``'s sp group; returns the names.
+    """Register ``"ulysses_sdpa"``, ``"ulysses_eager"`` and ``"ulysses_fused_attention"`` over ``state``'s sp
+    group; returns the names.
 
     Build the model with ``attn_implementation="ulysses_sdpa"`` (or set ``config._attn_implementation``)
     after this call. Registration is process-wide; registering again rebinds the names to the new state.

@@ -13,8 +13,18 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import LlamaConfig, PreTrainedConfig, Qwen3Config, Qwen3MoeConfig
+from transformers import (
+    DeepseekV3Config,
+    DeepseekV4Config,
+    GlmMoeDsaConfig,
+    GptOssConfig,
+    LlamaConfig,
+    PreTrainedConfig,
+    Qwen3Config,
+    Qwen3MoeConfig,
+)
 from transformers.masking_utils import create_causal_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from models.distributed import (
     ParallelState,
@@ -33,6 +43,7 @@ from models.loader import build_model
 from models.ops import OpsConfig, bind_ops, bound_ops, unbind_ops
 from models.ops.kernels import eager
 from models.testing import causal_lm_batch, seed_everything, tiny_config
+from models.testing.tiny import tiny_config_for
 
 GROUPED = OpsConfig({"moe_experts": "grouped"})
 #: fp32 collectives and reassociated sums (grouped experts, split reductions): kernel-level tolerance.
@@ -52,12 +63,23 @@ MODELS: dict[str, tuple[type[PreTrainedConfig], str, dict[str, Any]]] = {
     "llama": (LlamaConfig, "LlamaForCausalLM", {}),
     "qwen3": (Qwen3Config, "Qwen3ForCausalLM", {}),
     "qwen3_moe": (Qwen3MoeConfig, "Qwen3MoeForCausalLM", MOE_SIZES),
+    # Ulysses on the zoo's other attention forms: sinks (gpt_oss), MLA's unequal widths (deepseek_v3), and
+    # the two it refuses (glm_moe_dsa's indexer, deepseek_v4's compressed keys).
+    "gpt_oss": (GptOssConfig, "GptOssForCausalLM", {"experts_implementation": "eager"}),
+    "deepseek_v3": (DeepseekV3Config, "DeepseekV3ForCausalLM", {"experts_implementation": "eager"}),
+    "glm_moe_dsa": (GlmMoeDsaConfig, "GlmMoeDsaForCausalLM", {"experts_implementation": "eager"}),
+    "deepseek_v4": (DeepseekV4Config, "DeepseekV4ForCausalLM", {"experts_implementation": "eager"}),
 }
+
+
+#: Models whose tiny config must be derived from their config class (latent attention's head widths).
+DERIVED_SIZES = frozenset({"deepseek_v3", "glm_moe_dsa", "deepseek_v4"})
 
 
 def config_of(name: str, **overrides: Any) -> PreTrainedConfig:
     config_cls, _, sizes = MODELS[name]
-    return tiny_config(config_cls, **{**sizes, "use_cache": False, **overrides})
+    build = tiny_config_for if name in DERIVED_SIZES else tiny_config
+    return build(config_cls, **{**sizes, "use_cache": False, **overrides})
 
 
 def fresh_model(name: str, config: PreTrainedConfig) -> torch.nn.Module:
@@ -386,7 +408,40 @@ def two_rank_fsdp() -> None:
     fsdp_matches_one_process("qwen3_moe")
 
 
+def ulysses_refuses(name: str, attention: str, reason: str) -> None:
+    """A model whose attention Ulysses cannot exchange fails its forward with ``reason``, never runs wrong."""
+    state = ParallelState.build(sp=2)
+    register_ulysses(state)
+    config = config_of(name, attn_implementation=f"ulysses_{attention}")
+    model = fresh_model(name, config)
+    local = shard_sequence(causal_lm_batch(config, seq_len=12), state, pad_token_id=config.pad_token_id)
+    with pytest.raises(NotImplementedError, match=reason):
+        model(**local)
+
+
+def ulysses_attention_refuses_what_heads_cannot_exchange() -> None:
+    """Called directly (whatever the model and mask): sparse indices of one slice, keys beyond the rank's tokens."""
+    state = ParallelState.build(sp=2)
+    register_ulysses(state)
+    attention = ALL_ATTENTION_FUNCTIONS["ulysses_eager"]
+    query = torch.randn(1, 2, 4, 8)
+    with pytest.raises(NotImplementedError, match="sparse `indices`"):
+        attention(torch.nn.Module(), query, query, query, None, indices=torch.zeros(1, 4, 2, dtype=torch.int32))
+    longer = torch.randn(1, 2, 6, 8)
+    with pytest.raises(NotImplementedError, match="6 keys for 4 queries"):
+        attention(torch.nn.Module(), query, longer, longer, None)
+
+
 def two_rank_ulysses() -> None:
     ulysses_matches_one_process("llama", "eager")
     ulysses_matches_one_process("qwen3", "sdpa")
     prepared_masks_match_one_process("eager")
+
+
+def two_rank_ulysses_zoo_attention() -> None:
+    ulysses_matches_one_process("gpt_oss", "eager")
+    ulysses_matches_one_process("gpt_oss", "fused_attention")
+    ulysses_matches_one_process("deepseek_v3", "fused_attention")
+    ulysses_refuses("glm_moe_dsa", "eager", "sparse-attention indexer")
+    ulysses_refuses("deepseek_v4", "fused_attention", "sparse-attention indexer")
+    ulysses_attention_refuses_what_heads_cannot_exchange()
