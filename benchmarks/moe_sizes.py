@@ -128,7 +128,8 @@ class MoeSizes:
             f"heads {self.num_attention_heads}/kv {self.num_key_value_heads} x {self.head_dim} (MLA: rope "
             f"{self.head_dim // 2}, nope/v {self.head_dim}, ranks {self.hidden_size // 4}/{self.hidden_size // 8}), "
             f"vocab {self.vocab_size}, batch {self.batch_size} x seq {self.seq_len}, fp32, "
-            "upstream's default attention (sdpa where the class supports it, else eager)"
+            "upstream's default attention (sdpa where the class supports it and keeps its masks, else eager), "
+            "generated: fused_attention where upstream misses torch's fused CPU kernel (MLA, sinks, DSA)"
         )
 
 
