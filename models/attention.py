@@ -32,7 +32,9 @@ checks any name containing it against the class's ``_supports_sdpa``, which gpt_
 
 Results equal upstream's eager attention (and sdpa's where upstream has it) within float rounding: the
 fused kernel sums in another order; tests/runtime/test_fused_attention.py holds the tolerances. Forms with
-none of the three go straight to transformers' ``sdpa_attention_forward``.
+none of the three go straight to transformers' ``sdpa_attention_forward``. Arguments that would change
+the result and that sdpa cannot apply (``softcap``, ``block_indices``) are refused with a ``ValueError``
+rather than dropped.
 
 :func:`register_fused_attention` registers the implementation and eager's mask builder with transformers;
 then ``from_pretrained(..., attn_implementation="fused_attention")`` or ``model.set_attn_implementation(
@@ -117,6 +119,10 @@ def _pad_last(x: torch.Tensor, width: int) -> torch.Tensor:
     return F.pad(x, (0, width - x.shape[-1])) if x.shape[-1] < width else x
 
 
+#: Arguments some upstream attentions pass that change the result and that sdpa would drop silently:
+#: logit soft-capping (Gemma-2 and its kin), and a block-sparse selection (MiniMax-M3-VL).
+_UNSUPPORTED = ("softcap", "block_indices")
+
 #: Stands in for the calling module once keys and values carry every query head (no repeat left to do).
 #: Any causal mask is explicit by then.
 _SAME_HEADS = SimpleNamespace(num_key_value_groups=1, is_causal=False)
@@ -140,6 +146,12 @@ def fused_attention(
     ``indices`` (``[B, q, topk]``): the only keys each query may attend to (a DSA indexer's top-k).
     ``s_aux`` (``[heads]``): learned sink logits, one per head.
     """
+    unsupported = sorted(name for name in _UNSUPPORTED if kwargs.get(name) is not None)
+    if unsupported:
+        raise ValueError(
+            f"fused_attention: {type(module).__name__} passes {', '.join(unsupported)}, which the fused kernel "
+            "cannot apply; use attn_implementation='eager'"
+        )
     query_width, value_width = query.shape[-1], value.shape[-1]
     if key.shape[-1] != query_width:
         raise ValueError(f"fused_attention: queries ({query_width}) and keys ({key.shape[-1]}) need one head width")

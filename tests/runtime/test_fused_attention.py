@@ -22,6 +22,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as sink_eager_attention
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+import models
 from models import MODEL_CONFIG_REGISTRY
 from models.attention import FUSED_ATTENTION, fused_attention, register_fused_attention
 from models.loader import get_model_class
@@ -168,6 +169,13 @@ def test_explicit_scaling_is_kept():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("argument", ["softcap", "block_indices"])
+def test_arguments_the_fused_kernel_cannot_apply_are_refused(argument):
+    query, key, value = _inputs(32, 32)
+    with pytest.raises(ValueError, match=f"passes {argument}.*attn_implementation='eager'"):
+        fused_attention(_Attention(), query, key, value, None, **{argument: 30.0})
+
+
 def test_queries_and_keys_of_different_widths_are_refused():
     query, _, value = _inputs(48, 32)
     key = torch.randn(BATCH, HEADS, LENGTH, 40)
@@ -230,8 +238,12 @@ def _step_parity(model_type: str, upstream_attention: str) -> None:
     )
 
 
-@pytest.mark.parametrize("model_type", ["qwen3_moe", "deepseek_v3", "glm_moe_dsa", "gpt_oss", "deepseek_v4"])
-def test_zoo_model_trains_like_upstream_eager_attention(model_type):
+def _registered_causal_lms() -> list[str]:
+    return sorted(m for m in models.MODELING_REGISTRY if m in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+@pytest.mark.parametrize("model_type", _registered_causal_lms())
+def test_every_zoo_model_trains_like_upstream_eager_attention(model_type):
     _step_parity(model_type, "eager")
 
 
