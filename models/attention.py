@@ -34,7 +34,7 @@ Results equal upstream's eager attention (and sdpa's where upstream has it) with
 fused kernel sums in another order; tests/runtime/test_fused_attention.py holds the tolerances. Forms with
 none of the three go straight to transformers' ``sdpa_attention_forward``. Arguments that would change
 the result and that sdpa cannot apply (``softcap``, ``block_indices``) are refused with a ``ValueError``
-rather than dropped.
+rather than dropped (``UnsupportedAttentionError``, a ``ValueError``).
 
 :func:`register_fused_attention` registers the implementation and eager's mask builder with transformers;
 then ``from_pretrained(..., attn_implementation="fused_attention")`` or ``model.set_attn_implementation(
@@ -53,10 +53,14 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-__all__ = ["FUSED_ATTENTION", "fused_attention", "register_fused_attention"]
+__all__ = ["FUSED_ATTENTION", "UnsupportedAttentionError", "fused_attention", "register_fused_attention"]
 
 #: The name the implementation is registered under.
 FUSED_ATTENTION = "fused_attention"
+
+
+class UnsupportedAttentionError(ValueError):
+    """The calling attention passes an argument the fused kernel cannot apply (run it with eager instead)."""
 
 
 def _causal_mask(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
@@ -148,7 +152,7 @@ def fused_attention(
     """
     unsupported = sorted(name for name in _UNSUPPORTED if kwargs.get(name) is not None)
     if unsupported:
-        raise ValueError(
+        raise UnsupportedAttentionError(
             f"fused_attention: {type(module).__name__} passes {', '.join(unsupported)}, which the fused kernel "
             "cannot apply; use attn_implementation='eager'"
         )

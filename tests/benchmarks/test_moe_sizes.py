@@ -65,7 +65,7 @@ def test_plain_attention_models_run_upstream_sdpa_on_both_sides() -> None:
 
 @pytest.mark.parametrize(("model_type", "attention"), [("qwen3_moe", "sdpa"), ("gpt_oss", "eager")])
 def test_train_steps_run_the_attention_upstream_would_pick(model_type: str, attention: str) -> None:
-    config, upstream, _, generated_attention = _prepare(model_type, SMOKE_SIZES)
+    config, upstream, _, _ = _prepare(model_type, SMOKE_SIZES)
     assert config._attn_implementation == attention == upstream(config).config._attn_implementation
 
 

@@ -19,12 +19,12 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as sink_eager_attention
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as sink_eager_attention
 
 import models
 from models import MODEL_CONFIG_REGISTRY
-from models.attention import FUSED_ATTENTION, fused_attention, register_fused_attention
+from models.attention import FUSED_ATTENTION, UnsupportedAttentionError, fused_attention, register_fused_attention
 from models.loader import get_model_class
 from models.testing import assert_step_parity, build_pair, causal_lm_batch, run_step
 from models.testing.parity import tolerance_for
@@ -115,9 +115,7 @@ def test_sinks_match_upstream_eager_sink_attention_with_gradients(mask_kind, gro
     inputs = _inputs(32, 32, kv_heads=HEADS // groups)
     module = _SinkAttention(groups)
     expected = _forward_backward(sink_eager_attention, *inputs, _additive(mask), module=module, scaling=0.2)
-    actual = _forward_backward(
-        fused_attention, *inputs, mask, module=module, scaling=0.2, s_aux=module.sinks
-    )
+    actual = _forward_backward(fused_attention, *inputs, mask, module=module, scaling=0.2, s_aux=module.sinks)
     names = ("output", "query grad", "key grad", "value grad", "sinks grad")
     for name, want, got in zip(names, expected, actual, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)
@@ -173,7 +171,7 @@ def test_explicit_scaling_is_kept():
 @pytest.mark.parametrize("argument", ["softcap", "block_indices"])
 def test_arguments_the_fused_kernel_cannot_apply_are_refused(argument):
     query, key, value = _inputs(32, 32)
-    with pytest.raises(ValueError, match=f"passes {argument}.*attn_implementation='eager'"):
+    with pytest.raises(UnsupportedAttentionError, match=f"passes {argument}.*attn_implementation='eager'"):
         fused_attention(_Attention(), query, key, value, None, **{argument: 30.0})
 
 
@@ -250,7 +248,10 @@ def _registered_causal_lms() -> list[str]:
 
 @pytest.mark.parametrize("model_type", _registered_causal_lms())
 def test_every_zoo_model_trains_like_upstream_eager_attention(model_type):
-    _step_parity(model_type, "eager")
+    try:
+        _step_parity(model_type, "eager")
+    except UnsupportedAttentionError as refusal:  # e.g. a scaffolded Gemma-2: soft-capping, refused, not dropped
+        pytest.skip(f"{model_type} cannot run fused_attention: {refusal}")
 
 
 #: bf16 sizes that leave no top-k to flip: one bf16 rounding apart, a router may pick other experts, and the
