@@ -53,7 +53,13 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-__all__ = ["FUSED_ATTENTION", "UnsupportedAttentionError", "fused_attention", "register_fused_attention"]
+__all__ = [
+    "FUSED_ATTENTION",
+    "UnsupportedAttentionError",
+    "fused_attention",
+    "register_fused_attention",
+    "sparse_mask",
+]
 
 #: The name the implementation is registered under.
 FUSED_ATTENTION = "fused_attention"
@@ -70,10 +76,11 @@ def _causal_mask(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     return query.new_zeros(1, 1, q_length, kv_length).masked_fill(hidden, torch.finfo(query.dtype).min)
 
 
-def _sparse_mask(
+def sparse_mask(
     attention_mask: torch.Tensor | None, indices: torch.Tensor, query: torch.Tensor, key: torch.Tensor
 ) -> torch.Tensor:
-    """``attention_mask`` (causal when None) with every key outside ``indices`` masked."""
+    """``attention_mask`` (causal when None) with every key outside ``indices`` (``[B, q, topk]``) masked,
+    as upstream's eager DSA path masks them; boolean masks stay boolean, additive ones additive."""
     batch, _, q_length, _ = query.shape
     dropped = torch.ones(batch, q_length, key.shape[2], dtype=torch.bool, device=query.device)
     dropped = dropped.scatter(-1, indices.long(), False).unsqueeze(1)
@@ -162,7 +169,7 @@ def fused_attention(
     if scaling is None:  # sdpa's default, taken before any padding widens the head
         scaling = query_width**-0.5
     if indices is not None:
-        attention_mask = _sparse_mask(attention_mask, indices, query, key)
+        attention_mask = sparse_mask(attention_mask, indices, query, key)
     if s_aux is not None:
         causal = query.shape[2] > 1 and getattr(module, "is_causal", True)
         query, key, value, attention_mask = _with_sink_key(query, key, value, attention_mask, s_aux, scaling, causal)

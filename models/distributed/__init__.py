@@ -66,7 +66,9 @@ def parallel_ops(state: ParallelState, base: OpsConfig | None = None) -> OpsConf
 
     * ``moe_experts`` -> ``ep_alltoall`` over the ep group (when ``ep > 1``);
     * ``causal_lm_loss`` and ``load_balancing_loss`` -> ``global_batch`` over the data group (when the
-      world has more than one rank); a ``chunked`` loss in ``base`` is kept as the inner kernel.
+      world has more than one rank); a ``chunked`` loss in ``base`` is kept as the inner kernel;
+    * ``dsa_indexer`` -> ``sp_gather`` over the sp group (when ``sp > 1``): the indexer scores the rank's
+      queries against every rank's keys; ``base``'s indexer kernel (eager or ``shared_keys``) runs inside.
     """
     base = base or OpsConfig()
     kernels = dict(base.kernels)
@@ -85,6 +87,14 @@ def parallel_ops(state: ParallelState, base: OpsConfig | None = None) -> OpsConf
         options["causal_lm_loss"] = loss_options
         kernels["load_balancing_loss"] = "global_batch"
         options["load_balancing_loss"] = {"group": state.data_group, "sp_group": state.sp_group}
+    if state.sp > 1:
+        inner_indexer = base.kernel_for("dsa_indexer")
+        if inner_indexer not in ("eager", "shared_keys"):
+            raise ParallelConfigError(
+                f"the sequence-parallel DSA indexer wraps 'eager' or 'shared_keys', not {inner_indexer!r}"
+            )
+        kernels["dsa_indexer"] = "sp_gather"
+        options["dsa_indexer"] = {"group": state.sp_group, "inner": inner_indexer}
     return OpsConfig(kernels, kernel_options=options)
 
 

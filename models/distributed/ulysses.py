@@ -21,12 +21,17 @@ by ``sp`` are repeated to the query heads first. Per-head sinks (gpt_oss, DeepSe
 module's ``sinks``) are sliced to the rank's heads. ``"ulysses_fused_attention"`` wraps
 ``models.attention.fused_attention`` (with eager's mask builder, as that implementation has).
 
+A DSA indexer's top-k ``indices`` (GLM-MoE-DSA) are gathered over the sp group with the heads exchange;
+they address keys of the whole sequence when ``models.distributed.parallel_ops`` has bound the indexer's
+``sp_gather`` kernel (``models.distributed.sparse_indexer``), which scores each rank's queries against every
+rank's keys. ``fused_attention`` applies them; for sdpa and eager they become the mask upstream's eager
+path builds.
+
 Limits: no KV cache (training forwards), no packed sequences (position ids that restart inside a row),
-and the head count must divide by ``sp``. Models with a sparse-attention indexer (a config with
-``index_topk``: GLM-MoE-DSA, DeepSeek-V4) are refused with ``NotImplementedError`` when their mask is
-built: the indexer scores only the rank's slice. The attention function also refuses what exchanging heads
-cannot make right however it arrives: sparse ``indices`` made from one slice, and keys that are not the
-rank's tokens (DeepSeek-V4's compressed entries appended to the keys).
+and the head count must divide by ``sp``. Refused with ``NotImplementedError`` when the mask is built:
+compressed-attention layers (DeepSeek-V4 appends compressed entries of the rank's own slice to the keys),
+and a DSA model (a config with ``index_topk``) without the ``sp_gather`` indexer. The attention function
+also refuses, however it is reached, indices without that indexer and keys that are not the rank's tokens.
 """
 
 from __future__ import annotations
@@ -43,9 +48,10 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-from models.attention import FUSED_ATTENTION, fused_attention
+from models.attention import FUSED_ATTENTION, fused_attention, sparse_mask
 from models.distributed.collectives import all_to_all
 from models.distributed.mesh import ParallelConfigError, ParallelState
+from models.ops.slots import SLOTS
 
 __all__ = ["ULYSSES_IMPLEMENTATIONS", "heads_to_sequence", "register_ulysses", "sequence_to_heads"]
 
@@ -92,6 +98,13 @@ class _RankView:
         return getattr(self._module, name)
 
 
+def _gather_rows(x: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
+    """Every rank's ``x`` concatenated along dim 1 (the sequence), in rank order; no autograd (integer data)."""
+    chunks = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(chunks, x.contiguous(), group=group)
+    return torch.cat(chunks, dim=1)
+
+
 def _rank_heads(x: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
     """The rank's contiguous share of a per-head tensor ``[heads]`` (``sequence_to_heads``'s head order)."""
     share = x.shape[0] // dist.get_world_size(group)
@@ -99,22 +112,34 @@ def _rank_heads(x: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
     return x[rank * share : (rank + 1) * share]
 
 
+def _sp_indexer_bound() -> bool:
+    """Whether the DSA indexer runs over the whole sequence (``sp_gather``, bound by ``parallel_ops``)."""
+    return SLOTS["dsa_indexer"].bound_kernel_name == "sp_gather"
+
+
 def _refuse_indexer(config: Any) -> None:
-    """A sparse-attention indexer (a config with ``index_topk``: GLM-MoE-DSA, DeepSeek-V4) scores the keys of
-    the rank's own slice before attention; refused when the mask is built, before it runs wrong or fails
-    on a shape."""
-    if getattr(config, "index_topk", None) is not None:
+    """Refuse, when the mask is built (before anything runs wrong or fails on a shape), what a head exchange
+    cannot make right: compressed keys appended inside attention (DeepSeek-V4's CSA/HCA layers), and a DSA
+    indexer (a config with ``index_topk``) that would score only the rank's slice of the keys."""
+    name = getattr(config, "model_type", "this model")
+    layer_types = getattr(config, "layer_types", None) or ()
+    if any("compressed" in str(layer_type) for layer_type in layer_types):
         raise NotImplementedError(
-            f"Ulysses attention does not support {getattr(config, 'model_type', 'this model')}: its sparse-attention "
-            "indexer (config.index_topk) selects keys from one rank's slice of the sequence"
+            f"Ulysses attention does not support {name}: its compressed-attention layers append compressed "
+            "entries of the rank's own slice to the keys"
+        )
+    if getattr(config, "index_topk", None) is not None and not _sp_indexer_bound():
+        raise NotImplementedError(
+            f"Ulysses attention needs the sequence-parallel DSA indexer for {name} (config.index_topk): bind "
+            "models.distributed.parallel_ops(state), which binds 'sp_gather' to the dsa_indexer slot"
         )
 
 
 def _refuse_unexchangeable(query: torch.Tensor, key: torch.Tensor, kwargs: dict[str, Any]) -> None:
-    if kwargs.get("indices") is not None:
+    if kwargs.get("indices") is not None and not _sp_indexer_bound():
         raise NotImplementedError(
-            "Ulysses attention got sparse `indices` (a DSA indexer's top-k, e.g. GLM-MoE-DSA): the indexer "
-            "selected them from this rank's slice of the sequence only; exchanging heads cannot fix that"
+            "Ulysses attention got sparse `indices` (a DSA indexer's top-k, e.g. GLM-MoE-DSA) picked from this "
+            "rank's slice only: bind models.distributed.parallel_ops(state) (its 'sp_gather' indexer)"
         )
     if key.shape[2] != query.shape[2]:
         raise NotImplementedError(
@@ -162,6 +187,9 @@ def _attention(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
         **kwargs: Any,
     ) -> tuple[torch.Tensor, None]:
         _refuse_unexchangeable(query, key, kwargs)
+        # Every query's selection, once heads are exchanged: [B, S/sp, topk] -> [B, S, topk].
+        indices = kwargs.pop("indices", None)
+        indices = None if indices is None else _gather_rows(indices, group)
         inner = _INNER.get(wrapped) or _eager_of(module)
         sp = dist.get_world_size(group)
         repeated = bool(key.shape[1] % sp)
@@ -175,6 +203,11 @@ def _attention(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
             kwargs["s_aux"] = _rank_heads(kwargs["s_aux"], group)
         target: Any = _RankView(module, repeated=repeated, sinks=sinks) if repeated or sinks is not None else module
         query, key, value = (sequence_to_heads(t, group) for t in (query, key, value))
+        if indices is not None:  # fused_attention applies them; the others get the mask upstream's eager path builds
+            if wrapped == FUSED_ATTENTION:
+                kwargs["indices"] = indices
+            else:
+                attention_mask = sparse_mask(attention_mask, indices, query, key)
         output, _ = inner(target, query, key, value, attention_mask, **kwargs)
         return heads_to_sequence(output, group), None
 

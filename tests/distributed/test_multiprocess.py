@@ -32,7 +32,7 @@ def test_ulysses_sp2_on_llama_and_qwen3_and_on_qwen3_moe_with_a_4d_mask_matches_
     spawn(scenarios.two_rank_ulysses, 2, timeout=TIMEOUT)
 
 
-def test_ulysses_sp2_on_sinks_and_latent_attention_matches_one_process_and_refuses_dsa_and_compressed_keys() -> None:
+def test_ulysses_sp2_on_sinks_latent_attention_and_dsa_matches_one_process_and_refuses_compressed_keys() -> None:
     spawn(scenarios.two_rank_ulysses_zoo_attention, 2, timeout=TIMEOUT)
 
 

@@ -54,7 +54,7 @@ def test_kernel_registry_per_slot() -> None:
     assert kernel_names("sequence_classification_loss") == ("eager",)
     assert kernel_names("moe_experts") == ("eager", "ep_alltoall", "grouped")
     assert kernel_names("load_balancing_loss") == ("eager", "global_batch")
-    assert kernel_names("dsa_indexer") == ("eager", "shared_keys")
+    assert kernel_names("dsa_indexer") == ("eager", "shared_keys", "sp_gather")
     assert kernel_names("lightning_indexer") == ("eager", "shared_keys")
 
 

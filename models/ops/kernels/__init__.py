@@ -73,6 +73,11 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             module="models.distributed.losses",
             slots=frozenset({"causal_lm_loss", "load_balancing_loss"}),
         ),
+        "sp_gather": KernelFamily(
+            name="sp_gather",
+            module="models.distributed.sparse_indexer",
+            slots=frozenset({"dsa_indexer"}),
+        ),
         "liger": KernelFamily(
             name="liger",
             module="models.ops.kernels.liger",
