@@ -9,8 +9,7 @@ the rank's queries, and runs the inner kernel (the eager reference or ``shared_k
 indices it returns address keys of the whole (sp-padded) sequence; Ulysses attention gathers them for
 every query once heads are exchanged (``models.distributed.ulysses``).
 
-The indexer's result is integer indices, which carry no gradient, so the keys are gathered without
-autograd. The mask must be additive (eager's): the indexer adds it to its scores, and a boolean mask
+The indexer's result is integer indices, which carry no gradient, and it runs without autograd. The mask must be additive (eager's): the indexer adds it to its scores, and a boolean mask
 (sdpa's) would add 1 for every visible key; such a mask is refused. Bound by
 ``models.distributed.parallel_ops`` when ``sp > 1``.
 """
@@ -21,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
+from models.distributed.collectives import all_gather
 from models.distributed.mesh import ParallelConfigError
 from models.ops.kernels import EAGER, eager, load_kernel
 
@@ -28,12 +28,6 @@ __all__ = ["INNER_INDEXERS", "dsa_indexer"]
 
 #: Kernels of the ``dsa_indexer`` slot this one can wrap.
 INNER_INDEXERS = (EAGER, "shared_keys")
-
-
-def _gather_sequence(x: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
-    chunks = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(chunks, x.contiguous(), group=group)
-    return torch.cat(chunks, dim=1)
 
 
 @torch.no_grad()
@@ -61,7 +55,7 @@ def dsa_indexer(
         )
     if inner not in INNER_INDEXERS:
         raise ParallelConfigError(f"kernel 'sp_gather' wraps one of {INNER_INDEXERS} for 'dsa_indexer', not {inner!r}")
-    keys = _gather_sequence(k, group)
+    keys = all_gather(k, 1, group)
     rows = q.shape[1]
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:

@@ -49,7 +49,7 @@ from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_f
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
 from models.attention import FUSED_ATTENTION, fused_attention, sparse_mask
-from models.distributed.collectives import all_to_all
+from models.distributed.collectives import all_gather, all_to_all
 from models.distributed.mesh import ParallelConfigError, ParallelState
 from models.ops.slots import SLOTS
 
@@ -96,13 +96,6 @@ class _RankView:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
-
-
-def _gather_rows(x: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
-    """Every rank's ``x`` concatenated along dim 1 (the sequence), in rank order; no autograd (integer data)."""
-    chunks = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(chunks, x.contiguous(), group=group)
-    return torch.cat(chunks, dim=1)
 
 
 def _rank_heads(x: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
@@ -189,7 +182,7 @@ def _attention(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
         _refuse_unexchangeable(query, key, kwargs)
         # Every query's selection, once heads are exchanged: [B, S/sp, topk] -> [B, S, topk].
         indices = kwargs.pop("indices", None)
-        indices = None if indices is None else _gather_rows(indices, group)
+        indices = None if indices is None else all_gather(indices, 1, group)
         inner = _INNER.get(wrapped) or _eager_of(module)
         sp = dist.get_world_size(group)
         repeated = bool(key.shape[1] % sp)
