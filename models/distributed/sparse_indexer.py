@@ -9,9 +9,10 @@ the rank's queries, and runs the inner kernel (the eager reference or ``shared_k
 indices it returns address keys of the whole (sp-padded) sequence; Ulysses attention gathers them for
 every query once heads are exchanged (``models.distributed.ulysses``).
 
-The indexer's result is integer indices, which carry no gradient, and it runs without autograd. The mask must be additive (eager's): the indexer adds it to its scores, and a boolean mask
-(sdpa's) would add 1 for every visible key; such a mask is refused. Bound by
-``models.distributed.parallel_ops`` when ``sp > 1``.
+The indexer's result is integer indices, which carry no gradient, and it runs without autograd. The mask
+must be additive (eager's): the indexer adds it to its scores, and a boolean mask (sdpa's) would add 1
+for every visible key; such a mask is refused. Bound by ``models.distributed.parallel_ops`` when
+``sp > 1``.
 """
 
 from __future__ import annotations
