@@ -265,15 +265,17 @@ def expert_parallel_matches_grouped(ep: int, idle_layer: bool) -> None:
 
 
 # -- Ulysses sequence parallelism ---------------------------------------------------------------------------
-def ulysses_matches_one_process(name: str, attention: str) -> None:
+def ulysses_matches_one_process(name: str, attention: str, base: OpsConfig | None = None) -> None:
+    """``base``: kernels bound on both sides (the parallel side wraps them: ``parallel_ops(state, base)``)."""
+    base = base or OpsConfig()
     state = ParallelState.build(sp=2)
     register_ulysses(state)
     config = config_of(name, attn_implementation=attention)
     batch = causal_lm_batch(config, seq_len=11)  # 11 positions: padded to 12 for sp=2
-    reference, ref_out, ref_grads = reference_step(name, config, batch, OpsConfig())
+    reference, ref_out, ref_grads = reference_step(name, config, batch, base)
 
     model = fresh_model(name, config_of(name, attn_implementation=f"ulysses_{attention}"))
-    bind_ops(parallel_ops(state))
+    bind_ops(parallel_ops(state, base))
     local = shard_sequence(batch, state, pad_token_id=config.pad_token_id)
     assert local["input_ids"].shape == (4, 6)
     out = model(**local)
@@ -293,7 +295,7 @@ def ulysses_matches_one_process(name: str, attention: str) -> None:
     # Every label of one rank's slice ignored: that rank contributes no token, the mean stays the global one.
     batch["labels"][:, 5:] = -100
     with torch.no_grad():
-        with ops(OpsConfig()):
+        with ops(base):
             expected = reference(**batch).loss
         got = model(**shard_sequence(batch, state, pad_token_id=config.pad_token_id)).loss
     assert_close(got, expected, "loss with one slice fully ignored")
@@ -453,7 +455,7 @@ def two_rank_ulysses_zoo_attention() -> None:
     ulysses_matches_one_process("gpt_oss", "fused_attention")
     ulysses_matches_one_process("deepseek_v3", "fused_attention")
     ulysses_matches_one_process("glm_moe_dsa", "eager")
-    ulysses_matches_one_process("glm_moe_dsa", "fused_attention")
+    ulysses_matches_one_process("glm_moe_dsa", "fused_attention", OpsConfig({"dsa_indexer": "shared_keys"}))
     ulysses_refuses("glm_moe_dsa", "eager", "needs the sequence-parallel DSA indexer")
     ulysses_refuses("deepseek_v4", "fused_attention", "compressed-attention layers")
     ulysses_attention_refuses_what_heads_cannot_exchange()
