@@ -173,7 +173,6 @@ def _prepare(model_type: str, sizes: MoeSizes):
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     from models import MODEL_CONFIG_REGISTRY
-    from models.attention import register_fused_attention
     from models.loader import get_model_class
     from models.testing import tiny_config
 
@@ -191,7 +190,7 @@ def _prepare(model_type: str, sizes: MoeSizes):
         generated = get_model_class(model_type, architecture)
     except (ImportError, KeyError, TypeError) as exc:
         raise Skip(f"generated module not available: {exc}") from exc
-    register_fused_attention()
+    # Importing the generated module registered fused_attention (models.import_hook).
     return config, upstream, generated, generated_attention(upstream, config)
 
 

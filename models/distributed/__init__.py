@@ -34,6 +34,7 @@ from models.distributed.expert_parallel import (
 from models.distributed.fsdp import apply_fsdp, decoder_layers, mixed_precision
 from models.distributed.mesh import ParallelConfigError, ParallelState, parallel_sizes
 from models.distributed.sequence import gather_sequence, scatter_sequence, sequence_slice, shard_sequence
+from models.distributed.sparse_indexer import INNER_INDEXERS
 from models.distributed.ulysses import register_ulysses
 from models.ops import OpsConfig
 
@@ -89,9 +90,9 @@ def parallel_ops(state: ParallelState, base: OpsConfig | None = None) -> OpsConf
         options["load_balancing_loss"] = {"group": state.data_group, "sp_group": state.sp_group}
     if state.sp > 1:
         inner_indexer = base.kernel_for("dsa_indexer")
-        if inner_indexer not in ("eager", "shared_keys"):
+        if inner_indexer not in INNER_INDEXERS:
             raise ParallelConfigError(
-                f"the sequence-parallel DSA indexer wraps 'eager' or 'shared_keys', not {inner_indexer!r}"
+                f"the sequence-parallel DSA indexer wraps one of {INNER_INDEXERS}, not {inner_indexer!r}"
             )
         kernels["dsa_indexer"] = "sp_gather"
         options["dsa_indexer"] = {"group": state.sp_group, "inner": inner_indexer}

@@ -223,7 +223,6 @@ def test_registration_makes_the_name_selectable_by_from_pretrained(tmp_path):
 def _step_parity(
     model_type: str, upstream_attention: str, dtype: torch.dtype = torch.float32, **sizes: object
 ) -> None:
-    register_fused_attention()
     architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
     config = tiny_config_for(MODEL_CONFIG_REGISTRY[model_type], attn_implementation=upstream_attention, **sizes)
     pair = build_pair(
