@@ -16,8 +16,8 @@ What "cold" means here (docs/performance.md says the same):
   (``[tool.patchgen] cache_dir``) is filled: the everyday pre-commit case;
 - fresh clone: each run in a new copy of that tree without the cache and without bytecode, as CI
   sees a checkout; the check then has to regenerate everything in memory to compare.
-Both run as ``python -m generator`` from the scratch root, which is what ``patchgen`` / ``generate-all``
-run (they are console scripts for ``generator.cli``), but from the scratch copy's sources.
+Both run as ``python -m modelgraft.generator`` from the scratch root, which is what ``patchgen`` / ``generate-all``
+run (they are console scripts for ``modelgraft.generator.cli``), but from the scratch copy's sources.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ from benchmarks.report import FAILED, INFO, Row, judge_at_most
 from benchmarks.stats import Summary, summarize
 
 if TYPE_CHECKING:
-    from generator.discovery import Settings
+    from modelgraft.generator.discovery import Settings
 
 SECTION = "generator"
 
-GENERATE_ALL = ("-m", "generator", "--all", "--diff")
-CHECK = ("-m", "generator", "--check")
+GENERATE_ALL = ("-m", "modelgraft.generator", "--all", "--diff")
+CHECK = ("-m", "modelgraft.generator", "--check")
 
 #: Never copied into a scratch tree, at any depth: bytecode and tool caches (all git-ignored).
 _IGNORED_ANYWHERE = ("__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info", ".git", ".venv")
@@ -74,7 +74,7 @@ def _settings() -> Settings:
     # Torch-free by design (design.md section 1), so the parent may import it.
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
-    from generator.discovery import find_settings
+    from modelgraft.generator.discovery import find_settings
 
     return find_settings(REPO_ROOT)
 
@@ -134,7 +134,7 @@ def _output_paths(tree: Path) -> list[Path]:
 
 def config_count() -> int:
     """How many configs the zoo has: what ``generate-all`` discovers."""
-    from generator.discovery import discover
+    from modelgraft.generator.discovery import discover
 
     return len(discover(_settings()))
 

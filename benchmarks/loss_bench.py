@@ -90,7 +90,7 @@ def _loss_fn(variant: str, vocab_size: int):
 
         return eager
 
-    from models.ops import OpsConfig, bound_ops, causal_lm_loss_slot
+    from modelgraft.models.ops import OpsConfig, bound_ops, causal_lm_loss_slot
 
     def chunked(hidden, weight, labels):
         with bound_ops(OpsConfig({"causal_lm_loss": "chunked"})):

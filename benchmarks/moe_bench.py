@@ -13,14 +13,14 @@ interleaved and their order rotated every round (so drift of a shared machine hi
   (``torch.nn.functional.grouped_mm``), the implementations upstream runs on CPU.
   ``batched_mm`` gathers one weight matrix per (token, expert) pair; at these shapes that is tens of
   GiB, so it is reported as skipped with its size;
-- model: one training step of every sparse model registered in ``models.MODELING_REGISTRY`` (a new MoE
+- model: one training step of every sparse model registered in ``modelgraft.models.MODELING_REGISTRY`` (a new MoE
   model joins without an edit; its sizes: ``benchmarks.moe_sizes``): the generated class with the
   ``moe_experts`` slot bound to ``grouped`` (and a sparse-attention indexer, where the model has one, to
   ``shared_keys``: ``GENERATED_KERNELS``) against the upstream class with its default experts
   implementation (``grouped_mm`` on CPU, what ``from_pretrained`` picks) and with each other CPU
-  implementation; same config, seed and weights (``models.testing.build_pair``). Upstream runs the
+  implementation; same config, seed and weights (``modelgraft.models.testing.build_pair``). Upstream runs the
   attention ``from_pretrained`` picks (``default_attention``); the generated side runs
-  ``models.attention``'s ``fused_attention`` where upstream's attention misses torch's fused CPU kernel
+  ``modelgraft.models.attention``'s ``fused_attention`` where upstream's attention misses torch's fused CPU kernel
   (MLA widths, sinks, DSA indices: ``generated_attention``).
 
 Each figure is a speed-up: the median over rounds of ``upstream time / grouped time`` (above 1: grouped
@@ -120,7 +120,7 @@ def _experts_module(layout: str, num_experts: int, sizes: MoeSizes) -> tuple[Any
 def _time_experts_layer(shape: tuple[int, int, int], sizes: MoeSizes, repeats: int, layout: str) -> dict[str, Any]:
     import torch
 
-    from models.ops.kernels import load_kernel
+    from modelgraft.models.ops.kernels import load_kernel
 
     grouped = load_kernel("moe_experts", GROUPED)
     num_experts, top_k, tokens = shape
@@ -172,9 +172,9 @@ def _prepare(model_type: str, sizes: MoeSizes):
     """(config with upstream's attention, upstream class, generated class, the generated side's attention)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from models import MODEL_CONFIG_REGISTRY
-    from models.loader import get_model_class
-    from models.testing import tiny_config
+    from modelgraft.models import MODEL_CONFIG_REGISTRY
+    from modelgraft.models.loader import get_model_class
+    from modelgraft.models.testing import tiny_config
 
     architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
     if architecture is None:
@@ -197,7 +197,7 @@ def _prepare(model_type: str, sizes: MoeSizes):
 def default_attention(upstream_cls: Any, config: Any) -> str:
     """The attention upstream's side runs: the one ``from_pretrained`` gives ``upstream_cls`` on CPU (sdpa where
     the class supports it, else eager), but eager for a DSA model (a config with ``index_topk``) whose upstream
-    sdpa path drops its causal and sparse masks (transformers 5.16.1; ``models.attention``).
+    sdpa path drops its causal and sparse masks (transformers 5.16.1; ``modelgraft.models.attention``).
 
     The tiny configs ask for eager attention (exact parity tests); a train step against upstream's default
     should run upstream's default attention.
@@ -209,11 +209,11 @@ def default_attention(upstream_cls: Any, config: Any) -> str:
 
 def generated_attention(upstream_cls: Any, config: Any) -> str:
     """The attention the generated side runs: upstream's side's own where that is sdpa's fused CPU kernel
-    already (sdpa, no latent attention), else ``fused_attention`` (``models.attention``): the fused kernel for
+    already (sdpa, no latent attention), else ``fused_attention`` (``modelgraft.models.attention``): the fused kernel for
     MLA's unequal head widths (``kv_lora_rank`` in the config), sinks and DSA indices, where upstream runs
     sdpa's math path or eager attention. (``fused_attention`` builds eager's additive masks, which cost a
     few % of a plain model's step against sdpa's causal flag.)"""
-    from models.attention import FUSED_ATTENTION
+    from modelgraft.models.attention import FUSED_ATTENTION
 
     upstream = default_attention(upstream_cls, config)
     return upstream if upstream == "sdpa" and not hasattr(config, "kv_lora_rank") else FUSED_ATTENTION
@@ -221,11 +221,10 @@ def generated_attention(upstream_cls: Any, config: Any) -> str:
 
 def sparse_models() -> list[str]:
     """Every registered model type whose config routes to experts (imports transformers: child side)."""
-    import models
-    from models import MODEL_CONFIG_REGISTRY
+    from modelgraft.models import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY
 
     found = []
-    for model_type in models.MODELING_REGISTRY:
+    for model_type in MODELING_REGISTRY:
         keys = MODEL_CONFIG_REGISTRY[model_type]().to_dict()
         if any(key in keys for key in EXPERT_KEYS):
             found.append(model_type)
@@ -233,8 +232,8 @@ def sparse_models() -> list[str]:
 
 
 def _model_timing(model_type: str, sizes: MoeSizes, repeats: int) -> dict[str, Any]:
-    from models.ops import OpsConfig, bound_ops
-    from models.testing import build_pair, causal_lm_batch
+    from modelgraft.models.ops import OpsConfig, bound_ops
+    from modelgraft.models.testing import build_pair, causal_lm_batch
 
     config, upstream_cls, generated_cls, attention = _prepare(model_type, sizes)
     pair = build_pair(config, upstream_cls, generated_cls, seed=0)
@@ -279,8 +278,8 @@ def _child_models(model_types: Sequence[str], sizes: MoeSizes, repeats: int) -> 
 
 def _child_memory(model_type: str, variant: str, sizes: MoeSizes) -> dict[str, Any]:
     from benchmarks.peak_memory import peak_memory
-    from models.ops import OpsConfig, bound_ops
-    from models.testing import causal_lm_batch, seed_everything
+    from modelgraft.models.ops import OpsConfig, bound_ops
+    from modelgraft.models.testing import causal_lm_batch, seed_everything
 
     config, upstream_cls, generated_cls, attention = _prepare(model_type, sizes)
     seed_everything(0)

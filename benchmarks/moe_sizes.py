@@ -6,7 +6,7 @@ between models is only which config keys carry a size: the routed-expert count (
 ``intermediate_size`` where a model has no other MLP, as gpt_oss), multi-head latent attention's ranks
 and head dims (DeepSeek-V3, GLM-MoE-DSA) in place of ``head_dim``, and a sparse-attention indexer's width.
 Low-rank projection widths the sizes do not name keep the class default's share of its hidden size.
-Everything else the sizes leave out is ``models.testing.tiny_config``'s tiny value or the config class's
+Everything else the sizes leave out is ``modelgraft.models.testing.tiny_config``'s tiny value or the config class's
 default, which derives the per-layer lists (layer types, dense and sparse layers) for the benchmark's depth.
 """
 

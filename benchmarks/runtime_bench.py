@@ -1,6 +1,7 @@
 """Runtime benchmark on CPU: one training step (forward + backward) of each dense model, generated vs upstream.
+    from modelgraft import models
 
-Both sides are built from the same config, seed and state dict (``models.testing.build_pair``), fp32,
+Both sides are built from the same config, seed and state dict (``modelgraft.models.testing.build_pair``), fp32,
 eager attention, every op slot unbound (eager), so the generated class runs upstream numerics and any
 time difference is the cost of the patched code itself (slot guards, patched forwards).
 
@@ -18,7 +19,7 @@ Memory: each side in its own child process, the peak RSS growth over one trainin
 warm-up step (``benchmarks.peak_memory``): activations, gradients and temporaries of the step; the
 weights and the batch are in the baseline. No optimizer, so no optimizer state.
 
-Models are whatever ``models.MODELING_REGISTRY`` holds when the benchmark runs, so a new model joins
+Models are whatever ``modelgraft.models.MODELING_REGISTRY`` holds when the benchmark runs, so a new model joins
 without an edit here; sparse (MoE) and composite (VLM) configs are reported as skipped, as is a
 model whose generated module cannot be imported yet.
 """
@@ -100,9 +101,9 @@ def _prepare(model_type: str, sizes: RuntimeSizes):
     """Config, upstream class and generated class of ``model_type``'s causal LM, or Skip."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from models import MODEL_CONFIG_REGISTRY
-    from models.loader import get_model_class
-    from models.testing import tiny_config
+    from modelgraft.models import MODEL_CONFIG_REGISTRY
+    from modelgraft.models.loader import get_model_class
+    from modelgraft.models.testing import tiny_config
 
     architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
     if architecture is None:
@@ -136,8 +137,8 @@ def train_step(model, batch) -> float:
 
 
 def _time_model(model_type: str, sizes: RuntimeSizes, repeats: int) -> dict[str, Any]:
-    from models.ops import OpsConfig, bound_ops
-    from models.testing import build_pair, causal_lm_batch
+    from modelgraft.models.ops import OpsConfig, bound_ops
+    from modelgraft.models.testing import build_pair, causal_lm_batch
 
     config, upstream_cls, generated_cls = _prepare(model_type, sizes)
     pair = build_pair(config, upstream_cls, generated_cls, seed=0)
@@ -180,8 +181,8 @@ def _child_timing(model_types: Sequence[str], sizes: RuntimeSizes, repeats: int)
 
 def _child_memory(model_type: str, variant: str, sizes: RuntimeSizes) -> dict[str, Any]:
     from benchmarks.peak_memory import peak_memory
-    from models.ops import OpsConfig, bound_ops
-    from models.testing import causal_lm_batch, seed_everything
+    from modelgraft.models.ops import OpsConfig, bound_ops
+    from modelgraft.models.testing import causal_lm_batch, seed_everything
 
     config, upstream_cls, generated_cls = _prepare(model_type, sizes)
     seed_everything(0)
@@ -217,10 +218,10 @@ def child_main(argv: Sequence[str] | None = None) -> None:
 
 
 def registered_models() -> list[str]:
-    """Every model type the zoo registers (``import models`` is torch-free)."""
-    import models
+    """Every model type the zoo registers (importing ``modelgraft.models`` is torch-free)."""
+    from modelgraft.models import MODELING_REGISTRY
 
-    return list(models.MODELING_REGISTRY)
+    return list(MODELING_REGISTRY)
 
 
 def _timing_row(model_type: str, result: dict[str, Any]) -> Row:

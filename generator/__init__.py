@@ -3,6 +3,6 @@
 Never imports torch or transformers: upstream source is read from disk.
 """
 
-from generator.dsl import PatchConfig, create_patch_from_external
+from modelgraft.generator.dsl import PatchConfig, create_patch_from_external
 
 __all__ = ["PatchConfig", "create_patch_from_external"]

@@ -16,9 +16,9 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from generator.normalize.ruff import ruff_version
-from generator.output.write import write_atomic
-from generator.own_code import GENERATOR_ROOT
+from modelgraft.generator.normalize.ruff import ruff_version
+from modelgraft.generator.output.write import write_atomic
+from modelgraft.generator.own_code import GENERATOR_ROOT
 
 SCHEMA = 1
 

@@ -1,6 +1,6 @@
 """``patchgen`` and ``generate-all``: read the command line, run one mode (list, check, write), return its status.
 
-Exit statuses are those of every console script (``generator.entrypoint``): 0 ok, 1 drift (``--check``),
+Exit statuses are those of every console script (``modelgraft.generator.entrypoint``): 0 ok, 1 drift (``--check``),
 2 bad input or a failed check, 3 a bug in patchgen.
 """
 
@@ -13,13 +13,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator import drift
-from generator.cache import CheckCache
-from generator.discovery import LoadedConfig, Settings, config_module_from_arg, discover, find_settings, load_config
-from generator.entrypoint import ExitStatus, run_script
-from generator.errors import OrphanedOutputError, PatchgenError
-from generator.output.write import write_all
-from generator.progress import Progress
+from modelgraft.generator import drift
+from modelgraft.generator.cache import CheckCache
+from modelgraft.generator.discovery import (
+    LoadedConfig,
+    Settings,
+    config_module_from_arg,
+    discover,
+    find_settings,
+    load_config,
+)
+from modelgraft.generator.entrypoint import ExitStatus, run_script
+from modelgraft.generator.errors import OrphanedOutputError, PatchgenError
+from modelgraft.generator.output.write import write_all
+from modelgraft.generator.progress import Progress
 
 #: The statuses ``patchgen`` returns, under the names its callers and tests know them by.
 EXIT_OK, EXIT_DRIFT, EXIT_ERROR, EXIT_INTERNAL = (
@@ -67,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class Reporter:
-    """Plain lines on stdout; progress (``generator.progress``) is drawn on stderr, on a terminal only."""
+    """Plain lines on stdout; progress (``modelgraft.generator.progress``) is drawn on stderr, on a terminal only."""
 
     def __init__(self, verbose: bool) -> None:
         self.verbose = verbose
@@ -285,8 +292,8 @@ def _write(invocation: Invocation) -> int:
 
 def _generate(loaded_configs: list[LoadedConfig], settings: Settings, jobs: int | None) -> list:
     # Imported here: a --check that the cache answers never loads the pipeline, ruff or jinja.
-    from generator.context import RunContext
-    from generator.pipeline import generate
+    from modelgraft.generator.context import RunContext
+    from modelgraft.generator.pipeline import generate
 
     return generate(loaded_configs, RunContext(settings, jobs=jobs))
 

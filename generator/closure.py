@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from generator.errors import UpstreamError
-from generator.own_code import GENERATOR_ROOT
-from generator.upstream.locate import find_module, resolve_relative
+from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.own_code import GENERATOR_ROOT
+from modelgraft.generator.upstream.locate import find_module, resolve_relative
 
 
 def project_closure(path: Path, root: Path) -> list[Path]:

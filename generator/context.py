@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from generator.codegen.patch_source import ParsedFiles
-from generator.discovery import Settings
-from generator.upstream.index import UpstreamSources
+from modelgraft.generator.codegen.patch_source import ParsedFiles
+from modelgraft.generator.discovery import Settings
+from modelgraft.generator.upstream.index import UpstreamSources
 
 if TYPE_CHECKING:
     import jinja2
@@ -40,7 +40,7 @@ class RunContext:
     def templates(self) -> jinja2.Environment:
         """The snippet templates, loaded on first use (a run without snippets never imports jinja)."""
         if self._templates is None:
-            from generator import snippets
+            from modelgraft.generator import snippets
 
             self._templates = snippets.environment()
         return self._templates

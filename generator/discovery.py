@@ -7,14 +7,15 @@ torch/transformers at import time.  Every failure is an error, never a skip.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from generator.dsl.config import PatchConfig
-from generator.errors import ConfigLoadError, DiscoveryError, PatchgenError
+from modelgraft.generator.dsl.config import PatchConfig
+from modelgraft.generator.errors import ConfigLoadError, DiscoveryError, PatchgenError
 
 try:
     import tomllib
@@ -107,16 +108,68 @@ class LoadedConfig:
 
 
 def _reloaded(name: str, module_name: str, variable: str, path: Path, output_dir: Path) -> LoadedConfig:
-    module = importlib.import_module(module_name)
+    module = sys.modules.get(module_name) or _exec_config_file(module_name, path)
     return LoadedConfig(name, getattr(module, variable), module, path, output_dir)
 
 
-def _import(module_name: str, settings: Settings) -> ModuleType:
-    root = str(settings.root)
-    if root not in sys.path:
-        sys.path.insert(0, root)
+#: Configs are loaded from their files under this private prefix: a training repository's own ``models``
+#: package keeps its name, and nothing is added to ``sys.path``.
+CONFIG_MODULE_PREFIX = "_patchgen_config."
+
+
+def config_path_for(module_name: str, settings: Settings) -> Path:
+    """The file of a config named by its dotted path relative to the project root."""
+    return settings.root.joinpath(*module_name.split(".")).with_suffix(".py")
+
+
+def _parent_packages(module_name: str, path: Path) -> None:
+    """Stand-ins for the config's parent packages, so its relative imports resolve to its own folder.
+
+    Each is a bare module whose ``__path__`` is the folder; the folder's ``__init__.py`` is not run (a
+    training repository's package may import torch there, which generation never does).
+    """
+    parts = module_name.split(".")[:-1]
+    folders = [path.parent]
+    for _ in parts[1:]:
+        folders.insert(0, folders[0].parent)
+    for depth, folder in enumerate(folders, start=1):
+        name = ".".join(parts[:depth])
+        present = sys.modules.get(name)
+        if present is not None and list(getattr(present, "__path__", [])) == [str(folder)]:
+            continue
+        package = ModuleType(name, f"the folder {folder}, as patchgen loads configs from it")
+        package.__path__ = [str(folder)]
+        package.__package__ = name
+        sys.modules[name] = package
+
+
+def _exec_config_file(module_name: str, path: Path) -> ModuleType:
+    _parent_packages(module_name, path)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigLoadError(f"cannot be loaded from {path}", config=module_name)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
     try:
-        return importlib.import_module(module_name)
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+def _import(module_name: str, settings: Settings) -> ModuleType:
+    path = config_path_for(module_name, settings)
+    if not path.is_file():
+        raise ConfigLoadError(
+            f"no config file {path.relative_to(settings.root)} under {settings.root}", config=module_name
+        )
+    private_name = CONFIG_MODULE_PREFIX + module_name
+    loaded = sys.modules.get(private_name)
+    if loaded is not None and Path(loaded.__file__ or "") == path:
+        return loaded
+    try:
+        return _exec_config_file(private_name, path)
     except PatchgenError as exc:  # a misuse of the patch API already names the config's line (dsl.call_site)
         raise exc.with_context(config=module_name) from exc
     except Exception as exc:  # any failure of user code is a config error, never a skip

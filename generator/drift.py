@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from generator.discovery import Settings
+from modelgraft.generator.discovery import Settings
 
 if TYPE_CHECKING:  # the pipeline is imported only when something has to be generated
-    from generator.pipeline import GeneratedFile
+    from modelgraft.generator.pipeline import GeneratedFile
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ import traceback
 from collections.abc import Callable
 from enum import IntEnum
 
-from generator.discovery import find_settings
-from generator.errors import PatchgenError, UserError
+from modelgraft.generator.discovery import find_settings
+from modelgraft.generator.errors import PatchgenError, UserError
 
 
 class ExitStatus(IntEnum):

@@ -1,7 +1,7 @@
 """One typed hierarchy for every user-facing failure of the generator.
 
 Every check raises a subclass of :class:`PatchgenError`; only the console-script handler
-(``generator.entrypoint``) turns them into messages and exit status 2.  Each error names the config,
+(``modelgraft.generator.entrypoint``) turns them into messages and exit status 2.  Each error names the config,
 the target and the cause, so a failing CI log is actionable without re-running locally.
 """
 
@@ -51,7 +51,7 @@ def _rebuild(cls: type[PatchgenError], cause: str, config: str | None, target: s
 class PatchApiError(PatchgenError, ValueError):
     """A config calls the patch API wrongly; the message ends with the file and line of that call.
 
-    Raised while the config module is imported, from inside ``generator.dsl``: the location is the
+    Raised while the config module is imported, from inside ``modelgraft.generator.dsl``: the location is the
     config's line that made the call (or called the recipe that made it), never a line of the DSL.
     A ``ValueError`` too, as these misuses were before they had a type of their own.
     """

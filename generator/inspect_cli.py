@@ -3,7 +3,7 @@
 The scaffolder's defaults come from this report; printing it lets a user check the detected category,
 norm and MLP kinds and the reasons behind any refusal before scaffolding. ``--json`` gives the same
 data as ``ModelStructure.to_dict()``. Exit statuses are those of every console script
-(``generator.entrypoint``): 0 ok, 2 bad input (an unknown model), 3 a bug in the reader (a traceback is
+(``modelgraft.generator.entrypoint``): 0 ok, 2 bad input (an unknown model), 3 a bug in the reader (a traceback is
 printed).
 """
 
@@ -15,9 +15,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from generator.entrypoint import ExitStatus, run_script
-from generator.upstream.reader import read_model
-from generator.upstream.structure import ModelStructure
+from modelgraft.generator.entrypoint import ExitStatus, run_script
+from modelgraft.generator.upstream.reader import read_model
+from modelgraft.generator.upstream.structure import ModelStructure
 
 
 def build_parser() -> argparse.ArgumentParser:

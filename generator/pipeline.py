@@ -11,26 +11,26 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator.checks.dataclass_fields import check_dataclass_fields
-from generator.checks.docstrings import check_docstrings
-from generator.checks.exclusions import check_exclusions
-from generator.checks.names import check_imports_kept, check_undefined_names
-from generator.checks.signature import check_signatures
-from generator.checks.targets import check_targets
-from generator.closure import project_closure
-from generator.codegen.assemble import Assembler
-from generator.codegen.imports import merged_imports, requested_specs
-from generator.codegen.patch_source import PatchSource
-from generator.codegen.plan import Plan, build_plan
-from generator.context import RunContext
-from generator.discovery import LoadedConfig
-from generator.dsl.config import PatchConfig
-from generator.errors import PatchgenError
-from generator.normalize.ruff import normalize, ruff_version
-from generator.output.diff import unified_diff
-from generator.output.header import fingerprint, relative_name, render_header
-from generator.upstream.locate import distribution_version
-from generator.workers import map_configs
+from modelgraft.generator.checks.dataclass_fields import check_dataclass_fields
+from modelgraft.generator.checks.docstrings import check_docstrings
+from modelgraft.generator.checks.exclusions import check_exclusions
+from modelgraft.generator.checks.names import check_imports_kept, check_undefined_names
+from modelgraft.generator.checks.signature import check_signatures
+from modelgraft.generator.checks.targets import check_targets
+from modelgraft.generator.closure import project_closure
+from modelgraft.generator.codegen.assemble import Assembler
+from modelgraft.generator.codegen.imports import merged_imports, requested_specs
+from modelgraft.generator.codegen.patch_source import PatchSource
+from modelgraft.generator.codegen.plan import Plan, build_plan
+from modelgraft.generator.context import RunContext
+from modelgraft.generator.discovery import LoadedConfig
+from modelgraft.generator.dsl.config import PatchConfig
+from modelgraft.generator.errors import PatchgenError
+from modelgraft.generator.normalize.ruff import normalize, ruff_version
+from modelgraft.generator.output.diff import unified_diff
+from modelgraft.generator.output.header import fingerprint, relative_name, render_header
+from modelgraft.generator.upstream.locate import distribution_version
+from modelgraft.generator.workers import map_configs
 
 
 @dataclass(frozen=True)

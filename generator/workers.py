@@ -13,8 +13,8 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import TypeVar
 
-from generator.context import RunContext
-from generator.discovery import LoadedConfig
+from modelgraft.generator.context import RunContext
+from modelgraft.generator.discovery import LoadedConfig
 
 _Result = TypeVar("_Result")
 

@@ -3,15 +3,15 @@
 A model package is a folder of models/ that holds a patch config (``<m>_<backend>_patch_gen_config.py``,
 docs/adding-a-model.md); importing it registers the model. Packages are found on disk, so a new model,
 scaffolded or written by hand, needs no edit here. Model packages only call
-``models.registry.register_model`` with dotted strings, so this import stays free of torch and
+``modelgraft.models.registry.register_model`` with dotted strings, so this import stays free of torch and
 transformers and generation-time code can use it.
 """
 
 import importlib
 from pathlib import Path
 
-from models import import_hook
-from models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
+from modelgraft.models import import_hook
+from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
 
 # Generated modules are adopted as they are imported, so their classes load and save checkpoints
 # like upstream's (models/pretrained.py) however they are obtained.

@@ -39,7 +39,7 @@ rather than dropped (``UnsupportedAttentionError``, a ``ValueError``).
 :func:`register_fused_attention` registers the implementation and eager's mask builder with transformers;
 then ``from_pretrained(..., attn_implementation="fused_attention")`` or ``model.set_attn_implementation(
 "fused_attention")`` selects it, and the generated attention code stays upstream's (design section 3, as for
-Ulysses in ``models.distributed.ulysses``).
+Ulysses in ``modelgraft.models.distributed.ulysses``).
 """
 
 from __future__ import annotations

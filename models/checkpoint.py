@@ -3,12 +3,12 @@
 ``load_checkpoint(model, path)`` reads a ``.safetensors`` file, a folder of them, or a sharded folder
 with ``model.safetensors.index.json``. Tensors are read one by one with ``safetensors.safe_open`` and
 copied into the model's parameters and buffers right away, so the checkpoint is never held in memory
-as a whole; a converter (``models.converters``) may hold the pieces of one fused tensor until they are
+as a whole; a converter (``modelgraft.models.converters``) may hold the pieces of one fused tensor until they are
 complete. By default the converter registered for ``model.config.model_type`` is used, if any.
 
 ``read`` (optional) decides how each key is read from its open file: a whole tensor, part of one
 (``handle.get_slice(key)[...]``), or None to skip the key unread. The expert-parallel loader
-(``models.distributed.checkpoint``) uses it so that a rank reads only its own experts.
+(``modelgraft.models.distributed.checkpoint``) uses it so that a rank reads only its own experts.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Literal
 import torch
 from safetensors import safe_open
 
-from models.converters import CheckpointConverter, converter_for
+from modelgraft.models.converters import CheckpointConverter, converter_for
 
 __all__ = [
     "CheckpointError",

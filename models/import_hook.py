@@ -1,18 +1,18 @@
 """Adopt every generated modeling module as it is imported, however it is imported.
 
-A generated class must load and save checkpoints like upstream's (``models.pretrained``) whether it was
-obtained from the registry, from the loader, or by a plain ``from models.<m>.generated... import X``
+A generated class must load and save checkpoints like upstream's (``modelgraft.models.pretrained``) whether it was
+obtained from the registry, from the loader, or by a plain ``from modelgraft.models.<m>.generated... import X``
 (design: a generated class used directly behaves like upstream; nothing may depend on a step the user
 has to remember). The generated files themselves cannot call anything after their classes are defined,
 so a finder on ``sys.meta_path`` does it: for a module registered in ``MODELING_REGISTRY`` it wraps the
 loader that would have loaded it anyway, and after the module ran it calls
-``models.pretrained.adopt_generated_module`` and registers ``models.attention``'s ``"fused_attention"``
+``modelgraft.models.pretrained.adopt_generated_module`` and registers ``modelgraft.models.attention``'s ``"fused_attention"``
 with transformers, so ``from_pretrained(..., attn_implementation="fused_attention")`` works as soon as
 a generated class exists.
 
-This module is standard library only: ``import models`` installs the finder and must stay free of torch
-and transformers; ``models.pretrained`` is imported only once a generated module (which imports both
-anyway) has been executed; ``models.attention`` likewise.
+This module is standard library only: ``import modelgraft.models`` installs the finder and must stay free of torch
+and transformers; ``modelgraft.models.pretrained`` is imported only once a generated module (which imports both
+anyway) has been executed; ``modelgraft.models.attention`` likewise.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
-from models.registry import MODELING_REGISTRY
+from modelgraft.models.registry import MODELING_REGISTRY
 
 __all__ = ["GeneratedModuleFinder", "install"]
 
@@ -39,8 +39,8 @@ class _AdoptingLoader:
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
-        from models.attention import register_fused_attention
-        from models.pretrained import adopt_generated_module
+        from modelgraft.models.attention import register_fused_attention
+        from modelgraft.models.pretrained import adopt_generated_module
 
         adopt_generated_module(module)
         register_fused_attention()

@@ -13,9 +13,9 @@ from typing import Any
 import transformers
 from transformers import PreTrainedConfig, PreTrainedModel
 
-from models.ops import OpsConfig, bind_ops
-from models.ops.binding import attach_ops
-from models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY, UnknownEntryError
+from modelgraft.models.ops import OpsConfig, bind_ops
+from modelgraft.models.ops.binding import attach_ops
+from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY, UnknownEntryError
 
 __all__ = ["build_model", "get_model_class"]
 

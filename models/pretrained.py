@@ -28,7 +28,7 @@ class and the keys; ``strict=False`` is the explicit opt-out (upstream's behavio
 (``_keys_to_ignore_on_load_missing`` / ``_unexpected``, tied weights) are not reported, and size
 mismatches stay upstream's error (``ignore_mismatched_sizes=True`` is upstream's opt-out for those).
 
-Adoption happens on import of a generated module (``models.import_hook``), so a class behaves the same
+Adoption happens on import of a generated module (``modelgraft.models.import_hook``), so a class behaves the same
 whether it came from the registry, the loader or a plain import.
 """
 
@@ -41,7 +41,7 @@ from typing import Any
 
 from transformers import PreTrainedModel
 
-from models.checkpoint import CheckpointError, describe_key_problems
+from modelgraft.models.checkpoint import CheckpointError, describe_key_problems
 
 __all__ = ["adopt_generated_module", "is_adopted", "require_complete_load"]
 

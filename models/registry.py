@@ -1,7 +1,7 @@
 """Registries of models by HF ``model_type``: generated modeling modules, config and processor classes.
 
 Entries are dotted import paths, resolved only when looked up. Registration therefore costs nothing,
-so generation-time code (which must never import torch or transformers) can ``import models`` and see
+so generation-time code (which must never import torch or transformers) can ``import modelgraft.models`` and see
 every model, while run-time code pays for an import only when it asks for a class.
 """
 
@@ -53,7 +53,7 @@ def resolve_dotted(path: str) -> Any:
     """Import ``path`` as a module, or as an attribute of the longest importable module prefix.
 
     ``"transformers.Qwen3Config"`` and ``"transformers.models.qwen3.configuration_qwen3.Qwen3Config"``
-    both name a class; ``"models.qwen3.generated.patched_modeling_qwen3_gpu"`` names a module. A module
+    both name a class; ``"modelgraft.models.qwen3.generated.patched_modeling_qwen3_gpu"`` names a module. A module
     that exists but fails to import (a missing dependency inside it) raises its own error unchanged.
     """
     try:

@@ -2,10 +2,10 @@
 
 A scaffold is a directory with a ``.copier-answers.yml`` tracked by git. ``copier update`` leaves a
 conflict as ``<<<<<<<`` / ``>>>>>>>`` markers, a ``.rej`` file or an unmerged index entry and exits 0
-(``scaffold.conflicts``); this command finds them in every scaffold of the repository, or in the ones
+(``modelgraft.scaffold.conflicts``); this command finds them in every scaffold of the repository, or in the ones
 named, without changing anything.
 
-Exit statuses (``generator.entrypoint``, shared by every console script): 0 no conflict, 1 a conflict
+Exit statuses (``modelgraft.generator.entrypoint``, shared by every console script): 0 no conflict, 1 a conflict
 (each file to resolve is listed), 2 bad input (not inside a git repository, a directory that is not a
 scaffold), 3 a bug (a traceback is printed).
 """
@@ -18,10 +18,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from generator.entrypoint import ExitStatus, run_script
-from scaffold.conflicts import find_conflicts
-from scaffold.errors import ScaffoldError
-from scaffold.versions import ANSWERS_FILE
+from modelgraft.generator.entrypoint import ExitStatus, run_script
+from modelgraft.scaffold.conflicts import find_conflicts
+from modelgraft.scaffold.errors import ScaffoldError
+from modelgraft.scaffold.versions import ANSWERS_FILE
 
 
 def build_parser() -> argparse.ArgumentParser:

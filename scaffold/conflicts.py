@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from scaffold.errors import ScaffoldError
+from modelgraft.scaffold.errors import ScaffoldError
 
 #: A line that opens or closes a conflict block: ``<<<<<<< before updating`` / ``>>>>>>> after updating``.
 _MARKER = re.compile(rb"^(?:<{7}|>{7})(?: |$)", re.MULTILINE)

@@ -1,12 +1,12 @@
 """The scaffold tools' bad input: a repository, scaffold or template version they cannot work with.
 
-A :class:`~generator.errors.UserError`, so the shared console-script handler (``generator.entrypoint``)
+A :class:`~generator.errors.UserError`, so the shared console-script handler (``modelgraft.generator.entrypoint``)
 prints it as one line and exits 2, and tells it from a bug (3) or a conflict (1).
 """
 
 from __future__ import annotations
 
-from generator.errors import UserError
+from modelgraft.generator.errors import UserError
 
 
 class ScaffoldError(UserError):

@@ -1,7 +1,7 @@
 """The Jinja extension ``copier.yml`` loads: what the scaffold's questions and templates read from upstream.
 
 Copier renders defaults and files with Jinja; this extension gives them the upstream reader and the fit
-(``generator.upstream.reader``, ``generator.recipes.fit``) as globals and filters, so a copy asks only
+(``modelgraft.generator.upstream.reader``, ``modelgraft.generator.recipes.fit``) as globals and filters, so a copy asks only
 what upstream cannot say and every other answer defaults to what the reader found:
 
 - ``upstream(model)``: the structure report as a dict (``ModelStructure.to_dict()``);
@@ -25,11 +25,11 @@ from copier.errors import UserMessageError
 from jinja2 import Environment
 from jinja2.ext import Extension
 
-from generator.errors import PatchgenError
-from generator.recipes.fit import Fit, fit_model, guarded_slots
-from generator.recipes.render import recipe_call
-from generator.upstream.reader import read_model
-from generator.upstream.structure import ModelStructure
+from modelgraft.generator.errors import PatchgenError
+from modelgraft.generator.recipes.fit import Fit, fit_model, guarded_slots
+from modelgraft.generator.recipes.render import recipe_call
+from modelgraft.generator.upstream.reader import read_model
+from modelgraft.generator.upstream.structure import ModelStructure
 
 
 @lru_cache(maxsize=64)

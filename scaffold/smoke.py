@@ -1,6 +1,6 @@
 """The parity smoke check a fresh copy runs: one forward and backward on the tiny config, equal to upstream.
 
-``copier copy`` runs it as its last task (``python -m scaffold.smoke <model>``); when it fails, Copier
+``copier copy`` runs it as its last task (``python -m modelgraft.scaffold.smoke <model>``); when it fails, Copier
 removes the new directory, so a copy never leaves a model whose own tests would fail. It checks the
 causal LM with every slot eager (logits equal, loss and gradients close) and once more with the
 reference kernel bound in each slot the scaffold guards, which proves each guard passes upstream's
@@ -16,14 +16,19 @@ import traceback
 
 def smoke(model: str) -> None:
     """Raise AssertionError (or whatever upstream raises) unless the scaffold of ``model`` matches upstream."""
-    import importlib
+    from modelgraft.models.loader import get_model_class
+    from modelgraft.models.testing import (
+        EAGER_TOLERANCE,
+        assert_step_parity,
+        build_pair,
+        causal_lm_batch,
+        check_parity,
+        run_step,
+    )
+    from modelgraft.models.testing.declarations import parity_declaration
+    from modelgraft.models.testing.dense_suite import reference_kernels_bound
 
-    from models.loader import get_model_class
-    from models.testing import EAGER_TOLERANCE, assert_step_parity, build_pair, causal_lm_batch, check_parity, run_step
-    from models.testing.dense_suite import reference_kernels_bound
-
-    tests = importlib.import_module(f"models.{model}.tests.test_{model}_parity")
-    declaration = getattr(tests, model.upper())
+    declaration = parity_declaration(model)
     config = declaration.config()
     check_parity(config, declaration.causal_lm)
     pair = build_pair(
@@ -39,7 +44,7 @@ def smoke(model: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scaffold.smoke", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m modelgraft.scaffold.smoke", description=__doc__.splitlines()[0])
     parser.add_argument("model", help="the model package under models/")
     args = parser.parse_args(argv)
     try:

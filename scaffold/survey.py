@@ -7,8 +7,8 @@ of this repository, the survey does what a new user would:
     copier copy --trust --defaults -d model=<m> . models/<m>
     python -m pytest models/<m> -q -x -p no:cacheprovider
 
-and classifies the outcome (``scaffold.survey_classify``): pass, refused, broken or wrong, with the reason and
-the op slots the generated GPU modeling guards. A summary per category (from ``generator.upstream.reader``,
+and classifies the outcome (``modelgraft.scaffold.survey_classify``): pass, refused, broken or wrong, with the reason and
+the op slots the generated GPU modeling guards. A summary per category (from ``modelgraft.generator.upstream.reader``,
 run inside the clone) ends the run; ``--json`` writes every result, ``--markdown`` prints the tables as
 Markdown for docs/scaffolding.md.
 
@@ -43,7 +43,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from scaffold.survey_classify import (
+from modelgraft.scaffold.import_root import import_root
+from modelgraft.scaffold.survey_classify import (
     BROKEN,
     OUTCOMES,
     PASS,
@@ -129,15 +130,15 @@ _READER_SCRIPT = r"""
 import json, sys
 names = json.loads(sys.stdin.read())
 try:
-    import generator.upstream.reader as reader_module
+    import modelgraft.generator.upstream.reader as reader_module
     read_model = reader_module.read_model
 except ModuleNotFoundError as error:
-    if error.name not in ("generator.upstream.reader", "generator.upstream", "generator"):
-        result = {"reader": None, "error": f"generator.upstream.reader does not import: {type(error).__name__}: {error}"}
+    if error.name not in ("modelgraft.generator.upstream.reader", "modelgraft.generator.upstream", "generator"):
+        result = {"reader": None, "error": f"modelgraft.generator.upstream.reader does not import: {type(error).__name__}: {error}"}
     else:
-        result = {"reader": None, "error": "generator.upstream.reader is missing"}
+        result = {"reader": None, "error": "modelgraft.generator.upstream.reader is missing"}
 except Exception as error:
-    result = {"reader": None, "error": f"generator.upstream.reader does not import: {type(error).__name__}: {error}"}
+    result = {"reader": None, "error": f"modelgraft.generator.upstream.reader does not import: {type(error).__name__}: {error}"}
 else:
     models = {}
     for name in names:
@@ -197,7 +198,7 @@ def read_categories(clone: Path, names: Sequence[str], models_dir: Path, timeout
             check=False,
         )
     except subprocess.TimeoutExpired:
-        error = f"generator.upstream.reader took more than {timeout:g} s"
+        error = f"modelgraft.generator.upstream.reader took more than {timeout:g} s"
         payload: dict = {}
     else:
         lines = [line for line in result.stdout.splitlines() if line.startswith("SURVEY-JSON:")]
@@ -267,9 +268,9 @@ def make_clone(root: Path, dest: Path, *, from_worktree: bool) -> Path:
 
 
 def subprocess_env(clone: Path, threads: int | None = None) -> dict[str, str]:
-    """This environment, importing from the clone: PYTHONPATH is the clone, no pytest options leak in."""
+    """This environment, importing modelgraft from the clone (scaffold/import_root.py), no pytest options leak in."""
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTEST_ADDOPTS", "PYTHONHOME"}}
-    env.update(PYTHONPATH=str(clone), NO_COLOR="1", TERM="dumb", PYTHONUNBUFFERED="1")
+    env.update(PYTHONPATH=str(import_root(clone)), NO_COLOR="1", TERM="dumb", PYTHONUNBUFFERED="1")
     if threads is not None:
         for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(variable, str(threads))
@@ -284,7 +285,7 @@ def copier_command() -> list[str]:
 
 def check_imports(clone: Path) -> None:
     """The clone's processes must import the clone's generator and models, not the checkout the survey runs from."""
-    probe = "import generator, models; print(generator.__file__); print(models.__file__)"
+    probe = "import modelgraft.generator as g, modelgraft.models as m; print(g.__file__); print(m.__file__)"
     result = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=clone,
@@ -294,7 +295,9 @@ def check_imports(clone: Path) -> None:
         check=False,
     )
     if result.returncode != 0:
-        raise SurveyError(f"in the clone {clone}, `import generator, models` fails:\n{result.stderr.strip()}")
+        raise SurveyError(
+            f"in the clone {clone}, `import modelgraft.generator, modelgraft.models` fails:\n{result.stderr.strip()}"
+        )
     for line in result.stdout.split():
         if not Path(line).resolve().is_relative_to(clone.resolve()):
             raise SurveyError(f"in the clone {clone}, Python imports {line}: not the clone's (check PYTHONPATH)")
@@ -793,7 +796,7 @@ def _interrupt_on_sigterm():  # -> the previous handler, or None when not in the
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``scaffold-survey`` console script under the shared exit-status handler: a bug exits 3, not 1."""
     # Imported here: importing this module (as the survey's workers do) must not load the generator.
-    from generator.entrypoint import run_script
+    from modelgraft.generator.entrypoint import run_script
 
     return run_script("scaffold-survey", lambda: _survey(argv))
 

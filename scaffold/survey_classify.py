@@ -33,7 +33,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TASK_FAILED = re.compile(r"^Task '(.*)' returned non-zero exit status (-?\d+)\.?\s*$")
 #: The copy's last task (scaffold/smoke.py): one forward and backward of the new model against upstream. Its
 #: failure is a refusal (Copier removes the new directory), reported with a traceback by design.
-_SMOKE_TASK = re.compile(r"-m scaffold\.smoke\b")
+_SMOKE_TASK = re.compile(r"-m modelgraft.scaffold\.smoke\b")
 _SMOKE_MESSAGE = re.compile(r"^scaffold smoke check: ")
 _TEMPLATE_VERSION = re.compile(r"^Copying from template version (\S+)")
 #: Copier's report of one rendered path ("    create  tests/__init__.py").

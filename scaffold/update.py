@@ -1,7 +1,7 @@
 """``scaffold-update``: bring every scaffolded model to the current template version; a conflict fails.
 
 The template version is a commit id, never a tag (tags do not travel with this repository's clones):
-the last commit that changed ``copier.yml`` or ``template/`` (``scaffold.versions``). Each scaffold
+the last commit that changed ``copier.yml`` or ``template/`` (``modelgraft.scaffold.versions``). Each scaffold
 (``models/<m>/`` with a ``.copier-answers.yml``) records the version it was rendered from as ``_commit``.
 For each scaffold this command
 
@@ -12,13 +12,13 @@ For each scaffold this command
   template drift check expects;
 - otherwise runs ``copier update`` to the current version (``--vcs-ref`` picks another), then records
   its full id. Copier reports a conflicting update by leaving markers (or ``.rej`` files) behind and
-  exiting 0; this command looks for them (``scaffold.conflicts``) and fails, naming the files.
+  exiting 0; this command looks for them (``modelgraft.scaffold.conflicts``) and fails, naming the files.
 
 ``--adopt`` records the current version in scaffolds whose recorded version this repository lacks (the
 old ``v0.1.0`` tag), without rendering anything: for scaffolds known to match the current template.
 ``--check`` changes nothing and fails when a scaffold does not record the current version.
 
-Exit statuses (``generator.entrypoint``, shared by every console script): 0 every scaffold is current or
+Exit statuses (``modelgraft.generator.entrypoint``, shared by every console script): 0 every scaffold is current or
 was updated cleanly; 1 an update left a conflict (``--check``: a scaffold is not current); 2 bad input:
 nothing was changed (not inside a repository with ``copier.yml``, no commit holding the template, an
 unknown ``--vcs-ref``, a directory that is not a scaffold, a scaffold to update with uncommitted changes,
@@ -43,13 +43,13 @@ from copier import run_update
 from copier.errors import CopierError
 from plumbum import ProcessExecutionError
 
-from generator.entrypoint import ExitStatus, run_script
-from scaffold import versions
-from scaffold.conflicts import Conflict, find_conflicts
-from scaffold.errors import ScaffoldError
-from scaffold.versions import ANSWERS_FILE, TEMPLATE_PATHS
+from modelgraft.generator.entrypoint import ExitStatus, run_script
+from modelgraft.scaffold import versions
+from modelgraft.scaffold.conflicts import Conflict, find_conflicts
+from modelgraft.scaffold.errors import ScaffoldError
+from modelgraft.scaffold.versions import ANSWERS_FILE, TEMPLATE_PATHS
 
-#: The statuses scaffold-update returns (``generator.entrypoint``), under the names its tests know them by.
+#: The statuses scaffold-update returns (``modelgraft.generator.entrypoint``), under the names its tests know them by.
 EXIT_OK, EXIT_CONFLICT, EXIT_ERROR, EXIT_BUG = (
     ExitStatus.OK,
     ExitStatus.FINDINGS,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import ast
 
-from generator.codegen.plan import Plan
-from generator.errors import DataclassFieldError, UpstreamError
-from generator.upstream.index import ModuleIndex, UpstreamSources
+from modelgraft.generator.codegen.plan import Plan
+from modelgraft.generator.errors import DataclassFieldError, UpstreamError
+from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
 
 
 def dataclass_fields(sources: UpstreamSources, index: ModuleIndex, name: str) -> set[str] | None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ast
 
-from generator.checks.signature import parameters
-from generator.codegen.plan import Plan
-from generator.errors import DocstringError
-from generator.syntax import FUNCTION_NODES, decorator_name
+from modelgraft.generator.checks.signature import parameters
+from modelgraft.generator.codegen.plan import Plan
+from modelgraft.generator.errors import DocstringError
+from modelgraft.generator.syntax import FUNCTION_NODES, decorator_name
 
 
 def documented(docstring: str, name: str) -> bool:

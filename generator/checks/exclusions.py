@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from generator.codegen.exclusion import ROOTS
-from generator.codegen.plan import Plan
-from generator.errors import TargetError
+from modelgraft.generator.codegen.exclusion import ROOTS
+from modelgraft.generator.codegen.plan import Plan
+from modelgraft.generator.errors import TargetError
 
 
 def check_exclusions(plan: Plan) -> None:

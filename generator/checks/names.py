@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ast
 
-from generator.errors import ImportRemovedError, UndefinedNameError
-from generator.normalize.ruff import Diagnostic
-from generator.syntax import DEFINITION_NODES, import_bindings
+from modelgraft.generator.errors import ImportRemovedError, UndefinedNameError
+from modelgraft.generator.normalize.ruff import Diagnostic
+from modelgraft.generator.syntax import DEFINITION_NODES, import_bindings
 
 MAX_LISTED = 10
 

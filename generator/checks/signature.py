@@ -11,10 +11,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from generator.codegen.plan import Plan, ResolvedPatch
-from generator.dsl.patches import PatchKind
-from generator.errors import SignatureMismatchError
-from generator.syntax import FUNCTION_NODES, FunctionNode
+from modelgraft.generator.codegen.plan import Plan, ResolvedPatch
+from modelgraft.generator.dsl.patches import PatchKind
+from modelgraft.generator.errors import SignatureMismatchError
+from modelgraft.generator.syntax import FUNCTION_NODES, FunctionNode
 
 
 @dataclass(frozen=True)

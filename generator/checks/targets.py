@@ -1,13 +1,13 @@
 """Check 1: every patch, exclusion and dropped import names something upstream has, exactly once.
 
-Planning (``generator.codegen.plan.build_plan``) stops at the first record it cannot resolve and
+Planning (``modelgraft.generator.codegen.plan.build_plan``) stops at the first record it cannot resolve and
 records why; this check reports it.
 """
 
 from __future__ import annotations
 
-from generator.codegen.plan import Plan
-from generator.errors import TargetError
+from modelgraft.generator.codegen.plan import Plan
+from modelgraft.generator.errors import TargetError
 
 
 def check_targets(plan: Plan) -> None:

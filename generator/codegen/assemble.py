@@ -12,13 +12,20 @@ import ast
 import textwrap
 from dataclasses import dataclass, field
 
-from generator.codegen.patch_source import PatchSource, decorator_text, leading_comment_start
-from generator.codegen.plan import Plan, ResolvedPatch
-from generator.codegen.tokens import apply_edits, reindent, rename_definition
-from generator.dsl.patches import PatchKind
-from generator.syntax import DEFINITION_NODES, FUNCTION_NODES, IMPORT_NODES, bound_name, decorator_name, is_docstring
-from generator.upstream.index import ModuleIndex, defined_names, statement_start
-from generator.upstream.locate import resolve_relative
+from modelgraft.generator.codegen.patch_source import PatchSource, decorator_text, leading_comment_start
+from modelgraft.generator.codegen.plan import Plan, ResolvedPatch
+from modelgraft.generator.codegen.tokens import apply_edits, reindent, rename_definition
+from modelgraft.generator.dsl.patches import PatchKind
+from modelgraft.generator.syntax import (
+    DEFINITION_NODES,
+    FUNCTION_NODES,
+    IMPORT_NODES,
+    bound_name,
+    decorator_name,
+    is_docstring,
+)
+from modelgraft.generator.upstream.index import ModuleIndex, defined_names, statement_start
+from modelgraft.generator.upstream.locate import resolve_relative
 
 Edit = tuple[int, int, int, int, str]
 

@@ -4,7 +4,7 @@ References are read from the code that will be emitted: a patched member
 contributes its patch body's names, not upstream's, so a patch that stops
 using a helper lets an exclusion take that helper too.  Planning records the
 effects; whether a kept member still uses an excluded class is a check's call
-(``generator.checks.exclusions``).
+(``modelgraft.generator.checks.exclusions``).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from generator.syntax import FUNCTION_NODES, IMPORT_NODES
-from generator.upstream.index import ModuleIndex, defined_names
+from modelgraft.generator.syntax import FUNCTION_NODES, IMPORT_NODES
+from modelgraft.generator.upstream.index import ModuleIndex, defined_names
 
 if TYPE_CHECKING:
-    from generator.codegen.plan import Plan
+    from modelgraft.generator.codegen.plan import Plan
 
 ROOTS = "<module statements>"
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from generator.codegen.plan import Plan
-from generator.dsl.config import PatchConfig
-from generator.dsl.patches import ImportSpec
+from modelgraft.generator.codegen.plan import Plan
+from modelgraft.generator.dsl.config import PatchConfig
+from modelgraft.generator.dsl.patches import ImportSpec
 
 
 def requested_specs(config: PatchConfig, plan: Plan) -> list[ImportSpec]:

@@ -13,12 +13,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from generator.codegen.tokens import reindent
-from generator.dsl.config import PatchConfig
-from generator.dsl.patches import ImportSpec
-from generator.errors import PatchSourceError
-from generator.syntax import DEFINITION_NODES, IMPORT_NODES, DefinitionNode, is_docstring
-from generator.upstream.index import statement_start
+from modelgraft.generator.codegen.tokens import reindent
+from modelgraft.generator.dsl.config import PatchConfig
+from modelgraft.generator.dsl.patches import ImportSpec
+from modelgraft.generator.errors import PatchSourceError
+from modelgraft.generator.syntax import DEFINITION_NODES, IMPORT_NODES, DefinitionNode, is_docstring
+from modelgraft.generator.upstream.index import statement_start
 
 Definition = DefinitionNode
 # A run's parsed config files: path -> (lines, tree); kept by the run's context, never across runs.

@@ -4,7 +4,7 @@ Planning resolves every record of a config against upstream (which member it rep
 inherited method is defined), reads every body's source (config code or a rendered snippet) and
 works out which members an exclusion takes with it. What it cannot plan (a target upstream lacks, a
 body of the wrong kind) stops planning and is recorded as the plan's ``refusal``; judging a finished
-plan, and reporting a refusal, is ``generator.checks``.
+plan, and reporting a refusal, is ``modelgraft.generator.checks``.
 """
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ import ast
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, assert_never
 
-from generator import snippets
-from generator.codegen.exclusion import exclusion_effects
-from generator.codegen.patch_source import PatchSource, from_object, from_text
-from generator.codegen.tokens import rename_identifiers
-from generator.dsl.config import PatchConfig
-from generator.dsl.patches import Patch, PatchKind, SnippetRef
-from generator.errors import PatchgenError, PatchSourceError, SnippetError
-from generator.syntax import FUNCTION_NODES, DefinitionNode, import_bindings
-from generator.upstream.index import ModuleIndex
-from generator.upstream.member import UpstreamMember
+from modelgraft.generator import snippets
+from modelgraft.generator.codegen.exclusion import exclusion_effects
+from modelgraft.generator.codegen.patch_source import PatchSource, from_object, from_text
+from modelgraft.generator.codegen.tokens import rename_identifiers
+from modelgraft.generator.dsl.config import PatchConfig
+from modelgraft.generator.dsl.patches import Patch, PatchKind, SnippetRef
+from modelgraft.generator.errors import PatchgenError, PatchSourceError, SnippetError
+from modelgraft.generator.syntax import FUNCTION_NODES, DefinitionNode, import_bindings
+from modelgraft.generator.upstream.index import ModuleIndex
+from modelgraft.generator.upstream.member import UpstreamMember
 
 if TYPE_CHECKING:
-    from generator.context import RunContext
+    from modelgraft.generator.context import RunContext
 
 _WHOLE_MEMBER = (PatchKind.REPLACE_CLASS, PatchKind.EXTERNAL_CLASS, PatchKind.REPLACE_FUNCTION)
 

@@ -1,6 +1,6 @@
 """Where a config called the patch API: the file and line that a misuse of the DSL is reported at.
 
-A misuse is found inside ``generator.dsl`` (or inside a recipe of ``generator.recipes`` that calls it
+A misuse is found inside ``modelgraft.generator.dsl`` (or inside a recipe of ``modelgraft.generator.recipes`` that calls it
 for the config), but the line to fix is the config's own. The call stack is walked outward to the
 first frame whose code lies outside the ``generator`` package: the config's call, or its call of
 the recipe that made the bad call.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from generator.own_code import GENERATOR_ROOT
+from modelgraft.generator.own_code import GENERATOR_ROOT
 
 
 def call_site() -> str | None:

@@ -5,7 +5,7 @@ imports torch/transformers, so importing a config is cheap; all validation
 against upstream happens in generator.checks at generation time.  What can be
 wrong without upstream (a malformed target, a missing argument) is a
 :class:`~generator.errors.PatchApiError` at the call, naming the config's file
-and line (``generator.dsl.call_site``).
+and line (``modelgraft.generator.dsl.call_site``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from generator.dsl.call_site import call_site
-from generator.dsl.patches import Helper, ImportSpec, Patch, SnippetRef
-from generator.errors import PatchApiError
+from modelgraft.generator.dsl.call_site import call_site
+from modelgraft.generator.dsl.patches import Helper, ImportSpec, Patch, SnippetRef
+from modelgraft.generator.errors import PatchApiError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

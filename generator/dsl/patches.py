@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from generator.dsl.call_site import call_site
-from generator.errors import PatchApiError
+from modelgraft.generator.dsl.call_site import call_site
+from modelgraft.generator.errors import PatchApiError
 
 
 class PatchKind(StrEnum):

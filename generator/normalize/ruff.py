@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from generator.errors import NormalizationError
+from modelgraft.generator.errors import NormalizationError
 
 SETTINGS = Path(__file__).resolve().parent.parent / "ruff.toml"
 

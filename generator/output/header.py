@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
-from generator.dsl.config import PatchConfig
+from modelgraft.generator.dsl.config import PatchConfig
 
 # Bump when the output layout changes in a way the inputs cannot show.
 FORMAT_VERSION = "1"

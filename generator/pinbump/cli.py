@@ -1,6 +1,6 @@
 """``patchgen-pin``: fetch reference sources of a transformers version; survey signature drift.
 
-Exit statuses are those of every console script (``generator.entrypoint``): 0 ok (survey: no drift),
+Exit statuses are those of every console script (``modelgraft.generator.entrypoint``): 0 ok (survey: no drift),
 1 signature drift found, 2 bad input (an unknown config, a version pip cannot download), 3 a bug.
 """
 
@@ -11,11 +11,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from generator.discovery import config_module_from_arg, discover, find_settings, load_config
-from generator.entrypoint import ExitStatus, run_script
-from generator.pinbump.fetch import DEFAULT_WORKSPACE, fetch_reference
-from generator.pinbump.survey import render, survey
-from generator.upstream.locate import distribution_version, package_root
+from modelgraft.generator.discovery import config_module_from_arg, discover, find_settings, load_config
+from modelgraft.generator.entrypoint import ExitStatus, run_script
+from modelgraft.generator.pinbump.fetch import DEFAULT_WORKSPACE, fetch_reference
+from modelgraft.generator.pinbump.survey import render, survey
+from modelgraft.generator.upstream.locate import distribution_version, package_root
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from generator.errors import PatchgenError
+from modelgraft.generator.errors import PatchgenError
 
 DEFAULT_WORKSPACE = ".patchgen_workspace"
 

@@ -12,11 +12,11 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from generator.checks.signature import Param, parameters
-from generator.discovery import LoadedConfig
-from generator.errors import UpstreamError
-from generator.syntax import FUNCTION_NODES
-from generator.upstream.index import UpstreamSources
+from modelgraft.generator.checks.signature import Param, parameters
+from modelgraft.generator.discovery import LoadedConfig
+from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.syntax import FUNCTION_NODES
+from modelgraft.generator.upstream.index import UpstreamSources
 
 
 @dataclass(frozen=True)

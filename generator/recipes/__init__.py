@@ -1,7 +1,7 @@
 """Category recipes: one call that applies every snippet a model category shares, and the parts they guard."""
 
-from generator.recipes.dense import dense_text
-from generator.recipes.moe import moe_text
-from generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
+from modelgraft.generator.recipes.dense import dense_text
+from modelgraft.generator.recipes.moe import moe_text
+from modelgraft.generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
 
 __all__ = ["CallSites", "Experts", "LossHead", "Mlp", "Norm", "Rope", "Router", "dense_text", "moe_text"]

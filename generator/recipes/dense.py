@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from generator.dsl.call_site import call_site
-from generator.dsl.config import PatchConfig
-from generator.errors import PatchApiError
-from generator.recipes.parts import CallSites, LossHead, Mlp, Norm, Rope
+from modelgraft.generator.dsl.call_site import call_site
+from modelgraft.generator.dsl.config import PatchConfig
+from modelgraft.generator.errors import PatchApiError
+from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm, Rope
 
 
 def _named(template: str, prefix: str) -> str:

@@ -1,7 +1,7 @@
 """Which recipe call a model's upstream structure calls for, or why no scaffold can be made for it.
 
 The scaffolder reads, it does not ask: :func:`fit_model` turns the reader's report
-(:class:`generator.upstream.structure.ModelStructure`) into the recipe arguments a config passes
+(:class:`modelgraft.generator.upstream.structure.ModelStructure`) into the recipe arguments a config passes
 (recorded as Copier answers, rendered as an explicit call), the slots the result guards, what stays
 upstream's code and why, and the structures that make a scaffold impossible. A guard is planned only
 for a formulation the reader recognised exactly, so a scaffold never computes something else than
@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from generator.recipes.parts import ROUTER_OPTIONS, Router, router_roles
-from generator.upstream.structure import MlpInfo, ModelStructure
+from modelgraft.generator.recipes.parts import ROUTER_OPTIONS, Router, router_roles
+from modelgraft.generator.upstream.structure import MlpInfo, ModelStructure
 
 DOCS = "docs/adding-a-model.md#hand-written-patches"
 

@@ -5,7 +5,7 @@ A MoE config is then one PatchConfig plus one :func:`moe_text` call. What a MoE 
 router (softmax top-k or sigmoid group-limited, whatever upstream computes), shared experts and their
 gates, and ``_can_record_outputs`` recording the router logits. The recipe adds:
 
-- the dense pieces, same snippets as :func:`generator.recipes.dense_text` (norms, the MLPs of dense
+- the dense pieces, same snippets as :func:`modelgraft.generator.recipes.dense_text` (norms, the MLPs of dense
   layers and shared experts, RoPE, the classification head);
 - ``moe_experts_guard``: the sparse block's call of its routed experts behind ``moe_experts_slot``;
 - ``<kind>_router_guard`` for a ``router``: its forward behind the router slot of its kind, DeepSeek-V3's
@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from generator.dsl.call_site import call_site
-from generator.dsl.config import PatchConfig
-from generator.errors import PatchApiError
-from generator.recipes.dense import (
+from modelgraft.generator.dsl.call_site import call_site
+from modelgraft.generator.dsl.config import PatchConfig
+from modelgraft.generator.errors import PatchApiError
+from modelgraft.generator.recipes.dense import (
     _named,
     apply_call_sites,
     apply_causal_lm,
@@ -34,7 +34,7 @@ from generator.recipes.dense import (
     apply_rope,
     apply_sequence_classification,
 )
-from generator.recipes.parts import (
+from modelgraft.generator.recipes.parts import (
     ROUTER_OPTIONS,
     ROUTER_ROLES,
     CallSites,

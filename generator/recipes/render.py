@@ -11,9 +11,9 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-from generator.errors import PatchgenError
-from generator.normalize.ruff import ruff_binary
-from generator.recipes.parts import Router
+from modelgraft.generator.errors import PatchgenError
+from modelgraft.generator.normalize.ruff import ruff_binary
+from modelgraft.generator.recipes.parts import Router
 
 LINE_LENGTH = 119
 #: Experts fields beyond the activation, written only when the fit set them (a gate-first block has none).
@@ -61,7 +61,7 @@ def _router_fields(router: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
-    """(import line, call) of the recipe for ``arguments`` (see :func:`generator.recipes.fit.fit_model`)."""
+    """(import line, call) of the recipe for ``arguments`` (see :func:`modelgraft.generator.recipes.fit.fit_model`)."""
     recipe = "moe_text" if category == "moe" else "dense_text"
     parts = {"LossHead"}
     lines = [f"{recipe}(", "    config,", f"    prefix={prefix!r},"]
@@ -129,7 +129,7 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
     if arguments.get("base_model"):
         lines.append(f"    base_model={arguments['base_model']!r},")
     lines.append(")")
-    imports = f"from generator.recipes import {', '.join(sorted(parts) + [recipe])}"
+    imports = f"from modelgraft.generator.recipes import {', '.join(sorted(parts) + [recipe])}"
     return imports, format_source("\n".join(lines) + "\n").rstrip("\n")
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from generator.dsl.patches import SnippetRef
-from generator.errors import SnippetError
-from generator.upstream.member import UpstreamMember
+from modelgraft.generator.dsl.patches import SnippetRef
+from modelgraft.generator.errors import SnippetError
+from modelgraft.generator.upstream.member import UpstreamMember
 
 if TYPE_CHECKING:
     import jinja2

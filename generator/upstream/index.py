@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from generator.errors import UpstreamError
-from generator.syntax import DEFINITION_NODES, FUNCTION_NODES, FunctionNode
-from generator.upstream.locate import module_path, package_root, resolve_relative
+from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.syntax import DEFINITION_NODES, FUNCTION_NODES, FunctionNode
+from modelgraft.generator.upstream.locate import module_path, package_root, resolve_relative
 
 
 def statement_start(node: ast.stmt) -> int:

@@ -10,7 +10,7 @@ import importlib.metadata
 import importlib.util
 from pathlib import Path
 
-from generator.errors import UpstreamError
+from modelgraft.generator.errors import UpstreamError
 
 
 def package_root(top_level: str) -> Path:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from generator.errors import SnippetError
-from generator.upstream.index import ModuleIndex
+from modelgraft.generator.errors import SnippetError
+from modelgraft.generator.upstream.index import ModuleIndex
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers")
 

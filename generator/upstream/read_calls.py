@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ast
 
-from generator.upstream.source import ModelSource, calls_in, is_self_attr
-from generator.upstream.structure import CallSites
+from modelgraft.generator.upstream.source import ModelSource, calls_in, is_self_attr
+from modelgraft.generator.upstream.structure import CallSites
 
 
 def _layer_norm(source: ModelSource, value: ast.expr) -> bool:

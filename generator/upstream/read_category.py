@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from generator.upstream.source import ModelSource, called_name
+from modelgraft.generator.upstream.source import ModelSource, called_name
 
 # Class names that only state-space / recurrent / convolutional mixers carry.
 # Matched against the class name with the model's own prefix removed (recurrent_gemma's "RecurrentGemmaRMSNorm"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from generator.errors import UpstreamError
-from generator.upstream.index import ModuleIndex, UpstreamSources
-from generator.upstream.source import ModelSource, dotted
+from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
+from modelgraft.generator.upstream.source import ModelSource, dotted
 
 _KEPT_CLASS_ATTRIBUTES = ("attribute_map",)
 

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from generator.upstream.index import ModuleIndex
-from generator.upstream.locate import module_path
+from modelgraft.generator.upstream.index import ModuleIndex
+from modelgraft.generator.upstream.locate import module_path
 
 MODULE = "transformers.conversion_mapping"
 _PER_EXPERT = re.compile(r"experts\.\*\.(\w+)\.weight$")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import ast
 
-from generator.upstream.shapes import expr_binding, match_body
-from generator.upstream.source import ModelSource, called_name, calls_in, dotted, is_self_attr
-from generator.upstream.structure import CausalLmInfo, Multipliers, SequenceClassificationInfo
+from modelgraft.generator.upstream.shapes import expr_binding, match_body
+from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, dotted, is_self_attr
+from modelgraft.generator.upstream.structure import CausalLmInfo, Multipliers, SequenceClassificationInfo
 
 HEAD_SUFFIXES = {
     "causal_lm": "ForCausalLM",

@@ -10,9 +10,9 @@ from __future__ import annotations
 import ast
 import re
 
-from generator.upstream.shapes import attr_binding, match_body, strip_docstring
-from generator.upstream.source import ModelSource, dotted, is_self_attr
-from generator.upstream.structure import MlpInfo
+from modelgraft.generator.upstream.shapes import attr_binding, match_body, strip_docstring
+from modelgraft.generator.upstream.source import ModelSource, dotted, is_self_attr
+from modelgraft.generator.upstream.structure import MlpInfo
 
 _MLP_NAME = re.compile(r"(MLP|Mlp)$")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from generator.upstream.shapes import attr_binding, match_body, strip_docstring
-from generator.upstream.source import ModelSource, called_name, calls_in, is_self_attr
-from generator.upstream.structure import ExpertsInfo, MoeInfo, RouterInfo, SharedExpertsInfo
+from modelgraft.generator.upstream.shapes import attr_binding, match_body, strip_docstring
+from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, is_self_attr
+from modelgraft.generator.upstream.structure import ExpertsInfo, MoeInfo, RouterInfo, SharedExpertsInfo
 
 #: The softmax-then-top-k router bodies softmax_topk_router_slot recomputes, each with the slot options that
 #: make its kernel follow that body op for op (the slot's own defaults are the first body's; the fit writes

@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 import re
 
-from generator.upstream.shapes import attr_binding, expr_binding, match_body, strip_docstring
-from generator.upstream.source import ModelSource, called_name
-from generator.upstream.structure import NormInfo
+from modelgraft.generator.upstream.shapes import attr_binding, expr_binding, match_body, strip_docstring
+from modelgraft.generator.upstream.source import ModelSource, called_name
+from modelgraft.generator.upstream.structure import NormInfo
 
 _NORM_NAME = re.compile(r"(RMSNorm|LayerNorm|Norm)$")
 

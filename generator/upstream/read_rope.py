@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import ast
 
-from generator.upstream.shapes import match_body
-from generator.upstream.source import ModelSource
-from generator.upstream.structure import RopeInfo
+from modelgraft.generator.upstream.shapes import match_body
+from modelgraft.generator.upstream.source import ModelSource
+from modelgraft.generator.upstream.structure import RopeInfo
 
 _APPLY = """
 P_cos = P_cos.unsqueeze(P_dim)

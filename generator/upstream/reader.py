@@ -12,20 +12,25 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from generator.errors import UpstreamError
-from generator.upstream.index import UpstreamSources
-from generator.upstream.locate import package_root
-from generator.upstream.read_calls import read_call_sites
-from generator.upstream.read_category import classify
-from generator.upstream.read_config import read_config
-from generator.upstream.read_conversion import expert_conversion
-from generator.upstream.read_heads import read_causal_lm, read_heads, read_multipliers, read_sequence_classification
-from generator.upstream.read_mlps import read_mlps
-from generator.upstream.read_moe import experts_holders, read_moe
-from generator.upstream.read_norms import read_norms
-from generator.upstream.read_rope import read_rope
-from generator.upstream.source import ModelSource
-from generator.upstream.structure import ModelStructure, MoeInfo
+from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.upstream.index import UpstreamSources
+from modelgraft.generator.upstream.locate import package_root
+from modelgraft.generator.upstream.read_calls import read_call_sites
+from modelgraft.generator.upstream.read_category import classify
+from modelgraft.generator.upstream.read_config import read_config
+from modelgraft.generator.upstream.read_conversion import expert_conversion
+from modelgraft.generator.upstream.read_heads import (
+    read_causal_lm,
+    read_heads,
+    read_multipliers,
+    read_sequence_classification,
+)
+from modelgraft.generator.upstream.read_mlps import read_mlps
+from modelgraft.generator.upstream.read_moe import experts_holders, read_moe
+from modelgraft.generator.upstream.read_norms import read_norms
+from modelgraft.generator.upstream.read_rope import read_rope
+from modelgraft.generator.upstream.source import ModelSource
+from modelgraft.generator.upstream.structure import ModelStructure, MoeInfo
 
 _TOP = "transformers"
 _FEED_FORWARD_ATTRS = ("mlp", "feed_forward", "ffn", "block_sparse_moe")

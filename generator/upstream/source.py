@@ -11,8 +11,8 @@ import ast
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from generator.syntax import DEFINITION_NODES
-from generator.upstream.index import ModuleIndex, UpstreamSources
+from modelgraft.generator.syntax import DEFINITION_NODES
+from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
 
 
 def dotted(node: ast.AST) -> str:

@@ -25,8 +25,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from models.converters.base import ConversionError
-from models.converters.moe import FusedExpertsConverter
+from modelgraft.models.converters.base import ConversionError
+from modelgraft.models.converters.moe import FusedExpertsConverter
 
 if TYPE_CHECKING:
     import torch
@@ -45,7 +45,7 @@ class DeepseekCheckpointConverter:
     the MTP module, dropped before any of their experts is buffered. A key of a layer past those is left
     to the loader, which reports it as not in the model. ``model`` names the model in error messages.
     The experts-range methods delegate to the fusing converter, so expert-parallel loading reads only a
-    rank's own experts (``models.distributed.checkpoint``).
+    rank's own experts (``modelgraft.models.distributed.checkpoint``).
     """
 
     def __init__(self, experts: FusedExpertsConverter, *, num_hidden_layers: int, mtp_layers: int, model: str) -> None:

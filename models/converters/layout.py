@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from models.converters.base import ConversionError
+from modelgraft.models.converters.base import ConversionError
 
 __all__ = ["LAYOUTS", "LayoutEvidence", "swapped"]
 

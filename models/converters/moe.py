@@ -17,7 +17,7 @@ per-expert pieces of a layer and emits a fused tensor as soon as all E experts o
 most one layer's experts are held at a time. Already-fused keys pass through; fused tensors stored
 transposed (``[E, H, 2I]`` / ``[E, I, H]``, the layout some exporters and VL-MoE checkpoints use) and
 transposed per-expert pieces are transposed back. Which way round a tensor is stored is never read off
-its shape alone (``models.converters.layout``): the shapes the config's sizes give tell the two apart
+its shape alone (``modelgraft.models.converters.layout``): the shapes the config's sizes give tell the two apart
 unless ``H == 2I`` (gate_up) or ``H == I`` (down, per-expert pieces); such a tensor takes the declared
 ``layout``, or, undeclared, the layout the checkpoint's other expert tensors show (a fused tensor waits
 for one; ``finalize`` raises if none did). Per-expert pieces that nothing settles are ``nn.Linear``
@@ -28,7 +28,7 @@ Under expert parallelism a rank holds only experts ``[start, stop)`` of every la
 drops the per-expert pieces of other experts, and takes fused tensors either already sliced to its
 experts or whole (it slices them). ``expert_of(key)`` tells a loader which expert a per-expert key
 holds, so that it can skip other ranks' experts without reading them
-(``models.distributed.checkpoint``).
+(``modelgraft.models.distributed.checkpoint``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from models.converters.base import ConversionError
-from models.converters.layout import LayoutEvidence
+from modelgraft.models.converters.base import ConversionError
+from modelgraft.models.converters.layout import LayoutEvidence
 
 __all__ = ["FusedExpertsConverter"]
 

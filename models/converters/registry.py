@@ -1,6 +1,6 @@
 """model_type -> dotted path of a converter factory ``factory(config) -> CheckpointConverter``.
 
-Registration stores a string and imports nothing, so ``import models`` stays free of torch; the
+Registration stores a string and imports nothing, so ``import modelgraft.models`` stays free of torch; the
 factory is imported when a converter is requested for a config.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from models.registry import FactoryRegistry, resolve_dotted
+from modelgraft.models.registry import FactoryRegistry, resolve_dotted
 
 if TYPE_CHECKING:
-    from models.converters.base import CheckpointConverter
+    from modelgraft.models.converters.base import CheckpointConverter
 
 __all__ = ["CONVERTER_REGISTRY", "converter_for", "register_converter", "unregister_converter"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from models.converters.deepseek import DeepseekCheckpointConverter, per_expert_state_dict
-from models.converters.moe import FusedExpertsConverter
+from modelgraft.models.converters.deepseek import DeepseekCheckpointConverter, per_expert_state_dict
+from modelgraft.models.converters.moe import FusedExpertsConverter
 
 if TYPE_CHECKING:
     import torch

@@ -6,8 +6,8 @@ Left as upstream's code (no snippet covers them):
   leaves as upstream has it
 """
 
-from generator import PatchConfig
-from generator.recipes import Experts, LossHead, Mlp, Norm, Router, moe_text
+from modelgraft.generator import PatchConfig
+from modelgraft.generator.recipes import Experts, LossHead, Mlp, Norm, Router, moe_text
 
 config = PatchConfig(
     source_module="transformers.models.deepseek_v3.modeling_deepseek_v3",

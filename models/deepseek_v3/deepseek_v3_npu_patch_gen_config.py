@@ -5,8 +5,9 @@ sibling inherits every patch and differs in its target file; on Ascend the
 "npu" kernel family (torch_npu RMSNorm, SwiGLU, RoPE) is bound to those slots.
 """
 
-from generator import PatchConfig
-from models.deepseek_v3.deepseek_v3_gpu_patch_gen_config import config as gpu_config
+from modelgraft.generator import PatchConfig
+
+from .deepseek_v3_gpu_patch_gen_config import config as gpu_config
 
 config = PatchConfig(
     source_module="transformers.models.deepseek_v3.modeling_deepseek_v3",

@@ -1,14 +1,14 @@
 """DeepSeek-V4: generated modeling registered under HF model_type "deepseek_v4", with its checkpoint converter."""
 
-from models.converters.registry import register_converter
-from models.registry import register_model
+from modelgraft.models.converters.registry import register_converter
+from modelgraft.models.registry import register_model
 
 register_model(
     "deepseek_v4",
     modeling={
-        "gpu": "models.deepseek_v4.generated.patched_modeling_deepseek_v4_gpu",
-        "npu": "models.deepseek_v4.generated.patched_modeling_deepseek_v4_npu",
+        "gpu": "modelgraft.models.deepseek_v4.generated.patched_modeling_deepseek_v4_gpu",
+        "npu": "modelgraft.models.deepseek_v4.generated.patched_modeling_deepseek_v4_npu",
     },
     config="transformers.DeepseekV4Config",
 )
-register_converter("deepseek_v4", "models.deepseek_v4.checkpoint.checkpoint_converter")
+register_converter("deepseek_v4", "modelgraft.models.deepseek_v4.checkpoint.checkpoint_converter")

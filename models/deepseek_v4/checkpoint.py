@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from models.converters.base import ConversionError
-from models.converters.moe import FusedExpertsConverter
+from modelgraft.models.converters.base import ConversionError
+from modelgraft.models.converters.moe import FusedExpertsConverter
 
 if TYPE_CHECKING:
     from transformers import DeepseekV4Config

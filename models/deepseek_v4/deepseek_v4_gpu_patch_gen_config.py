@@ -36,8 +36,8 @@ Left as upstream's code, with the reason:
 - No sequence classification head exists upstream.
 """
 
-from generator import PatchConfig
-from generator.recipes import Experts, LossHead, Norm, moe_text
+from modelgraft.generator import PatchConfig
+from modelgraft.generator.recipes import Experts, LossHead, Norm, moe_text
 
 config = PatchConfig(
     source_module="transformers.models.deepseek_v4.modeling_deepseek_v4",

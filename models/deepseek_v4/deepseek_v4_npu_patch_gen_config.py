@@ -5,8 +5,9 @@ and differs in its target file; on Ascend the "npu" kernel family is bound to th
 the others run upstream's code or a portable kernel.
 """
 
-from generator import PatchConfig
-from models.deepseek_v4.deepseek_v4_gpu_patch_gen_config import config as gpu_config
+from modelgraft.generator import PatchConfig
+
+from .deepseek_v4_gpu_patch_gen_config import config as gpu_config
 
 config = PatchConfig(
     source_module="transformers.models.deepseek_v4.modeling_deepseek_v4",

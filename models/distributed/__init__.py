@@ -12,7 +12,7 @@ Everything is applied from outside the generated modeling, torchtitan-style, ove
     apply_fsdp(model, state, param_dtype=torch.bfloat16)
     out = model(**shard_sequence(batch, state))        # out.loss: the loss of the global batch
 
-See docs/distributed.md. Importing this package imports torch; ``import models`` does not import it.
+See docs/distributed.md. Importing this package imports torch; ``import modelgraft.models`` does not import it.
 """
 
 from __future__ import annotations
@@ -23,20 +23,20 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from models.distributed.checkpoint import load_expert_parallel_checkpoint
-from models.distributed.expert_parallel import (
+from modelgraft.models.distributed.checkpoint import load_expert_parallel_checkpoint
+from modelgraft.models.distributed.expert_parallel import (
     ExpertShard,
     apply_expert_parallel,
     expert_shards,
     full_tensor,
     validate_parallel_plan,
 )
-from models.distributed.fsdp import apply_fsdp, decoder_layers, mixed_precision
-from models.distributed.mesh import ParallelConfigError, ParallelState, parallel_sizes
-from models.distributed.sequence import gather_sequence, scatter_sequence, sequence_slice, shard_sequence
-from models.distributed.sparse_indexer import INNER_INDEXERS
-from models.distributed.ulysses import register_ulysses
-from models.ops import OpsConfig
+from modelgraft.models.distributed.fsdp import apply_fsdp, decoder_layers, mixed_precision
+from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState, parallel_sizes
+from modelgraft.models.distributed.sequence import gather_sequence, scatter_sequence, sequence_slice, shard_sequence
+from modelgraft.models.distributed.sparse_indexer import INNER_INDEXERS
+from modelgraft.models.distributed.ulysses import register_ulysses
+from modelgraft.models.ops import OpsConfig
 
 __all__ = [
     "ExpertShard",

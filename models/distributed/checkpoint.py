@@ -1,6 +1,6 @@
 """Load a safetensors checkpoint into an expert-parallel model, each rank reading only its own experts.
 
-:func:`load_expert_parallel_checkpoint` is :func:`models.checkpoint.load_checkpoint` for a model that
+:func:`load_expert_parallel_checkpoint` is :func:`modelgraft.models.checkpoint.load_checkpoint` for a model that
 :func:`~models.distributed.expert_parallel.apply_expert_parallel` has already sharded: every planned
 parameter is this rank's chunk, and the :class:`~models.distributed.expert_parallel.ExpertShard` recorded
 for it says which one (the plan's ``shard(d)`` dim, the ep rank and size, the global shape). For each key
@@ -30,11 +30,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from models.checkpoint import CheckpointError, LoadResult, load_checkpoint
-from models.converters import ChainedConverter, CheckpointConverter, ConversionError, converter_for
-from models.converters.moe import _ranges
-from models.distributed.expert_parallel import ExpertShard, expert_shards
-from models.distributed.mesh import ParallelConfigError
+from modelgraft.models.checkpoint import CheckpointError, LoadResult, load_checkpoint
+from modelgraft.models.converters import ChainedConverter, CheckpointConverter, ConversionError, converter_for
+from modelgraft.models.converters.moe import _ranges
+from modelgraft.models.distributed.expert_parallel import ExpertShard, expert_shards
+from modelgraft.models.distributed.mesh import ParallelConfigError
 
 __all__ = ["load_expert_parallel_checkpoint", "local_expert_range"]
 
@@ -134,7 +134,7 @@ def load_expert_parallel_checkpoint(
     this rank's experts.
 
     Call it after ``apply_expert_parallel(model, state)`` and before ``apply_fsdp``, on every rank (no
-    collective is involved). ``converter`` and ``strict`` are as in :func:`models.checkpoint.load_checkpoint`;
+    collective is involved). ``converter`` and ``strict`` are as in :func:`modelgraft.models.checkpoint.load_checkpoint`;
     a model that was not sharded loads exactly as there. Returns the :class:`~models.checkpoint.LoadResult`
     of this rank; keys of other ranks' experts are in none of its fields.
     """

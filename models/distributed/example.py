@@ -1,7 +1,7 @@
 """Train a tiny Qwen3-MoE for a few steps with FSDP2, expert parallelism and Ulysses, on CPU processes.
 
-    python -m models.distributed.example --nproc 4 --sp 2 --ep 2 --steps 5
-    torchrun --nproc-per-node 4 -m models.distributed.example --sp 2 --ep 2 --steps 5
+    python -m modelgraft.models.distributed.example --nproc 4 --sp 2 --ep 2 --steps 5
+    torchrun --nproc-per-node 4 -m modelgraft.models.distributed.example --sp 2 --ep 2 --steps 5
 
 Without torchrun's environment the script starts ``--nproc`` ranks itself (``launch.spawn``); under
 torchrun it is one of the ranks. Rank 0 prints the loss of the global batch after every step.
@@ -16,7 +16,7 @@ import warnings
 
 import torch
 
-from models.distributed import (
+from modelgraft.models.distributed import (
     ParallelState,
     apply_expert_parallel,
     apply_fsdp,
@@ -24,9 +24,9 @@ from models.distributed import (
     register_ulysses,
     shard_sequence,
 )
-from models.distributed.launch import spawn
-from models.loader import build_model
-from models.ops import OpsConfig, bind_ops
+from modelgraft.models.distributed.launch import spawn
+from modelgraft.models.loader import build_model
+from modelgraft.models.ops import OpsConfig, bind_ops
 
 
 def tiny_qwen3_moe(attn_implementation: str) -> torch.nn.Module:

@@ -13,7 +13,7 @@ the kernel bound there (:func:`moe_experts`, kernel ``ep_alltoall``) does what t
    pairs are one contiguous block, and exchange the per-expert counts (``all_to_all_single``);
 2. send every pair's hidden state to the rank holding its expert (``all_to_all_single``, uneven splits);
 3. run the received rows through the local experts with the pure-torch grouped kernel
-   (``models.ops.kernels.grouped_experts``), each row a top-1 choice of weight 1;
+   (``modelgraft.models.ops.kernels.grouped_experts``), each row a top-1 choice of weight 1;
 4. send the results back (the inverse all-to-all), weight them by the router and sum each token's K.
 
 Gradients follow the same path backwards. An expert's gradient sums the contributions of every ep
@@ -35,10 +35,10 @@ from torch import nn
 from torch.distributed import ProcessGroup
 from torch.distributed.tensor import DTensor, Shard
 
-from models.distributed.collectives import all_to_all
-from models.distributed.mesh import ParallelConfigError, ParallelState
-from models.ops.kernels import grouped_experts
-from models.ops.kernels.eager import experts_glu, split_gate_up
+from modelgraft.models.distributed.collectives import all_to_all
+from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState
+from modelgraft.models.ops.kernels import grouped_experts
+from modelgraft.models.ops.kernels.eager import experts_glu, split_gate_up
 
 __all__ = [
     "ExpertShard",
@@ -124,8 +124,8 @@ def apply_expert_parallel(model: nn.Module, state: ParallelState) -> dict[str, E
     """Keep only this rank's chunk of every parameter the plan shards; returns name -> :class:`ExpertShard`.
 
     Call it on a model built identically on every rank (same seed, or before loading a checkpoint with
-    :func:`models.distributed.checkpoint.load_expert_parallel_checkpoint`), before FSDP. A model
-    without a plan (dense) is left unchanged. Bind :func:`models.distributed.parallel_ops` too: the
+    :func:`modelgraft.models.distributed.checkpoint.load_expert_parallel_checkpoint`), before FSDP. A model
+    without a plan (dense) is left unchanged. Bind :func:`modelgraft.models.distributed.parallel_ops` too: the
     ``moe_experts`` slot must run ``ep_alltoall`` for the sharded experts.
     """
     sharded = validate_parallel_plan(model, state.ep)
@@ -216,7 +216,7 @@ def moe_experts(
 
     ``gate_up_proj`` / ``down_proj`` are this rank's chunks (``[E/ep, 2I, H]``, ``[E/ep, H, I]``);
     ``top_k_index`` holds global expert ids. ``group`` is bound as a kernel option by
-    :func:`models.distributed.parallel_ops`.
+    :func:`modelgraft.models.distributed.parallel_ops`.
     """
     if group is None:
         raise ParallelConfigError(

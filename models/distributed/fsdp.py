@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from models.distributed.mesh import ParallelConfigError, ParallelState
+from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState
 
 __all__ = ["apply_fsdp", "decoder_layers", "mixed_precision"]
 

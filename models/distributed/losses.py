@@ -15,11 +15,11 @@ concatenation of all ranks' tokens:
   ``load_balancing_loss_func`` computes them over one process's batch. Padding is read from any mask
   form (2-D, 4-D, a dict of 4-D masks) at this rank's own tokens: under sequence parallelism a 4-D mask
   covers the whole sequence, so its diagonal is read at the rank's slice (``sp_group`` gives which one;
-  ``models.ops.kernels.token_mask.slice_real_token_mask``).
+  ``modelgraft.models.ops.kernels.token_mask.slice_real_token_mask``).
 
 The reductions are differentiable (``collectives.all_reduce_sum``): each rank's gradients are the
 group size times its share, so averaging gradients over the data ranks (FSDP, DDP,
-``models.distributed.average_gradients``) gives the one-process gradient.
+``modelgraft.models.distributed.average_gradients``) gives the one-process gradient.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed import ProcessGroup
 
-from models.distributed.collectives import all_reduce_sum
-from models.ops.kernels import chunked_loss, eager
-from models.ops.kernels.loss_inputs import shift_causal_labels
-from models.ops.kernels.token_mask import slice_real_token_mask
+from modelgraft.models.distributed.collectives import all_reduce_sum
+from modelgraft.models.ops.kernels import chunked_loss, eager
+from modelgraft.models.ops.kernels.loss_inputs import shift_causal_labels
+from modelgraft.models.ops.kernels.token_mask import slice_real_token_mask
 
 __all__ = ["causal_lm_loss", "load_balancing_loss", "shift_labels_across_ranks"]
 

@@ -4,11 +4,11 @@ Every rank holds different tokens; the ranks are laid out as a ``(dp, sp)`` mesh
 ``torch.distributed.device_mesh.init_device_mesh``:
 
 * ``sp`` (sequence parallel, innermost): the ranks that share one batch of sequences, each holding a
-  contiguous slice of every sequence (Ulysses, ``models.distributed.ulysses``);
+  contiguous slice of every sequence (Ulysses, ``modelgraft.models.distributed.ulysses``);
 * ``dp`` (data parallel / FSDP): groups of ``sp`` ranks holding different sequences.
 
 All ``dp * sp`` ranks together are the *data* group: FSDP shards the dense parameters over it, and the
-global-batch losses (``models.distributed.losses``) reduce over it. Expert parallelism borrows its
+global-batch losses (``modelgraft.models.distributed.losses``) reduce over it. Expert parallelism borrows its
 ranks from the data group: the world is also laid out as ``(ep_replicate, ep)``, the ``ep`` ranks of a
 row hold different experts of every MoE layer and exchange tokens with all-to-all, and the
 ``ep_replicate`` ranks of a column hold the same experts (FSDP shards those over ``ep_replicate``).

@@ -8,7 +8,7 @@ is sliced like the tokens; a mask already prepared for attention (4-D, or a dict
 stays whole on every rank, padded to the multiple of ``sp``, since Ulysses attention attends over the whole
 sequence (transformers passes a 4-D mask on to attention as it is). The model is
 then called on the slice as usual; with the ``global_batch`` loss kernel bound, its loss is the loss of
-the whole batch (``models.distributed.losses``).
+the whole batch (``modelgraft.models.distributed.losses``).
 
 ``gather_sequence`` / ``scatter_sequence`` move activations between a slice and the whole sequence
 with autograd (all-gather <-> reduce-scatter), for code that needs the whole sequence at some point,
@@ -23,9 +23,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from models.distributed.collectives import all_gather, scatter
-from models.distributed.mesh import ParallelState
-from models.ops.kernels.loss_inputs import shift_causal_labels
+from modelgraft.models.distributed.collectives import all_gather, scatter
+from modelgraft.models.distributed.mesh import ParallelState
+from modelgraft.models.ops.kernels.loss_inputs import shift_causal_labels
 
 __all__ = ["gather_sequence", "padded_length", "scatter_sequence", "sequence_slice", "shard_sequence"]
 

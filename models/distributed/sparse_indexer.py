@@ -4,14 +4,14 @@ GLM-MoE-DSA's indexer picks, for every query, the ``index_topk`` keys its attent
 the query against the indexer keys of the whole sequence. Under Ulysses a rank holds a slice of the
 sequence: its queries are its own, but the keys they must be scored against are every rank's. This kernel
 all-gathers the rank's indexer keys over the sp group (in rank order, which is sequence order:
-``models.distributed.sequence.shard_sequence``), keeps the rows of a whole-sequence mask that belong to
+``modelgraft.models.distributed.sequence.shard_sequence``), keeps the rows of a whole-sequence mask that belong to
 the rank's queries, and runs the inner kernel (the eager reference or ``shared_keys``) on them. The
 indices it returns address keys of the whole (sp-padded) sequence; Ulysses attention gathers them for
-every query once heads are exchanged (``models.distributed.ulysses``).
+every query once heads are exchanged (``modelgraft.models.distributed.ulysses``).
 
 The indexer's result is integer indices, which carry no gradient, and it runs without autograd. The mask
 must be additive (eager's): the indexer adds it to its scores, and a boolean mask (sdpa's) would add 1
-for every visible key; such a mask is refused. Bound by ``models.distributed.parallel_ops`` when
+for every visible key; such a mask is refused. Bound by ``modelgraft.models.distributed.parallel_ops`` when
 ``sp > 1``.
 """
 
@@ -21,9 +21,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-from models.distributed.collectives import all_gather
-from models.distributed.mesh import ParallelConfigError
-from models.ops.kernels import EAGER, eager, load_kernel
+from modelgraft.models.distributed.collectives import all_gather
+from modelgraft.models.distributed.mesh import ParallelConfigError
+from modelgraft.models.ops.kernels import EAGER, eager, load_kernel
 
 __all__ = ["INNER_INDEXERS", "dsa_indexer"]
 
@@ -52,7 +52,7 @@ def dsa_indexer(
     if group is None:
         raise ParallelConfigError(
             "kernel 'sp_gather' of slot 'dsa_indexer' needs the sp process group: bind it with "
-            "models.distributed.parallel_ops(state)"
+            "modelgraft.models.distributed.parallel_ops(state)"
         )
     if inner not in INNER_INDEXERS:
         raise ParallelConfigError(f"kernel 'sp_gather' wraps one of {INNER_INDEXERS} for 'dsa_indexer', not {inner!r}")

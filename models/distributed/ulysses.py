@@ -1,7 +1,7 @@
 """Ulysses sequence parallelism as attention implementations registered with transformers.
 
 Under sequence parallelism every rank of the sp group holds a contiguous slice of each sequence
-(``models.distributed.sequence.shard_sequence``). Everything in a decoder layer is per token except
+(``modelgraft.models.distributed.sequence.shard_sequence``). Everything in a decoder layer is per token except
 attention, so only attention needs the other slices. :func:`register_ulysses` registers, for a
 parallel state, the attention implementations ``"ulysses_sdpa"`` and ``"ulysses_eager"`` with
 transformers' ``AttentionInterface`` (and their mask builders with ``AttentionMaskInterface``). A model
@@ -19,11 +19,11 @@ group and hands it to transformers' own ``sdpa_mask`` / ``eager_mask`` with the 
 lengths, so the mask is exactly the one a single process builds. Key/value heads that do not divide
 by ``sp`` are repeated to the query heads first. Per-head sinks (gpt_oss, DeepSeek-V4: ``s_aux`` and the
 module's ``sinks``) are sliced to the rank's heads. ``"ulysses_fused_attention"`` wraps
-``models.attention.fused_attention`` (with eager's mask builder, as that implementation has).
+``modelgraft.models.attention.fused_attention`` (with eager's mask builder, as that implementation has).
 
 A DSA indexer's top-k ``indices`` (GLM-MoE-DSA) are gathered over the sp group with the heads exchange;
-they address keys of the whole sequence when ``models.distributed.parallel_ops`` has bound the indexer's
-``sp_gather`` kernel (``models.distributed.sparse_indexer``), which scores each rank's queries against every
+they address keys of the whole sequence when ``modelgraft.models.distributed.parallel_ops`` has bound the indexer's
+``sp_gather`` kernel (``modelgraft.models.distributed.sparse_indexer``), which scores each rank's queries against every
 rank's keys. ``fused_attention`` applies them; for sdpa and eager they become the mask upstream's eager
 path builds.
 
@@ -48,10 +48,10 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-from models.attention import FUSED_ATTENTION, fused_attention, sparse_mask
-from models.distributed.collectives import all_gather, all_to_all
-from models.distributed.mesh import ParallelConfigError, ParallelState
-from models.ops.slots import SLOTS
+from modelgraft.models.attention import FUSED_ATTENTION, fused_attention, sparse_mask
+from modelgraft.models.distributed.collectives import all_gather, all_to_all
+from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState
+from modelgraft.models.ops.slots import SLOTS
 
 __all__ = ["ULYSSES_IMPLEMENTATIONS", "heads_to_sequence", "register_ulysses", "sequence_to_heads"]
 
@@ -124,7 +124,7 @@ def _refuse_indexer(config: Any) -> None:
     if getattr(config, "index_topk", None) is not None and not _sp_indexer_bound():
         raise NotImplementedError(
             f"Ulysses attention needs the sequence-parallel DSA indexer for {name} (config.index_topk): bind "
-            "models.distributed.parallel_ops(state), which binds 'sp_gather' to the dsa_indexer slot"
+            "modelgraft.models.distributed.parallel_ops(state), which binds 'sp_gather' to the dsa_indexer slot"
         )
 
 

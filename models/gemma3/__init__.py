@@ -4,10 +4,10 @@ The multimodal "gemma3" model_type (Gemma3ForConditionalGeneration on Gemma3Conf
 registered: its classes are excluded from the generated module.
 """
 
-from models.registry import register_model
+from modelgraft.models.registry import register_model
 
 register_model(
     "gemma3_text",
-    modeling={"gpu": "models.gemma3.generated.patched_modeling_gemma3_gpu"},
+    modeling={"gpu": "modelgraft.models.gemma3.generated.patched_modeling_gemma3_gpu"},
     config="transformers.Gemma3TextConfig",
 )

@@ -10,8 +10,8 @@ final logit softcapping (also passed to a fused loss kernel).
 
 from typing import TYPE_CHECKING
 
-from generator import PatchConfig
-from generator.recipes import LossHead, Mlp, Norm, dense_text
+from modelgraft.generator import PatchConfig
+from modelgraft.generator.recipes import LossHead, Mlp, Norm, dense_text
 
 # Names the patch bodies use, for readers and linters only: a patch body runs in the generated module,
 # which has its own imports, and configs never import transformers.

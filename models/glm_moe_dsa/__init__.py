@@ -1,14 +1,14 @@
 """GLM-MoE-DSA: generated modeling registered under HF model_type "glm_moe_dsa", with its checkpoint converter."""
 
-from models.converters.registry import register_converter
-from models.registry import register_model
+from modelgraft.models.converters.registry import register_converter
+from modelgraft.models.registry import register_model
 
 register_model(
     "glm_moe_dsa",
     modeling={
-        "gpu": "models.glm_moe_dsa.generated.patched_modeling_glm_moe_dsa_gpu",
-        "npu": "models.glm_moe_dsa.generated.patched_modeling_glm_moe_dsa_npu",
+        "gpu": "modelgraft.models.glm_moe_dsa.generated.patched_modeling_glm_moe_dsa_gpu",
+        "npu": "modelgraft.models.glm_moe_dsa.generated.patched_modeling_glm_moe_dsa_npu",
     },
     config="transformers.GlmMoeDsaConfig",
 )
-register_converter("glm_moe_dsa", "models.glm_moe_dsa.checkpoint.checkpoint_converter")
+register_converter("glm_moe_dsa", "modelgraft.models.glm_moe_dsa.checkpoint.checkpoint_converter")

@@ -1,6 +1,6 @@
 """GLM-MoE-DSA checkpoints: the hub layout (zai-org/GLM-5) <-> the fused experts of the generated modeling.
 
-GLM-5's hub checkpoints have DeepSeek-V3's layout (``models.converters.deepseek``): the modeling's key names,
+GLM-5's hub checkpoints have DeepSeek-V3's layout (``modelgraft.models.converters.deepseek``): the modeling's key names,
 one ``gate_proj``/``up_proj``/``down_proj`` per routed expert, which transformers 5.16 fuses on load with the
 "qwen2_moe" entry of ``conversion_mapping.py`` into ``gate_up_proj [E, 2I, H]`` and ``down_proj [E, H, I]``
 (E = ``n_routed_experts``, I = ``moe_intermediate_size``), and the multi-token-prediction layer stored as
@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from models.converters.deepseek import DeepseekCheckpointConverter, per_expert_state_dict
-from models.converters.moe import FusedExpertsConverter
+from modelgraft.models.converters.deepseek import DeepseekCheckpointConverter, per_expert_state_dict
+from modelgraft.models.converters.moe import FusedExpertsConverter
 
 if TYPE_CHECKING:
     import torch

@@ -19,8 +19,8 @@ Left as upstream's code (no snippet covers them):
   apply_rotary_pos_emb_interleave (line 125); replace it by hand to guard it (replace_function)
 """
 
-from generator import PatchConfig
-from generator.recipes import Experts, LossHead, Mlp, Norm, Router, moe_text
+from modelgraft.generator import PatchConfig
+from modelgraft.generator.recipes import Experts, LossHead, Mlp, Norm, Router, moe_text
 
 config = PatchConfig(
     source_module="transformers.models.glm_moe_dsa.modeling_glm_moe_dsa",

@@ -5,8 +5,9 @@ sibling inherits every patch and differs in its target file; on Ascend the
 "npu" kernel family (torch_npu RMSNorm, SwiGLU, RoPE) is bound to those slots.
 """
 
-from generator import PatchConfig
-from models.glm_moe_dsa.glm_moe_dsa_gpu_patch_gen_config import config as gpu_config
+from modelgraft.generator import PatchConfig
+
+from .glm_moe_dsa_gpu_patch_gen_config import config as gpu_config
 
 config = PatchConfig(
     source_module="transformers.models.glm_moe_dsa.modeling_glm_moe_dsa",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from models.converters.base import ConversionError
+from modelgraft.models.converters.base import ConversionError
 
 if TYPE_CHECKING:
     import torch

@@ -6,8 +6,8 @@ Left as upstream's code (no snippet covers them):
   formulation; replace it by hand to guard it (replace_function)
 """
 
-from generator import PatchConfig
-from generator.recipes import Experts, LossHead, Norm, Router, moe_text
+from modelgraft.generator import PatchConfig
+from modelgraft.generator.recipes import Experts, LossHead, Norm, Router, moe_text
 
 config = PatchConfig(
     source_module="transformers.models.gpt_oss.modeling_gpt_oss",

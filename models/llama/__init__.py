@@ -1,9 +1,9 @@
 """Llama: generated modeling registered under HF model_type "llama"."""
 
-from models.registry import register_model
+from modelgraft.models.registry import register_model
 
 register_model(
     "llama",
-    modeling={"gpu": "models.llama.generated.patched_modeling_llama_gpu"},
+    modeling={"gpu": "modelgraft.models.llama.generated.patched_modeling_llama_gpu"},
     config="transformers.LlamaConfig",
 )

@@ -3,8 +3,8 @@
 Every norm, MLP and RoPE function upstream has is guarded.
 """
 
-from generator import PatchConfig
-from generator.recipes import LossHead, Mlp, Norm, dense_text
+from modelgraft.generator import PatchConfig
+from modelgraft.generator.recipes import LossHead, Mlp, Norm, dense_text
 
 config = PatchConfig(
     source_module="transformers.models.llama.modeling_llama",

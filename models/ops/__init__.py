@@ -1,14 +1,14 @@
 """Op slots that generated modeling code consults, the kernels that can fill them, and how to bind them.
 
 Generated code imports the slot instances from here; training code builds an ``OpsConfig`` and binds it
-(``bind_ops`` / ``bound_ops``, or through ``models.loader.build_model``) before building a model.
+(``bind_ops`` / ``bound_ops``, or through ``modelgraft.models.loader.build_model``) before building a model.
 """
 
-from models.ops.binding import ModelOps, attach_ops, bind_ops, bound_ops, current_ops, unbind_ops
-from models.ops.config import OpsConfig
-from models.ops.errors import KernelUnavailableError, OpsConfigError, OpsError, UnboundSlotError
-from models.ops.kernels import KERNEL_FAMILIES, kernel_names
-from models.ops.slots import (
+from modelgraft.models.ops.binding import ModelOps, attach_ops, bind_ops, bound_ops, current_ops, unbind_ops
+from modelgraft.models.ops.config import OpsConfig
+from modelgraft.models.ops.errors import KernelUnavailableError, OpsConfigError, OpsError, UnboundSlotError
+from modelgraft.models.ops.kernels import KERNEL_FAMILIES, kernel_names
+from modelgraft.models.ops.slots import (
     SLOTS,
     BoundKernel,
     OpSlot,

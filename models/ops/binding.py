@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from models.ops.config import OpsConfig
-from models.ops.errors import OpsConfigError
-from models.ops.kernels import EAGER, eager, load_kernel
-from models.ops.slots import SLOTS, BoundKernel
+from modelgraft.models.ops.config import OpsConfig
+from modelgraft.models.ops.errors import OpsConfigError
+from modelgraft.models.ops.kernels import EAGER, eager, load_kernel
+from modelgraft.models.ops.slots import SLOTS, BoundKernel
 
-if TYPE_CHECKING:  # torch stays out of ``import models``
+if TYPE_CHECKING:  # torch stays out of ``import modelgraft.models``
     from torch import nn
 
 __all__ = [

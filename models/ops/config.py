@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from models.ops.errors import OpsConfigError
-from models.ops.kernels import EAGER, KERNEL_FAMILIES, kernel_names
-from models.ops.slots import SLOTS
+from modelgraft.models.ops.errors import OpsConfigError
+from modelgraft.models.ops.kernels import EAGER, KERNEL_FAMILIES, kernel_names
+from modelgraft.models.ops.slots import SLOTS
 
 __all__ = ["OpsConfig"]
 

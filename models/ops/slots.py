@@ -2,7 +2,7 @@
 
 A patched method reads ``if slot.use_non_eager_impl: return slot(...)`` and otherwise falls through to
 the unchanged upstream body, so an unbound slot means upstream numerics. The slot names and call
-contracts below are referenced verbatim by generated files; ``models.ops.kernels.eager`` holds the
+contracts below are referenced verbatim by generated files; ``modelgraft.models.ops.kernels.eager`` holds the
 reference implementation of each contract.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from models.ops.errors import UnboundSlotError
+from modelgraft.models.ops.errors import UnboundSlotError
 
 __all__ = [
     "SLOTS",

@@ -1,9 +1,9 @@
 """Qwen2: generated modeling registered under HF model_type "qwen2"."""
 
-from models.registry import register_model
+from modelgraft.models.registry import register_model
 
 register_model(
     "qwen2",
-    modeling={"gpu": "models.qwen2.generated.patched_modeling_qwen2_gpu"},
+    modeling={"gpu": "modelgraft.models.qwen2.generated.patched_modeling_qwen2_gpu"},
     config="transformers.Qwen2Config",
 )

@@ -1,12 +1,12 @@
 """Qwen3: generated modeling registered under HF model_type "qwen3"."""
 
-from models.registry import register_model
+from modelgraft.models.registry import register_model
 
 register_model(
     "qwen3",
     modeling={
-        "gpu": "models.qwen3.generated.patched_modeling_qwen3_gpu",
-        "npu": "models.qwen3.generated.patched_modeling_qwen3_npu",
+        "gpu": "modelgraft.models.qwen3.generated.patched_modeling_qwen3_gpu",
+        "npu": "modelgraft.models.qwen3.generated.patched_modeling_qwen3_npu",
     },
     config="transformers.Qwen3Config",
 )

@@ -5,8 +5,9 @@ sibling inherits every patch and differs in its target file; on Ascend the
 "npu" kernel family (torch_npu RMSNorm, SwiGLU, RoPE) is bound to those slots.
 """
 
-from generator import PatchConfig
-from models.qwen3.qwen3_gpu_patch_gen_config import config as gpu_config
+from modelgraft.generator import PatchConfig
+
+from .qwen3_gpu_patch_gen_config import config as gpu_config
 
 config = PatchConfig(
     source_module="transformers.models.qwen3.modeling_qwen3",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from models.converters.moe import FusedExpertsConverter
+from modelgraft.models.converters.moe import FusedExpertsConverter
 
 if TYPE_CHECKING:
     from transformers import Qwen3MoeConfig

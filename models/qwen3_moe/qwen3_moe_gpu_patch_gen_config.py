@@ -3,8 +3,8 @@
 Every norm, MLP and RoPE function upstream has is guarded.
 """
 
-from generator import PatchConfig
-from generator.recipes import Experts, LossHead, Mlp, Norm, Router, moe_text
+from modelgraft.generator import PatchConfig
+from modelgraft.generator.recipes import Experts, LossHead, Mlp, Norm, Router, moe_text
 
 config = PatchConfig(
     source_module="transformers.models.qwen3_moe.modeling_qwen3_moe",

@@ -1,9 +1,9 @@
 """Seed-OSS: generated modeling registered under HF model_type "seed_oss"."""
 
-from models.registry import register_model
+from modelgraft.models.registry import register_model
 
 register_model(
     "seed_oss",
-    modeling={"gpu": "models.seed_oss.generated.patched_modeling_seed_oss_gpu"},
+    modeling={"gpu": "modelgraft.models.seed_oss.generated.patched_modeling_seed_oss_gpu"},
     config="transformers.SeedOssConfig",
 )

@@ -1,8 +1,8 @@
 """Reusable parity harness for per-model tests: tiny configs, batches, and upstream-vs-generated checks."""
 
-from models.testing.batches import IGNORE_INDEX, causal_lm_batch, sequence_classification_batch
-from models.testing.configs import TINY_SIZES, tiny_config
-from models.testing.parity import (
+from modelgraft.models.testing.batches import IGNORE_INDEX, causal_lm_batch, sequence_classification_batch
+from modelgraft.models.testing.configs import TINY_SIZES, tiny_config
+from modelgraft.models.testing.parity import (
     EAGER_TOLERANCE,
     KERNEL_TOLERANCE,
     ModelPair,
@@ -13,8 +13,8 @@ from models.testing.parity import (
     check_parity,
     run_step,
 )
-from models.testing.registration import registered_model
-from models.testing.seed import seed_everything
+from modelgraft.models.testing.registration import registered_model
+from modelgraft.models.testing.seed import seed_everything
 
 __all__ = [
     "EAGER_TOLERANCE",

@@ -5,12 +5,12 @@ its backends and the tiny sizes that make its differences matter, plus a ``Test<
 of :class:`DenseParitySuite` carrying that declaration. Every test below then runs for every backend
 of the model (``backend`` is parametrized per subclass).
 
-Tolerances (``models.testing.parity``): all slots eager, logits are ``torch.equal`` to upstream in fp32
+Tolerances (``modelgraft.models.testing.parity``): all slots eager, logits are ``torch.equal`` to upstream in fp32
 and in bf16, loss and gradients within ``EAGER_TOLERANCE`` (fp32: rtol 1e-5, atol 1e-6) or
 ``BF16_TOLERANCE`` (bf16: two ulps); a CPU kernel bound, within ``KERNEL_TOLERANCE`` (fp32) or
 ``BF16_KERNEL_TOLERANCE`` (bf16, norm-wise), and ``check_parity`` fails when a bound kernel was never
 called. The slot path is checked argument by argument: each slot the model guards gets its reference
-kernel (``models.testing.reference``) bound alone, for each head, in fp32 and bf16, and must reproduce
+kernel (``modelgraft.models.testing.reference``) bound alone, for each head, in fp32 and bf16, and must reproduce
 upstream within the eager tolerances. Every test runs on one torch thread (tiny models run several
 times faster so, and pytest-xdist already spreads tests over the cores). GPU-only kernels (Liger) are
 not exercised here.
@@ -30,10 +30,10 @@ import torch
 import transformers
 from transformers import PreTrainedConfig
 
-from models.loader import build_model, get_model_class
-from models.ops import SLOTS, OpsConfig, bound_ops
-from models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY
-from models.testing import (
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
+from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY
+from modelgraft.models.testing import (
     IGNORE_INDEX,
     build_pair,
     causal_lm_batch,
@@ -42,9 +42,9 @@ from models.testing import (
     sequence_classification_batch,
     tiny_config,
 )
-from models.testing.parity import eager_slots_on_one_thread, tolerance_for
-from models.testing.reference import HEADS, Head, consulted_slots, reference_kernel, reference_kernels
-from models.testing.tiny import AUX_NAMES, EPS_NAMES, tiny_config_for, tiny_overrides_for
+from modelgraft.models.testing.parity import eager_slots_on_one_thread, tolerance_for
+from modelgraft.models.testing.reference import HEADS, Head, consulted_slots, reference_kernel, reference_kernels
+from modelgraft.models.testing.tiny import AUX_NAMES, EPS_NAMES, tiny_config_for, tiny_overrides_for
 
 __all__ = ["CHUNKED_LOSS", "DTYPES", "DenseModel", "DenseParitySuite", "slot_cases", "slot_visible_values"]
 
@@ -124,7 +124,7 @@ class DenseModel:
 
 @contextmanager
 def reference_kernels_bound(calls: Counter[str] | None = None) -> Iterator[None]:
-    """Every slot bound to its reference kernel (``models.ops.kernels.eager``), counting calls per slot.
+    """Every slot bound to its reference kernel (``modelgraft.models.ops.kernels.eager``), counting calls per slot.
 
     Unlike an eager ``OpsConfig`` (which leaves slots unbound, so upstream code runs), this sends every
     guarded call through its slot, which proves the guard passes the right arguments.

@@ -30,18 +30,18 @@ import torch
 from safetensors.torch import save_file
 from transformers import PreTrainedConfig
 
-from models.checkpoint import INDEX_FILE, load_checkpoint
-from models.converters import converter_for
-from models.loader import build_model, get_model_class
-from models.ops import OpsConfig
-from models.testing import (
+from modelgraft.models.checkpoint import INDEX_FILE, load_checkpoint
+from modelgraft.models.converters import converter_for
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.ops import OpsConfig
+from modelgraft.models.testing import (
     build_pair,
     causal_lm_batch,
     check_parity,
     seed_everything,
     tiny_config,
 )
-from models.testing.dense_suite import (
+from modelgraft.models.testing.dense_suite import (
     CHUNKED_LOSS,
     DTYPES,
     DenseModel,
@@ -49,7 +49,7 @@ from models.testing.dense_suite import (
     reference_kernels_bound,
     slot_visible_values,
 )
-from models.testing.tiny import tiny_config_for
+from modelgraft.models.testing.tiny import tiny_config_for
 
 __all__ = ["GROUPED_EXPERTS", "MoeModel", "MoeParitySuite", "per_expert_state_dict", "plan_matches"]
 

@@ -20,11 +20,11 @@ from typing import Any, Literal
 import torch
 from transformers import PreTrainedConfig, PreTrainedModel
 
-from models.loader import get_model_class
-from models.ops import SLOTS, OpsConfig, bound_ops
-from models.ops.binding import restore_bindings
-from models.testing.batches import causal_lm_batch
-from models.testing.seed import seed_everything
+from modelgraft.models.loader import get_model_class
+from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
+from modelgraft.models.ops.binding import restore_bindings
+from modelgraft.models.testing.batches import causal_lm_batch
+from modelgraft.models.testing.seed import seed_everything
 
 __all__ = [
     "BF16_KERNEL_TOLERANCE",

@@ -3,7 +3,7 @@
 A reference kernel is bound to one slot at a time in each model's suite (``dense_suite``): the model
 then computes that slot's operation from exactly what the generated guard hands the slot, so a guard
 that passes a wrong or dropped argument (eps, offset, activation, mask, labels, logits, gate and up
-swapped) no longer matches upstream. The reference of slot ``s`` is ``models.ops.kernels.eager.s``,
+swapped) no longer matches upstream. The reference of slot ``s`` is ``modelgraft.models.ops.kernels.eager.s``,
 the semantic spec every other kernel of the slot is tested against; a slot added without one fails
 ``tests/runtime/test_reference_kernels.py`` and every suite that reaches it.
 
@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Literal
 
-from models.ops import SLOTS
-from models.ops.kernels import eager
+from modelgraft.models.ops import SLOTS
+from modelgraft.models.ops.kernels import eager
 
 __all__ = ["HEADS", "NOT_CONSULTED", "Head", "consulted_slots", "reference_kernel", "reference_kernels"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from models.registry import register_model, unregister_model
+from modelgraft.models.registry import register_model, unregister_model
 
 
 @contextmanager

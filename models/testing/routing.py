@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from models.ops import SLOTS, OpsConfig, bound_ops
-from models.ops.kernels import eager
-from models.testing.parity import StepResult, Tolerance, run_step
+from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
+from modelgraft.models.ops.kernels import eager
+from modelgraft.models.testing.parity import StepResult, Tolerance, run_step
 
 __all__ = [
     "assert_same_router_outputs",
@@ -93,7 +93,7 @@ def assert_same_router_outputs(
 
 
 def counted_reference(slot: str, calls: list[str]) -> Callable[..., Any]:
-    """The slot's reference kernel (``models.ops.kernels.eager``), noting each call in ``calls``, so a test
+    """The slot's reference kernel (``modelgraft.models.ops.kernels.eager``), noting each call in ``calls``, so a test
     knows the generated code's guard reached it."""
     reference = getattr(eager, slot)
 

@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from models.checkpoint import INDEX_FILE, CheckpointError, checkpoint_files, load_checkpoint
-from models.converters import ConversionError, converter_for, register_converter, unregister_converter
-from models.converters.moe import FusedExpertsConverter
+from modelgraft.models.checkpoint import INDEX_FILE, CheckpointError, checkpoint_files, load_checkpoint
+from modelgraft.models.converters import ConversionError, converter_for, register_converter, unregister_converter
+from modelgraft.models.converters.moe import FusedExpertsConverter
 
 THROWAWAY_MODEL_TYPE = "modelgraft_tests_toy_moe"
 

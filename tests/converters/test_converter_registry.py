@@ -6,15 +6,15 @@ from types import SimpleNamespace
 
 import pytest
 
-import models
-from models.converters import CONVERTER_REGISTRY, converter_for, register_converter
-from models.converters.moe import FusedExpertsConverter
-from models.registry import RegistryError
+from modelgraft import models
+from modelgraft.models.converters import CONVERTER_REGISTRY, converter_for, register_converter
+from modelgraft.models.converters.moe import FusedExpertsConverter
+from modelgraft.models.registry import RegistryError
 
 
 def test_qwen3_moe_registers_its_converter_with_the_model() -> None:
     assert "qwen3_moe" in models.MODEL_PACKAGES
-    assert CONVERTER_REGISTRY["qwen3_moe"] == "models.qwen3_moe.checkpoint.checkpoint_converter"
+    assert CONVERTER_REGISTRY["qwen3_moe"] == "modelgraft.models.qwen3_moe.checkpoint.checkpoint_converter"
 
 
 def test_the_qwen3_moe_converter_takes_its_sizes_from_the_config() -> None:
@@ -30,7 +30,7 @@ def test_a_dense_model_has_no_converter() -> None:
 
 def test_registering_a_model_type_twice_is_an_error() -> None:
     with pytest.raises(RegistryError, match="'qwen3_moe' is already registered"):
-        register_converter("qwen3_moe", "models.qwen3_moe.checkpoint.checkpoint_converter")
+        register_converter("qwen3_moe", "modelgraft.models.qwen3_moe.checkpoint.checkpoint_converter")
 
 
 def test_a_factory_must_be_a_dotted_path() -> None:

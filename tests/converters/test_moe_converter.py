@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.converters import ChainedConverter, CheckpointConverter, ConversionError
-from models.converters.moe import FusedExpertsConverter
+from modelgraft.models.converters import ChainedConverter, CheckpointConverter, ConversionError
+from modelgraft.models.converters.moe import FusedExpertsConverter
 
 E, H, I = 3, 10, 4  # no two sizes coincide, so every transposition is detectable
 MODULE = "model.layers.2.mlp.experts"

@@ -3,7 +3,7 @@
 With ``H == 2I`` a fused ``gate_up_proj`` is ``[E, H, H]`` stored either way; with ``H == I`` the same holds
 for ``down_proj`` and for every per-expert piece. These tests store the same experts both ways at those
 sizes and check that the converter decides by the declared layout or by the checkpoint's other tensor,
-and refuses when neither says (``models.converters.layout``).
+and refuses when neither says (``modelgraft.models.converters.layout``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from models.checkpoint import load_checkpoint
-from models.converters import ConversionError
-from models.converters.moe import FusedExpertsConverter
+from modelgraft.models.checkpoint import load_checkpoint
+from modelgraft.models.converters import ConversionError
+from modelgraft.models.converters.moe import FusedExpertsConverter
 
 E = 3
 MODULE = "model.layers.0.mlp.experts"
@@ -143,8 +143,8 @@ def test_qwen3_moe_loads_a_tied_checkpoint_in_either_layout(tmp_path, sizes: tup
     """Through the registered converter and load_checkpoint, into the generated model: every weight lands right."""
     from transformers import Qwen3MoeConfig
 
-    from models.loader import build_model
-    from models.testing import seed_everything, tiny_config
+    from modelgraft.models.loader import build_model
+    from modelgraft.models.testing import seed_everything, tiny_config
 
     hidden, intermediate = sizes
     config = tiny_config(Qwen3MoeConfig, hidden_size=hidden, moe_intermediate_size=intermediate, num_experts=E)

@@ -17,13 +17,18 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-import models.checkpoint
-from models.checkpoint import load_checkpoint
-from models.distributed import ParallelState, apply_expert_parallel, load_expert_parallel_checkpoint, parallel_ops
-from models.loader import build_model
-from models.ops import bind_ops, bound_ops, unbind_ops
-from models.testing import causal_lm_batch, seed_everything
-from models.testing.moe_suite import _write_sharded, per_expert_state_dict
+from modelgraft import models
+from modelgraft.models.checkpoint import load_checkpoint
+from modelgraft.models.distributed import (
+    ParallelState,
+    apply_expert_parallel,
+    load_expert_parallel_checkpoint,
+    parallel_ops,
+)
+from modelgraft.models.loader import build_model
+from modelgraft.models.ops import bind_ops, bound_ops, unbind_ops
+from modelgraft.models.testing import causal_lm_batch, seed_everything
+from modelgraft.models.testing.moe_suite import _write_sharded, per_expert_state_dict
 
 from .scenarios import GROUPED, MODELS, assert_close, config_of
 
@@ -101,7 +106,7 @@ class _Handle:
 @contextmanager
 def recorded_reads() -> Iterator[Reads]:
     """Record what the checkpoint loader reads (``safe_open`` wrapped) and feeds its converters."""
-    from models.converters.moe import FusedExpertsConverter
+    from modelgraft.models.converters.moe import FusedExpertsConverter
 
     reads = Reads()
     original_open, original_convert = models.checkpoint.safe_open, FusedExpertsConverter.convert

@@ -2,7 +2,7 @@
 
 Every scenario is a module-level function (the spawn start method imports it by name) that builds the
 reference in-process on every rank from the same seed, runs the parallel version, and asserts; an
-assertion on any rank fails the test with that rank's traceback (``models.distributed.launch.spawn``).
+assertion on any rank fails the test with that rank's traceback (``modelgraft.models.distributed.launch.spawn``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from transformers import (
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from models.distributed import (
+from modelgraft.models.distributed import (
     ParallelState,
     apply_expert_parallel,
     apply_fsdp,
@@ -38,12 +38,12 @@ from models.distributed import (
     register_ulysses,
     shard_sequence,
 )
-from models.distributed.losses import load_balancing_loss
-from models.loader import build_model
-from models.ops import OpsConfig, bind_ops, bound_ops, unbind_ops
-from models.ops.kernels import eager
-from models.testing import causal_lm_batch, seed_everything, tiny_config
-from models.testing.tiny import tiny_config_for
+from modelgraft.models.distributed.losses import load_balancing_loss
+from modelgraft.models.loader import build_model
+from modelgraft.models.ops import OpsConfig, bind_ops, bound_ops, unbind_ops
+from modelgraft.models.ops.kernels import eager
+from modelgraft.models.testing import causal_lm_batch, seed_everything, tiny_config
+from modelgraft.models.testing.tiny import tiny_config_for
 
 GROUPED = OpsConfig({"moe_experts": "grouped"})
 #: fp32 collectives and reassociated sums (grouped experts, split reductions): kernel-level tolerance.
@@ -207,7 +207,7 @@ def kernel_with_idle_experts() -> None:
         ],  # rank 1's tokens: never expert 7
     )
     weights = torch.rand(2 * tokens, 2, generator=generator)
-    from models.ops.kernels import grouped_experts
+    from modelgraft.models.ops.kernels import grouped_experts
 
     expected = grouped_experts.moe_experts(x, index, weights, gate_up, down, "silu")
     (expected * torch.linspace(-1, 1, hidden)).sum().backward()

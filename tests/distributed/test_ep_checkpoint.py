@@ -13,13 +13,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from models.checkpoint import CheckpointError, load_checkpoint
-from models.converters import ChainedConverter, ConversionError
-from models.converters.moe import FusedExpertsConverter
-from models.distributed import apply_expert_parallel, load_expert_parallel_checkpoint
-from models.distributed.checkpoint import local_expert_range
-from models.distributed.launch import spawn
-from models.testing.moe_suite import per_expert_state_dict
+from modelgraft.models.checkpoint import CheckpointError, load_checkpoint
+from modelgraft.models.converters import ChainedConverter, ConversionError
+from modelgraft.models.converters.moe import FusedExpertsConverter
+from modelgraft.models.distributed import apply_expert_parallel, load_expert_parallel_checkpoint
+from modelgraft.models.distributed.checkpoint import local_expert_range
+from modelgraft.models.distributed.launch import spawn
+from modelgraft.models.testing.moe_suite import per_expert_state_dict
 
 from . import checkpoint_scenarios as cs
 
@@ -190,7 +190,7 @@ def test_restricted_converter_stacks_only_its_experts_and_slices_whole_fused_ten
 
 def test_local_expert_range_comes_from_the_shards() -> None:
     model = _ep_model(3, ep=4)
-    from models.distributed import expert_shards
+    from modelgraft.models.distributed import expert_shards
 
     assert local_expert_range(expert_shards(model)) == (6, 8)
     assert local_expert_range({}) is None

@@ -1,6 +1,6 @@
 """FSDP2, expert parallelism, Ulysses and their combination, each equal to one process (gloo, CPU ranks).
 
-Each test starts its ranks once (``models.distributed.launch.spawn``) and runs the scenarios of
+Each test starts its ranks once (``modelgraft.models.distributed.launch.spawn``) and runs the scenarios of
 ``tests/distributed/scenarios.py`` there; a failed assertion on any rank fails the test with that
 rank's traceback, and a hang fails it at the timeout.
 """
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from models.distributed.launch import spawn
+from modelgraft.models.distributed.launch import spawn
 
 from . import scenarios
 
@@ -47,7 +47,7 @@ def test_example_trains_a_tiny_qwen3_moe_with_sp_and_ep() -> None:
         [
             sys.executable,
             "-m",
-            "models.distributed.example",
+            "modelgraft.models.distributed.example",
             "--nproc",
             "2",
             "--sp",

@@ -2,39 +2,33 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-import models
-from models.distributed import (
+from modelgraft import models
+from modelgraft.models.distributed import (
     ParallelConfigError,
     parallel_sizes,
     sequence_slice,
     shard_sequence,
     validate_parallel_plan,
 )
-from models.distributed.expert_parallel import moe_experts, parse_placement, plan_matches
-from models.distributed.losses import causal_lm_loss
-from models.distributed.sequence import padded_length
-from models.loader import build_model
-from models.ops import OpsConfig, bind_ops, bound_ops, current_ops
-from models.ops.errors import OpsConfigError
-from models.testing.dense_suite import DenseModel
-from models.testing.moe_suite import MoeModel
+from modelgraft.models.distributed.expert_parallel import moe_experts, parse_placement, plan_matches
+from modelgraft.models.distributed.losses import causal_lm_loss
+from modelgraft.models.distributed.sequence import padded_length
+from modelgraft.models.loader import build_model
+from modelgraft.models.ops import OpsConfig, bind_ops, bound_ops, current_ops
+from modelgraft.models.ops.errors import OpsConfigError
+from modelgraft.models.testing.declarations import model_declarations
+from modelgraft.models.testing.dense_suite import DenseModel
+from modelgraft.models.testing.moe_suite import MoeModel
 
 
 def _zoo() -> list[DenseModel]:
     """Every model declaration of the zoo's parity tests (models/<m>/tests)."""
-    found = {}
-    for package in models.MODEL_PACKAGES:
-        tests = importlib.import_module(f"models.{package}.tests")
-        for info in pkgutil.iter_modules(tests.__path__):
-            module = importlib.import_module(f"{tests.__name__}.{info.name}")
-            found.update({id(v): v for v in vars(module).values() if isinstance(v, DenseModel)})
+    found = {id(d): d for package in models.MODEL_PACKAGES for d in model_declarations(package)}
     return sorted(found.values(), key=lambda declaration: declaration.model_type)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.distributed.mesh import ParallelConfigError
-from models.distributed.sparse_indexer import dsa_indexer
+from modelgraft.models.distributed.mesh import ParallelConfigError
+from modelgraft.models.distributed.sparse_indexer import dsa_indexer
 
 
 def _call(**options: object) -> torch.Tensor:

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from docs_markdown import Example, examples, groups, message_pattern
 
-import generator.snippets
-from generator.cli import EXIT_ERROR, EXIT_OK, main
-from generator.dsl.config import PatchConfig
+import modelgraft.generator.snippets
+from modelgraft.generator.cli import EXIT_ERROR, EXIT_OK, main
+from modelgraft.generator.discovery import CONFIG_MODULE_PREFIX
+from modelgraft.generator.dsl.config import PatchConfig
 
 EXAMPLE_DOCS = ("dsl.md", "snippets.md")
 PROJECT_PACKAGE = "zoo"
@@ -27,7 +28,8 @@ CASES = [(doc, name, members) for doc in EXAMPLE_DOCS for name, members in group
 
 
 def _purge_project_modules() -> None:
-    for name in [m for m in sys.modules if m == PROJECT_PACKAGE or m.startswith(PROJECT_PACKAGE + ".")]:
+    loaded_configs = CONFIG_MODULE_PREFIX.rstrip(".")
+    for name in [m for m in sys.modules if m.split(".")[0] in (PROJECT_PACKAGE, loaded_configs)]:
         del sys.modules[name]
 
 
@@ -52,7 +54,9 @@ def _write_project(root: Path, members: list[Example]) -> Path | None:
             if snippet_dir is None:
                 snippet_dir = root / "snippets"
                 shutil.copytree(
-                    generator.snippets.SNIPPET_DIR, snippet_dir, ignore=shutil.ignore_patterns("*.py", "__pycache__")
+                    modelgraft.generator.snippets.SNIPPET_DIR,
+                    snippet_dir,
+                    ignore=shutil.ignore_patterns("*.py", "__pycache__"),
                 )
             dest = snippet_dir / Path(path).name
         else:
@@ -75,7 +79,6 @@ def _banner_targets(generated: str) -> list[str]:
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Run the CLI in ``tmp_path`` as if it were a project root; undo every global it touches."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # discovery prepends the project root
     _purge_project_modules()
     yield tmp_path
     _purge_project_modules()
@@ -85,7 +88,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_example_group(doc: str, group: str, members: list[Example], project: Path, monkeypatch, capsys) -> None:
     snippet_dir = _write_project(project, members)
     if snippet_dir is not None:
-        monkeypatch.setattr(generator.snippets, "SNIPPET_DIR", snippet_dir)
+        monkeypatch.setattr(modelgraft.generator.snippets, "SNIPPET_DIR", snippet_dir)
     errors = [m for m in members if m.expected_error is not None]
     assert len(errors) <= 1, f"group {group!r} of docs/{doc} has more than one example-error"
     where = errors[0].where if errors else members[0].where

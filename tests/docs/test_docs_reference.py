@@ -14,8 +14,8 @@ from docs_markdown import DOCS, REPO_ROOT
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-import generator.errors
-from generator import cli
+import modelgraft.generator.errors
+from modelgraft.generator import cli
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -118,10 +118,10 @@ def test_every_pyproject_setting_is_documented() -> None:
 def test_every_error_type_is_documented() -> None:
     types = [
         name
-        for name, value in vars(generator.errors).items()
+        for name, value in vars(modelgraft.generator.errors).items()
         if isinstance(value, type)
-        and issubclass(value, generator.errors.PatchgenError)
-        and value is not generator.errors.PatchgenError
+        and issubclass(value, modelgraft.generator.errors.PatchgenError)
+        and value is not modelgraft.generator.errors.PatchgenError
     ]
     assert len(types) >= 10
     missing = [name for name in types if f"`{name}`" not in CLI_MD]

@@ -33,7 +33,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project
 @pytest.fixture
 def snippet_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A private snippet library: generator.snippets reads its templates from here for this test."""
-    from generator import snippets
+    from modelgraft.generator import snippets
 
     folder = tmp_path / "snippets"
     folder.mkdir()

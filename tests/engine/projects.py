@@ -26,7 +26,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Top-level packages a project may create; purged from sys.modules between in-process runs.
-PROJECT_PACKAGES = ("zoo", "zoo2", "zoo_ext", "toyupstream")
+PROJECT_PACKAGES = ("zoo", "zoo2", "zoo_ext", "toyupstream", "_patchgen_config")
 
 TOY_MODULE = "toyupstream.models.toy.modeling_toy"
 TOY_MOE_MODULE = "toyupstream.models.toy_moe.modeling_toy_moe"
@@ -300,7 +300,7 @@ def fresh_process_state(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class Project:
-    """A generator project in a temp folder, driven through ``generator.cli``."""
+    """A generator project in a temp folder, driven through ``modelgraft.generator.cli``."""
 
     def __init__(
         self, root: Path, site: Path, monkeypatch: pytest.MonkeyPatch, roots: tuple[str, ...] = ("zoo",)
@@ -309,6 +309,9 @@ class Project:
         self.site = site
         self.monkeypatch = monkeypatch
         root.mkdir(parents=True, exist_ok=True)
+        # The project's own packages import each other (a config reusing a sibling's patch), as they would
+        # once the project is installed; patchgen itself adds nothing to sys.path.
+        monkeypatch.syspath_prepend(str(root))
         self.set_roots(*roots)
 
     # -- building ---------------------------------------------------------------------------
@@ -353,13 +356,13 @@ class Project:
     # -- running ----------------------------------------------------------------------------
     def run(self, *argv: str, cwd: Path | None = None) -> Result:
         """``patchgen *argv`` in-process, as a fresh process would run it."""
-        from generator.cli import main
+        from modelgraft.generator.cli import main
 
         return self._in_process(main, list(argv), cwd)
 
     def generate_all(self, *argv: str) -> Result:
         """``generate-all *argv`` in-process."""
-        from generator.cli import generate_all
+        from modelgraft.generator.cli import generate_all
 
         return self._in_process(generate_all, list(argv), None)
 
@@ -375,9 +378,11 @@ class Project:
     def run_subprocess(
         self, *argv: str, code: str | None = None, env: dict[str, str] | None = None, cwd: Path | None = None
     ) -> Result:
-        """``python -m generator *argv`` (or ``python -c code``) in a real process."""
-        command = [sys.executable, "-c", code] if code is not None else [sys.executable, "-m", "generator", *argv]
-        return run_python(command, cwd=cwd or self.root, pythonpath=[REPO_ROOT, self.site], env=env)
+        """``python -m modelgraft.generator *argv`` (or ``python -c code``) in a real process."""
+        command = (
+            [sys.executable, "-c", code] if code is not None else [sys.executable, "-m", "modelgraft.generator", *argv]
+        )
+        return run_python(command, cwd=cwd or self.root, pythonpath=[self.root, self.site], env=env)
 
 
 def run_python(command: list[str], *, cwd: Path, pythonpath: list[Path], env: dict[str, str] | None = None) -> Result:
@@ -400,7 +405,7 @@ def config_source(
 ) -> str:
     """A config module: ``config = PatchConfig(...)`` followed by ``body`` (dedented)."""
     return (
-        "from generator import PatchConfig, create_patch_from_external\n"
+        "from modelgraft.generator import PatchConfig, create_patch_from_external\n"
         + textwrap.dedent(header)
         + f"\nconfig = PatchConfig({source_module!r}, {target!r}, description='toy config')\n\n"
         + textwrap.dedent(body)

@@ -19,7 +19,7 @@ def mlp_forward(self, x):
 """
 
 TWO_CONFIGS = f"""
-from generator import PatchConfig
+from modelgraft.generator import PatchConfig
 
 first = PatchConfig({TOY_MODULE!r}, "patched_modeling_toy_first.py", description="first")
 second = PatchConfig({TOY_MODULE!r}, "patched_modeling_toy_second.py", description="second")
@@ -94,7 +94,7 @@ def test_an_unknown_config_module_is_an_error(project):
     result = project.run("zoo.toy.no_such_patch_gen_config")
 
     assert result.code == 2
-    assert "config zoo.toy.no_such_patch_gen_config: failed to import: ModuleNotFoundError" in result.err
+    assert "config zoo.toy.no_such_patch_gen_config: no config file zoo/toy/no_such_patch_gen_config.py" in result.err
 
 
 def test_a_missing_config_file_is_an_error(project):
@@ -400,7 +400,7 @@ def test_jobs_runs_the_batch_in_worker_processes(project):
 
 
 def test_an_internal_error_exits_3_never_1_or_2(project, monkeypatch):
-    from generator import pipeline
+    from modelgraft.generator import pipeline
 
     def crash(*args, **kwargs):
         raise RuntimeError("simulated bug in patchgen")
@@ -464,7 +464,7 @@ def test_generate_all_console_script_in_a_real_process(project):
     two_models(project)
 
     result = project.run_subprocess(
-        code="import sys; from generator.cli import generate_all; sys.exit(generate_all())"
+        code="import sys; from modelgraft.generator.cli import generate_all; sys.exit(generate_all())"
     )
 
     assert result.code == 0, result.err
@@ -475,7 +475,7 @@ def test_patchgen_console_script_exit_codes_in_real_processes(project):
     two_models(project)
     assert (
         project.run_subprocess(
-            code="import sys; from generator.cli import main; sys.exit(main())", cwd=project.root
+            code="import sys; from modelgraft.generator.cli import main; sys.exit(main())", cwd=project.root
         ).code
         == 2
     )

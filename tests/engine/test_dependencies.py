@@ -1,7 +1,7 @@
 """pyproject.toml declares exactly what the code imports: no dependency unused, none missing.
 
 Imports are read with ``ast`` (module level and inside functions alike) from the shipped packages, those
-``[tool.setuptools.packages.find]`` includes. The runtime code must import every ``[project]`` dependency
+setup.py installs under ``modelgraft``. The runtime code must import every ``[project]`` dependency
 and nothing else from outside the standard library; what only tests import (``tests/``, the parity
 harness ``models/testing/`` and each ``models/<m>/tests/``) belongs to the ``test`` extra; the Liger
 kernels to the ``gpu`` extra.
@@ -46,12 +46,14 @@ def _is_test_file(rel: str) -> bool:
 
 
 def _shipped_packages() -> list[str]:
-    include = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
-    return sorted(
-        path.name
-        for path in REPO_ROOT.iterdir()
-        if (path / "__init__.py").is_file() and any(pattern.rstrip("*") == path.name for pattern in include)
+    """The root folders setup.py installs under the ``modelgraft`` namespace (read, not run)."""
+    tree = ast.parse((REPO_ROOT / "setup.py").read_text(encoding="utf-8"))
+    folders = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ROOT_FOLDERS" for t in node.targets)
     )
+    return sorted(ast.literal_eval(folders))
 
 
 def _top_level_imports(path: Path) -> set[str]:
@@ -98,10 +100,10 @@ def _files() -> dict[str, list[Path]]:
 
 
 def _first_party() -> set[str]:
-    """The shipped packages and the helper modules tests import by their bare name (``projects``, ...)."""
+    """The installed namespace and the helper modules tests import by their bare name (``projects``, ...)."""
     local = {path.stem for path in (REPO_ROOT / "tests").rglob("*.py")}
     local |= {path.name for path in (REPO_ROOT / "tests").rglob("*") if path.is_dir()}
-    return set(_shipped_packages()) | local | {"tests"}
+    return {"modelgraft"} | local | {"tests"}
 
 
 def _mismatch(label: str, declared: dict[str, str], imported: dict[str, list[str]], allowed: set[str]) -> list[str]:

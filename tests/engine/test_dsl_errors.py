@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from generator import PatchConfig
-from generator.errors import PatchApiError
+from modelgraft.generator import PatchConfig
+from modelgraft.generator.errors import PatchApiError
 
 from .projects import TOY_MODULE, config_source
 
 CONFIG_FILE = "zoo/toy/toy_gpu_patch_gen_config.py"
 SIBLING = f"""
-from generator import PatchConfig
+from modelgraft.generator import PatchConfig
 
 config = PatchConfig({TOY_MODULE!r}, "patched_modeling_toy_base.py")
 """
@@ -64,9 +64,9 @@ def test_override_method_without_a_dot_names_the_line(project):
 def test_a_from_import_without_names_names_the_line(project):
     rejected(
         project,
-        'config.add_import("models.ops.slots")\n',
+        'config.add_import("modelgraft.models.ops.slots")\n',
         "add_import",
-        "add_import('models.ops.slots') needs names= for a from-import, or is_from_import=False",
+        "add_import('modelgraft.models.ops.slots') needs names= for a from-import, or is_from_import=False",
     )
 
 
@@ -114,7 +114,7 @@ def test_a_patch_api_error_is_still_a_value_error():
     config = PatchConfig(TOY_MODULE, "patched_modeling_toy_gpu.py")
 
     with pytest.raises(ValueError, match="needs names="):
-        config.add_import("models.ops.slots")
+        config.add_import("modelgraft.models.ops.slots")
 
 
 def test_a_patch_api_error_keeps_its_location_through_pickling_and_added_context():

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.entrypoint import ExitStatus, run_script
-from generator.errors import PatchgenError, UserError
+from modelgraft.generator.entrypoint import ExitStatus, run_script
+from modelgraft.generator.errors import PatchgenError, UserError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,13 +22,13 @@ SCRIPTS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8
 
 #: Each console script and the function its entry point runs the work through (the one a bug is planted in).
 WORK = {
-    "patchgen": ("generator.cli", "run"),
-    "generate-all": ("generator.cli", "run"),
-    "patchgen-pin": ("generator.pinbump.cli", "run"),
-    "patchgen-inspect": ("generator.inspect_cli", "run"),
-    "scaffold-update": ("scaffold.update", "run"),
-    "scaffold-conflicts": ("scaffold.conflict_check", "run"),
-    "scaffold-survey": ("scaffold.survey", "_survey"),
+    "patchgen": ("modelgraft.generator.cli", "run"),
+    "generate-all": ("modelgraft.generator.cli", "run"),
+    "patchgen-pin": ("modelgraft.generator.pinbump.cli", "run"),
+    "patchgen-inspect": ("modelgraft.generator.inspect_cli", "run"),
+    "scaffold-update": ("modelgraft.scaffold.update", "run"),
+    "scaffold-conflicts": ("modelgraft.scaffold.conflict_check", "run"),
+    "scaffold-survey": ("modelgraft.scaffold.survey", "_survey"),
 }
 
 
@@ -126,7 +126,7 @@ def test_every_console_script_maps_bad_input_to_2_with_one_error_line(
 def test_a_console_script_process_exits_with_the_status_of_the_table(tmp_path: Path) -> None:
     """A real process: outside a git repository, scaffold-conflicts is bad input (2), not a conflict (1)."""
     result = subprocess.run(
-        [sys.executable, "-c", "import sys; from scaffold.conflict_check import main; sys.exit(main())"],
+        [sys.executable, "-c", "import sys; from modelgraft.scaffold.conflict_check import main; sys.exit(main())"],
         cwd=tmp_path,
         env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(tmp_path)},
         capture_output=True,

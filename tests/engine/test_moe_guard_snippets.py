@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from generator import PatchConfig
-from generator.dsl.patches import SnippetRef
-from generator.errors import PatchApiError, SnippetError
-from generator.recipes import Experts, LossHead, Mlp, Router, moe_text
-from generator.snippets import environment, render
-from generator.upstream.index import UpstreamSources
-from generator.upstream.member import UpstreamMember
+from modelgraft.generator import PatchConfig
+from modelgraft.generator.dsl.patches import SnippetRef
+from modelgraft.generator.errors import PatchApiError, SnippetError
+from modelgraft.generator.recipes import Experts, LossHead, Mlp, Router, moe_text
+from modelgraft.generator.snippets import environment, render
+from modelgraft.generator.upstream.index import UpstreamSources
+from modelgraft.generator.upstream.member import UpstreamMember
 
 DEEPSEEK_V3 = "transformers.models.deepseek_v3.modeling_deepseek_v3"
 ROUTER_VARIABLES = {

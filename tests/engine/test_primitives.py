@@ -902,7 +902,7 @@ def test_a_config_may_bind_its_patchconfig_to_any_variable_name(project):
     project.config(
         "toy",
         f"""
-        from generator import PatchConfig
+        from modelgraft.generator import PatchConfig
 
         toy_patches = PatchConfig({TOY_MODULE!r}, "patched_modeling_toy_gpu.py")
 

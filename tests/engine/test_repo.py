@@ -8,14 +8,14 @@ from .projects import REPO_ROOT, run_python
 
 
 def test_the_shipped_zoo_is_up_to_date():
-    result = run_python([sys.executable, "-m", "generator", "--check"], cwd=REPO_ROOT, pythonpath=[REPO_ROOT])
+    result = run_python([sys.executable, "-m", "modelgraft.generator", "--check"], cwd=REPO_ROOT, pythonpath=[])
 
     assert result.code == 0, result.out + result.err
 
 
 def test_the_shipped_zoo_is_up_to_date_without_the_check_cache():
     result = run_python(
-        [sys.executable, "-m", "generator", "--check", "--no-cache"], cwd=REPO_ROOT, pythonpath=[REPO_ROOT]
+        [sys.executable, "-m", "modelgraft.generator", "--check", "--no-cache"], cwd=REPO_ROOT, pythonpath=[]
     )
 
     assert result.code == 0, result.out + result.err
@@ -25,7 +25,7 @@ def test_loading_every_real_config_imports_neither_torch_nor_transformers():
     script = """
 import sys
 
-from generator.discovery import discover, find_settings, load_config
+from modelgraft.generator.discovery import discover, find_settings, load_config
 
 settings = find_settings()
 names = discover(settings)
@@ -45,7 +45,7 @@ def test_listing_the_real_zoo_imports_neither_torch_nor_transformers():
     script = """
 import contextlib, io, sys
 
-from generator.cli import main
+from modelgraft.generator.cli import main
 
 with contextlib.redirect_stdout(io.StringIO()):
     assert main(["--list"]) == 0

@@ -117,7 +117,7 @@ def test_snippet_patches_go_through_the_signature_check(project: Project, snippe
 
 
 def test_the_snippet_folder_is_private_to_the_test(snippet_dir):
-    from generator import snippets
+    from modelgraft.generator import snippets
 
     write_snippet(snippet_dir, "only_here", "def f():\n    return 1\n")
 

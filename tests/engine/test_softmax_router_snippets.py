@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from generator import PatchConfig
-from generator.dsl.patches import SnippetRef
-from generator.errors import SnippetError
-from generator.recipes import Experts, LossHead, Router, moe_text
-from generator.snippets import environment, render
-from generator.upstream.index import UpstreamSources
-from generator.upstream.member import UpstreamMember
+from modelgraft.generator import PatchConfig
+from modelgraft.generator.dsl.patches import SnippetRef
+from modelgraft.generator.errors import SnippetError
+from modelgraft.generator.recipes import Experts, LossHead, Router, moe_text
+from modelgraft.generator.snippets import environment, render
+from modelgraft.generator.upstream.index import UpstreamSources
+from modelgraft.generator.upstream.member import UpstreamMember
 
 QWEN3_MOE = "transformers.models.qwen3_moe.modeling_qwen3_moe"
 GPT_OSS = "transformers.models.gpt_oss.modeling_gpt_oss"
@@ -49,7 +49,7 @@ def _one_line(text: str) -> str:
 
 def test_softmax_topk_guard_goes_in_front_of_upstreams_body() -> None:
     text = _render("softmax_topk_router_guard", QWEN3_MOE, "Qwen3MoeTopKRouter.forward", **SOFTMAX_TOPK)
-    assert text.startswith("from models.ops.slots import softmax_topk_router_slot\n")
+    assert text.startswith("from modelgraft.models.ops.slots import softmax_topk_router_slot\n")
     assert (
         "def forward(self, hidden_states): if softmax_topk_router_slot.use_non_eager_impl: "
         "return softmax_topk_router_slot(hidden_states, self.weight, top_k=self.top_k, "
@@ -84,7 +84,7 @@ def test_softmax_topk_guard_hands_the_slot_each_variants_options(
 ) -> None:
     """A router that always renormalises is told the literal True; only options off the default are passed."""
     text = _render("softmax_topk_router_guard", module, target, **variables)
-    assert text.startswith("from models.ops.slots import softmax_topk_router_slot\n")
+    assert text.startswith("from modelgraft.models.ops.slots import softmax_topk_router_slot\n")
     assert f"if softmax_topk_router_slot.use_non_eager_impl: return {call} hidden_states = " in _one_line(text)
     assert "return router_logits, router_scores, router_indices" in text
 
@@ -119,7 +119,7 @@ def test_softmax_topk_guard_checks_the_attributes_upstream_reads() -> None:
 
 def test_topk_softmax_guard_goes_in_front_of_upstreams_body() -> None:
     text = _render("topk_softmax_router_guard", GPT_OSS, "GptOssTopKRouter.forward", **TOPK_SOFTMAX)
-    assert text.startswith("from models.ops.slots import topk_softmax_router_slot\n")
+    assert text.startswith("from modelgraft.models.ops.slots import topk_softmax_router_slot\n")
     assert (
         "def forward(self, hidden_states): if topk_softmax_router_slot.use_non_eager_impl: "
         "return topk_softmax_router_slot(hidden_states, self.weight, self.bias, top_k=self.top_k) "

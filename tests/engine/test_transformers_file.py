@@ -24,7 +24,7 @@ CONFIG = f'''
 
 from __future__ import annotations
 
-from generator import PatchConfig, create_patch_from_external
+from modelgraft.generator import PatchConfig, create_patch_from_external
 
 config = PatchConfig({QWEN2!r}, "patched_modeling_qwen2_gpu.py", description="engine test")
 config.add_post_import_block("QWEN2_BLOCK_MARKER = 'block'\\n")
@@ -299,7 +299,7 @@ def test_real_file_output_imports_and_runs_a_tiny_model(qwen2):
 OMNI = "transformers.models.qwen2_5_omni.modeling_qwen2_5_omni"
 
 OMNI_CONFIG = f"""
-from generator import PatchConfig
+from modelgraft.generator import PatchConfig
 
 config = PatchConfig({OMNI!r}, "patched_modeling_qwen2_5_omni_gpu.py")
 config.exclude_from_output(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from generator.output.write import write_atomic
+from modelgraft.generator.output.write import write_atomic
 
 
 def test_a_new_file_gets_the_mode_the_umask_allows(tmp_path: Path) -> None:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from modelgraft.scaffold.import_root import import_root
+
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "qwen3_moe"
 CONFIG = f"models.{MODEL}.{MODEL}_gpu_patch_gen_config"
@@ -136,14 +138,14 @@ def _copy_working_tree(destination: Path) -> None:
 
 def _run(root: Path, *args: str, timeout: int) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "COV_"))}
-    env |= {"PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+    env |= {"PYTHONPATH": str(import_root(root)), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [sys.executable, *args], cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
 
 
 def _regenerate(root: Path) -> str:
-    done = _run(root, "-m", "generator", CONFIG, timeout=300)
+    done = _run(root, "-m", "modelgraft.generator", CONFIG, timeout=300)
     assert done.returncode == 0, f"regenerating {CONFIG} failed:\n{done.stdout}\n{done.stderr}"
     return (root / GENERATED).read_text(encoding="utf-8")
 

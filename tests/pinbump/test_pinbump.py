@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.pinbump import cli
-from generator.pinbump.fetch import fetch_reference, reference_root
+from modelgraft.generator.pinbump import cli
+from modelgraft.generator.pinbump.fetch import fetch_reference, reference_root
 
 TOY_V1 = """
 class ToyModel:
@@ -73,7 +73,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (root / "zoopin" / "toy" / "toy_gpu_patch_gen_config.py").write_text(
         textwrap.dedent(
             """
-            from generator import PatchConfig
+            from modelgraft.generator import PatchConfig
 
             config = PatchConfig("transformers.models.toy.modeling_toy", "patched_modeling_toy_gpu.py")
 
@@ -156,7 +156,7 @@ def test_an_unknown_config_module_exits_2_naming_it_and_changes_nothing(
 
     assert code == 2
     err = capsys.readouterr().err
-    assert err.startswith("patchgen-pin: error: config zoopin.toy.nope: failed to import: ModuleNotFoundError")
+    assert err.startswith("patchgen-pin: error: config zoopin.toy.nope: no config file zoopin/toy/nope.py")
     assert _tree(project) == before
 
 

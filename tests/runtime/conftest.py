@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from models.ops import OpsConfig, bound_ops
-from models.testing import registered_model
+from modelgraft.models.ops import OpsConfig, bound_ops
+from modelgraft.models.testing import registered_model
 
 #: An upstream model type the zoo does not ship, registered only for the length of a test.
 THROWAWAY_MODEL_TYPE = "ministral"

@@ -12,7 +12,7 @@ import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.models.ministral import modeling_ministral
 
-from models.ops import causal_lm_loss_slot
+from modelgraft.models.ops import causal_lm_loss_slot
 
 
 class MinistralForCausalLM(modeling_ministral.MinistralForCausalLM):

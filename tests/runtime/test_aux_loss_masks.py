@@ -2,8 +2,8 @@
 
 transformers 5 lets a caller pass masks already prepared for attention: a 4-D mask, or a dict of them by
 attention type. Upstream's ``load_balancing_loss_func`` fails on both; the slot's reference kernel
-(``models.ops.kernels.eager.load_balancing_loss``) reads the real tokens off the masks' diagonal
-(``models.ops.kernels.token_mask``). Where upstream is defined (None, a 2-D mask) the kernel stays equal to
+(``modelgraft.models.ops.kernels.eager.load_balancing_loss``) reads the real tokens off the masks' diagonal
+(``modelgraft.models.ops.kernels.token_mask``). Where upstream is defined (None, a 2-D mask) the kernel stays equal to
 it bit for bit.
 """
 
@@ -15,10 +15,10 @@ import pytest
 import torch
 from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
 
-from models.ops import load_balancing_loss_slot
-from models.ops.binding import restore_bindings
-from models.ops.kernels import eager
-from models.ops.kernels.token_mask import real_token_mask
+from modelgraft.models.ops import load_balancing_loss_slot
+from modelgraft.models.ops.binding import restore_bindings
+from modelgraft.models.ops.kernels import eager
+from modelgraft.models.ops.kernels.token_mask import real_token_mask
 
 #: One layer, one sequence of three tokens, three experts; the third token is padding. Router probabilities
 #: per token (logits are their logs, so the softmax gives them back), top-1 choice in brackets:
@@ -139,8 +139,8 @@ def _gpt_oss_with_padding_and_its_mask_dict():
     from transformers import GptOssConfig
     from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
-    from models.loader import get_model_class
-    from models.testing import build_pair, causal_lm_batch, tiny_config
+    from modelgraft.models.loader import get_model_class
+    from modelgraft.models.testing import build_pair, causal_lm_batch, tiny_config
 
     config = tiny_config(GptOssConfig, sliding_window=3)
     classes = [get_model_class("gpt_oss", "GptOssForCausalLM", use_hf=use_hf) for use_hf in (True, False)]

@@ -10,8 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from transformers.loss.loss_utils import ForCausalLMLoss
 
-from models.ops import OpsConfig, bound_ops, causal_lm_loss_slot
-from models.ops.kernels import chunked_loss, eager
+from modelgraft.models.ops import OpsConfig, bound_ops, causal_lm_loss_slot
+from modelgraft.models.ops.kernels import chunked_loss, eager
 
 #: fp32; the kernel sums chunk by chunk, so results differ from upstream only by reassociation.
 RTOL, ATOL = 1e-5, 1e-6
@@ -207,7 +207,7 @@ def test_chunk_size_must_be_positive() -> None:
 
 def test_chunked_loss_with_an_lm_head_bias_matches_eager_with_gradients() -> None:
     """phi and codegen project with a bias: the chunked kernel adds it and returns its gradient."""
-    from models.ops.kernels import chunked_loss, eager
+    from modelgraft.models.ops.kernels import chunked_loss, eager
 
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(2, 9, 12, generator=generator, requires_grad=True)

@@ -10,7 +10,7 @@ from transformers.loss.loss_utils import ForCausalLMLoss, ForSequenceClassificat
 from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
-from models.ops.kernels import eager
+from modelgraft.models.ops.kernels import eager
 
 DTYPES = [torch.float32, torch.bfloat16]
 

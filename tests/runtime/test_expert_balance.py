@@ -1,4 +1,4 @@
-"""The correction-bias update of auxiliary-loss-free balancing (``models.expert_balance``).
+"""The correction-bias update of auxiliary-loss-free balancing (``modelgraft.models.expert_balance``).
 
 DeepSeek-V3, GLM-MoE-DSA and DeepSeek-V4 route by ``score + e_score_correction_bias`` and output no
 router logits; training moves the bias against each expert's load. These tests pin the counting (the
@@ -12,11 +12,11 @@ import pytest
 import torch
 from transformers import DeepseekV3Config
 
-from models.distributed.launch import spawn
-from models.expert_balance import ExpertBalancer, biased_routers
-from models.loader import get_model_class
-from models.testing import causal_lm_batch, seed_everything
-from models.testing.tiny import tiny_config_for
+from modelgraft.models.distributed.launch import spawn
+from modelgraft.models.expert_balance import ExpertBalancer, biased_routers
+from modelgraft.models.loader import get_model_class
+from modelgraft.models.testing import causal_lm_batch, seed_everything
+from modelgraft.models.testing.tiny import tiny_config_for
 
 MODELS = [
     pytest.param("deepseek_v3", "DeepseekV3ForCausalLM", id="deepseek_v3"),
@@ -26,7 +26,7 @@ MODELS = [
 
 
 def tiny_model(model_type: str = "deepseek_v3", architecture: str = "DeepseekV3ForCausalLM", *, seed: int = 0):
-    from models import MODEL_CONFIG_REGISTRY
+    from modelgraft.models import MODEL_CONFIG_REGISTRY
 
     config = tiny_config_for(MODEL_CONFIG_REGISTRY[model_type])
     seed_everything(seed)

@@ -22,13 +22,18 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as sink_eager_attention
 
-import models
-from models import MODEL_CONFIG_REGISTRY
-from models.attention import FUSED_ATTENTION, UnsupportedAttentionError, fused_attention, register_fused_attention
-from models.loader import get_model_class
-from models.testing import assert_step_parity, build_pair, causal_lm_batch, run_step
-from models.testing.parity import tolerance_for
-from models.testing.tiny import tiny_config_for
+from modelgraft import models
+from modelgraft.models import MODEL_CONFIG_REGISTRY
+from modelgraft.models.attention import (
+    FUSED_ATTENTION,
+    UnsupportedAttentionError,
+    fused_attention,
+    register_fused_attention,
+)
+from modelgraft.models.loader import get_model_class
+from modelgraft.models.testing import assert_step_parity, build_pair, causal_lm_batch, run_step
+from modelgraft.models.testing.parity import tolerance_for
+from modelgraft.models.testing.tiny import tiny_config_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BATCH, HEADS, LENGTH = 2, 4, 24
@@ -201,10 +206,10 @@ def test_sinks_run_the_fused_cpu_kernel():
 
 def test_importing_a_generated_module_registers_the_name():
     code = (
-        "import models\n"
+        "import modelgraft.models\n"
         "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS\n"
         "assert 'fused_attention' not in ALL_ATTENTION_FUNCTIONS\n"
-        "import models.qwen3_moe.generated.patched_modeling_qwen3_moe_gpu\n"
+        "import modelgraft.models.qwen3_moe.generated.patched_modeling_qwen3_moe_gpu\n"
         "assert 'fused_attention' in ALL_ATTENTION_FUNCTIONS\n"
     )
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO_ROOT)

@@ -13,7 +13,7 @@ from torch import nn
 from transformers import DeepseekV3Config
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MLP
 
-from models.ops.kernels import eager
+from modelgraft.models.ops.kernels import eager
 
 
 def _mlp(hidden_act: str = "silu") -> DeepseekV3MLP:
@@ -84,8 +84,8 @@ def test_the_output_depends_on_the_activation_and_the_order_of_gate_and_up() -> 
 
 def test_a_gated_mlp_with_the_eager_glu_is_the_eager_gated_mlp() -> None:
     """The Liger and NPU families build their gated_mlp this way; with eager's GLU it must be eager's MLP."""
-    from models.ops.kernels import eager
-    from models.ops.kernels.gated_mlp import gated_mlp_with
+    from modelgraft.models.ops.kernels import eager
+    from modelgraft.models.ops.kernels.gated_mlp import gated_mlp_with
 
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(3, 5, 8, generator=generator)
@@ -100,7 +100,7 @@ def test_a_gated_mlp_with_the_eager_glu_is_the_eager_gated_mlp() -> None:
 
 
 def test_a_gated_mlp_with_a_glu_kernel_calls_that_kernel() -> None:
-    from models.ops.kernels.gated_mlp import gated_mlp_with
+    from modelgraft.models.ops.kernels.gated_mlp import gated_mlp_with
 
     calls: list[str] = []
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.gemma3.tests.test_gemma3_parity import GEMMA3
-from models.llama.tests.test_llama_parity import LLAMA
-from models.ops import KERNEL_FAMILIES, OpsConfig
-from models.qwen3.tests.test_qwen3_parity import QWEN3
-from models.qwen3_moe.tests.test_qwen3_moe_parity import QWEN3_MOE
-from models.testing import causal_lm_batch, check_parity
-from models.testing.dense_suite import DenseModel
-from models.testing.parity import BF16_TOLERANCE, EAGER_TOLERANCE, Tolerance, tolerance_for
+from modelgraft.models.gemma3.tests.test_gemma3_parity import GEMMA3
+from modelgraft.models.llama.tests.test_llama_parity import LLAMA
+from modelgraft.models.ops import KERNEL_FAMILIES, OpsConfig
+from modelgraft.models.qwen3.tests.test_qwen3_parity import QWEN3
+from modelgraft.models.qwen3_moe.tests.test_qwen3_moe_parity import QWEN3_MOE
+from modelgraft.models.testing import causal_lm_batch, check_parity
+from modelgraft.models.testing.dense_suite import DenseModel
+from modelgraft.models.testing.parity import BF16_TOLERANCE, EAGER_TOLERANCE, Tolerance, tolerance_for
 
 pytestmark = [
     pytest.mark.gpu,

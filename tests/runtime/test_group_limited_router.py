@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from models.ops.kernels import eager
+from modelgraft.models.ops.kernels import eager
 
 #: (modeling module, router class, config class) of upstream routers with the group-limited shape.
 ROUTERS = {

@@ -22,10 +22,10 @@ import itertools
 import pytest
 import torch
 
-from models.ops import OpsConfig, bound_ops, moe_experts_slot
-from models.ops.kernels import eager, grouped_experts
-from models.ops.kernels.expert_units import GatedUnit, gated_value, has_unit
-from models.testing import KERNEL_TOLERANCE
+from modelgraft.models.ops import OpsConfig, bound_ops, moe_experts_slot
+from modelgraft.models.ops.kernels import eager, grouped_experts
+from modelgraft.models.ops.kernels.expert_units import GatedUnit, gated_value, has_unit
+from modelgraft.models.testing import KERNEL_TOLERANCE
 
 E, K, H, I, T = 7, 3, 20, 12, 29
 BF16_SCALE = 2e-2

@@ -1,4 +1,4 @@
-"""``import models`` must stay cheap: generation-time code imports it and must not pay for torch."""
+"""``import modelgraft.models`` must stay cheap: generation-time code imports it and must not pay for torch."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import models
+from modelgraft import models
 
 REPO_ROOT = Path(models.__file__).resolve().parent.parent
 
@@ -18,7 +18,7 @@ def _run(code: str) -> None:
 
 def test_import_models_imports_neither_torch_nor_transformers() -> None:
     _run(
-        "import sys, models, models.registry\n"
+        "import sys, modelgraft.models, modelgraft.models.registry\n"
         "heavy = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
     )
@@ -26,8 +26,9 @@ def test_import_models_imports_neither_torch_nor_transformers() -> None:
 
 def test_import_models_imports_every_model_package() -> None:
     _run(
-        "import sys, models\n"
-        "missing = [p for p in models.MODEL_PACKAGES if 'models.' + p not in sys.modules]\n"
+        "import sys\n"
+        "from modelgraft import models\n"
+        "missing = [p for p in models.MODEL_PACKAGES if 'modelgraft.models.' + p not in sys.modules]\n"
         "assert not missing, missing\n"
         "assert len(models.MODELING_REGISTRY) >= len(models.MODEL_PACKAGES)\n"
     )

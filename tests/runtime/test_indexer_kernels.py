@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from models.ops import SLOTS, OpsConfig, bound_ops, current_ops
-from models.ops.kernels import eager, indexers
+from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops, current_ops
+from modelgraft.models.ops.kernels import eager, indexers
 
 HIDDEN = 24
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers.loss.loss_utils import ForCausalLMLoss
 
-from models.ops import (
+from modelgraft.models.ops import (
     KERNEL_FAMILIES,
     SLOTS,
     KernelUnavailableError,
@@ -18,7 +18,7 @@ from models.ops import (
     bound_ops,
     current_ops,
 )
-from models.ops.kernels import eager
+from modelgraft.models.ops.kernels import eager
 
 LIGER_SLOTS = sorted(KERNEL_FAMILIES["liger"].slots)
 WHY_LIGER_CANNOT_RUN = KERNEL_FAMILIES["liger"].unavailable_reason()

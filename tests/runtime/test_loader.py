@@ -7,10 +7,10 @@ import transformers
 from transformers import MinistralConfig
 from transformers.models.ministral import modeling_ministral
 
-from models.loader import build_model, get_model_class
-from models.ops import KERNEL_FAMILIES, KernelUnavailableError, OpsConfig, bind_ops, current_ops
-from models.registry import UnknownEntryError
-from models.testing import tiny_config
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.ops import KERNEL_FAMILIES, KernelUnavailableError, OpsConfig, bind_ops, current_ops
+from modelgraft.models.registry import UnknownEntryError
+from modelgraft.models.testing import tiny_config
 
 
 def test_get_model_class_returns_the_generated_class(upstream_as_generated: str) -> None:

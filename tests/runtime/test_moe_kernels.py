@@ -14,9 +14,9 @@ import torch
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts, load_balancing_loss_func
 
-from models.ops import OpsConfig
-from models.ops.kernels import eager, grouped_experts
-from models.testing import KERNEL_TOLERANCE
+from modelgraft.models.ops import OpsConfig
+from modelgraft.models.ops.kernels import eager, grouped_experts
+from modelgraft.models.testing import KERNEL_TOLERANCE
 
 NUM_EXPERTS, TOP_K, HIDDEN, INTERMEDIATE, TOKENS = 7, 3, 20, 12, 29
 

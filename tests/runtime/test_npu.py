@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from models.ops import KERNEL_FAMILIES, SLOTS, KernelUnavailableError, OpsConfig, bind_ops
+from modelgraft.models.ops import KERNEL_FAMILIES, SLOTS, KernelUnavailableError, OpsConfig, bind_ops
 
 NPU_SLOTS = sorted(KERNEL_FAMILIES["npu"].slots)
 
@@ -17,7 +17,7 @@ def test_binding_npu_without_torch_npu_fails_at_bind_time(slot: str) -> None:
     with pytest.raises(KernelUnavailableError, match="torch_npu"):
         bind_ops(OpsConfig({slot: "npu"}))
     assert not SLOTS[slot].use_non_eager_impl
-    assert "models.ops.kernels.npu" not in sys.modules
+    assert "modelgraft.models.ops.kernels.npu" not in sys.modules
 
 
 def test_npu_serves_the_device_slots_but_no_loss() -> None:

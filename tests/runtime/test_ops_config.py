@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from models.ops import (
+from modelgraft.models.ops import (
     KERNEL_FAMILIES,
     SLOTS,
     KernelUnavailableError,
@@ -23,7 +23,7 @@ from models.ops import (
     rms_norm_slot,
     unbind_ops,
 )
-from models.ops.kernels import eager
+from modelgraft.models.ops.kernels import eager
 
 LIGER_RUNS_HERE = KERNEL_FAMILIES["liger"].unavailable_reason() is None
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, MinistralConfig, Qwen3Config
 
-from models.loader import get_model_class
-from models.ops import OpsConfig, causal_lm_loss_slot
-from models.ops.kernels import eager
-from models.testing import (
+from modelgraft.models.loader import get_model_class
+from modelgraft.models.ops import OpsConfig, causal_lm_loss_slot
+from modelgraft.models.ops.kernels import eager
+from modelgraft.models.testing import (
     EAGER_TOLERANCE,
     IGNORE_INDEX,
     KERNEL_TOLERANCE,
@@ -25,7 +25,7 @@ from models.testing import (
     sequence_classification_batch,
     tiny_config,
 )
-from models.testing.parity import (
+from modelgraft.models.testing.parity import (
     BF16_KERNEL_TOLERANCE,
     BF16_TOLERANCE,
     StepResult,

@@ -2,7 +2,7 @@
 
 Every registered (model_type, backend) is a case, read from the registry at collection time, so a new
 model is covered without an edit here. Each case uses the generated module's ``*ForCausalLM`` at the
-tiny config of ``models.testing.tiny`` (fp32, eager attention, eager experts); every floating weight
+tiny config of ``modelgraft.models.testing.tiny`` (fp32, eager attention, eager experts); every floating weight
 gets noise first, so a weight left at its initialisation, or filled from the wrong tensor, changes
 the logits. Upstream's ``save_pretrained`` writes its own hub layout (qwen3_moe: per-expert keys;
 deepseek_v4: partly DeepSeek's names), which only the ``model_type``'s conversion mapping reads back.
@@ -22,14 +22,14 @@ from safetensors.torch import load_file, save_file
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.conversion_mapping import USER_REGISTERED_MAPPINGS
 
-import models
-from models.checkpoint import CheckpointError
-from models.import_hook import GeneratedModuleFinder
-from models.loader import get_model_class
-from models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY
-from models.testing.batches import causal_lm_batch
-from models.testing.seed import seed_everything
-from models.testing.tiny import tiny_config_for
+from modelgraft import models
+from modelgraft.models.checkpoint import CheckpointError
+from modelgraft.models.import_hook import GeneratedModuleFinder
+from modelgraft.models.loader import get_model_class
+from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY
+from modelgraft.models.testing.batches import causal_lm_batch
+from modelgraft.models.testing.seed import seed_everything
+from modelgraft.models.testing.tiny import tiny_config_for
 
 REPO_ROOT = Path(models.__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ CASE_IDS = [f"{model_type}-{backend}" for model_type, backend in CASES]
 EAGER = {"attn_implementation": "eager", "experts_implementation": "eager"}
 
 #: A module of the models package that is not a generated module.
-CONVERTERS_MODULE = "models.converters.moe"
+CONVERTERS_MODULE = "modelgraft.models.converters.moe"
 
 #: A tensor no model has, added to a checkpoint (no conversion mapping renames it).
 PROBE_KEY = "model.interop_probe.weight"

@@ -13,9 +13,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from models.ops import SLOTS
-from models.ops.kernels import eager
-from models.testing.reference import HEADS, NOT_CONSULTED, consulted_slots, reference_kernel, reference_kernels
+from modelgraft.models.ops import SLOTS
+from modelgraft.models.ops.kernels import eager
+from modelgraft.models.testing.reference import (
+    HEADS,
+    NOT_CONSULTED,
+    consulted_slots,
+    reference_kernel,
+    reference_kernels,
+)
 
 
 def _differs(a: object, b: object) -> bool:

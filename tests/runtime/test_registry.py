@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from models.registry import (
+from modelgraft.models.registry import (
     MODEL_CONFIG_REGISTRY,
     MODEL_PROCESSOR_REGISTRY,
     MODELING_REGISTRY,
@@ -16,7 +16,7 @@ from models.registry import (
     resolve_dotted,
     unregister_model,
 )
-from models.testing import registered_model
+from modelgraft.models.testing import registered_model
 
 MODEL_TYPE = "runtime_test_model"
 LLAMA_MODELING = "transformers.models.llama.modeling_llama"

@@ -11,7 +11,7 @@ import importlib
 import pytest
 import torch
 
-from models.ops.kernels import eager
+from modelgraft.models.ops.kernels import eager
 
 #: model -> (formulation options the guard passes, fraction of head_dim that cos covers)
 CASES = {

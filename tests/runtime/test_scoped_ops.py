@@ -10,12 +10,12 @@ import pytest
 import torch
 from transformers import MinistralConfig, PreTrainedModel
 
-from models.loader import build_model
-from models.ops import OpsConfig, OpsConfigError, bind_ops, current_ops
-from models.ops import binding as binding_module
-from models.ops.binding import attach_ops
-from models.ops.kernels import chunked_loss
-from models.testing import tiny_config
+from modelgraft.models.loader import build_model
+from modelgraft.models.ops import OpsConfig, OpsConfigError, bind_ops, current_ops
+from modelgraft.models.ops import binding as binding_module
+from modelgraft.models.ops.binding import attach_ops
+from modelgraft.models.ops.kernels import chunked_loss
+from modelgraft.models.testing import tiny_config
 
 CHUNKED = OpsConfig({"causal_lm_loss": "chunked"})
 EAGER = OpsConfig()
@@ -155,9 +155,9 @@ def test_a_model_built_with_ops_deep_copies_and_keeps_them() -> None:
     """EMA and reference copies deep-copy a model; its ops come along."""
     import copy
 
-    from models.loader import build_model
-    from models.ops import OpsConfig
-    from models.testing import tiny_config
+    from modelgraft.models.loader import build_model
+    from modelgraft.models.ops import OpsConfig
+    from modelgraft.models.testing import tiny_config
 
     ops = OpsConfig({"causal_lm_loss": "chunked"})
     config = tiny_config(__import__("transformers").LlamaConfig)

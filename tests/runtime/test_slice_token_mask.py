@@ -3,7 +3,7 @@
 Under sequence parallelism rank ``r`` holds positions ``r * chunk ...`` of each sequence, while a prepared
 4-D mask covers the whole sequence (Ulysses attention needs it whole): the rank's own tokens are the mask's
 diagonal at queries and keys ``r * chunk ...``, not at the last keys that ``real_token_mask`` reads
-(``models.ops.kernels.token_mask.slice_real_token_mask``).
+(``modelgraft.models.ops.kernels.token_mask.slice_real_token_mask``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.ops.kernels.token_mask import real_token_mask, slice_real_token_mask
+from modelgraft.models.ops.kernels.token_mask import real_token_mask, slice_real_token_mask
 
 #: Two sequences of 8 positions, split over sp=2 ranks of 4: padding in both halves, differently per half.
 REAL = torch.tensor(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import models.ops
-from models.ops import SLOTS, OpSlot, UnboundSlotError, rms_norm_slot
+import modelgraft.models.ops
+from modelgraft.models.ops import SLOTS, OpSlot, UnboundSlotError, rms_norm_slot
 
 #: The slot instances generated modeling files import by these exact names.
 GENERATED_CODE_SLOT_NAMES = {
@@ -40,7 +40,7 @@ GENERATED_CODE_SLOT_NAMES = {
 
 def test_generated_code_slot_names_are_exported() -> None:
     for attribute, slot_name in GENERATED_CODE_SLOT_NAMES.items():
-        slot = getattr(models.ops, attribute)
+        slot = getattr(modelgraft.models.ops, attribute)
         assert isinstance(slot, OpSlot)
         assert slot.name == slot_name
         assert SLOTS[slot_name] is slot
@@ -51,10 +51,10 @@ def test_generated_code_slot_names_are_exported() -> None:
 #: generated modules, the kernels' registry, the testing harness), then report every slot that is bound.
 _FRESH_PROCESS_PROBE = """
 import importlib, json
-import models
-from models.ops import SLOTS
-from models.registry import MODELING_REGISTRY
-import models.testing, models.testing.dense_suite, models.testing.moe_suite
+import modelgraft.models
+from modelgraft.models.ops import SLOTS
+from modelgraft.models.registry import MODELING_REGISTRY
+import modelgraft.models.testing, modelgraft.models.testing.dense_suite, modelgraft.models.testing.moe_suite
 modules = set()
 for model_type in MODELING_REGISTRY:
     for backend in MODELING_REGISTRY.backends(model_type):
@@ -90,7 +90,7 @@ def test_slots_start_unbound() -> None:
 
 def test_the_fresh_interpreter_probe_sees_a_binding_made_at_import_time() -> None:
     """The probe of test_slots_start_unbound can fail: a kernel bound while importing is reported."""
-    prelude = "from models.ops import rms_norm_slot\nrms_norm_slot.bind(abs, name='bound-at-import')\n"
+    prelude = "from modelgraft.models.ops import rms_norm_slot\nrms_norm_slot.bind(abs, name='bound-at-import')\n"
     assert _fresh_process_bindings(prelude)["bound"] == {"rms_norm": "bound-at-import"}
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from models.ops.kernels import eager
+from modelgraft.models.ops.kernels import eager
 
 #: model -> (router class, config class, config name of the expert count) of the routers whose forward
 #: is the softmax-top-k shape the reader binds (generator/upstream/read_moe.py, the first _ROUTER_SOFTMAX_TOPK).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaffold.survey_classify import (
+from modelgraft.scaffold.survey_classify import (
     BROKEN,
     PASS,
     REFUSED,
@@ -28,7 +28,9 @@ COPIER_PREAMBLE = (
     "    create  tests\n"
     "    create  tests/__init__.py\n\n"
 )
-TASK = ' > Running task 1 of 1: "/venv/bin/python3" -m generator models.foo.foo_gpu_patch_gen_config --diff\n'
+TASK = (
+    ' > Running task 1 of 1: "/venv/bin/python3" -m modelgraft.generator models.foo.foo_gpu_patch_gen_config --diff\n'
+)
 PATCHGEN_REFUSAL = (
     "patchgen: error: config models.foo.foo_gpu_patch_gen_config (models/foo/foo_gpu_patch_gen_config.py), "
     "target FooForSequenceClassification.forward: upstream transformers.models.foo.modeling_foo defines no class "
@@ -37,7 +39,7 @@ PATCHGEN_REFUSAL = (
 
 
 def task_failed(status: int) -> str:
-    return f"Task '\"/venv/bin/python3\" -m generator models.foo.foo_gpu_patch_gen_config --diff' returned non-zero exit status {status}.\n"
+    return f"Task '\"/venv/bin/python3\" -m modelgraft.generator models.foo.foo_gpu_patch_gen_config --diff' returned non-zero exit status {status}.\n"
 
 
 def ran_copier(output: str, returncode: int | None = 0, *, timed_out: bool = False) -> StepResult:
@@ -203,14 +205,14 @@ SMOKE_FAILED = (
     COPIER_PREAMBLE
     + TASK
     + "wrote models/foo/generated/patched_modeling_foo_gpu.py\n"
-    + ' > Running task 2 of 2: "/venv/bin/python3" -m scaffold.smoke foo\n'
+    + ' > Running task 2 of 2: "/venv/bin/python3" -m modelgraft.scaffold.smoke foo\n'
     + """\
 Traceback (most recent call last):
   File "/clone/scaffold/smoke.py", line 46, in main
     smoke(args.model)
 RuntimeError: mat1 and mat2 shapes cannot be multiplied (44x96 and 48x48)
 scaffold smoke check: the new models/foo does not match upstream (RuntimeError: mat1 and mat2 shapes); Copier removes the directory
-Task '"/venv/bin/python3" -m scaffold.smoke foo' returned non-zero exit status 1.
+Task '"/venv/bin/python3" -m modelgraft.scaffold.smoke foo' returned non-zero exit status 1.
 """
 )
 

@@ -24,7 +24,18 @@ def test_survey_of_mistral_passes_and_lists_its_slots(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTEST_ADDOPTS"}}
     env["TMPDIR"] = str(tmp_path)  # the survey's clones go here, and must be gone afterwards
     run = subprocess.run(
-        [sys.executable, "-m", "scaffold.survey", "mistral", "-j", "1", "--timeout", "300", "--json", str(report)],
+        [
+            sys.executable,
+            "-m",
+            "modelgraft.scaffold.survey",
+            "mistral",
+            "-j",
+            "1",
+            "--timeout",
+            "300",
+            "--json",
+            str(report),
+        ],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from scaffold import survey
-from scaffold.survey_classify import BROKEN, PASS, REFUSED, WRONG, ModelResult, Observation, StepResult
+from modelgraft.scaffold import survey
+from modelgraft.scaffold.survey_classify import BROKEN, PASS, REFUSED, WRONG, ModelResult, Observation, StepResult
 
 
 def result(model: str, category: str, outcome: str, reason: str = "", slots: tuple[str, ...] = ()) -> ModelResult:
@@ -190,8 +190,8 @@ def test_categories_come_from_the_clones_reader(tmp_path: Path, upstream: Path) 
 @pytest.mark.parametrize(
     ("reader", "warning"),
     [
-        (None, "generator.upstream.reader is missing: categories are guessed from class names"),
-        ("def read_model(:\n", "generator.upstream.reader does not import: SyntaxError"),
+        (None, "modelgraft.generator.upstream.reader is missing: categories are guessed from class names"),
+        ("def read_model(:\n", "modelgraft.generator.upstream.reader does not import: SyntaxError"),
     ],
 )
 def test_without_a_reader_categories_are_guessed_and_said_so(

@@ -25,6 +25,9 @@ from typing import Any
 import copier
 import yaml
 from copier.errors import DirtyLocalWarning
+from plumbum import local
+
+from modelgraft.scaffold.import_root import import_root
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,10 +95,15 @@ def clone(source: Path, folder: Path) -> Path:
 
 @contextmanager
 def working_directory(path: Path) -> Iterator[None]:
+    """Run Copier in-process in ``path``: its tasks, child processes, import modelgraft from ``path`` itself.
+
+    Copier starts its tasks with plumbum's copy of the environment, so the variable is set there too.
+    """
     previous = Path.cwd()
     os.chdir(path)
     try:
-        yield
+        with local.env(PYTHONPATH=str(import_root(path))):
+            yield
     finally:
         os.chdir(previous)
 
@@ -139,8 +147,9 @@ def recorded_answers(model_dir: Path) -> dict[str, Any]:
 
 
 def run(repo: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``python <args>`` in ``repo``, with this interpreter and nothing of this process's import path."""
+    """``python <args>`` in ``repo``, with this interpreter, importing modelgraft from ``repo`` itself."""
     env = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "PYTEST_ADDOPTS"}}
+    env["PYTHONPATH"] = str(import_root(repo))
     return subprocess.run(
         [sys.executable, *args], cwd=repo, env=env, capture_output=True, text=True, check=False, timeout=timeout
     )

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scaffold.jinja_extension import scaffold_refusal
-from scaffold.update import EXIT_CONFLICT, EXIT_OK, main
+from modelgraft.scaffold.jinja_extension import scaffold_refusal
+from modelgraft.scaffold.update import EXIT_CONFLICT, EXIT_OK, main
 
 from .repos import REPO_ROOT, commit_all, copy_model, git, recorded_answers, run, template_version, working_directory
 
@@ -141,9 +141,9 @@ def test_a_template_change_reaches_every_model_and_keeps_its_local_modifications
     assert git(repo, "ls-files", "--unmerged") == ""
 
     # generate-all after the update (as the docs say): the modeling is as committed, no drift.
-    generated = run(repo, "-m", "generator", "--all", "--diff")
+    generated = run(repo, "-m", "modelgraft.generator", "--all", "--diff")
     assert generated.returncode == 0, generated.stdout + generated.stderr
-    check = run(repo, "-m", "generator", "--check", "--no-cache")
+    check = run(repo, "-m", "modelgraft.generator", "--check", "--no-cache")
     assert check.returncode == 0, check.stdout + check.stderr
     commit_all(repo, "the zoo at the new template version")  # commit B: leaves the template alone
     assert template_version(repo) == v2

@@ -53,11 +53,10 @@ def test_a_dense_scaffold_with_both_backends_generates_and_passes_its_parity_tes
         "generated/patched_modeling_mistral_npu.py",
         "mistral_gpu_patch_gen_config.py",
         "mistral_npu_patch_gen_config.py",
-        "tests/__init__.py",
         "tests/test_mistral_parity.py",
     ]
     configs = ("models.mistral.mistral_gpu_patch_gen_config", "models.mistral.mistral_npu_patch_gen_config")
-    check = run(repo, "-m", "generator", *configs, "--check")
+    check = run(repo, "-m", "modelgraft.generator", *configs, "--check")
     assert check.returncode == 0, check.stdout + check.stderr
     _assert_ruff_clean(repo, model_dir)
     output = _assert_tests_pass(repo, "mistral")
@@ -174,7 +173,7 @@ def test_a_copy_whose_smoke_check_fails_removes_the_new_directory(repo: Path) ->
         "causal_lm": {"cls": "MistralForCausalLM", "softcap": "", "scale": []},
         "sequence_classification": None,
     }
-    with pytest.raises(Exception, match="scaffold.smoke"):
+    with pytest.raises(Exception, match="modelgraft.scaffold.smoke"):
         copy_model(repo, "mistral", record=False, recipe=wrong)
     assert not (repo / "models" / "mistral").exists()
 

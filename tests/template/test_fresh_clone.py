@@ -15,8 +15,8 @@ import copier
 import pytest
 import yaml
 
-from scaffold import versions
-from scaffold.update import EXIT_ERROR, EXIT_OK, main
+from modelgraft.scaffold import versions
+from modelgraft.scaffold.update import EXIT_ERROR, EXIT_OK, main
 
 from .repos import commit_all, copy_model, git, run, template_version, working_directory
 

@@ -15,7 +15,7 @@ import copier
 import pytest
 import yaml
 
-from scaffold.update import EXIT_BUG, EXIT_CONFLICT, EXIT_ERROR, EXIT_OK, main
+from modelgraft.scaffold.update import EXIT_BUG, EXIT_CONFLICT, EXIT_ERROR, EXIT_OK, main
 
 from .repos import commit_all, copy_model, git, template_version, working_directory
 
@@ -180,7 +180,7 @@ def test_an_unexpected_error_is_a_bug_with_a_traceback(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("scaffold.update.run_update", broken)
+    monkeypatch.setattr("modelgraft.scaffold.update.run_update", broken)
     assert update(repo, "models/mistral") == EXIT_BUG
 
     err = capsys.readouterr().err

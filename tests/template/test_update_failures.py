@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from copier.errors import UserMessageError
 
-from scaffold.update import EXIT_ERROR
+from modelgraft.scaffold.update import EXIT_ERROR
 
 from .test_update import change_template, scaffold, update
 
@@ -30,7 +30,7 @@ def test_a_failed_update_exits_2_naming_the_scaffold_and_the_cause(
     def fail(*args: object, **kwargs: object) -> None:
         raise FAILURES[failure]
 
-    monkeypatch.setattr("scaffold.update.run_update", fail)
+    monkeypatch.setattr("modelgraft.scaffold.update.run_update", fail)
 
     assert update(repo, "models/mistral", "models/smollm3") == EXIT_ERROR
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scaffold import versions
+from modelgraft.scaffold import versions
 
 from .repos import REPO_ROOT, template_version
 

@@ -1,4 +1,4 @@
-"""``models.testing.tiny.tiny_config_for`` on every decoder-only text model of transformers (issue 6).
+"""``modelgraft.models.testing.tiny.tiny_config_for`` on every decoder-only text model of transformers (issue 6).
 
 The population is every model_type of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` except those in
 :data:`EXCLUDED` (encoders and encoder-decoders, VLM / omni composites, SSM and linear-attention
@@ -23,9 +23,9 @@ from transformers import AutoModelForCausalLM, PreTrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from models.testing.batches import causal_lm_batch
-from models.testing.seed import seed_everything
-from models.testing.tiny import AUX_LOSS_COEF, MODEL_OVERRIDES, TINY, tiny_config_for, weight_dims
+from modelgraft.models.testing.batches import causal_lm_batch
+from modelgraft.models.testing.seed import seed_everything
+from modelgraft.models.testing.tiny import AUX_LOSS_COEF, MODEL_OVERRIDES, TINY, tiny_config_for, weight_dims
 
 _ENCODER = "encoder or encoder-decoder (bidirectional attention / cross-attention LM head), not a decoder-only model"
 _COMPOSITE = "VLM / omni / multi-part composite config (vision, audio or patcher sub-configs)"
@@ -268,7 +268,7 @@ def test_overrides_win_and_result_is_deterministic() -> None:
 
 
 def test_llama_keeps_the_tiny_sizes_of_configs_py() -> None:
-    from models.testing.configs import TINY_SIZES
+    from modelgraft.models.testing.configs import TINY_SIZES
 
     config = tiny_config_for(CONFIG_MAPPING["llama"])
     for name, value in TINY_SIZES.items():

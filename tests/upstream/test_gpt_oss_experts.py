@@ -10,9 +10,9 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 
-from generator.recipes.fit import fit_model
-from generator.recipes.render import recipe_call
-from generator.upstream.reader import model_file, read_model
+from modelgraft.generator.recipes.fit import fit_model
+from modelgraft.generator.recipes.render import recipe_call
+from modelgraft.generator.upstream.reader import model_file, read_model
 
 
 def _upstream_constant(attr: str) -> float:

@@ -12,10 +12,10 @@ import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
-from generator.recipes.fit import fit_model
-from generator.recipes.render import recipe_call
-from generator.upstream.index import UpstreamSources
-from generator.upstream.reader import read_model
+from modelgraft.generator.recipes.fit import fit_model
+from modelgraft.generator.recipes.render import recipe_call
+from modelgraft.generator.upstream.index import UpstreamSources
+from modelgraft.generator.upstream.reader import read_model
 
 #: The attribute each argument of the slot is read from, in DeepSeek-V3's router.
 DEEPSEEK_V3_ROUTER = {

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from generator import inspect_cli
+from modelgraft.generator import inspect_cli
 
 
 def test_report_names_category_and_kinds(capsys: pytest.CaptureFixture[str]) -> None:

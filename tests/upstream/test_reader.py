@@ -8,9 +8,9 @@ from functools import cache
 
 import pytest
 
-from generator.errors import UpstreamError
-from generator.upstream.reader import read_model
-from generator.upstream.structure import ModelStructure
+from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.upstream.reader import read_model
+from modelgraft.generator.upstream.structure import ModelStructure
 
 
 @cache
@@ -329,7 +329,7 @@ def test_reading_twice_gives_equal_reports() -> None:
 def test_reader_imports_neither_torch_nor_transformers() -> None:
     code = (
         "import sys\n"
-        "from generator.upstream.reader import read_model\n"
+        "from modelgraft.generator.upstream.reader import read_model\n"
         "read_model('qwen3_moe'); read_model('gemma3')\n"
         "bad = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
         "assert not bad, bad\n"

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from generator.recipes.fit import fit_model
-from generator.recipes.render import recipe_call
-from generator.upstream.index import ModuleIndex, UpstreamSources
-from generator.upstream.read_moe import read_moe
-from generator.upstream.reader import read_model
-from generator.upstream.source import ModelSource
-from generator.upstream.structure import RouterInfo
+from modelgraft.generator.recipes.fit import fit_model
+from modelgraft.generator.recipes.render import recipe_call
+from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
+from modelgraft.generator.upstream.read_moe import read_moe
+from modelgraft.generator.upstream.reader import read_model
+from modelgraft.generator.upstream.source import ModelSource
+from modelgraft.generator.upstream.structure import RouterInfo
 
 QWEN3_MOE_ROUTER = {"weight": "weight", "top_k": "top_k", "norm_topk_prob": "norm_topk_prob"}
 GPT_OSS_ROUTER = {"weight": "weight", "bias": "bias", "top_k": "top_k"}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from generator.upstream.index import UpstreamSources
-from generator.upstream.locate import package_root
-from generator.upstream.reader import read_model
-from generator.upstream.structure import CATEGORIES, MLP_KINDS, NORM_KINDS
+from modelgraft.generator.upstream.index import UpstreamSources
+from modelgraft.generator.upstream.locate import package_root
+from modelgraft.generator.upstream.reader import read_model
+from modelgraft.generator.upstream.structure import CATEGORIES, MLP_KINDS, NORM_KINDS
 
 
 def causal_lm_packages() -> list[str]:

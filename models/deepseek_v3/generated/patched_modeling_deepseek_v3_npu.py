@@ -4,7 +4,7 @@
 # Source: transformers.models.deepseek_v3.modeling_deepseek_v3 (transformers==5.16.1)
 # Config: models.deepseek_v3.deepseek_v3_npu_patch_gen_config
 # Description: DeepSeek-V3 for NPU: the GPU config's slot guards; NPU kernels bind to the same slots
-# Fingerprint: 074ff0d65a7dd6f03be4
+# Fingerprint: 8ce1b9b63ea9a0634875
 # Patches:
 #   - override_method DeepseekV3RMSNorm.forward: rms_norm slot guard
 #   - override_method DeepseekV3MLP.forward: the whole MLP behind the gated_mlp slot
@@ -54,7 +54,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from models.ops.slots import (
+from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     gated_mlp_slot,
     group_limited_router_slot,

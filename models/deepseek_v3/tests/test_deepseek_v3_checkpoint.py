@@ -17,15 +17,15 @@ import torch
 from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
-from models.checkpoint import CheckpointError, load_checkpoint
-from models.converters import ConversionError, converter_for
-from models.converters.deepseek import DeepseekCheckpointConverter
-from models.deepseek_v3.checkpoint import hub_state_dict
-from models.deepseek_v3.tests.test_deepseek_v3_parity import DEEPSEEK_V3
-from models.deepseek_v3.tests.test_deepseek_v3_routing import randomize_correction_biases
-from models.loader import build_model, get_model_class
-from models.testing import causal_lm_batch, seed_everything
-from models.testing.moe_suite import _write_sharded
+from modelgraft.models.checkpoint import CheckpointError, load_checkpoint
+from modelgraft.models.converters import ConversionError, converter_for
+from modelgraft.models.converters.deepseek import DeepseekCheckpointConverter
+from modelgraft.models.deepseek_v3.checkpoint import hub_state_dict
+from modelgraft.models.deepseek_v3.tests.test_deepseek_v3_parity import DEEPSEEK_V3
+from modelgraft.models.deepseek_v3.tests.test_deepseek_v3_routing import randomize_correction_biases
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.testing import causal_lm_batch, seed_everything
+from modelgraft.models.testing.moe_suite import _write_sharded
 
 #: The first sparse layer's routed experts, and the MTP layer of the tiny config (3 decoder layers: 0, 1, 2).
 EXPERTS = "model.layers.1.mlp.experts"

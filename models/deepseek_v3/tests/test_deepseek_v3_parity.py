@@ -9,7 +9,7 @@ router logits for DeepSeek-V3; test_deepseek_v3_routing.py compares every router
 
 from transformers import DeepseekV3Config
 
-from models.testing.moe_suite import MoeModel, MoeParitySuite
+from modelgraft.models.testing.moe_suite import MoeModel, MoeParitySuite
 
 DEEPSEEK_V3 = MoeModel(
     model_type="deepseek_v3",

@@ -16,14 +16,20 @@ import pytest
 import torch
 from transformers import DeepseekV3Config, PreTrainedModel
 
-from models.deepseek_v3.tests.test_deepseek_v3_parity import DEEPSEEK_V3
-from models.loader import build_model, get_model_class
-from models.ops import SLOTS, OpsConfig, bound_ops
-from models.ops.kernels import eager
-from models.testing import build_pair, causal_lm_batch
-from models.testing.dense_suite import reference_kernels_bound
-from models.testing.parity import ModelPair, assert_step_parity, eager_slots_on_one_thread, run_step, tolerance_for
-from models.testing.routing import GROUP_LIMITED_MUTANTS, router_outputs
+from modelgraft.models.deepseek_v3.tests.test_deepseek_v3_parity import DEEPSEEK_V3
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
+from modelgraft.models.ops.kernels import eager
+from modelgraft.models.testing import build_pair, causal_lm_batch
+from modelgraft.models.testing.dense_suite import reference_kernels_bound
+from modelgraft.models.testing.parity import (
+    ModelPair,
+    assert_step_parity,
+    eager_slots_on_one_thread,
+    run_step,
+    tolerance_for,
+)
+from modelgraft.models.testing.routing import GROUP_LIMITED_MUTANTS, router_outputs
 
 DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")]
 

@@ -4,7 +4,7 @@
 # Source: transformers.models.deepseek_v4.modeling_deepseek_v4 (transformers==5.16.1)
 # Config: models.deepseek_v4.deepseek_v4_npu_patch_gen_config
 # Description: DeepSeek-V4 for NPU: the GPU config's slot guards; NPU kernels bind to the same slots
-# Fingerprint: 61fcb7e83317bcf4aad7
+# Fingerprint: dac4dcc462468009fde2
 # Patches:
 #   - override_method DeepseekV4RMSNorm.forward: rms_norm slot guard
 #   - override_method DeepseekV4UnweightedRMSNorm.forward: rms_norm slot guard
@@ -63,8 +63,8 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from models.ops.kernels.token_mask import real_token_mask
-from models.ops.slots import (
+from modelgraft.models.ops.kernels.token_mask import real_token_mask
+from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     correction_bias_router_slot,
     hash_router_slot,

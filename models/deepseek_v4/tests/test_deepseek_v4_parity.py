@@ -26,17 +26,23 @@ import torch
 from safetensors.torch import save_file
 from transformers import DeepseekV4Config, PreTrainedModel
 
-from models.checkpoint import load_checkpoint
-from models.converters import ConversionError, converter_for
-from models.deepseek_v4.checkpoint import hub_key, hub_state_dict, model_key
-from models.loader import build_model, get_model_class
-from models.ops import SLOTS, OpsConfig, bound_ops
-from models.ops.kernels import eager, indexers
-from models.testing import build_pair, causal_lm_batch, seed_everything
-from models.testing.dense_suite import reference_kernels_bound
-from models.testing.moe_suite import MoeModel, MoeParitySuite, _write_sharded
-from models.testing.parity import ModelPair, assert_step_parity, eager_slots_on_one_thread, run_step, tolerance_for
-from models.testing.reference import reference_kernel
+from modelgraft.models.checkpoint import load_checkpoint
+from modelgraft.models.converters import ConversionError, converter_for
+from modelgraft.models.deepseek_v4.checkpoint import hub_key, hub_state_dict, model_key
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
+from modelgraft.models.ops.kernels import eager, indexers
+from modelgraft.models.testing import build_pair, causal_lm_batch, seed_everything
+from modelgraft.models.testing.dense_suite import reference_kernels_bound
+from modelgraft.models.testing.moe_suite import MoeModel, MoeParitySuite, _write_sharded
+from modelgraft.models.testing.parity import (
+    ModelPair,
+    assert_step_parity,
+    eager_slots_on_one_thread,
+    run_step,
+    tolerance_for,
+)
+from modelgraft.models.testing.reference import reference_kernel
 
 #: The slots V4's own snippets guard, besides the recipe's.
 V4_SLOTS = (

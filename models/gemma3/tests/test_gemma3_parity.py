@@ -10,9 +10,9 @@ every parity test of the suite.
 import torch
 from transformers import Gemma3TextConfig
 
-from models.loader import build_model
-from models.testing import causal_lm_batch
-from models.testing.dense_suite import DenseModel, DenseParitySuite
+from modelgraft.models.loader import build_model
+from modelgraft.models.testing import causal_lm_batch
+from modelgraft.models.testing.dense_suite import DenseModel, DenseParitySuite
 
 SOFTCAP = 0.3
 
@@ -53,7 +53,7 @@ def test_final_logit_softcapping_bounds_the_logits_below_their_raw_size() -> Non
 
 
 def test_multimodal_classes_are_not_generated() -> None:
-    from models.gemma3.generated import patched_modeling_gemma3_gpu as generated
+    from modelgraft.models.gemma3.generated import patched_modeling_gemma3_gpu as generated
 
     excluded = ("Gemma3Model", "Gemma3ForConditionalGeneration", "Gemma3ForSequenceClassification")
     assert [name for name in excluded if hasattr(generated, name)] == []

@@ -4,7 +4,7 @@
 # Source: transformers.models.glm_moe_dsa.modeling_glm_moe_dsa (transformers==5.16.1)
 # Config: models.glm_moe_dsa.glm_moe_dsa_gpu_patch_gen_config
 # Description: GLM-MoE-DSA with op-slot guards (norms, MLPs, experts, router, DSA indexer) and slot-backed losses
-# Fingerprint: 5faddf6fca4935876d8f
+# Fingerprint: a9944d1c96b0fc72e8e3
 # Patches:
 #   - override_method GlmMoeDsaRMSNorm.forward: rms_norm slot guard
 #   - override_method GlmMoeDsaMLP.forward: the whole MLP behind the gated_mlp slot
@@ -58,7 +58,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from models.ops.slots import (
+from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     dsa_indexer_slot,
     gated_mlp_slot,

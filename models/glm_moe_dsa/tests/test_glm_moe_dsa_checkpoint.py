@@ -16,15 +16,15 @@ import torch
 from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
-from models.checkpoint import INDEX_FILE, CheckpointError, load_checkpoint
-from models.converters import ConversionError, converter_for
-from models.converters.deepseek import DeepseekCheckpointConverter
-from models.glm_moe_dsa.checkpoint import hub_state_dict
-from models.glm_moe_dsa.tests.test_glm_moe_dsa_parity import GLM_MOE_DSA, randomize_correction_bias
-from models.loader import build_model, get_model_class
-from models.testing import causal_lm_batch, seed_everything
-from models.testing.moe_suite import _write_sharded
-from models.testing.parity import randomize_constant_parameters
+from modelgraft.models.checkpoint import INDEX_FILE, CheckpointError, load_checkpoint
+from modelgraft.models.converters import ConversionError, converter_for
+from modelgraft.models.converters.deepseek import DeepseekCheckpointConverter
+from modelgraft.models.glm_moe_dsa.checkpoint import hub_state_dict
+from modelgraft.models.glm_moe_dsa.tests.test_glm_moe_dsa_parity import GLM_MOE_DSA, randomize_correction_bias
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.testing import causal_lm_batch, seed_everything
+from modelgraft.models.testing.moe_suite import _write_sharded
+from modelgraft.models.testing.parity import randomize_constant_parameters
 
 EXPERTS = "model.layers.1.mlp.experts"
 

@@ -2,11 +2,11 @@
 
 The slot's output is a top-k, so a kernel is held to upstream bit for bit here: a rounding difference in
 the scores can swap a selected key, and the attention then sees other keys. The reference kernel
-(``models.ops.kernels.eager.dsa_indexer``) is compared with upstream's ``GlmMoeDsaIndexer`` alone (with the
+(``modelgraft.models.ops.kernels.eager.dsa_indexer``) is compared with upstream's ``GlmMoeDsaIndexer`` alone (with the
 additive mask the attention hands it and without one, in fp32 and in bf16 with the fp32 gate projection
 transformers keeps), and inside the model: one call per layer that runs its own indexer, logits equal to
 upstream's, also with a cache (prefill, then a decode step that scores the cached keys). The ``shared_keys``
-kernel (``models.ops.kernels.indexers``) must leave a whole training step of the model unchanged.
+kernel (``modelgraft.models.ops.kernels.indexers``) must leave a whole training step of the model unchanged.
 
 Positive scale factors (``softmax_scale``, ``weights_scaling``) do not change which keys win, so no test can
 see a kernel drop them; the kernels below that change the selection must each change the logits.
@@ -24,12 +24,17 @@ import torch
 from transformers import DynamicCache
 from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as upstream_modeling
 
-from models.glm_moe_dsa.tests.test_glm_moe_dsa_parity import GLM_MOE_DSA, random_bias_pair
-from models.ops import SLOTS, OpsConfig, bound_ops
-from models.ops.kernels import eager, indexers
-from models.registry import MODELING_REGISTRY
-from models.testing import causal_lm_batch
-from models.testing.parity import eager_slots_on_one_thread, randomize_constant_parameters, run_step, tolerance_for
+from modelgraft.models.glm_moe_dsa.tests.test_glm_moe_dsa_parity import GLM_MOE_DSA, random_bias_pair
+from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
+from modelgraft.models.ops.kernels import eager, indexers
+from modelgraft.models.registry import MODELING_REGISTRY
+from modelgraft.models.testing import causal_lm_batch
+from modelgraft.models.testing.parity import (
+    eager_slots_on_one_thread,
+    randomize_constant_parameters,
+    run_step,
+    tolerance_for,
+)
 
 DTYPES = [torch.float32, torch.bfloat16]
 DTYPE_IDS = ["fp32", "bf16"]

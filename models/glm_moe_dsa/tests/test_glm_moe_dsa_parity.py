@@ -24,10 +24,10 @@ import pytest
 import torch
 from transformers import GlmMoeDsaConfig, PreTrainedModel
 
-from models.loader import build_model, get_model_class
-from models.testing import build_pair, causal_lm_batch
-from models.testing.moe_suite import MoeModel, MoeParitySuite
-from models.testing.parity import ModelPair, assert_step_parity, run_step, tolerance_for
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.testing import build_pair, causal_lm_batch
+from modelgraft.models.testing.moe_suite import MoeModel, MoeParitySuite
+from modelgraft.models.testing.parity import ModelPair, assert_step_parity, run_step, tolerance_for
 
 GLM_MOE_DSA = MoeModel(
     model_type="glm_moe_dsa",

@@ -16,14 +16,14 @@ import pytest
 import torch
 from transformers import GlmMoeDsaConfig, PreTrainedModel
 
-from models.glm_moe_dsa.tests.test_glm_moe_dsa_parity import GLM_MOE_DSA, random_bias_pair
-from models.loader import build_model
-from models.ops import SLOTS
-from models.ops.kernels import eager
-from models.testing import causal_lm_batch
-from models.testing.dense_suite import reference_kernels_bound
-from models.testing.parity import assert_step_parity, eager_slots_on_one_thread, run_step, tolerance_for
-from models.testing.routing import GROUP_LIMITED_MUTANTS, router_outputs
+from modelgraft.models.glm_moe_dsa.tests.test_glm_moe_dsa_parity import GLM_MOE_DSA, random_bias_pair
+from modelgraft.models.loader import build_model
+from modelgraft.models.ops import SLOTS
+from modelgraft.models.ops.kernels import eager
+from modelgraft.models.testing import causal_lm_batch
+from modelgraft.models.testing.dense_suite import reference_kernels_bound
+from modelgraft.models.testing.parity import assert_step_parity, eager_slots_on_one_thread, run_step, tolerance_for
+from modelgraft.models.testing.routing import GROUP_LIMITED_MUTANTS, router_outputs
 
 DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")]
 

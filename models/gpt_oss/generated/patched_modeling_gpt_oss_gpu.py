@@ -4,7 +4,7 @@
 # Source: transformers.models.gpt_oss.modeling_gpt_oss (transformers==5.16.1)
 # Config: models.gpt_oss.gpt_oss_gpu_patch_gen_config
 # Description: GptOss with op-slot guards and slot-backed losses
-# Fingerprint: c1f2d9986e9826224e22
+# Fingerprint: 45aa28651e2e2e3dcff4
 # Patches:
 #   - override_method GptOssRMSNorm.forward: rms_norm slot guard
 #   - override_method GptOssMLP.forward: routed experts behind the moe_experts slot
@@ -64,8 +64,8 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from models.ops.kernels.token_mask import real_token_mask
-from models.ops.slots import (
+from modelgraft.models.ops.kernels.token_mask import real_token_mask
+from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     load_balancing_loss_slot,
     moe_experts_slot,

@@ -18,13 +18,13 @@ import torch
 from safetensors.torch import save_file
 from transformers import GptOssConfig, GptOssForCausalLM
 
-from models.checkpoint import INDEX_FILE, load_checkpoint
-from models.converters import ConversionError, converter_for
-from models.gpt_oss.checkpoint import GptOssExpertsConverter
-from models.loader import build_model, get_model_class
-from models.testing import causal_lm_batch, seed_everything
-from models.testing.parity import randomize_constant_parameters
-from models.testing.tiny import tiny_config_for
+from modelgraft.models.checkpoint import INDEX_FILE, load_checkpoint
+from modelgraft.models.converters import ConversionError, converter_for
+from modelgraft.models.gpt_oss.checkpoint import GptOssExpertsConverter
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.testing import causal_lm_batch, seed_everything
+from modelgraft.models.testing.parity import randomize_constant_parameters
+from modelgraft.models.testing.tiny import tiny_config_for
 
 EXPERTS = "model.layers.0.mlp.experts"
 

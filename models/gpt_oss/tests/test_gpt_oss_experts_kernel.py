@@ -25,8 +25,8 @@ import torch
 from transformers import GptOssConfig
 from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
 
-from models.ops.kernels import eager, grouped_experts
-from models.testing import KERNEL_TOLERANCE
+from modelgraft.models.ops.kernels import eager, grouped_experts
+from modelgraft.models.testing import KERNEL_TOLERANCE
 
 E, K, H, I, T = 7, 3, 40, 24, 53
 BF16_SCALE = 2e-2

@@ -14,12 +14,12 @@ from pathlib import Path
 import torch
 from transformers import GptOssConfig
 
-from models.checkpoint import load_checkpoint
-from models.converters import converter_for
-from models.loader import build_model, get_model_class
-from models.testing import causal_lm_batch, seed_everything
-from models.testing.moe_suite import MoeModel, MoeParitySuite
-from models.testing.parity import randomize_constant_parameters
+from modelgraft.models.checkpoint import load_checkpoint
+from modelgraft.models.converters import converter_for
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.testing import causal_lm_batch, seed_everything
+from modelgraft.models.testing.moe_suite import MoeModel, MoeParitySuite
+from modelgraft.models.testing.parity import randomize_constant_parameters
 
 GPT_OSS = MoeModel(
     model_type="gpt_oss",

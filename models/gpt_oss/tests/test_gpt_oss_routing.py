@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import torch
 
-from models.gpt_oss.tests.test_gpt_oss_parity import GPT_OSS
-from models.loader import get_model_class
-from models.ops.kernels import eager
-from models.testing import build_pair, causal_lm_batch
-from models.testing.parity import ModelPair, eager_slots_on_one_thread, tolerance_for
-from models.testing.routing import (
+from modelgraft.models.gpt_oss.tests.test_gpt_oss_parity import GPT_OSS
+from modelgraft.models.loader import get_model_class
+from modelgraft.models.ops.kernels import eager
+from modelgraft.models.testing import build_pair, causal_lm_batch
+from modelgraft.models.testing.parity import ModelPair, eager_slots_on_one_thread, tolerance_for
+from modelgraft.models.testing.routing import (
     assert_same_router_outputs,
     assert_same_step,
     counted_reference,

@@ -13,9 +13,9 @@ import copy
 import torch
 from transformers import GptOssConfig
 
-from models.gpt_oss.tests.test_gpt_oss_parity import GPT_OSS
-from models.loader import build_model
-from models.testing import causal_lm_batch, seed_everything
+from modelgraft.models.gpt_oss.tests.test_gpt_oss_parity import GPT_OSS
+from modelgraft.models.loader import build_model
+from modelgraft.models.testing import causal_lm_batch, seed_everything
 
 
 def _logits(config: GptOssConfig, edit=None) -> torch.Tensor:

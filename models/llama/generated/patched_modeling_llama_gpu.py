@@ -4,7 +4,7 @@
 # Source: transformers.models.llama.modeling_llama (transformers==5.16.1)
 # Config: models.llama.llama_gpu_patch_gen_config
 # Description: Llama with op-slot guards and slot-backed losses
-# Fingerprint: 81b95c9adaaff21b939d
+# Fingerprint: 3aec53308852e308af7d
 # Patches:
 #   - override_method LlamaRMSNorm.forward: rms_norm slot guard
 #   - override_method LlamaMLP.forward: glu_activation slot guard
@@ -61,7 +61,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from models.ops.slots import (
+from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
     rms_norm_slot,

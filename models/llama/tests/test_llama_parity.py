@@ -2,7 +2,7 @@
 
 from transformers import LlamaConfig
 
-from models.testing.dense_suite import DenseModel, DenseParitySuite
+from modelgraft.models.testing.dense_suite import DenseModel, DenseParitySuite
 
 LLAMA = DenseModel(
     model_type="llama",

@@ -1,7 +1,7 @@
 """Which kernels exist for which slot, what each needs to run, and how one is loaded.
 
 A kernel family is one module defining a function per slot it serves, named after the slot
-(``models.ops.kernels.liger.rms_norm`` serves ``rms_norm``). A family's module is imported only when
+(``modelgraft.models.ops.kernels.liger.rms_norm`` serves ``rms_norm``). A family's module is imported only when
 one of its kernels is bound, after its requirements are checked, so GPU-only dependencies stay out of
 CPU processes. "eager" is not a family: binding it leaves the slot unbound and upstream code runs.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from models.ops.errors import KernelUnavailableError, OpsConfigError
+from modelgraft.models.ops.errors import KernelUnavailableError, OpsConfigError
 
 __all__ = ["EAGER", "KERNEL_FAMILIES", "KernelFamily", "kernel_names", "load_kernel"]
 
@@ -50,44 +50,44 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
     {
         "chunked": KernelFamily(
             name="chunked",
-            module="models.ops.kernels.chunked_loss",
+            module="modelgraft.models.ops.kernels.chunked_loss",
             slots=frozenset({"causal_lm_loss"}),
         ),
         "grouped": KernelFamily(
             name="grouped",
-            module="models.ops.kernels.grouped_experts",
+            module="modelgraft.models.ops.kernels.grouped_experts",
             slots=frozenset({"moe_experts"}),
         ),
         "shared_keys": KernelFamily(
             name="shared_keys",
-            module="models.ops.kernels.indexers",
+            module="modelgraft.models.ops.kernels.indexers",
             slots=frozenset({"dsa_indexer", "lightning_indexer"}),
         ),
         "ep_alltoall": KernelFamily(
             name="ep_alltoall",
-            module="models.distributed.expert_parallel",
+            module="modelgraft.models.distributed.expert_parallel",
             slots=frozenset({"moe_experts"}),
         ),
         "global_batch": KernelFamily(
             name="global_batch",
-            module="models.distributed.losses",
+            module="modelgraft.models.distributed.losses",
             slots=frozenset({"causal_lm_loss", "load_balancing_loss"}),
         ),
         "sp_gather": KernelFamily(
             name="sp_gather",
-            module="models.distributed.sparse_indexer",
+            module="modelgraft.models.distributed.sparse_indexer",
             slots=frozenset({"dsa_indexer"}),
         ),
         "liger": KernelFamily(
             name="liger",
-            module="models.ops.kernels.liger",
+            module="modelgraft.models.ops.kernels.liger",
             slots=frozenset({"rms_norm", "glu_activation", "gated_mlp", "rope", "causal_lm_loss"}),
             requires_cuda=True,
             requires_packages=("liger_kernel",),
         ),
         "npu": KernelFamily(
             name="npu",
-            module="models.ops.kernels.npu",
+            module="modelgraft.models.ops.kernels.npu",
             slots=frozenset({"rms_norm", "glu_activation", "gated_mlp", "rope"}),
             requires_packages=("torch_npu",),
         ),

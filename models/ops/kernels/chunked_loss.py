@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from models.ops.kernels.loss_inputs import divide_by_num_items, flat_rows_and_targets
+from modelgraft.models.ops.kernels.loss_inputs import divide_by_num_items, flat_rows_and_targets
 
 #: Rows of hidden states projected at once; the transient logits are ``chunk_size x vocab`` fp32.
 DEFAULT_CHUNK_SIZE = 256

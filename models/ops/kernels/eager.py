@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.ops.kernels.loss_inputs import divide_by_num_items, shift_causal_labels
-from models.ops.kernels.token_mask import real_token_mask
+from modelgraft.models.ops.kernels.loss_inputs import divide_by_num_items, shift_causal_labels
+from modelgraft.models.ops.kernels.token_mask import real_token_mask
 
 
 def rms_norm(
@@ -340,7 +340,7 @@ def load_balancing_loss(router_logits: Any, num_experts: int, top_k: int, attent
     a bare tensor, an empty tuple) has no routing to balance and gives the **int** ``0``, as upstream
     does for None. ``attention_mask`` (``[batch, seq]``) keeps padding out of both statistics. A 4-D mask,
     or a dict of masks by attention type, on which upstream's function fails, counts the real tokens its
-    diagonal names (``models.ops.kernels.token_mask``): the loss upstream computes from the 2-D mask.
+    diagonal names (``modelgraft.models.ops.kernels.token_mask``): the loss upstream computes from the 2-D mask.
     """
     if not isinstance(router_logits, tuple) or not router_logits:
         return 0

@@ -13,7 +13,7 @@ so each is written here, straight into the two halves (or interleaved columns) o
   alpha g (1 - sigmoid(alpha g)))``, zero where a clamp cut.
 
 A clamp passes the gradient where its input lies within its bounds, bounds included, and zeroes it for
-a NaN input, as torch's clamp does. Values are :func:`models.ops.kernels.eager.experts_glu`'s operations
+a NaN input, as torch's clamp does. Values are :func:`modelgraft.models.ops.kernels.eager.experts_glu`'s operations
 in the same order, so they equal upstream's to the bit; derivatives match autograd's to rounding
 (tests/runtime/test_grouped_experts_layouts.py checks both, on and just past the bounds). Other
 activations have no unit here (:func:`has_unit` says False) and keep autograd.
@@ -63,7 +63,7 @@ class GatedUnit:
 def gated_value(gate: torch.Tensor, up: torch.Tensor, *, limit: float | None, alpha: float | None) -> torch.Tensor:
     """The unit's value for the forward pass, :class:`GatedUnit`'s units only, in a fresh ``[n, I]`` tensor.
 
-    The operations and their order are :func:`models.ops.kernels.eager.experts_glu`'s, so the values are
+    The operations and their order are :func:`modelgraft.models.ops.kernels.eager.experts_glu`'s, so the values are
     the same to the bit; they are done in place on the first temporary, so one expert allocates one to
     three ``[n, I]`` tensors instead of two to seven (the forward pass keeps none of them: the backward
     pass recomputes the unit from the saved pre-activations).

@@ -17,7 +17,7 @@ contiguous segment, and one ``autograd.Function`` runs the layer segment by segm
   weight applied to the ``[n_e, I]`` activations (``(w a) W = w (a W)``, cheaper than scaling
   ``[n_e, H]`` outputs when ``I < H``), ``[n_e, I] x [I, H]``, and ``index_add_`` onto its tokens;
 - backward, per expert: the same, in reverse: two matmuls per projection, the gated unit's derivative
-  (written out for SiLU, clamped or not, and gpt_oss's unit: ``models.ops.kernels.expert_units``; by
+  (written out for SiLU, clamped or not, and gpt_oss's unit: ``modelgraft.models.ops.kernels.expert_units``; by
   autograd on a recomputation for other activations), weight gradients written straight into their
   ``[E, ...]`` buffers, ``index_add_`` of the input gradient.
 
@@ -43,8 +43,8 @@ from typing import Any
 
 import torch
 
-from models.ops.kernels.eager import check_moe_experts_options, experts_glu, split_gate_up
-from models.ops.kernels.expert_units import GatedUnit, gated_value, has_unit
+from modelgraft.models.ops.kernels.eager import check_moe_experts_options, experts_glu, split_gate_up
+from modelgraft.models.ops.kernels.expert_units import GatedUnit, gated_value, has_unit
 
 __all__ = ["moe_experts"]
 
@@ -64,7 +64,7 @@ def moe_experts(
     limit: float | None = None,
     alpha: float | None = None,
 ) -> torch.Tensor:
-    """``moe_experts`` slot contract (see ``models.ops.kernels.eager.moe_experts``), grouped by expert."""
+    """``moe_experts`` slot contract (see ``modelgraft.models.ops.kernels.eager.moe_experts``), grouped by expert."""
     check_moe_experts_options(
         hidden_states,
         gate_up_proj,

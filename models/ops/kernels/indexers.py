@@ -13,7 +13,7 @@ quarter of the shapes tried came out different in the last bit (h = 1, or T much
 them). So these kernels keep the reference's ``B * S`` matmuls of ``[h, d] @ [d, T]`` with the same
 operand layouts, and drop only the copy: the keys are laid out as the reference's copy lays them out once
 per batch row, and each query reads its batch row's keys through a stride-0 view. Everything else is the
-reference's operation for operation (``models.ops.kernels.eager``): the same fp32 casts, the scale inside
+reference's operation for operation (``modelgraft.models.ops.kernels.eager``): the same fp32 casts, the scale inside
 the relu for DSA and after it for the lightning indexer, the heads reduced by a matmul for DSA and by a sum
 over dim 2 for the lightning indexer. tests/runtime/test_indexer_kernels.py holds both to the reference.
 """
@@ -54,7 +54,7 @@ def lightning_indexer(
     softmax_scale: float,
     weights_scaling: float,
 ) -> torch.Tensor:
-    """``lightning_indexer`` slot contract (see ``models.ops.kernels.eager.lightning_indexer``), keys read in place.
+    """``lightning_indexer`` slot contract (see ``modelgraft.models.ops.kernels.eager.lightning_indexer``), keys read in place.
 
     Out of place and under autograd like the reference: the contract returns scores, which a caller may
     differentiate.
@@ -77,7 +77,7 @@ def dsa_indexer(
     weights_scaling: float,
     index_topk: int,
 ) -> torch.Tensor:
-    """``dsa_indexer`` slot contract (see ``models.ops.kernels.eager.dsa_indexer``), keys read in place.
+    """``dsa_indexer`` slot contract (see ``modelgraft.models.ops.kernels.eager.dsa_indexer``), keys read in place.
 
     The result is integer indices, which carry no gradient, so no autograd graph is recorded and the scale,
     relu and causal fill run in place on buffers this function owns: the same operations on the same values,

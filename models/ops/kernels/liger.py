@@ -1,6 +1,6 @@
 """Liger-Kernel (Triton, CUDA) behind the slot contracts.
 
-Imported only by ``models.ops.kernels.load_kernel`` after it has checked that CUDA and ``liger_kernel``
+Imported only by ``modelgraft.models.ops.kernels.load_kernel`` after it has checked that CUDA and ``liger_kernel``
 are present, so importing this module on a CPU machine is an error by design. Written against the
 functional API of liger-kernel 0.8.x (``liger_kernel.transformers.functional`` and ``.rope``).
 """
@@ -18,8 +18,8 @@ from liger_kernel.transformers.functional import (
 )
 from liger_kernel.transformers.rope import liger_rotary_pos_emb
 
-from models.ops.kernels.gated_mlp import gated_mlp_with
-from models.ops.kernels.loss_inputs import divide_by_num_items, flat_rows_and_targets
+from modelgraft.models.ops.kernels.gated_mlp import gated_mlp_with
+from modelgraft.models.ops.kernels.loss_inputs import divide_by_num_items, flat_rows_and_targets
 
 # Liger's GEGLU kernel implements the tanh approximation of GELU only.
 _GLU_KERNELS = {

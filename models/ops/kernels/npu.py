@@ -2,7 +2,7 @@
 
 The npu generated files carry the same slot guards as the gpu ones; what makes
 a model run NPU kernels is binding this family. Imported only by
-``models.ops.kernels.load_kernel`` after it checked that ``torch_npu`` exists.
+``modelgraft.models.ops.kernels.load_kernel`` after it checked that ``torch_npu`` exists.
 Argument layouts follow torch_npu's documented fused operators.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch_npu
 
-from models.ops.kernels.gated_mlp import gated_mlp_with
+from modelgraft.models.ops.kernels.gated_mlp import gated_mlp_with
 
 
 def rms_norm(

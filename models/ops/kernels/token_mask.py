@@ -58,7 +58,7 @@ def slice_real_token_mask(
 ) -> torch.Tensor | None:
     """The ``[batch, chunk]`` real tokens of sp rank ``sp_rank``'s slice of each sequence, ``num_tokens`` being
     ``batch * chunk``, the tokens this rank holds (its router-logit rows): what the global-batch aux loss needs
-    on a rank whose mask may cover the whole sequence (``models.distributed.losses``).
+    on a rank whose mask may cover the whole sequence (``modelgraft.models.distributed.losses``).
 
     Accepted forms, for sequences of ``sp * chunk`` positions (after ``shard_sequence``'s padding):
 

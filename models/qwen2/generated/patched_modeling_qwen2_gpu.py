@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2.modeling_qwen2 (transformers==5.16.1)
 # Config: models.qwen2.qwen2_gpu_patch_gen_config
 # Description: Qwen2 with op-slot guards and slot-backed losses
-# Fingerprint: ddfd7f31ecac4a4dba06
+# Fingerprint: f4a722c35a98b360943a
 # Patches:
 #   - override_method Qwen2RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard
@@ -50,7 +50,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from models.ops.slots import (
+from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
     rms_norm_slot,

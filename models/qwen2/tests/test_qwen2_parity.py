@@ -6,7 +6,7 @@ batch, so the mask of each attention type reaches its layers.
 
 from transformers import Qwen2Config
 
-from models.testing.dense_suite import DenseModel, DenseParitySuite
+from modelgraft.models.testing.dense_suite import DenseModel, DenseParitySuite
 
 QWEN2 = DenseModel(
     model_type="qwen2",

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3.modeling_qwen3 (transformers==5.16.1)
 # Config: models.qwen3.qwen3_npu_patch_gen_config
 # Description: Qwen3 for NPU: the GPU config's slot guards; NPU kernels bind to the same slots
-# Fingerprint: a0ce3b1f48c831b4a5b2
+# Fingerprint: e10c65732c5f933d6c84
 # Patches:
 #   - override_method Qwen3RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MLP.forward: glu_activation slot guard
@@ -64,7 +64,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from models.ops.slots import (
+from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
     rms_norm_slot,

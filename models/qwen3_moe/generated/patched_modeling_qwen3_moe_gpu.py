@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_moe.modeling_qwen3_moe (transformers==5.16.1)
 # Config: models.qwen3_moe.qwen3_moe_gpu_patch_gen_config
 # Description: Qwen3-MoE with op-slot guards and slot-backed losses
-# Fingerprint: b0dde3cb96a2468cb9b8
+# Fingerprint: 9700bff4721d0d2cffbb
 # Patches:
 #   - override_method Qwen3MoeRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MoeMLP.forward: glu_activation slot guard (dense layers, shared experts)
@@ -70,8 +70,8 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from models.ops.kernels.token_mask import real_token_mask
-from models.ops.slots import (
+from modelgraft.models.ops.kernels.token_mask import real_token_mask
+from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
     load_balancing_loss_slot,

@@ -8,7 +8,7 @@ released Qwen3-MoE checkpoints, and the aux-loss coefficient is large enough to 
 
 from transformers import Qwen3MoeConfig
 
-from models.testing.moe_suite import MoeModel, MoeParitySuite
+from modelgraft.models.testing.moe_suite import MoeModel, MoeParitySuite
 
 QWEN3_MOE = MoeModel(
     model_type="qwen3_moe",
@@ -42,7 +42,7 @@ class TestQwen3MoeParity(MoeParitySuite):
 
 
 def test_tiny_config_mixes_sparse_and_dense_layers() -> None:
-    from models.loader import build_model
+    from modelgraft.models.loader import build_model
 
     model = build_model(QWEN3_MOE.config(), architecture=QWEN3_MOE.causal_lm)
     kinds = [type(layer.mlp).__name__ for layer in model.model.layers]

@@ -4,7 +4,7 @@
 # Source: transformers.models.seed_oss.modeling_seed_oss (transformers==5.16.1)
 # Config: models.seed_oss.seed_oss_gpu_patch_gen_config
 # Description: Seed-OSS with op-slot guards and slot-backed losses
-# Fingerprint: f7c6c4d1306c95ef94bf
+# Fingerprint: aa3584c0e7de748e4366
 # Patches:
 #   - override_method SeedOssRMSNorm.forward: rms_norm slot guard
 #   - override_method SeedOssMLP.forward: glu_activation slot guard
@@ -63,7 +63,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from models.ops.slots import (
+from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
     rms_norm_slot,

@@ -8,9 +8,9 @@ exactly where upstream does.
 import torch
 from transformers import SeedOssConfig
 
-from models.loader import build_model
-from models.testing import causal_lm_batch, seed_everything
-from models.testing.dense_suite import DenseModel, DenseParitySuite
+from modelgraft.models.loader import build_model
+from modelgraft.models.testing import causal_lm_batch, seed_everything
+from modelgraft.models.testing.dense_suite import DenseModel, DenseParitySuite
 
 SEED_OSS = DenseModel(
     model_type="seed_oss",

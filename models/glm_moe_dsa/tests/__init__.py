@@ -1,1 +1,0 @@
-"""Tests of the glm_moe_dsa package (a package, so every model's test modules have unique names)."""

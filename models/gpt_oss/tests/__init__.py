@@ -1,1 +1,0 @@
-"""Tests of the gpt_oss package (a package, so every model's test modules have unique names)."""
