@@ -6,6 +6,9 @@
 ``experts.*.<down>.weight`` into ``experts.down_proj``. Read by path with ``ast``, never imported, so the
 scaffold's converter and tests name the projections as the real checkpoints spell them (mixtral: w1,
 w3, w2), never as a sibling does.
+
+The tables are those of the tree being read (``root``, as for the reader): a pin-bump survey reads two
+versions side by side, and each version's models must be described by that version's mapping.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import ast
 import re
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 from modelgraft.generator.upstream.index import ModuleIndex
 from modelgraft.generator.upstream.locate import module_path
@@ -40,9 +44,9 @@ def _strings(node: ast.expr | None) -> list[str]:
 
 
 @cache
-def _tables() -> tuple[dict[str, str], dict[str, ast.expr]]:
-    """(alias table, mapping entries by name) of the installed conversion_mapping.py."""
-    index = ModuleIndex.parse(MODULE, module_path(MODULE))
+def _tables(path: Path) -> tuple[dict[str, str], dict[str, ast.expr]]:
+    """(alias table, mapping entries by name) of the conversion_mapping.py at ``path``, parsed once per file."""
+    index = ModuleIndex.parse(MODULE, path)
     aliases: dict[str, str] = {}
     entries: dict[str, ast.expr] = {}
     for node in ast.walk(index.tree):
@@ -58,9 +62,13 @@ def _tables() -> tuple[dict[str, str], dict[str, ast.expr]]:
     return aliases, entries
 
 
-def expert_conversion(model_type: str) -> ExpertConversion | None:
-    """The per-expert projection names transformers fuses for ``model_type``, or None when it fuses none."""
-    aliases, entries = _tables()
+def expert_conversion(model_type: str, *, root: Path | None = None) -> ExpertConversion | None:
+    """The per-expert projection names transformers fuses for ``model_type``, or None when it fuses none.
+
+    ``root`` is the folder holding the ``transformers`` package to read (an unpacked reference tree), as
+    for :func:`modelgraft.generator.upstream.reader.read_model`; None reads the installed one.
+    """
+    aliases, entries = _tables(module_path(MODULE, root).resolve())
     entry = model_type if model_type in entries else aliases.get(model_type, model_type)
     converters = entries.get(entry)
     if converters is None:

@@ -91,7 +91,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         if c
     )
     if moe is not None and config.model_type:
-        conversion = expert_conversion(config.model_type)
+        conversion = expert_conversion(config.model_type, root=sources.root)
         if conversion is not None:
             moe = replace(
                 moe,
