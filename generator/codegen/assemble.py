@@ -16,6 +16,7 @@ from modelgraft.generator.codegen.patch_source import PatchSource, decorator_tex
 from modelgraft.generator.codegen.plan import Plan, ResolvedPatch
 from modelgraft.generator.codegen.tokens import apply_edits, reindent, rename_definition
 from modelgraft.generator.dsl.patches import PatchKind
+from modelgraft.generator.output.modular_banner import modular_banner_edits
 from modelgraft.generator.syntax import (
     DEFINITION_NODES,
     FUNCTION_NODES,
@@ -175,9 +176,9 @@ class Assembler:
         self.header = header
         self.dropped = plan.dropped
         drop_edits, touched = _drop_import_edits(self.index, plan.dropped_imports)
-        self.emitter = _Emitter(
-            self.index, drop_edits + _absolute_import_edits(self.index, touched) + _all_edit(self.index, self.dropped)
-        )
+        # Upstream's "edit the modular file" banner is left out: our header says where this file comes from.
+        edits = drop_edits + _absolute_import_edits(self.index, touched) + _all_edit(self.index, self.dropped)
+        self.emitter = _Emitter(self.index, edits + modular_banner_edits(self.index.source))
 
     def _preamble_block(self) -> str:
         parts = []

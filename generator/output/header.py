@@ -9,7 +9,7 @@ from pathlib import Path
 from modelgraft.generator.dsl.config import PatchConfig
 
 # Bump when the output layout changes in a way the inputs cannot show.
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"
 
 
 def fingerprint(
