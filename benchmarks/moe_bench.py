@@ -50,6 +50,8 @@ from benchmarks.stats import summarize
 __all__ = ["SMOKE_SIZES", "MoeSizes", "bench_moe", "child_main", "sparse_models"]
 
 SECTION = "moe"
+#: The one model of a ``--smoke`` run: the MoE category's reference model (docs/design.md).
+SMOKE_MODEL = "qwen3_moe"
 MODULE = "benchmarks.moe_bench"
 GROUPED = "grouped"
 #: Upstream's experts implementations that run on CPU; the first is its default there.

@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(default 1: immune to oversubscription on a shared machine; 0: torch's default)"
         ),
     )
-    parser.add_argument("--smoke", action="store_true", help="toy sizes, one repeat, first model only")
+    parser.add_argument("--smoke", action="store_true", help="toy sizes, one repeat, one model per section")
     parser.add_argument(
         "--output",
         type=Path,
@@ -137,6 +137,8 @@ def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
         elif section == "moe":
             sizes = moe_bench.SMOKE_SIZES if args.smoke else moe_bench.MoeSizes()
             models = args.models.split(",") if args.models else None
+            if args.smoke and models is None:
+                models = [moe_bench.SMOKE_MODEL]
             section_rows, line = moe_bench.bench_moe(repeats, sizes, models, threads=args.threads)
             rows += section_rows
             setup += [line] if line else []

@@ -1,7 +1,8 @@
-"""``benchmarks/run.py --smoke`` runs every section end to end and renders the table.
+"""``benchmarks/run.py --smoke`` runs each section end to end and renders the table.
 
 No timing is asserted (toy sizes, one repeat, a machine shared with the rest of the suite): this
-only proves the benchmark script still works against the current generator and runtime.
+only proves the benchmark script still works against the current generator and runtime. One test per
+section, so pytest-xdist spreads the sections over the cores.
 No ``__init__.py`` here on purpose: as a package this folder would be named ``benchmarks`` and
 shadow the repo's own ``benchmarks`` package.
 """
@@ -12,13 +13,30 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
+#: Rows each section must render, beyond one row of its own.
+EXPECTED_ROWS = {
+    "generator": (),
+    "runtime": (),
+    "loss": (),
+    # The MoE section judges the grouped kernel against upstream's default and fastest experts
+    # implementations, per layer and per train step of the reference MoE model.
+    "moe": (
+        "| moe | experts layer E=8 k=2 256 tokens, fwd+bwd: grouped vs upstream default (grouped_mm) |",
+        "| moe | qwen3_moe: train step: grouped vs fastest upstream (",
+        "| moe | qwen3_moe: train step peak memory, grouped / upstream default |",
+    ),
+}
 
-def test_smoke_run_renders_every_section(tmp_path: Path) -> None:
+
+@pytest.mark.parametrize("section", sorted(EXPECTED_ROWS))
+def test_smoke_run_renders_the_section(section: str, tmp_path: Path) -> None:
     output = tmp_path / "latest.md"
     proc = subprocess.run(
-        [sys.executable, "benchmarks/run.py", "--smoke", "--output", str(output)],
+        [sys.executable, "benchmarks/run.py", "--smoke", "--only", section, "--output", str(output)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -29,13 +47,18 @@ def test_smoke_run_renders_every_section(tmp_path: Path) -> None:
     report = output.read_text(encoding="utf-8")
     assert report.strip() == proc.stdout.strip(), "the printed table and the written file differ"
     assert "| section | measurement | result | spread | budget | status | notes |" in report
-    for section in ("generator", "runtime", "loss", "moe"):
-        assert f"\n| {section} | " in report, f"no {section} rows"
-    # The MoE section judges the grouped kernel against upstream's default and fastest experts implementations,
-    # per layer and per train step of the zoo's MoE model(s).
-    assert "| moe | experts layer E=8 k=2 256 tokens, fwd+bwd: grouped vs upstream default (grouped_mm) |" in report
-    assert "| moe | qwen3_moe: train step: grouped vs fastest upstream (" in report
-    assert "| moe | qwen3_moe: train step peak memory, grouped / upstream default |" in report
+    assert f"\n| {section} | " in report, f"no {section} rows"
+    for row in EXPECTED_ROWS[section]:
+        assert row in report
     assert "| FAILED |" not in report
     assert "budgets met" in report
     assert "SMOKE RUN" in report
+
+
+def test_every_section_of_the_script_has_a_smoke_test() -> None:
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from benchmarks.run import SECTIONS
+    finally:
+        sys.path.remove(str(REPO_ROOT))
+    assert set(SECTIONS) == set(EXPECTED_ROWS)
