@@ -1,4 +1,4 @@
-"""The budgets of design.md section 6 (and the issue that made them numbers), in one place.
+"""The budgets of docs/design.md ("Budgets"), as the numbers the benchmark judges against, in one place.
 
 Each bench module judges its own rows against these, so changing a budget is a one-line edit here.
 """
@@ -17,7 +17,7 @@ TRAIN_STEP_RATIO = 1.0
 TRAIN_STEP_NOISE = 0.05
 #: Peak memory of the chunked loss (forward + backward) over the eager lm_head + cross-entropy.
 CHUNKED_LOSS_MEMORY_RATIO = 0.25
-#: MoE (issue 8): the ``grouped`` experts kernel's speed-up over upstream's default experts implementation
+#: MoE: the ``grouped`` experts kernel's speed-up over upstream's default experts implementation
 #: on CPU (``grouped_mm``), same machine, same run; per experts layer and per train step of a MoE model.
 MOE_SPEEDUP_VS_DEFAULT = 1.3
 #: ... and over the fastest CPU implementation upstream offers in that run: no slower.

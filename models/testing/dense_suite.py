@@ -1,4 +1,4 @@
-"""The parity suite every dense text model runs (design.md section 5), declared once.
+"""The parity suite every dense text model runs (docs/design.md, "The parity contract"), declared once.
 
 A model's test file is a declaration: a :class:`DenseModel` naming its config class, its two heads,
 its backends and the tiny sizes that make its differences matter, plus a ``Test<Model>Parity`` subclass

@@ -1,4 +1,4 @@
-"""The parity suite every MoE text model runs (design.md section 5), declared once.
+"""The parity suite every MoE text model runs (docs/design.md, "The parity contract"), declared once.
 
 A MoE model's test file is a declaration, as for dense models: a :class:`MoeModel` and a
 ``Test<Model>Parity`` subclass of :class:`MoeParitySuite`. The suite runs every dense test

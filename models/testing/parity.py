@@ -1,6 +1,6 @@
 """Parity of a generated model against upstream transformers: same weights, same batch, compared outputs.
 
-The contract (design.md section 5): with every slot eager, logits are bitwise equal (fp32 and bf16) and
+The contract (docs/design.md, "The parity contract"): with every slot eager, logits are bitwise equal (fp32 and bf16) and
 the loss, the aux loss and every parameter's gradient match within ``EAGER_TOLERANCE`` (fp32) or
 ``BF16_TOLERANCE`` (bf16); with kernels bound, the loss and the gradients match within
 ``KERNEL_TOLERANCE`` (logits too, where the kernel returns them), and every bound kernel must have been

@@ -1,4 +1,6 @@
-"""Tiny test configs derived from each model's own config class (issue 6).
+"""Tiny test configs derived from each model's own config class.
+
+A scaffold of any upstream model gets sizes its own config accepts.
 
 :func:`tiny_config_for` starts from the config class's defaults and scales every size-like attribute
 down to tiny, pairwise-distinct values (so a transposed or mis-sliced weight cannot pass) while keeping
@@ -6,7 +8,8 @@ the model's own constraints: heads divisible by kv heads, ``hidden_size`` vs ``h
 validates it, per-layer lists rebuilt for the tiny depth with every kind of layer the default mixes,
 sliding windows shorter than the test sequence, MoE routing that group-limited routers accept, MLA
 ranks tiny and distinct, rotary dims even. Slot-visible values (norm eps, aux-loss coefficient) get
-non-default values so a dropped or hard-coded argument shows (issue 10). ``overrides`` win over all.
+non-default values so a dropped or hard-coded argument shows (docs/design.md, "The parity contract").
+``overrides`` win over all.
 
 The rules are generic, keyed by attribute name (after resolving the class's ``attribute_map``);
 :data:`MODEL_OVERRIDES` holds the few per-model_type exceptions, each with its reason.

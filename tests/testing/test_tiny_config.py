@@ -1,4 +1,4 @@
-"""``modelgraft.models.testing.tiny.tiny_config_for`` on every decoder-only text model of transformers (issue 6).
+"""``modelgraft.models.testing.tiny.tiny_config_for`` on every decoder-only text model of transformers.
 
 The population is every model_type of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` except those in
 :data:`EXCLUDED` (encoders and encoder-decoders, VLM / omni composites, SSM and linear-attention
