@@ -15,6 +15,7 @@ from pathlib import Path
 
 from modelgraft.generator import drift
 from modelgraft.generator.cache import CheckCache
+from modelgraft.generator.checks.distinct_outputs import check_distinct_outputs
 from modelgraft.generator.discovery import (
     LoadedConfig,
     Settings,
@@ -193,6 +194,8 @@ def _generate_files(invocation: Invocation, loaded_configs: list[LoadedConfig]) 
     started = time.perf_counter()
     invocation.progress.phase(f"generating {len(loaded_configs)} config(s)", len(loaded_configs))
     files = _generate(loaded_configs, invocation.settings, invocation.args.jobs) if loaded_configs else []
+    # Across configs, so here, where every config of the run is known (those the check cache skipped too).
+    check_distinct_outputs(drift.run_outputs(invocation.loaded_configs, files))
     invocation.progress.advance(len(loaded_configs))
     invocation.reporter.detail(f"generated {len(files)} file(s) in {time.perf_counter() - started:.2f}s")
     return files, drift.expected_files(files, with_diff=invocation.with_diff)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from modelgraft.generator.discovery import Settings
+from modelgraft.generator.discovery import LoadedConfig, Settings
 
 if TYPE_CHECKING:  # the pipeline is imported only when something has to be generated
     from modelgraft.generator.pipeline import GeneratedFile
@@ -31,6 +31,24 @@ def expected_files(files: list[GeneratedFile], *, with_diff: bool) -> dict[Path,
     if with_diff:
         out.update({f.diff_path: f.diff for f in files})
     return out
+
+
+def run_outputs(loaded_configs: list[LoadedConfig], files: list[GeneratedFile]) -> dict[str, tuple[str, str]]:
+    """Each config of the run -> (its target file, the text of its output), for checks across configs.
+
+    A config generated in this run gives its new text; one the check cache skipped gives the file on
+    disk, which the cache found equal to what generation would write. A skipped config whose file is
+    gone is left out (the cache never skips it then).
+    """
+    generated = {f.config_name: f.text for f in files}
+    outputs = {}
+    for loaded in loaded_configs:
+        text = generated.get(loaded.name)
+        if text is None:
+            text = _read(loaded.output_path)
+        if text is not None:
+            outputs[loaded.name] = (loaded.config.target_file, text)
+    return outputs
 
 
 def compare(expected: dict[Path, str]) -> list[Drift]:

@@ -129,3 +129,7 @@ class OrphanedOutputError(PatchgenError):
 
 class NormalizationError(PatchgenError):
     """ruff could not run or failed on the assembled output."""
+
+
+class DuplicateOutputError(PatchgenError):
+    """Two configs generate the same code (their outputs differ in the header only): one file would do."""

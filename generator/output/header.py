@@ -11,6 +11,9 @@ from modelgraft.generator.dsl.config import PatchConfig
 # Bump when the output layout changes in a way the inputs cannot show.
 FORMAT_VERSION = "2"
 
+#: The first and the last line of every header.
+RULE = "# " + "=" * 100
+
 
 def fingerprint(
     *,
@@ -35,7 +38,7 @@ def render_header(
 ) -> str:
     top = config.source_module.split(".")[0]
     lines = [
-        "# " + "=" * 100,
+        RULE,
         "# GENERATED FILE - DO NOT EDIT BY HAND.",
         f"# Regenerate with: {regenerate}",
         f"# Source: {config.source_module} ({top}=={upstream_version})",
@@ -51,8 +54,23 @@ def render_header(
         ]
     if config.exclusions:
         lines.append(f"# Excluded: {', '.join(config.exclusions)}")
-    lines.append("# " + "=" * 100)
+    lines.append(RULE)
     return "\n".join(lines) + "\n"
+
+
+def below_header(text: str) -> str:
+    """``text`` without the header :func:`render_header` wrote at its top: what the config's code made.
+
+    The header is the lines from the first rule to the next one; a text that does not start with a
+    rule has no header and is returned whole.
+    """
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].rstrip("\r\n") != RULE:
+        return text
+    for row, line in enumerate(lines[1:], start=1):
+        if line.rstrip("\r\n") == RULE:
+            return "".join(lines[row + 1 :])
+    return text
 
 
 def relative_name(path: Path, root: Path) -> str:

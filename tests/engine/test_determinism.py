@@ -46,8 +46,14 @@ def toy_scale(x, factor=2.0):
     return x * factor
 """
 
+# A sibling with code of its own: one that only inherits would be refused (it would equal the gpu output).
 NPU = """
-config.inherit_from(gpu)
+config.inherit_from(gpu, skip_targets=("toy_scale",))
+
+
+@config.replace_function("toy_scale", description="npu scale")
+def toy_scale(x, factor=2.0):
+    return factor * x
 """
 
 MOE = """
