@@ -12,6 +12,7 @@ from functools import cached_property
 from pathlib import Path
 
 from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.source_lines import SourceLines
 from modelgraft.generator.syntax import DEFINITION_NODES, FUNCTION_NODES, FunctionNode
 from modelgraft.generator.upstream.locate import module_path, package_root, resolve_relative
 
@@ -58,8 +59,18 @@ class ModuleIndex:
         return index
 
     @cached_property
+    def source_lines(self) -> SourceLines:
+        """The source split once: every position of the tree turns into text through it."""
+        return SourceLines(self.source)
+
+    @property
     def lines(self) -> list[str]:
-        return self.source.splitlines(keepends=True)
+        """The source's lines as the parser numbers them, line ends kept."""
+        return self.source_lines.lines
+
+    def segment(self, node: ast.AST) -> str | None:
+        """The source text of ``node`` (``ast.get_source_segment`` without splitting the file again)."""
+        return self.source_lines.segment(node)
 
     @property
     def is_package(self) -> bool:

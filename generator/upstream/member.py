@@ -113,10 +113,8 @@ class UpstreamMember:
             assigned = ", ".join(ast.unparse(t) for t in targets)
             target = assigned if statement.value is call else None
         whole = isinstance(statement, (ast.Assign, ast.AnnAssign, ast.Return, ast.Expr)) and statement.value is call
-        args = tuple(ast.get_source_segment(self.index.source, a) or ast.unparse(a) for a in call.args)
-        keywords = tuple(
-            (k.arg, ast.get_source_segment(self.index.source, k.value) or ast.unparse(k.value)) for k in call.keywords
-        )
+        args = tuple(self.index.segment(a) or ast.unparse(a) for a in call.args)
+        keywords = tuple((k.arg, self.index.segment(k.value) or ast.unparse(k.value)) for k in call.keywords)
         return CallSite(target=target, args=args, keywords=keywords, assigned=assigned, whole=whole)
 
     def has_call(self, pattern: str) -> bool:
