@@ -7,13 +7,19 @@ upstream's code and why, and the structures that make a scaffold impossible. A g
 for a formulation the reader recognised exactly, so a scaffold never computes something else than
 upstream; what no snippet covers is skipped with its reason, and a model whose scaffold would guard
 less than its loss head and two slots is refused, as is one whose loss head no snippet fits.
+
+A category answer is checked against the structure, never trusted over it: an answer that contradicts
+the category upstream's structure shows (any pair, including categories without a scaffold) is
+refused with what was detected, so a wrong answer cannot give a model that looks done and is not. A
+refusal names the patches a hand-written config would apply, or says that none can be named.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from modelgraft.generator.recipes.hand_patches import hand_written_patches
 from modelgraft.generator.recipes.parts import ROUTER_OPTIONS, Router, router_roles
 from modelgraft.generator.upstream.structure import MlpInfo, ModelStructure
 
@@ -51,16 +57,40 @@ class Fit:
     guarded: tuple[str, ...] = ()
     skipped: tuple[Finding, ...] = ()
     refusals: tuple[Finding, ...] = ()
+    #: For a refusal: the patches a hand-written config would apply (:func:`hand_written_patches`).
+    hand_patches: tuple[str, ...] = ()
+    #: For a refusal where no patch can be named: why not.
+    no_patches_because: str = ""
 
     @property
     def refused(self) -> bool:
         return bool(self.refusals)
 
+    @property
+    def answer_only(self) -> bool:
+        """Refused only because the category answer contradicts upstream: the detected one has a scaffold."""
+        return bool(self.refusals) and all(finding.structure == "category answer" for finding in self.refusals)
+
     def refusal_message(self) -> str:
-        """What a user reads when the copy stops before writing anything."""
-        lines = [f"no scaffold for {self.structure.model}: upstream has structures no snippet handles"]
+        """What a user reads when the copy stops before writing anything: each cause, then the way on."""
+        model = self.structure.model
+        if self.answer_only:
+            lines = [f"no {self.category} scaffold for {model}: the category answer contradicts upstream"]
+        else:
+            lines = [f"no scaffold for {model}: upstream has structures no snippet handles"]
         lines += [f"  - {finding.describe()}" for finding in self.refusals]
-        lines.append(f"Write the config by hand with the patches named above ({DOCS}).")
+        if self.answer_only:
+            lines.append(f"Copy again without -d category: the detected {self.structure.category} is the default.")
+        elif self.hand_patches:
+            named = any(finding.remedy for finding in self.refusals)
+            also = ", with the patches named above" if named else ""
+            lines.append(f"Write the config by hand ({DOCS}){also}; it would apply:")
+            lines += [f"  - {patch}" for patch in self.hand_patches]
+        elif any(finding.remedy for finding in self.refusals):
+            lines.append(f"Write the config by hand with the patches named above ({DOCS}).")
+        else:
+            why = self.no_patches_because or "the reader recognised no structure a snippet guards"
+            lines.append(f"No patch can be named for a hand-written config: {why} ({DOCS}).")
         return "\n".join(lines)
 
 
@@ -357,26 +387,55 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
     return tuple(guarded)
 
 
+#: What each category says upstream has, beyond a decoder-only text model: routed experts, a vision tower,
+#: an audio tower (an omni model may have a vision tower too, so omni says nothing about one).
+_EXPERTS = ("moe", "vlm_moe", "omni_moe")
+
+
+def _contradiction(structure: ModelStructure, answered: str) -> Finding:
+    """The answered category against the one upstream's structure shows, with what the reader detected."""
+    detected = structure.category
+    reason = f"answered {answered}, but upstream's structure is {detected}: {structure.category_reason}"
+    moe = structure.moe
+    if answered in _EXPERTS and moe is None:
+        reason += "; upstream has no routed experts"
+    elif answered not in _EXPERTS and answered != "out_of_category" and moe is not None:
+        reason += f"; upstream routes to experts in {moe.sparse_block} (line {moe.sparse_block_line})"
+    return Finding("category answer", structure.model, 0, reason)
+
+
+def _text_fit(structure: ModelStructure) -> Fit:
+    """The text recipe's fit of a model whose category has no scaffold: what a hand-written config would guard."""
+    return _fit_scaffold(structure, "moe" if structure.moe is not None else "dense")
+
+
 def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
-    """The scaffold ``structure`` calls for in ``category`` (default: the detected one)."""
-    category = category or structure.category
+    """The scaffold ``structure`` calls for in ``category`` (default: the detected one).
+
+    An answer other than the detected category is refused, with the detected category's own refusals (if
+    any) and the patches they leave to write by hand.
+    """
+    answered = category or structure.category
+    if answered != structure.category:
+        detected = fit_model(structure)
+        return replace(detected, category=answered, arguments={}, guarded=(), skipped=(),
+                       refusals=(_contradiction(structure, answered), *detected.refusals))  # fmt: skip
+    if structure.category == "out_of_category":
+        finding = Finding("category", structure.model, 0, f"out of category: {structure.category_reason}")
+        why = "the snippets cover decoder-only text models, and this one is out of category"
+        return Fit(structure, answered, refusals=(finding,), no_patches_because=why)
+    if answered not in SCAFFOLDED:
+        finding = Finding("category", structure.model, 0, f"{answered} models have no scaffold yet (dense and MoE do)")
+        text = _text_fit(structure)  # its refusals with a remedy (a loss head to override) are patches to name
+        return Fit(structure, answered, refusals=(finding, *(f for f in text.refusals if f.remedy)),
+                   hand_patches=hand_written_patches(text.arguments))  # fmt: skip
+    return _fit_scaffold(structure, answered)
+
+
+def _fit_scaffold(structure: ModelStructure, category: str) -> Fit:
+    """The dense or MoE recipe's fit of ``structure`` (its category already checked)."""
     skipped: list[Finding] = []
     refusals: list[Finding] = []
-    if structure.category == "out_of_category":
-        refusals.append(Finding("category", structure.model, 0, f"out of category: {structure.category_reason}"))
-        return Fit(structure, category, refusals=tuple(refusals))
-    if category not in SCAFFOLDED:
-        refusals.append(
-            Finding("category", structure.model, 0, f"{category} models have no scaffold yet (dense and MoE do)")
-        )
-        return Fit(structure, category, refusals=tuple(refusals))
-    if category == "moe" and structure.moe is None:
-        refusals.append(Finding("category", structure.model, 0, "category moe, but upstream has no routed experts"))
-        return Fit(structure, category, refusals=tuple(refusals))
-    if category == "dense" and structure.moe is not None:
-        refusals.append(Finding("category", structure.model, 0, "category dense, but upstream routes to experts"))
-        return Fit(structure, category, refusals=tuple(refusals))
-
     arguments: dict[str, Any] = {
         "norms": _norm(structure, skipped),
         "mlps": _mlps(structure, skipped),
@@ -412,4 +471,5 @@ def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
                 "two slots (skipped: " + "; ".join(f.describe() for f in skipped) + ")",
             )
         )
-    return Fit(structure, category, arguments, tuple(guarded), tuple(skipped), tuple(refusals))
+    patches = hand_written_patches(arguments) if refusals else ()
+    return Fit(structure, category, arguments, tuple(guarded), tuple(skipped), tuple(refusals), patches)

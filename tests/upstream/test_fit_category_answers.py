@@ -1,0 +1,132 @@
+"""The fit checks a category answer against upstream's structure, and a refusal says how to go on.
+
+One pinned model per category the reader detects; every other category answered for it is refused with
+what was detected. A refusal names the patches a hand-written config would apply, or says none can be.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+from modelgraft.generator.recipes.fit import Fit, fit_model
+from modelgraft.generator.upstream.reader import read_model
+from modelgraft.generator.upstream.structure import CATEGORIES, ModelStructure
+
+#: A pinned model of each category, as the reader detects it.
+EXAMPLE = {
+    "dense": "mistral",
+    "moe": "qwen2_moe",
+    "vlm": "qwen3_vl",
+    "vlm_moe": "qwen3_vl_moe",
+    "omni": "qwen2_5_omni",
+    "omni_moe": "qwen3_omni_moe",
+    "out_of_category": "mamba",
+}
+CONTRADICTIONS = [(detected, answered) for detected in EXAMPLE for answered in CATEGORIES if answered != detected]
+
+
+@cache
+def structure(model: str) -> ModelStructure:
+    return read_model(model)
+
+
+def fit(model: str, category: str | None = None) -> Fit:
+    return fit_model(structure(model), category)
+
+
+def test_every_category_has_an_example_the_reader_puts_in_it() -> None:
+    assert set(EXAMPLE) == set(CATEGORIES)
+    assert {category: structure(model).category for category, model in EXAMPLE.items()} == {c: c for c in EXAMPLE}
+
+
+@pytest.mark.parametrize(("detected", "answered"), CONTRADICTIONS, ids=[f"{d}-as-{a}" for d, a in CONTRADICTIONS])
+def test_an_answer_that_contradicts_the_detected_category_is_refused_naming_it(detected: str, answered: str) -> None:
+    model = EXAMPLE[detected]
+    refused = fit(model, answered)
+
+    assert refused.refused and refused.arguments == {} and refused.guarded == ()
+    first = refused.refusals[0]
+    assert first.structure == "category answer"
+    assert f"answered {answered}, but upstream's structure is {detected}: " in first.reason
+    assert structure(model).category_reason in first.reason
+
+
+def test_a_vlm_answered_dense_is_refused_although_its_text_model_would_fit() -> None:
+    message = fit("qwen3_vl", "dense").refusal_message()
+
+    assert "answered dense, but upstream's structure is vlm: a vision tower (Qwen3VLVisionMLP)" in message
+    assert "vlm models have no scaffold yet" in message
+
+
+def test_dense_answered_for_routed_experts_names_the_sparse_block() -> None:
+    reason = fit("qwen2_moe", "dense").refusals[0].reason
+
+    assert "upstream routes to experts in Qwen2MoeSparseMoeBlock (line " in reason
+
+
+def test_moe_answered_without_routed_experts_says_there_are_none() -> None:
+    assert fit("mistral", "moe").refusals[0].reason.endswith("; upstream has no routed experts")
+
+
+def test_the_detected_category_is_the_default_and_fits() -> None:
+    assert not fit("mistral").refused and not fit("mistral", "dense").refused
+    assert not fit("qwen2_moe", "moe").refused
+
+
+def test_a_wrong_answer_for_a_model_that_fits_says_to_take_the_default() -> None:
+    message = fit("qwen2_moe", "dense").refusal_message()
+
+    assert message.splitlines()[0] == "no dense scaffold for qwen2_moe: the category answer contradicts upstream"
+    assert message.splitlines()[-1] == "Copy again without -d category: the detected moe is the default."
+    assert "by hand" not in message
+
+
+def test_a_category_without_a_scaffold_names_the_patches_a_hand_written_config_would_apply() -> None:
+    message = fit("qwen3_vl").refusal_message()
+
+    assert "Write the config by hand (docs/adding-a-model.md#hand-written-patches); it would apply:" in message
+    assert (
+        "  - Qwen3VLTextRMSNorm.forward: rms_norm_guard (formulation=rms_weight), behind the rms_norm slot" in message
+    )
+    assert "  - Qwen3VLTextMLP.forward: glu_mlp_guard (layout=gated), behind the glu_activation slot" in message
+    assert (
+        "  - Qwen3VLForConditionalGeneration.forward: causal_lm_loss_guard, behind the causal_lm_loss slot" in message
+    )
+
+
+def test_an_omni_moe_model_names_its_experts_router_and_aux_loss_patches() -> None:
+    patches = fit("qwen3_omni_moe").hand_patches
+
+    assert "Qwen3OmniMoeThinkerTextSparseMoeBlock.forward: moe_experts_guard, behind the moe_experts slot" in patches
+    assert any(p.startswith("Qwen3OmniMoeThinkerTextTopKRouter.forward: softmax_topk_router_guard") for p in patches)
+    assert any("load_balancing_loss_func(...) behind the load_balancing_loss slot" in p for p in patches)
+
+
+def test_a_wrong_answer_for_a_category_without_a_scaffold_still_names_the_patches() -> None:
+    assert fit("qwen3_vl", "dense").hand_patches == fit("qwen3_vl").hand_patches != ()
+
+
+def test_an_out_of_category_model_says_no_patch_can_be_named() -> None:
+    last = fit("mamba").refusal_message().splitlines()[-1]
+
+    assert last.startswith("No patch can be named for a hand-written config: the snippets cover decoder-only text")
+    assert fit("mamba").hand_patches == ()
+
+
+def test_too_little_to_guard_names_the_patches_the_fit_did_plan() -> None:
+    bloom = fit("bloom")
+
+    assert bloom.refusals[0].structure == "coverage"
+    assert bloom.hand_patches[-1] == "BloomForCausalLM.forward: causal_lm_loss_guard, behind the causal_lm_loss slot"
+
+
+def test_a_loss_head_no_snippet_fits_points_to_its_remedy_and_the_planned_patches() -> None:
+    message = fit("cpmant").refusal_message()
+
+    assert "override its forward by hand with the loss behind causal_lm_loss_slot" in message
+    assert (
+        "Write the config by hand (docs/adding-a-model.md#hand-written-patches), with the patches named above"
+        in message
+    )
