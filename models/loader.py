@@ -2,7 +2,8 @@
 
 The loader is a convenience, not a requirement: a generated class used directly behaves like upstream
 because unbound slots run upstream code. What the loader adds is choosing the class from a config,
-binding the requested kernels to the model it builds, and clear errors when something is missing.
+binding the requested kernels (and the backend's kernel family) to the model it builds, and clear errors
+when something is missing.
 """
 
 from __future__ import annotations
@@ -15,9 +16,15 @@ from transformers import PreTrainedConfig, PreTrainedModel
 
 from modelgraft.models.ops import OpsConfig, bind_ops
 from modelgraft.models.ops.binding import attach_ops
-from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY, UnknownEntryError
+from modelgraft.models.registry import (
+    BACKEND_KERNELS,
+    BACKENDS,
+    MODEL_CONFIG_REGISTRY,
+    MODELING_REGISTRY,
+    UnknownEntryError,
+)
 
-__all__ = ["build_model", "get_model_class"]
+__all__ = ["backend_ops", "build_model", "get_model_class"]
 
 
 def _hf_class(architecture: str) -> type[PreTrainedModel]:
@@ -38,6 +45,25 @@ def get_model_class(
     if use_hf:
         return _hf_class(architecture)
     return MODELING_REGISTRY.get_class(model_type, architecture, backend)
+
+
+def backend_ops(backend: str, ops: OpsConfig | None) -> OpsConfig | None:
+    """The ops a model built for ``backend`` runs: the backend's kernel family, then ``ops`` on top.
+
+    Backends share their generated code and differ in kernels, so asking for one is asking for its family
+    (``npu``: torch_npu's kernels) on every slot the family serves. A slot that ``ops`` names, ``"eager"``
+    included, runs what ``ops`` says, with ``ops``'s kernel options. A backend without a family (``gpu``)
+    leaves ``ops`` as given.
+    """
+    if backend not in BACKEND_KERNELS:
+        raise UnknownEntryError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+    family = BACKEND_KERNELS[backend]
+    if family is None:
+        return ops
+    kernels = dict(OpsConfig.everywhere(family).kernels)
+    if ops is None:
+        return OpsConfig(kernels)
+    return OpsConfig({**kernels, **ops.kernels}, kernel_options=ops.kernel_options)
 
 
 def _config_from_architecture(architecture: str, use_hf: bool, overrides: dict[str, Any]) -> PreTrainedConfig:
@@ -85,6 +111,10 @@ def build_model(
     ``from_pretrained(**kwargs)`` does: values derived from them in the config's ``__init__`` are not
     recomputed. ``attn_implementation`` selects the attention backend either way.
 
+    ``backend`` picks the generated module (the one every backend shares, unless the backend's code
+    differs) and adds the backend's kernel family to ``ops`` (:func:`backend_ops`): ``backend="npu"``
+    binds the npu kernels, and raises ``KernelUnavailableError`` where torch_npu is missing.
+
     ``ops`` stays with the model: every call of it (or of one of its submodules) runs ``ops``'s kernels
     and restores the previous bindings on return (``attach_ops``), so a second model built with other ops
     does not change this one's; ``model.ops_config`` records ``ops``. ``ops`` is also bound globally before
@@ -109,6 +139,8 @@ def build_model(
     if use_hf and ops is not None and not ops.is_eager:
         raise ValueError(f"ops {dict(ops.kernels)} have no effect on a plain transformers model (use_hf=True)")
     cls = get_model_class(config.model_type, architecture, backend=backend, use_hf=use_hf)
+    if not use_hf:
+        ops = backend_ops(backend, ops)
     if ops is None:
         model = cls(config)
         model.ops_config = None

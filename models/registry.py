@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 
 __all__ = [
     "BACKENDS",
+    "BACKEND_KERNELS",
     "MODELING_REGISTRY",
     "MODEL_CONFIG_REGISTRY",
     "MODEL_PROCESSOR_REGISTRY",
@@ -29,8 +30,15 @@ __all__ = [
     "unregister_model",
 ]
 
-#: Backends a model may ship generated modeling for; ``gpu`` is mandatory (design.md section 4).
-BACKENDS: tuple[str, ...] = ("gpu", "npu")
+#: Every backend a model can be built for, with the kernel family the loader binds for it (None: only the
+#: ops asked for). Backends differ in kernels, bound to op slots at run time, not in code: one generated
+#: module, registered as ``gpu``, serves every backend, and a backend registers a module of its own only
+#: when its code really differs (docs/adding-a-model.md, "Phase 4: register the model"). ``gpu`` binds
+#: nothing by default because the same module runs on CPU too, and Liger is a choice (``OpsConfig``).
+BACKEND_KERNELS: Mapping[str, str | None] = MappingProxyType({"gpu": None, "npu": "npu"})
+
+#: The backend names, ``gpu`` first.
+BACKENDS: tuple[str, ...] = tuple(BACKEND_KERNELS)
 
 _DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -161,10 +169,14 @@ class FactoryRegistry(_Registry[str]):
 
 
 class ModelingRegistry(_Registry[Mapping[str, str]]):
-    """model_type -> {backend -> dotted path of the generated modeling module}."""
+    """model_type -> {backend -> dotted path of the generated modeling module}; ``gpu``'s serves the others."""
 
     def backends(self, model_type: str) -> tuple[str, ...]:
-        """Backends registered for ``model_type``, in ``BACKENDS`` order."""
+        """Backends with a generated module of their own, in ``BACKENDS`` order: ``gpu``, and any whose code differs.
+
+        Every backend of ``BACKENDS`` can be built; the others run ``gpu``'s module. These are the distinct
+        modules to test and to import.
+        """
         modules = self._entry(model_type)
         return tuple(backend for backend in BACKENDS if backend in modules)
 
@@ -173,14 +185,11 @@ class ModelingRegistry(_Registry[Mapping[str, str]]):
         return {path for modules in self._entries.values() for path in modules.values()}
 
     def module_path(self, model_type: str, backend: str = "gpu") -> str:
-        """The dotted path of the generated module, without importing it."""
+        """The dotted path of ``backend``'s generated module (``gpu``'s, unless it has one of its own), not imported."""
         modules = self._entry(model_type)
-        if backend not in modules:
-            raise UnknownEntryError(
-                f"{self.name}: model_type {model_type!r} has no {backend!r} backend "
-                f"(registered: {', '.join(self.backends(model_type))})"
-            )
-        return modules[backend]
+        if backend not in BACKEND_KERNELS:
+            raise UnknownEntryError(f"{self.name}: unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+        return modules.get(backend, modules["gpu"])
 
     def get_module(self, model_type: str, backend: str = "gpu") -> ModuleType:
         """Import and return the generated modeling module."""
@@ -222,7 +231,9 @@ def register_model(
     """Register one model in all three registries at once, or in none if anything is wrong.
 
     ``modeling`` maps backend -> dotted module path of the generated modeling file and must include
-    ``"gpu"``; ``config`` and ``processor`` are dotted class paths. Nothing is imported here.
+    ``"gpu"``, whose module serves every backend not listed; list another backend only when its generated
+    code differs (``patchgen`` refuses a config whose output equals another's). ``config`` and
+    ``processor`` are dotted class paths. Nothing is imported here.
     """
     if not isinstance(model_type, str) or not model_type:
         raise RegistryError(f"model_type must be a non-empty string, got {model_type!r}")
@@ -233,6 +244,11 @@ def register_model(
         raise RegistryError(f"{model_type!r}: modeling must include the 'gpu' backend, got {sorted(modeling)}")
     for backend, path in modeling.items():
         check_dotted_path(path, f"{model_type!r} modeling[{backend!r}]")
+        if backend != "gpu" and path == modeling["gpu"]:
+            raise RegistryError(
+                f"{model_type!r}: modeling[{backend!r}] is the 'gpu' module; leave {backend!r} out, the 'gpu' "
+                "module serves every backend without a module of its own"
+            )
     check_dotted_path(config, f"{model_type!r} config")
     if processor is not None:
         check_dotted_path(processor, f"{model_type!r} processor")

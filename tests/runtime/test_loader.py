@@ -7,7 +7,7 @@ import transformers
 from transformers import MinistralConfig
 from transformers.models.ministral import modeling_ministral
 
-from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.loader import backend_ops, build_model, get_model_class
 from modelgraft.models.ops import KERNEL_FAMILIES, KernelUnavailableError, OpsConfig, bind_ops, current_ops
 from modelgraft.models.registry import UnknownEntryError
 from modelgraft.models.testing import tiny_config
@@ -108,3 +108,50 @@ def test_build_model_rejects_non_eager_ops_with_use_hf(upstream_as_generated: st
             use_hf=True,
             ops=OpsConfig({"causal_lm_loss": "chunked"}),
         )
+
+
+def test_the_npu_backend_builds_the_class_every_backend_shares(upstream_as_generated: str) -> None:
+    assert get_model_class(upstream_as_generated, "MinistralForCausalLM", backend="npu") is get_model_class(
+        upstream_as_generated, "MinistralForCausalLM", backend="gpu"
+    )
+
+
+def test_an_unknown_backend_is_an_error_naming_the_known_ones(upstream_as_generated: str) -> None:
+    with pytest.raises(UnknownEntryError, match=r"unknown backend 'tpu' \(known: gpu, npu\)"):
+        build_model(tiny_config(MinistralConfig), architecture="MinistralForCausalLM", backend="tpu")
+
+
+def test_the_gpu_backend_adds_no_kernels_to_the_ops() -> None:
+    ops = OpsConfig({"causal_lm_loss": "chunked"})
+    assert backend_ops("gpu", ops) is ops
+    assert backend_ops("gpu", None) is None
+
+
+def test_the_npu_backend_is_the_npu_family_on_every_slot_it_serves() -> None:
+    assert backend_ops("npu", None) == OpsConfig.everywhere("npu")
+
+
+def test_ops_given_with_a_backend_keep_their_kernels_and_options() -> None:
+    ops = OpsConfig(
+        {"rms_norm": "eager", "causal_lm_loss": "chunked"}, kernel_options={"causal_lm_loss": {"chunk_size": 7}}
+    )
+
+    combined = backend_ops("npu", ops)
+
+    assert dict(combined.kernels) == {**OpsConfig.everywhere("npu").kernels, **ops.kernels}
+    assert combined.kernel_for("rms_norm") == "eager"
+    assert combined.kernel_for("rope") == "npu"
+    assert dict(combined.options_for("causal_lm_loss")) == {"chunk_size": 7}
+
+
+@pytest.mark.skipif(KERNEL_FAMILIES["npu"].unavailable_reason() is None, reason="torch_npu is installed here")
+def test_building_for_the_npu_backend_without_torch_npu_raises(slot_guarded_generated: str) -> None:
+    with pytest.raises(KernelUnavailableError, match="torch_npu"):
+        build_model(tiny_config(MinistralConfig), architecture="MinistralForCausalLM", backend="npu")
+    assert current_ops() == {}
+
+
+def test_use_hf_ignores_the_backend_kernels(upstream_as_generated: str) -> None:
+    model = build_model(tiny_config(MinistralConfig), architecture="MinistralForCausalLM", backend="npu", use_hf=True)
+    assert type(model) is transformers.MinistralForCausalLM
+    assert current_ops() == {}

@@ -20,12 +20,13 @@ from modelgraft.models.testing import registered_model
 
 MODEL_TYPE = "runtime_test_model"
 LLAMA_MODELING = "transformers.models.llama.modeling_llama"
+MISTRAL_MODELING = "transformers.models.mistral.modeling_mistral"
 
 
 def test_register_model_fills_all_three_registries() -> None:
     with registered_model(
         MODEL_TYPE,
-        modeling={"gpu": LLAMA_MODELING, "npu": LLAMA_MODELING},
+        modeling={"gpu": LLAMA_MODELING, "npu": MISTRAL_MODELING},
         config="transformers.LlamaConfig",
         processor="transformers.PreTrainedTokenizerFast",
     ):
@@ -34,6 +35,20 @@ def test_register_model_fills_all_three_registries() -> None:
         assert MODEL_TYPE in MODEL_PROCESSOR_REGISTRY
         assert MODEL_TYPE in list(MODELING_REGISTRY)
         assert MODELING_REGISTRY.backends(MODEL_TYPE) == ("gpu", "npu")
+
+
+def test_every_backend_is_served_by_the_gpu_module_unless_it_has_its_own() -> None:
+    with registered_model(MODEL_TYPE, modeling={"gpu": LLAMA_MODELING}, config="transformers.LlamaConfig"):
+        assert MODELING_REGISTRY.module_path(MODEL_TYPE, "npu") == LLAMA_MODELING
+        assert MODELING_REGISTRY.backends(MODEL_TYPE) == ("gpu",)
+
+
+def test_a_backend_with_code_of_its_own_gets_its_own_module() -> None:
+    with registered_model(
+        MODEL_TYPE, modeling={"gpu": LLAMA_MODELING, "npu": MISTRAL_MODELING}, config="transformers.LlamaConfig"
+    ):
+        assert MODELING_REGISTRY.module_path(MODEL_TYPE, "npu") == MISTRAL_MODELING
+        assert MODELING_REGISTRY.module_path(MODEL_TYPE, "gpu") == LLAMA_MODELING
 
 
 def test_processor_is_optional() -> None:
@@ -96,12 +111,12 @@ def test_unknown_model_type_error_lists_registered_types() -> None:
         MODEL_CONFIG_REGISTRY["no_such_model"]
 
 
-def test_unknown_backend_error_lists_registered_backends() -> None:
+def test_unknown_backend_error_lists_the_known_backends() -> None:
     with (
         registered_model(MODEL_TYPE, modeling={"gpu": LLAMA_MODELING}, config="transformers.LlamaConfig"),
-        pytest.raises(UnknownEntryError, match=r"no 'npu' backend \(registered: gpu\)"),
+        pytest.raises(UnknownEntryError, match=r"unknown backend 'tpu' \(known: gpu, npu\)"),
     ):
-        MODELING_REGISTRY.get_class(MODEL_TYPE, "LlamaForCausalLM", backend="npu")
+        MODELING_REGISTRY.get_class(MODEL_TYPE, "LlamaForCausalLM", backend="tpu")
 
 
 def test_unknown_architecture_error_lists_module_classes() -> None:
@@ -117,6 +132,11 @@ def test_unknown_architecture_error_lists_module_classes() -> None:
     [
         ({"gpu": LLAMA_MODELING, "tpu": LLAMA_MODELING}, "transformers.LlamaConfig", "unknown backend"),
         ({"npu": LLAMA_MODELING}, "transformers.LlamaConfig", "must include the 'gpu' backend"),
+        (
+            {"gpu": LLAMA_MODELING, "npu": LLAMA_MODELING},
+            "transformers.LlamaConfig",
+            r"modeling\['npu'\] is the 'gpu'",
+        ),
         ({"gpu": "not a path"}, "transformers.LlamaConfig", "dotted import path"),
         ({"gpu": LLAMA_MODELING}, "transformers..LlamaConfig", "dotted import path"),
     ],
