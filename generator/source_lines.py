@@ -47,7 +47,7 @@ class SourceLines:
     def offset(self, lineno: int, col_offset: int) -> int:
         """Character offset in ``text`` of the position ``lineno`` (1-based), ``col_offset`` (UTF-8 bytes)."""
         start = self._starts[lineno - 1]
-        if self._ascii:
+        if self._ascii or not col_offset:  # (line ``len(lines) + 1``, column 0 is the end of the text)
             return start + col_offset
         return start + len(self.lines[lineno - 1].encode("utf-8")[:col_offset].decode("utf-8"))
 

@@ -8,7 +8,7 @@ import binds, what a decorator is called), so a planner, a check and the assembl
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef)
 DEFINITION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -41,3 +41,50 @@ def is_docstring(statement: ast.stmt) -> bool:
         and isinstance(statement.value, ast.Constant)
         and isinstance(statement.value.value, str)
     )
+
+
+# Fields of statement nodes that hold statements (``match_case.body`` through ``cases``).
+_STATEMENT_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def nested_statements(node: ast.AST) -> Iterator[ast.AST]:
+    """Every statement below ``node`` (and the except handlers and match cases holding some), depth first.
+
+    Statements never sit inside expressions (a lambda's body is an expression), so this finds every
+    import, definition or ``if`` that ``ast.walk`` finds while skipping the expression nodes, which are
+    most of a tree.
+    """
+    for name in _STATEMENT_FIELDS:
+        block = getattr(node, name, None)
+        if isinstance(block, list):
+            for child in block:
+                if isinstance(child, ast.AST):
+                    yield child
+                    yield from nested_statements(child)
+
+
+def same_syntax(a: object, b: object) -> bool:
+    """Whether two nodes (or lists of nodes) are the same code: node types and fields equal, positions ignored.
+
+    The answer ``ast.dump(a) == ast.dump(b)`` gives, in one pass over both that stops at the first
+    difference instead of printing two trees.
+    """
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, ast.AST):
+        return all(same_syntax(getattr(a, name, None), getattr(b, name, None)) for name in a._fields)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(same_syntax, a, b))  # type: ignore[arg-type]
+    return a == b
+
+
+def dotted_name(node: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of attributes on a name (what ``ast.unparse`` prints for it), else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))

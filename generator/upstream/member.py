@@ -13,7 +13,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from modelgraft.generator import parse_cache
 from modelgraft.generator.errors import SnippetError
+from modelgraft.generator.syntax import dotted_name, nested_statements, same_syntax
 from modelgraft.generator.upstream.index import ModuleIndex
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers")
@@ -49,12 +51,13 @@ class CallSite:
         return any(key is None for key, _ in self.keywords)
 
 
-def _dump(nodes: list[ast.stmt]) -> str:
-    return "\n".join(ast.dump(node, include_attributes=False) for node in nodes)
-
-
 def _calls(node: ast.AST, pattern: str) -> list[ast.Call]:
-    return [n for n in ast.walk(node) if isinstance(n, ast.Call) and ast.unparse(n.func) == pattern]
+    """Calls of ``pattern`` below ``node``; a callee that is a plain dotted name is compared without unparsing it."""
+    return [n for n in ast.walk(node) if isinstance(n, ast.Call) and _callee(n) == pattern]
+
+
+def _callee(call: ast.Call) -> str:
+    return dotted_name(call.func) or ast.unparse(call.func)
 
 
 def _statement_lists(node: ast.AST):
@@ -128,7 +131,18 @@ class UpstreamMember:
     def with_prefix(self, guard: str) -> UpstreamMember:
         """The function with ``guard`` (source at column 0) placed before upstream's body."""
         indented = "".join(f"    {line}\n" if line.strip() else "\n" for line in guard.strip("\n").splitlines())
-        return self._derived(self.header + self.docstring + indented + self._body_text())
+        body = self._reindented_body()
+        try:
+            derived = self._derived(self.header + self.docstring + indented + body)
+        except SyntaxError as exc:
+            self._verify(body, self._code_statements())  # names the body when it is the part at fault
+            raise self._fail(f"an edit produced invalid Python ({exc.msg})") from exc
+        # Upstream's statements close the derived body: verified there, in the text that is emitted.
+        expected = self._code_statements()
+        statements = derived.node.body
+        if not same_syntax(statements[len(statements) - len(expected) :], expected):
+            raise self._changed_by_reindent()
+        return derived
 
     def replacing_call(self, pattern: str, condition: str, replacement: str) -> UpstreamMember:
         """The function with the one statement calling ``pattern`` under ``else:`` of ``if condition:``
@@ -138,15 +152,13 @@ class UpstreamMember:
         (``hidden = self.experts(x, idx, w).view(shape)``): everything around the call stays upstream's.
         """
         statement, call = self._find(pattern)
-        start = self._stmt_start(statement)
-        lines = self.index.lines[start - 1 : statement.end_lineno]
-        offsets = [0]
-        for line in lines:
-            offsets.append(offsets[-1] + len(line.encode("utf-8")))
-        text = "".join(lines).encode("utf-8")
-        begin = offsets[call.lineno - start] + call.col_offset
-        end = offsets[call.end_lineno - start] + call.end_col_offset
-        edited = (text[:begin] + replacement.encode("utf-8") + text[end:]).decode("utf-8")
+        positions = self.index.source_lines
+        source = self.index.source
+        first = positions.offset(self._stmt_start(statement), 0)
+        begin = positions.offset(call.lineno, call.col_offset)
+        end = positions.offset(call.end_lineno, call.end_col_offset)
+        last = positions.offset(statement.end_lineno + 1, 0)
+        edited = source[first:begin] + replacement + source[end:last]
         guarded = self._reindent(edited, statement.col_offset, 0)
         return self.wrapping(pattern, condition, guarded)
 
@@ -157,6 +169,8 @@ class UpstreamMember:
         Both statements must be in the same block; ``guarded`` is source at column 0.
         """
         block, start, end = self._run(first, last or first)
+        # The statements around the run move as the whole body does: verified as part of it.
+        self._body_text()
         column = block[start].col_offset
         pad = " " * column
         original = self._text(self._stmt_start(block[start]), block[end].end_lineno)
@@ -171,15 +185,24 @@ class UpstreamMember:
         before = "".join(lines[body_start - 1 : self._stmt_start(block[start]) - 1])
         after = "".join(lines[block[end].end_lineno : self.node.end_lineno])
         body = self._reindent(before + replacement + after, self._body_column(), 4)
-        self._verify_wrapped(body, condition, block[start : end + 1])
-        return self._derived(self.header + self.docstring + body)
+        try:
+            derived = self._derived(self.header + self.docstring + body)
+        except SyntaxError as exc:
+            raise self._fail(f"the guarded body is not valid Python ({exc.msg})") from exc
+        # The else branch holds exactly upstream's statements: re-indenting them changed nothing.
+        wrapped = block[start : end + 1]
+        for node in nested_statements(derived.node):
+            if isinstance(node, ast.If) and same_syntax(node.orelse, wrapped) and ast.unparse(node.test) == condition:
+                return derived
+        raise self._fail("its statements change when re-indented under the guard (a multi-line string?)")
 
     def _derived(self, text: str) -> UpstreamMember:
-        """A member over edited text, so a snippet can chain edits (guard the loss, then the aux loss)."""
-        try:
-            tree = ast.parse(text)
-        except SyntaxError as exc:  # pragma: no cover - every edit is verified before it gets here
-            raise self._fail(f"an edit produced invalid Python ({exc.msg})") from exc
+        """A member over edited text, so a snippet can chain edits (guard the loss, then the aux loss).
+
+        The text is parsed once, and that tree is also what the edit is verified against; a SyntaxError
+        is left to the caller, which knows which part of the text to blame.
+        """
+        tree = parse_cache.parse(text)
         node = tree.body[0]
         index = ModuleIndex(module=self.index.module, path=self.index.path, source=text, tree=tree)
         derived = UpstreamMember(index, node, self.qualname)
@@ -241,31 +264,26 @@ class UpstreamMember:
                 out.append(" " * new + line[old:])
         return "".join(out)
 
+    def _reindented_body(self) -> str:
+        """The statements after the docstring at 4 spaces, not yet verified."""
+        return self._reindent(self._text(self._body_start_line(), self.node.end_lineno), self._body_column(), 4)
+
     def _body_text(self) -> str:
-        text = self._reindent(self._text(self._body_start_line(), self.node.end_lineno), self._body_column(), 4)
+        text = self._reindented_body()
         self._verify(text, self._code_statements())
         return text
 
     def _verify(self, text: str, expected: list[ast.stmt]) -> None:
         """The re-indented text parses to upstream's statements: indentation changed nothing else."""
         try:
-            tree = ast.parse("def _():\n" + text)
+            tree = parse_cache.parse("def _():\n" + text)
         except SyntaxError as exc:
             raise self._fail(f"its body cannot be re-indented ({exc.msg})") from exc
-        if _dump(tree.body[0].body) != _dump(expected):
-            raise self._fail("its body changes when re-indented (a multi-line string?); patch it by hand")
+        if not same_syntax(tree.body[0].body, expected):
+            raise self._changed_by_reindent()
 
-    def _verify_wrapped(self, text: str, condition: str, wrapped: list[ast.stmt]) -> None:
-        """The ``else:`` branch holds exactly upstream's statements: re-indenting them changed nothing."""
-        try:
-            tree = ast.parse("def _():\n" + text)
-        except SyntaxError as exc:
-            raise self._fail(f"the guarded body is not valid Python ({exc.msg})") from exc
-        expected = _dump(wrapped)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and ast.unparse(node.test) == condition and _dump(node.orelse) == expected:
-                return
-        raise self._fail("its statements change when re-indented under the guard (a multi-line string?)")
+    def _changed_by_reindent(self) -> SnippetError:
+        return self._fail("its body changes when re-indented (a multi-line string?); patch it by hand")
 
     def _find(self, pattern: str) -> tuple[ast.stmt, ast.Call]:
         found = []
@@ -284,7 +302,7 @@ class UpstreamMember:
         """The call sits in a statement nested inside ``statement`` (it belongs to that inner statement)."""
         for block in _statement_lists(statement):
             for inner in block:
-                if any(c is call for c in _calls(inner, ast.unparse(call.func))):
+                if any(c is call for c in _calls(inner, _callee(call))):
                     return True
         return False
 
