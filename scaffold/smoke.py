@@ -3,8 +3,10 @@
 ``copier copy`` runs it as its last task (``python -m modelgraft.scaffold.smoke <model>``); when it fails, Copier
 removes the new directory, so a copy never leaves a model whose own tests would fail. It checks the
 causal LM with every slot eager (logits equal, loss and gradients close) and once more with the
-reference kernel bound in each slot the scaffold guards, which proves each guard passes upstream's
-arguments. Exit 0 on success, 1 with the reason otherwise.
+reference kernel bound in each slot the scaffold guards and the causal LM calls, through the parity
+harness's ``check_parity``: the same call counter as the model's own tests, so a bound kernel that is
+never called (a guard missing, disabled or unreachable) fails the check instead of comparing upstream
+with upstream. Exit 0 on success, 1 with the reason otherwise.
 """
 
 from __future__ import annotations
@@ -12,35 +14,42 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from pathlib import Path
 
 
-def smoke(model: str) -> None:
-    """Raise AssertionError (or whatever upstream raises) unless the scaffold of ``model`` matches upstream."""
-    from modelgraft.models.loader import get_model_class
-    from modelgraft.models.testing import (
-        EAGER_TOLERANCE,
-        assert_step_parity,
-        build_pair,
-        causal_lm_batch,
-        check_parity,
-        run_step,
+def smoke(model: str, *, models_root: Path | None = None) -> None:
+    """Raise AssertionError (or whatever upstream raises) unless the scaffold of ``model`` matches upstream.
+
+    ``models_root`` is the folder holding the model packages (default: this checkout's ``models/``).
+    """
+    from modelgraft.models.testing import EAGER_TOLERANCE, check_parity
+    from modelgraft.models.testing.declarations import (
+        MODELS_ROOT,
+        causal_lm_slot_run,
+        parity_declaration,
+        parity_suite,
     )
-    from modelgraft.models.testing.declarations import parity_declaration
-    from modelgraft.models.testing.dense_suite import reference_kernels_bound
+    from modelgraft.models.testing.parity import eager_slots_on_one_thread
+    from modelgraft.models.testing.reference import reference_kernels
 
-    declaration = parity_declaration(model)
+    root = models_root or MODELS_ROOT
+    declaration = parity_declaration(model, root=root)
     config = declaration.config()
-    check_parity(config, declaration.causal_lm)
-    pair = build_pair(
-        config,
-        get_model_class(declaration.model_type, declaration.causal_lm, use_hf=True),
-        get_model_class(declaration.model_type, declaration.causal_lm),
-    )
-    batch = causal_lm_batch(config)
-    upstream = run_step(pair.upstream, batch)
-    with reference_kernels_bound():
-        candidate = run_step(pair.generated, batch)
-    assert_step_parity(upstream, candidate, tolerance=EAGER_TOLERANCE, logits="close")
+    with eager_slots_on_one_thread():  # as the model's own tests run: one order of reductions, fast on tiny sizes
+        check_parity(config, declaration.causal_lm)
+        run = causal_lm_slot_run(parity_suite(model, root=root), config)
+        if not run.slots:
+            raise AssertionError(
+                f"{run.architecture} calls none of the slots the scaffold guards ({', '.join(declaration.guarded)})"
+            )
+        check_parity(
+            config,
+            run.architecture,
+            kernels=reference_kernels(run.slots),
+            batch=run.batch,
+            tolerance=EAGER_TOLERANCE,
+            logits="close",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     print(
-        f"scaffold smoke check: models/{args.model} matches upstream (forward and backward, eager and reference kernels)"
+        f"scaffold smoke check: models/{args.model} matches upstream (forward and backward, eager and "
+        "reference kernels, each bound kernel called)"
     )
     return 0
 

@@ -3,17 +3,22 @@
 A model's parity test module (``models/<m>/tests/test_<m>_parity.py``) declares its tiny sizes, heads and
 backends once. The scaffold's smoke check and the zoo-wide suites read the same declarations, so they load
 the test files by path: the test folders are not packages (pytest imports them by file name) and are not
-installed.
+installed. The smoke check also asks the model's suite which slots its causal LM calls and with which
+batch, so it binds exactly what the suite's own reference-kernel test binds.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-from modelgraft.models.testing.dense_suite import DenseModel
+from transformers import PreTrainedConfig
+
+from modelgraft.models.testing.dense_suite import DenseModel, DenseParitySuite
 
 MODELS_ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +43,46 @@ def model_declarations(package: str) -> list[DenseModel]:
     return list(found.values())
 
 
-def parity_declaration(package: str) -> DenseModel:
-    """The declaration a scaffold's parity test names after its package (``QWEN3`` in ``test_qwen3_parity.py``)."""
-    module = _load(MODELS_ROOT / package / "tests" / f"test_{package}_parity.py")
-    return getattr(module, package.upper())
+def _parity_module(package: str, root: Path) -> ModuleType:
+    return _load(root / package / "tests" / f"test_{package}_parity.py")
+
+
+def parity_declaration(package: str, *, root: Path = MODELS_ROOT) -> DenseModel:
+    """The declaration a scaffold's parity test names after its package (``QWEN3`` in ``test_qwen3_parity.py``).
+
+    ``root`` is the folder holding the model packages (``models/``).
+    """
+    return getattr(_parity_module(package, root), package.upper())
+
+
+def parity_suite(package: str, *, root: Path = MODELS_ROOT) -> DenseParitySuite:
+    """An instance of the suite class (``Test<Prefix>Parity``) that carries the package's declaration."""
+    module = _parity_module(package, root)
+    declaration = getattr(module, package.upper())
+    for value in vars(module).values():
+        if (
+            isinstance(value, type)
+            and issubclass(value, DenseParitySuite)
+            and value.__dict__.get("model") is declaration
+        ):
+            return value()
+    raise LookupError(f"{module.__file__} has no parity suite class whose model is {package.upper()}")
+
+
+@dataclass(frozen=True)
+class SlotRun:
+    """One training step of a head with reference kernels: the architecture, its batch, the slots it calls."""
+
+    architecture: str
+    batch: dict[str, Any]
+    slots: tuple[str, ...]
+
+
+def causal_lm_slot_run(suite: DenseParitySuite, config: PreTrainedConfig) -> SlotRun:
+    """What the suite's reference-kernel test of the causal LM binds and feeds (MoE: router logits included).
+
+    The guarded slots a training step of the causal LM reaches, and the batch that reaches them, as
+    ``test_reference_kernels_in_every_slot_match_upstream`` takes them.
+    """
+    architecture, batch = suite._head("causal_lm", config)
+    return SlotRun(architecture, batch, suite._reachable("causal_lm"))
