@@ -1,21 +1,23 @@
 """Which kernels exist for which slot, what each needs to run, and how one is loaded.
 
 A kernel family is one module defining a function per slot it serves, named after the slot
-(``modelgraft.models.ops.kernels.liger.rms_norm`` serves ``rms_norm``). A family's module is imported only when
-one of its kernels is bound, after its requirements are checked, so GPU-only dependencies stay out of
-CPU processes. "eager" is not a family: binding it leaves the slot unbound and upstream code runs.
+(``modelgraft.models.ops.kernels.liger.rms_norm`` serves ``rms_norm``). Each family's module is an
+import of this file: the pure-torch families at the top, the others inside their loader, run only when
+one of their kernels is bound, after their requirements are checked (each loader says why it waits).
+"eager" is not a family: binding it leaves the slot unbound and upstream code runs.
 """
 
 from __future__ import annotations
 
-import importlib
+import dis
 import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 from modelgraft.models.ops.errors import KernelUnavailableError, OpsConfigError
+from modelgraft.models.ops.kernels import chunked_loss, grouped_experts, indexers
 
 __all__ = ["EAGER", "KERNEL_FAMILIES", "KernelFamily", "kernel_names", "load_kernel"]
 
@@ -27,10 +29,17 @@ class KernelFamily:
     """A set of kernels living in one module, with the machine they need."""
 
     name: str
-    module: str
+    #: Returns the family's module: a module imported above, or one this loader imports when called.
+    load: Callable[[], ModuleType]
     slots: frozenset[str]
     requires_cuda: bool = False
     requires_packages: tuple[str, ...] = ()
+
+    @property
+    def module(self) -> str:
+        """The family's dotted module name, without importing a lazily loaded one (read from its loader's import)."""
+        imported = [i.argval for i in dis.get_instructions(self.load) if i.opname in ("IMPORT_NAME", "IMPORT_FROM")]
+        return ".".join(imported) if imported else self.load().__name__
 
     def unavailable_reason(self) -> str | None:
         """Why this family cannot run here, or None if it can (checked without importing the family)."""
@@ -46,48 +55,84 @@ class KernelFamily:
         return "; ".join(reasons) or None
 
 
+def _ep_alltoall() -> ModuleType:
+    # Imported when bound: modelgraft.models.distributed imports modelgraft.models.ops (OpsConfig), so a
+    # module-level import here would be circular; and only distributed runs need torch.distributed.
+    from modelgraft.models.distributed import expert_parallel
+
+    return expert_parallel
+
+
+def _global_batch() -> ModuleType:
+    # Imported when bound, as _ep_alltoall.
+    from modelgraft.models.distributed import losses
+
+    return losses
+
+
+def _sp_gather() -> ModuleType:
+    # Imported when bound, as _ep_alltoall.
+    from modelgraft.models.distributed import sparse_indexer
+
+    return sparse_indexer
+
+
+def _liger() -> ModuleType:
+    # Imported when bound, after the CUDA and package checks: liger_kernel is an optional GPU-only package.
+    from modelgraft.models.ops.kernels import liger
+
+    return liger
+
+
+def _npu() -> ModuleType:
+    # Imported when bound, after the package check: torch_npu is an optional package of Ascend machines.
+    from modelgraft.models.ops.kernels import npu
+
+    return npu
+
+
 KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
     {
         "chunked": KernelFamily(
             name="chunked",
-            module="modelgraft.models.ops.kernels.chunked_loss",
+            load=lambda: chunked_loss,
             slots=frozenset({"causal_lm_loss"}),
         ),
         "grouped": KernelFamily(
             name="grouped",
-            module="modelgraft.models.ops.kernels.grouped_experts",
+            load=lambda: grouped_experts,
             slots=frozenset({"moe_experts"}),
         ),
         "shared_keys": KernelFamily(
             name="shared_keys",
-            module="modelgraft.models.ops.kernels.indexers",
+            load=lambda: indexers,
             slots=frozenset({"dsa_indexer", "lightning_indexer"}),
         ),
         "ep_alltoall": KernelFamily(
             name="ep_alltoall",
-            module="modelgraft.models.distributed.expert_parallel",
+            load=_ep_alltoall,
             slots=frozenset({"moe_experts"}),
         ),
         "global_batch": KernelFamily(
             name="global_batch",
-            module="modelgraft.models.distributed.losses",
+            load=_global_batch,
             slots=frozenset({"causal_lm_loss", "load_balancing_loss"}),
         ),
         "sp_gather": KernelFamily(
             name="sp_gather",
-            module="modelgraft.models.distributed.sparse_indexer",
+            load=_sp_gather,
             slots=frozenset({"dsa_indexer"}),
         ),
         "liger": KernelFamily(
             name="liger",
-            module="modelgraft.models.ops.kernels.liger",
+            load=_liger,
             slots=frozenset({"rms_norm", "glu_activation", "gated_mlp", "rope", "causal_lm_loss"}),
             requires_cuda=True,
             requires_packages=("liger_kernel",),
         ),
         "npu": KernelFamily(
             name="npu",
-            module="modelgraft.models.ops.kernels.npu",
+            load=_npu,
             slots=frozenset({"rms_norm", "glu_activation", "gated_mlp", "rope"}),
             requires_packages=("torch_npu",),
         ),
@@ -111,7 +156,7 @@ def load_kernel(slot: str, kernel: str) -> Callable[..., Any]:
     if reason is not None:
         raise KernelUnavailableError(slot, kernel, reason)
     try:
-        module = importlib.import_module(family.module)
+        module = family.load()
     except ImportError as exc:
         raise KernelUnavailableError(slot, kernel, f"importing {family.module} failed: {exc}") from exc
     return getattr(module, slot)
