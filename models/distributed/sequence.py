@@ -10,6 +10,16 @@ sequence (transformers passes a 4-D mask on to attention as it is). The model is
 then called on the slice as usual; with the ``global_batch`` loss kernel bound, its loss is the loss of
 the whole batch (``modelgraft.models.distributed.losses``).
 
+Under ``sp > 1`` the returned batch always holds a 2-D ``attention_mask`` (ones where none was given, 0 at
+the padding): given no mask, transformers reads position ids that restart as packed documents, and from a
+slice it would read them wrong. Such packed batches (no mask, ``position_ids`` of the whole sequence that
+restart inside a row) are refused: Ulysses attention has no packed-document mask. The padding sits at
+the end of every row, where causal masking already hides it from every real query, so Ulysses attention
+builds no padding mask for it (``modelgraft.models.distributed.ulysses``); the 2-D mask and the ``-100``
+labels keep the padding out of the losses. ``shard_sequence`` is collective over the data group: its
+checks run inside ``modelgraft.models.distributed.guard.fail_together``, so a batch refused on one rank
+(its own rows) is refused on every rank, before any of them enters the model's collectives.
+
 ``gather_sequence`` / ``scatter_sequence`` move activations between a slice and the whole sequence
 with autograd (all-gather <-> reduce-scatter), for code that needs the whole sequence at some point,
 such as a multimodal forward merging image features into text positions.
@@ -22,8 +32,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from transformers.masking_utils import find_packed_sequence_indices
 
 from modelgraft.models.distributed.collectives import all_gather, scatter
+from modelgraft.models.distributed.guard import fail_together
 from modelgraft.models.distributed.mesh import ParallelState
 from modelgraft.models.ops.kernels.loss_inputs import shift_causal_labels
 
@@ -77,9 +89,35 @@ def shard_sequence(
     optionally ``position_ids`` or ``inputs_embeds``); other entries are passed through unchanged.
 
     Returns the sliced tensors plus ``position_ids`` and, when ``labels`` are given, ``shift_labels``.
-    An ``attention_mask`` is created when padding is needed and none was given. A 4-D ``[batch, heads, seq,
-    seq]`` mask, or a dict of them, is returned whole, padded to ``[batch, heads, padded, padded]``.
+    An ``attention_mask`` is created when none was given and padding is needed or ``sp > 1``. A 4-D
+    ``[batch, heads, seq, seq]`` mask, or a dict of them, is returned whole, padded to ``[batch, heads,
+    padded, padded]``.
+
+    Collective over ``state``'s data group (every rank calls it once per batch): a batch this rank
+    cannot shard (packed documents under ``sp > 1``, a 4-D mask of the wrong shape) raises its error
+    here and :class:`~modelgraft.models.distributed.guard.PeerFailedError` on every other rank.
     """
+    with fail_together(state.data_group, "shard_sequence"):
+        return _shard_sequence(batch, state, pad_token_id=pad_token_id, ignore_index=ignore_index)
+
+
+def _refuse_packed(position_ids: torch.Tensor, sp: int) -> None:
+    """Refuse documents packed in a row, read as one process reads them: position ids of the whole sequence
+    that do not step by one (transformers' ``find_packed_sequence_indices``), given no attention mask."""
+    documents = find_packed_sequence_indices(position_ids)
+    if documents is None:
+        return
+    rows = sorted({int(row) for row in (documents[:, -1] > 0).nonzero()[:, 0]})
+    raise ValueError(
+        f"packed sequences are not supported under Ulysses sequence parallelism (sp={sp}): the position_ids of "
+        f"row(s) {rows} restart inside the row, which one process reads as several documents that must not attend "
+        "to each other; Ulysses attention has no mask for them. Pass one document per row"
+    )
+
+
+def _shard_sequence(
+    batch: Mapping[str, Any], state: ParallelState, *, pad_token_id: int, ignore_index: int
+) -> dict[str, Any]:
     reference = batch["input_ids"] if batch.get("input_ids") is not None else batch["inputs_embeds"]
     batch_size, length = reference.shape[:2]
     total = padded_length(length, state.sp)
@@ -87,14 +125,18 @@ def shard_sequence(
     out = dict(batch)
 
     position_ids = batch.get("position_ids")
+    attention_mask = batch.get("attention_mask")
+    if position_ids is not None and attention_mask is None and state.sp > 1:
+        _refuse_packed(position_ids, state.sp)
     if position_ids is None:
         position_ids = torch.arange(length, device=reference.device).unsqueeze(0).expand(batch_size, -1)
     # Padding positions continue the count: they are masked out, and the rotary tables cover them.
     extra = torch.arange(length, total, device=reference.device).expand(position_ids.shape[0], -1)
     out["position_ids"] = torch.cat((position_ids, extra.to(position_ids.dtype)), dim=-1)[:, window]
 
-    attention_mask = batch.get("attention_mask")
-    if attention_mask is None and total != length:
+    # Under sp > 1 always a mask: without one, transformers would read restarts in this rank's slice of the
+    # position ids as packed documents of a sequence it only holds a slice of.
+    if attention_mask is None and state.sp > 1:
         attention_mask = torch.ones(batch_size, length, dtype=torch.long, device=reference.device)
     if attention_mask is not None:
         out["attention_mask"] = _mask_of_rank(attention_mask, length, total, window)

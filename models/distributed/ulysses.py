@@ -16,8 +16,16 @@ reaches ``ALL_ATTENTION_FUNCTIONS.get_interface(...)`` it calls:
 
 The mask builder receives each rank's slice of the 2-D padding mask, gathers the whole one over the sp
 group and hands it to transformers' own ``sdpa_mask`` / ``eager_mask`` with the whole sequence's
-lengths, so the mask is exactly the one a single process builds. Key/value heads that do not divide
-by ``sp`` are repeated to the query heads first. Per-head sinks (gpt_oss, DeepSeek-V4: ``s_aux`` and the
+lengths, so the mask is the one a single process builds, except that padding only at the end of the
+rows (what ``shard_sequence`` adds to reach a multiple of ``sp``, and right padding) is left out: causal
+masking already hides it from every real query, so sdpa runs with no mask at all (``is_causal``) instead
+of a dense ``[B, 1, S, S]`` one. The 2-D mask still reaches the losses, and padded labels are ``-100``.
+The builder needs that 2-D mask under ``sp > 1``: without one, transformers reads position ids that
+restart in a rank's slice as packed documents, which a slice cannot describe; packed batches are refused
+by ``shard_sequence``. Its work after the mask's all-gather runs inside
+``modelgraft.models.distributed.guard.fail_together``, so a rank that fails there stops every rank.
+Key/value heads that do not divide by ``sp`` are repeated, each as few times as makes them divide
+(to the least common multiple of the k/v head count and ``sp``), keeping the query-to-key grouping. Per-head sinks (gpt_oss, DeepSeek-V4: ``s_aux`` and the
 module's ``sinks``) are sliced to the rank's heads. ``"ulysses_fused_attention"`` wraps
 ``modelgraft.models.attention.fused_attention`` (with eager's mask builder, as that implementation has).
 
@@ -26,6 +34,10 @@ they address keys of the whole sequence when ``modelgraft.models.distributed.par
 ``sp_gather`` kernel (``modelgraft.models.distributed.sparse_indexer``), which scores each rank's queries against every
 rank's keys. ``fused_attention`` applies them; for sdpa and eager they become the mask upstream's eager
 path builds.
+
+The parallel state is either process-wide (:func:`register_ulysses`: the names above, bound to one state)
+or one model's (:func:`attach_ulysses`: the model's config names an implementation registered for its own
+state, so models with different parallel settings, or none, run side by side in one process).
 
 Limits: no KV cache (training forwards), no packed sequences (position ids that restart inside a row),
 and the head count must divide by ``sp``. Refused with ``NotImplementedError`` when the mask is built:
@@ -36,6 +48,7 @@ also refuses, however it is reached, indices without that indexer and keys that 
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -50,10 +63,19 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_
 
 from modelgraft.models.attention import FUSED_ATTENTION, fused_attention, sparse_mask
 from modelgraft.models.distributed.collectives import all_gather, all_to_all
+from modelgraft.models.distributed.guard import fail_together
 from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState
 from modelgraft.models.ops.slots import SLOTS
 
-__all__ = ["ULYSSES_IMPLEMENTATIONS", "heads_to_sequence", "register_ulysses", "sequence_to_heads"]
+__all__ = [
+    "ULYSSES_IMPLEMENTATIONS",
+    "attach_ulysses",
+    "heads_to_sequence",
+    "kv_head_repeats",
+    "register_ulysses",
+    "sequence_to_heads",
+    "ulysses_implementation",
+]
 
 #: Implementation name -> the wrapped implementation.
 ULYSSES_IMPLEMENTATIONS = {
@@ -83,14 +105,33 @@ def heads_to_sequence(x: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
     return received.permute(1, 2, 0, 3, 4).reshape(batch, length // sp, sp * heads, dim)
 
 
-class _RankView:
-    """The attention module as the wrapped implementation sees it on one rank: k/v heads repeated to every
-    query head (when they were), and per-head sinks cut to the rank's heads."""
+def kv_head_repeats(kv_heads: int, query_heads: int, sp: int) -> int:
+    """How many times each key/value head is repeated before the exchange: the fewest that make the k/v
+    heads divide by ``sp`` (``lcm(kv_heads, sp) / kv_heads``; 1 when they already do).
 
-    def __init__(self, module: nn.Module, *, repeated: bool, sinks: torch.Tensor | None) -> None:
+    Repeating head ``j`` in place (heads ``j*r .. j*r + r-1``) keeps grouped-query attention's pairing:
+    query head ``q`` reads repeated head ``q // (G / r)``, a copy of head ``q // G`` (``G`` the original
+    group size), so each rank gets ``query_heads / sp`` queries and the k/v heads they read.
+    """
+    if kv_heads % sp == 0:
+        return 1
+    multiple = math.lcm(kv_heads, sp)
+    if query_heads % multiple:
+        raise ParallelConfigError(
+            f"Ulysses cannot split {kv_heads} key/value heads for {query_heads} query heads over sp={sp}: the query "
+            f"heads must divide by lcm(kv heads, sp) = {multiple}"
+        )
+    return multiple // kv_heads
+
+
+class _RankView:
+    """The attention module as the wrapped implementation sees it on one rank: the query-to-key grouping
+    after k/v heads were repeated (when they were), and per-head sinks cut to the rank's heads."""
+
+    def __init__(self, module: nn.Module, *, groups: int | None, sinks: torch.Tensor | None) -> None:
         self._module = module
-        if repeated:
-            self.num_key_value_groups = 1
+        if groups is not None:
+            self.num_key_value_groups = groups
         if sinks is not None:
             self.sinks = sinks
 
@@ -185,16 +226,17 @@ def _attention(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
         indices = None if indices is None else all_gather(indices, 1, group)
         inner = _INNER.get(wrapped) or _eager_of(module)
         sp = dist.get_world_size(group)
-        repeated = bool(key.shape[1] % sp)
-        if repeated:
+        repeats = kv_head_repeats(key.shape[1], query.shape[1], sp)
+        groups = None
+        if repeats > 1:
+            key, value = repeat_kv(key, repeats), repeat_kv(value, repeats)
             groups = query.shape[1] // key.shape[1]
-            key, value = repeat_kv(key, groups), repeat_kv(value, groups)
         sinks = getattr(module, "sinks", None)
         if sinks is not None:
             sinks = _rank_heads(sinks, group)
         if kwargs.get("s_aux") is not None:
             kwargs["s_aux"] = _rank_heads(kwargs["s_aux"], group)
-        target: Any = _RankView(module, repeated=repeated, sinks=sinks) if repeated or sinks is not None else module
+        target: Any = _RankView(module, groups=groups, sinks=sinks) if groups or sinks is not None else module
         query, key, value = (sequence_to_heads(t, group) for t in (query, key, value))
         if indices is not None:  # fused_attention applies them; the others get the mask upstream's eager path builds
             if wrapped == FUSED_ATTENTION:
@@ -208,8 +250,14 @@ def _attention(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
     return ulysses_attention
 
 
-def _mask(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
+def _trailing_only(mask: torch.Tensor) -> bool:
+    """Whether every row of a boolean ``[B, S]`` mask is real tokens, then padding (no real token after a pad)."""
+    return not bool((mask[:, 1:] & ~mask[:, :-1]).any())
+
+
+def _mask(wrapped: str, state: ParallelState) -> Callable[..., Any]:
     inner = sdpa_mask if wrapped == "sdpa" else eager_mask  # fused_attention builds eager's masks too
+    group = state.sp_group
 
     def ulysses_mask(
         batch_size: int,
@@ -220,24 +268,44 @@ def _mask(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
         attention_mask: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> torch.Tensor | None:
+        # Checks of what every rank shares (the config, the lengths): they fail on every rank alike.
         _refuse_indexer(kwargs.get("config"))
         if q_offset or kv_offset or kv_length != q_length:
             raise NotImplementedError("Ulysses attention supports forwards without a KV cache only (use_cache=False)")
         sp = dist.get_world_size(group)
-        if attention_mask is not None:
-            local = attention_mask.to(torch.uint8).contiguous()
-            pieces = [torch.empty_like(local) for _ in range(sp)]
-            dist.all_gather(pieces, local, group=group)
-            attention_mask = torch.cat(pieces, dim=-1).bool()
-        return inner(
-            batch_size=batch_size,
-            q_length=q_length * sp,
-            kv_length=kv_length * sp,
-            attention_mask=attention_mask,
-            **kwargs,
-        )
+        if sp == 1:
+            return inner(
+                batch_size=batch_size, q_length=q_length, kv_length=kv_length, attention_mask=attention_mask, **kwargs
+            )
+        if attention_mask is None:
+            raise ValueError(
+                f"Ulysses attention (sp={sp}) needs the 2-D attention mask of the rank's slice, as shard_sequence "
+                "returns it: without one, transformers reads position ids that restart in the slice as packed "
+                "documents, which a slice of the sequence cannot describe"
+            )
+        local = attention_mask.to(torch.uint8).contiguous()
+        pieces = [torch.empty_like(local) for _ in range(sp)]
+        dist.all_gather(pieces, local, group=group)
+        # What follows reads this rank's data: a failure here stops every rank before attention's exchanges.
+        with fail_together(state.data_group, "Ulysses attention mask"):
+            whole = torch.cat(pieces, dim=-1).bool()
+            # Padding only at the end of every row is hidden from every real query by causality: no padding mask.
+            padding = None if _trailing_only(whole) else whole
+            return inner(
+                batch_size=batch_size,
+                q_length=q_length * sp,
+                kv_length=kv_length * sp,
+                attention_mask=padding,
+                **kwargs,
+            )
 
     return ulysses_mask
+
+
+def _register(names: dict[str, str], state: ParallelState) -> None:
+    for name, wrapped in names.items():
+        AttentionInterface.register(name, _attention(wrapped, state.sp_group))
+        AttentionMaskInterface.register(name, _mask(wrapped, state))
 
 
 def register_ulysses(state: ParallelState) -> tuple[str, ...]:
@@ -245,9 +313,55 @@ def register_ulysses(state: ParallelState) -> tuple[str, ...]:
     group; returns the names.
 
     Build the model with ``attn_implementation="ulysses_sdpa"`` (or set ``config._attn_implementation``)
-    after this call. Registration is process-wide; registering again rebinds the names to the new state.
+    after this call. Registration is process-wide; registering again rebinds the names to the new state,
+    for every model that uses them. For a state of one model only, use :func:`attach_ulysses`.
     """
-    for name, wrapped in ULYSSES_IMPLEMENTATIONS.items():
-        AttentionInterface.register(name, _attention(wrapped, state.sp_group))
-        AttentionMaskInterface.register(name, _mask(wrapped, state.sp_group))
+    _register(ULYSSES_IMPLEMENTATIONS, state)
     return tuple(ULYSSES_IMPLEMENTATIONS)
+
+
+#: id(state) -> (the state, kept alive while its names are registered; the number in its names).
+_SCOPED: dict[int, tuple[ParallelState, int]] = {}
+
+
+def ulysses_implementation(state: ParallelState, wrapped: str) -> str:
+    """The name of an implementation of Ulysses attention over ``state``'s sp group only, wrapping ``wrapped``
+    (``"sdpa"``, ``"eager"`` or ``"fused_attention"``): ``"ulysses_sdpa@1"`` for the first state, and so
+    on. Registered once per state; no other state or registration rebinds it."""
+    base = f"ulysses_{wrapped}"
+    if base not in ULYSSES_IMPLEMENTATIONS:
+        raise ParallelConfigError(f"Ulysses wraps one of {sorted(ULYSSES_IMPLEMENTATIONS.values())}, not {wrapped!r}")
+    entry = _SCOPED.get(id(state))
+    if entry is None or entry[0] is not state:
+        entry = (state, len(_SCOPED) + 1)
+        _SCOPED[id(state)] = entry
+        _register({f"{name}@{entry[1]}": inner for name, inner in ULYSSES_IMPLEMENTATIONS.items()}, state)
+    return f"{base}@{entry[1]}"
+
+
+def _wrapped_of(implementation: str) -> str:
+    """``"sdpa"`` for ``"sdpa"``, ``"ulysses_sdpa"`` and ``"ulysses_sdpa@2"``; likewise for the others."""
+    base = implementation.split("@", 1)[0]
+    return ULYSSES_IMPLEMENTATIONS.get(base, base)
+
+
+def attach_ulysses(model: nn.Module, state: ParallelState) -> str:
+    """Make ``model``'s attention run over ``state``'s sp group, whatever else is registered; returns the
+    implementation name the model now uses.
+
+    The model's config (and its sub-configs) names an implementation registered for ``state`` alone
+    (:func:`ulysses_implementation`), wrapping the one it had (``sdpa``, ``eager`` or ``fused_attention``,
+    also when given as ``ulysses_sdpa``...). With ``sp == 1`` the plain implementation is kept: attention
+    needs no exchange. Another model in the process keeps its own implementation and state.
+    """
+    wrapped = _wrapped_of(model.config._attn_implementation)
+    if state.sp == 1 and wrapped not in ULYSSES_IMPLEMENTATIONS.values():
+        return model.config._attn_implementation  # nothing to exchange: any implementation runs as it is
+    if wrapped not in ULYSSES_IMPLEMENTATIONS.values():
+        raise ParallelConfigError(
+            f"Ulysses wraps one of {sorted(ULYSSES_IMPLEMENTATIONS.values())}; {type(model).__name__} uses "
+            f"{model.config._attn_implementation!r}"
+        )
+    name = wrapped if state.sp == 1 else ulysses_implementation(state, wrapped)
+    model.set_attn_implementation(name)
+    return name
