@@ -24,6 +24,7 @@ from modelgraft.generator.syntax import (
     bound_name,
     decorator_name,
     is_docstring,
+    nested_statements,
 )
 from modelgraft.generator.upstream.index import ModuleIndex, defined_names, statement_start
 from modelgraft.generator.upstream.locate import resolve_relative
@@ -50,7 +51,7 @@ class _Emitter:
 def _absolute_import_edits(index: ModuleIndex, skip: set[int]) -> list[Edit]:
     """Rewrite every relative ``from .x import y`` (also nested ones) to its absolute module."""
     edits = []
-    for node in ast.walk(index.tree):
+    for node in nested_statements(index.tree):  # an import is a statement: no expression is visited
         if not isinstance(node, ast.ImportFrom) or not node.level or id(node) in skip:
             continue
         module = resolve_relative(index.module, node.level, node.module, is_package=index.is_package)

@@ -13,11 +13,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from modelgraft.generator import parse_cache
 from modelgraft.generator.codegen.tokens import reindent
 from modelgraft.generator.dsl.config import PatchConfig
 from modelgraft.generator.dsl.patches import ImportSpec
 from modelgraft.generator.errors import PatchSourceError
-from modelgraft.generator.syntax import DEFINITION_NODES, IMPORT_NODES, DefinitionNode, is_docstring
+from modelgraft.generator.syntax import DEFINITION_NODES, IMPORT_NODES, DefinitionNode, is_docstring, nested_statements
 from modelgraft.generator.upstream.index import statement_start
 
 Definition = DefinitionNode
@@ -43,7 +44,7 @@ class PatchSource:
 
 def docstring_rows(node: ast.AST, first_row: int = 1) -> frozenset[int]:
     rows = set()
-    for sub in ast.walk(node):
+    for sub in (node, *nested_statements(node)):  # definitions are statements: no expression is visited
         if isinstance(sub, DEFINITION_NODES) and sub.body and is_docstring(sub.body[0]):
             rows.add(sub.body[0].lineno - first_row + 1)
     return frozenset(rows)
@@ -57,7 +58,7 @@ def from_definition(
     text = "".join(lines[node.lineno - 1 : _end_with_trailing_comments(node, lines)])
     rows = docstring_rows(node, node.lineno)
     text = reindent(text, -node.col_offset, docstring_rows=rows)
-    parsed = ast.parse(text).body[0]
+    parsed = parse_cache.parse(text).body[0]
     return PatchSource(node.name, text, decorators, parsed, origin, docstring_rows(parsed), files)
 
 
@@ -134,7 +135,7 @@ def from_object(obj: Any, parsed: ParsedFiles) -> PatchSource:
         raise PatchSourceError(f"cannot find the source file of patch body {obj!r}")
     lines, tree = _parse_file(filename, parsed)
     first_line = getattr(getattr(obj, "__code__", None), "co_firstlineno", None)
-    for node in ast.walk(tree):
+    for node in nested_statements(tree):
         if not isinstance(node, DEFINITION_NODES) or node.name != name:
             continue
         if first_line is not None and first_line not in (node.lineno, statement_start(node)):
@@ -148,7 +149,7 @@ def from_object(obj: Any, parsed: ParsedFiles) -> PatchSource:
 def from_text(text: str, *, origin: str) -> PatchSource:
     """Source of the single top-level def/class in ``text`` (a rendered snippet)."""
     try:
-        tree = ast.parse(text)
+        tree = parse_cache.parse(text)
     except SyntaxError as exc:
         raise PatchSourceError(f"{origin} is not valid Python: line {exc.lineno}: {exc.msg}") from exc
     imports = [n for n in tree.body if isinstance(n, IMPORT_NODES)]
