@@ -13,7 +13,6 @@ scaffold), 3 a bug (a traceback is printed).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +20,8 @@ from pathlib import Path
 from modelgraft.generator.entrypoint import ExitStatus, run_script
 from modelgraft.scaffold.conflicts import find_conflicts
 from modelgraft.scaffold.errors import ScaffoldError
-from modelgraft.scaffold.versions import ANSWERS_FILE
+from modelgraft.scaffold.folders import ANSWERS_FILE, chosen_scaffolds, tracked_scaffolds
+from modelgraft.scaffold.git import toplevel
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,31 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _git(cwd: Path, *args: str) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, check=False, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise ScaffoldError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
-    return proc.stdout
-
-
-def scaffold_dirs(root: Path, named: Sequence[Path] = (), start: Path | None = None) -> list[Path]:
-    """The named scaffolds, or every directory of ``root`` whose ``.copier-answers.yml`` git tracks."""
-    if named:
-        dirs = [((start or root) / d).resolve() for d in named]
-        for d in dirs:
-            if not d.is_relative_to(root) or not (d / ANSWERS_FILE).is_file():
-                raise ScaffoldError(f"{d} is not a scaffold of {root} (no {ANSWERS_FILE})")
-        return list(dict.fromkeys(dirs))
-    tracked = _git(root, "ls-files", "-z", "--", f"*{ANSWERS_FILE}", ANSWERS_FILE)
-    return sorted({(root / rel).parent for rel in tracked.split("\0") if rel.endswith(ANSWERS_FILE)})
-
-
 def run(argv: Sequence[str] | None = None) -> int:
     """``scaffold-conflicts argv``: 1 while a scaffold holds what a conflicting update left, else 0."""
     args = build_parser().parse_args(argv)
     start = Path.cwd()
-    root = Path(_git(start, "rev-parse", "--show-toplevel").strip()).resolve()
-    conflicts = [c for d in scaffold_dirs(root, args.scaffolds, start) for c in find_conflicts(root, d)]
+    root = toplevel(start, error=ScaffoldError)
+    chosen = chosen_scaffolds(root, args.scaffolds, start=start, every=tracked_scaffolds)
+    conflicts = [c for d in chosen for c in find_conflicts(root, d)]
     for conflict in conflicts:
         print(f"{conflict.path}: {conflict.reason}")
     if conflicts:

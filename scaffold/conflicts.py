@@ -8,11 +8,11 @@ way it exits 0. These are the traces it leaves, looked for independently of each
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from modelgraft.scaffold.errors import ScaffoldError
+from modelgraft.scaffold.git import git_output
 
 #: A line that opens or closes a conflict block: ``<<<<<<< before updating`` / ``>>>>>>> after updating``.
 _MARKER = re.compile(rb"^(?:<{7}|>{7})(?: |$)", re.MULTILINE)
@@ -33,16 +33,7 @@ def find_conflicts(root: Path, model_dir: Path) -> list[Conflict]:
     def add(path: Path, reason: str) -> None:
         found.setdefault(path.relative_to(root).as_posix(), set()).add(reason)
 
-    listed = subprocess.run(
-        ["git", "ls-files", "--unmerged", "-z", "--", str(model_dir)],
-        cwd=root,
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    if listed.returncode != 0:
-        raise ScaffoldError(f"git ls-files --unmerged failed in {root}: {listed.stderr.strip()}")
-    unmerged = listed.stdout
+    unmerged = git_output(root, "ls-files", "--unmerged", "-z", "--", str(model_dir), error=ScaffoldError)
     for entry in filter(None, unmerged.split("\0")):
         add(root / entry.split("\t", 1)[1], "unmerged in the git index")
     for path in sorted(model_dir.rglob("*")):

@@ -30,6 +30,7 @@ one named may be partly); 3 a bug in scaffold-update (a traceback is printed).
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
@@ -47,6 +48,7 @@ from modelgraft.generator.entrypoint import ExitStatus, run_script
 from modelgraft.scaffold import versions
 from modelgraft.scaffold.conflicts import Conflict, find_conflicts
 from modelgraft.scaffold.errors import ScaffoldError
+from modelgraft.scaffold.folders import chosen_scaffolds, model_scaffolds
 from modelgraft.scaffold.versions import ANSWERS_FILE, TEMPLATE_PATHS
 
 #: The statuses scaffold-update returns (``modelgraft.generator.entrypoint``), under the names its tests know them by.
@@ -179,13 +181,7 @@ def _target_version(root: Path, vcs_ref: str | None) -> str:
 
 
 def _scaffold_dirs(root: Path, start: Path, model_dirs: Sequence[Path]) -> list[Path]:
-    if not model_dirs:
-        return versions.scaffolds(root)
-    dirs = [(start / d).resolve() for d in model_dirs]
-    for d in dirs:
-        if not d.is_relative_to(root) or not (d / ANSWERS_FILE).is_file():
-            raise ScaffoldError(f"{d} is not a scaffold of {root} (no {ANSWERS_FILE})")
-    return list(dict.fromkeys(dirs))
+    return chosen_scaffolds(root, model_dirs, start=start, every=model_scaffolds)
 
 
 def _plan_step(root: Path, model_dir: Path, version: str, adopt: bool) -> tuple[Step | None, str | None]:
@@ -251,8 +247,35 @@ def _working_directory(path: Path) -> Iterator[None]:
         os.chdir(previous)
 
 
+#: Modules that template versions recorded before the project installed as ``modelgraft`` name as their Jinja
+#: extension (``_jinja_extensions: scaffold.jinja_extension.ScaffoldExtension``), with the module they are now.
+#: An update renders the recorded version too, so these names must still import.
+_EXTENSIONS_BY_OLD_NAME = {
+    "scaffold": "modelgraft.scaffold",
+    "scaffold.jinja_extension": "modelgraft.scaffold.jinja_extension",
+}
+
+
+@contextmanager
+def _old_extension_names() -> Iterator[None]:
+    """The pre-namespace extension modules importable under their old names, for the length of an update.
+
+    Aliases in ``sys.modules`` of the modules installed now, so the old and the new template version render
+    with the same extension code (docs/scaffolding.md, "Which template version": that code is not
+    versioned); removed again afterwards, so nothing else imports the old names by accident.
+    """
+    added = [old for old in _EXTENSIONS_BY_OLD_NAME if old not in sys.modules]
+    for old in added:
+        sys.modules[old] = importlib.import_module(_EXTENSIONS_BY_OLD_NAME[old])
+    try:
+        yield
+    finally:
+        for old in added:
+            sys.modules.pop(old, None)
+
+
 def _copier_update(plan: Plan, step: Step, conflict: str) -> None:
-    with _working_directory(plan.root):
+    with _working_directory(plan.root), _old_extension_names():
         run_update(
             dst_path=step.rel,
             # A full commit id, never HEAD: for HEAD, Copier would fold uncommitted changes of the working

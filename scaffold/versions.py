@@ -21,26 +21,20 @@ leaves ``copier.yml`` and ``template/`` alone, so the template version stays the
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import yaml
+
+from modelgraft.scaffold.folders import ANSWERS_FILE, model_scaffolds
+from modelgraft.scaffold.git import git
 
 #: What the template is made of, relative to the repository root: a commit that changes one of these
 #: paths makes a new template version.
 TEMPLATE_PATHS = ("copier.yml", "template")
 
-#: Where a scaffold keeps its answers (``_answers_file`` in copier.yml); its presence makes a scaffold.
-ANSWERS_FILE = ".copier-answers.yml"
-
 #: The line of the answers file that records the template version (Copier writes it first).
 _RECORDED_LINE = re.compile(r"^_commit:.*$", re.MULTILINE)
 _FULL_ID = re.compile(r"[0-9a-f]{40}")
-
-
-def git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``git <args>`` in ``root``; the caller checks the return code."""
-    return subprocess.run(["git", *args], cwd=root, check=False, capture_output=True, text=True)
 
 
 def resolve(root: Path, ref: str) -> str | None:
@@ -82,11 +76,6 @@ def uncommitted_template_changes(root: Path) -> list[str]:
     return [line for line in status.splitlines() if line.strip()]
 
 
-def scaffolds(root: Path) -> list[Path]:
-    """Every scaffold of the repository: ``models/<m>`` with a ``.copier-answers.yml``, sorted."""
-    return [answers.parent for answers in sorted(root.glob(f"models/*/{ANSWERS_FILE}"))]
-
-
 def recorded_version(model_dir: Path) -> str | None:
     """The template version a scaffold records (``_commit``), as written; None if it records none."""
     answers = yaml.safe_load((model_dir / ANSWERS_FILE).read_text(encoding="utf-8")) or {}
@@ -126,7 +115,7 @@ def drifted(root: Path) -> dict[str, str | None]:
     if current is None:
         raise ValueError(f"no commit of {root} holds the template ({', '.join(TEMPLATE_PATHS)})")
     found = {}
-    for model_dir in scaffolds(root):
+    for model_dir in model_scaffolds(root):
         recorded = recorded_version(model_dir)
         if recorded != current:
             found[model_dir.relative_to(root).as_posix()] = recorded
