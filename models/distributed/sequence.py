@@ -16,7 +16,7 @@ slice it would read them wrong. Such packed batches (no mask, ``position_ids`` o
 restart inside a row) are refused: Ulysses attention has no packed-document mask. The padding sits at
 the end of every row, where causal masking already hides it from every real query, so Ulysses attention
 builds no padding mask for it (``modelgraft.models.distributed.ulysses``); the 2-D mask and the ``-100``
-labels keep the padding out of the losses. ``shard_sequence`` is collective over the data group: its
+labels keep it out of the losses. ``shard_sequence`` is collective over the data group: its
 checks run inside ``modelgraft.models.distributed.guard.fail_together``, so a batch refused on one rank
 (its own rows) is refused on every rank, before any of them enters the model's collectives.
 

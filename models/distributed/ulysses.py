@@ -16,10 +16,12 @@ reaches ``ALL_ATTENTION_FUNCTIONS.get_interface(...)`` it calls:
 
 The mask builder receives each rank's slice of the 2-D padding mask, gathers the whole one over the sp
 group and hands it to transformers' own ``sdpa_mask`` / ``eager_mask`` with the whole sequence's
-lengths, so the mask is the one a single process builds, except that padding only at the end of the
-rows (what ``shard_sequence`` adds to reach a multiple of ``sp``, and right padding) is left out: causal
+lengths, so the mask is the one a single process builds, except that padding of the last positions of
+every row together (what ``shard_sequence`` adds to reach a multiple of ``sp``) is left out: causal
 masking already hides it from every real query, so sdpa runs with no mask at all (``is_causal``) instead
-of a dense ``[B, 1, S, S]`` one. The 2-D mask still reaches the losses, and padded labels are ``-100``.
+of a dense ``[B, 1, S, S]`` one. (A padding query's output is then unspecified; its label is ``-100``.)
+Any other padding (left padding, rows of different lengths) keeps its mask, as in one process. The 2-D
+mask still reaches the losses.
 The builder needs that 2-D mask under ``sp > 1``: without one, transformers reads position ids that
 restart in a rank's slice as packed documents, which a slice cannot describe; packed batches are refused
 by ``shard_sequence``. Its work after the mask's all-gather runs inside
@@ -250,9 +252,14 @@ def _attention(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
     return ulysses_attention
 
 
-def _trailing_only(mask: torch.Tensor) -> bool:
-    """Whether every row of a boolean ``[B, S]`` mask is real tokens, then padding (no real token after a pad)."""
-    return not bool((mask[:, 1:] & ~mask[:, :-1]).any())
+def _padding_beyond_common_end(mask: torch.Tensor) -> bool:
+    """Whether a boolean ``[B, S]`` mask pads anything but the last positions of every row together (what
+    ``shard_sequence`` adds to reach a multiple of ``sp``): such an end is hidden by causality from every
+    real query, anything else (left padding, rows padded to different lengths) needs the mask."""
+    real_columns = mask.any(dim=0).nonzero()
+    if real_columns.numel() == 0:
+        return False
+    return not bool(mask[:, : int(real_columns[-1]) + 1].all())
 
 
 def _mask(wrapped: str, state: ParallelState) -> Callable[..., Any]:
@@ -289,8 +296,8 @@ def _mask(wrapped: str, state: ParallelState) -> Callable[..., Any]:
         # What follows reads this rank's data: a failure here stops every rank before attention's exchanges.
         with fail_together(state.data_group, "Ulysses attention mask"):
             whole = torch.cat(pieces, dim=-1).bool()
-            # Padding only at the end of every row is hidden from every real query by causality: no padding mask.
-            padding = None if _trailing_only(whole) else whole
+            # Padding at the end of every row (sp's) is hidden from every real query by causality: no padding mask.
+            padding = whole if _padding_beyond_common_end(whole) else None
             return inner(
                 batch_size=batch_size,
                 q_length=q_length * sp,

@@ -2,8 +2,8 @@
 
 * Packed documents (position ids that restart inside a row, no attention mask) are refused on every rank,
   wherever the restart falls: inside a rank's slice, or exactly on the boundary between two slices.
-* The padding ``shard_sequence`` adds (and right padding) reaches sdpa as no mask at all, and the model
-  still gives one process's logits, loss and gradients; left padding still gets its mask.
+* The padding ``shard_sequence`` adds reaches sdpa as no mask at all, and the model still gives one
+  process's logits, loss and gradients; left padding, and rows padded to different lengths, keep their mask.
 * Key/value heads that do not divide by sp are repeated only up to lcm(kv heads, sp).
 
 Each spawned test starts its ranks once (starting ranks is the slow part on 2 cores).
@@ -64,7 +64,7 @@ def _matches_one_process(
     masks = _attention_masks(model)
     out = model(**shard_sequence(batch, state))
     length = batch["input_ids"].shape[1]
-    real = batch["attention_mask"].bool()
+    real = batch.get("attention_mask", torch.ones_like(batch["input_ids"])).bool()
     logits = gather_sequence(out.logits, state, length=length)
     _close(logits[real], ref_out.logits[real], "logits of real tokens")
     _close(out.loss, ref_out.loss, "loss")
@@ -115,14 +115,16 @@ def test_packed_documents_are_refused_on_every_rank_wherever_the_restart_falls()
 def padding_and_kv_heads_match_one_process() -> None:
     state = ParallelState.build(sp=2)
     config = _config("qwen3", "sdpa")
-    # 11 positions (padded to 12 for sp=2), the last row right-padded: sdpa gets no mask in any layer.
+    # 11 positions, no mask given (padded to 12 for sp=2 by shard_sequence): sdpa gets no mask in any layer.
     batch = causal_lm_batch(config, seq_len=11)
+    batch = {"input_ids": batch["input_ids"], "labels": batch["input_ids"].clone()}
     model = _matches_one_process("qwen3", batch, state)
     assert model.seen_masks and all(mask is None for mask in model.seen_masks), [
         None if m is None else tuple(m.shape) for m in model.seen_masks
     ]
 
-    # Left padding is not hidden by causality: its mask is built, over the whole (padded) sequence.
+    # Left padding is not hidden by causality, nor is a row padded more than the others (the last row here):
+    # their mask is built, over the whole (padded) sequence.
     left = causal_lm_batch(config, seq_len=11)
     left["attention_mask"][1, :2] = 0
     left["labels"][1, :3] = -100
