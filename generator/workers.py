@@ -3,6 +3,10 @@
 Forked workers inherit the imported config modules, so a config crosses as its module and variable
 name (``LoadedConfig.__reduce__``) and the context as its settings (``RunContext.__getstate__``);
 a worker's context caches what its batch parses, and only the prepared results come back.
+
+Configs of one upstream module (a model's GPU and NPU configs) go to the same worker: it parses that
+module once and reuses what the first config's snippets parsed, where two workers would each pay
+for both.
 """
 
 from __future__ import annotations
@@ -30,16 +34,30 @@ def map_configs(
 ) -> list[_Result]:
     """``work(config, context)`` for every config, in order; in forked workers when that helps."""
     jobs = context.jobs if context.jobs is not None else default_jobs(len(configs))
-    if jobs <= 1 or len(configs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+    batches = _batches(configs, max(1, min(jobs, len(configs))))
+    if len(batches) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [work(c, context) for c in configs]
-    jobs = min(jobs, len(configs))
-    batches = [configs[i::jobs] for i in range(jobs)]
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        done = list(pool.map(_run_batch, [work] * jobs, batches, [context] * jobs))
-    results: list[_Result] = [None] * len(configs)  # type: ignore[list-item]
-    for start, batch_results in enumerate(done):
-        results[start::jobs] = batch_results
+    with ProcessPoolExecutor(max_workers=len(batches), mp_context=multiprocessing.get_context("fork")) as pool:
+        done = pool.map(
+            _run_batch, [work] * len(batches), [[configs[i] for i in b] for b in batches], [context] * len(batches)
+        )
+        results: list[_Result] = [None] * len(configs)  # type: ignore[list-item]
+        for batch, batch_results in zip(batches, done, strict=True):
+            for i, result in zip(batch, batch_results, strict=True):
+                results[i] = result
     return results
+
+
+def _batches(configs: list[LoadedConfig], jobs: int) -> list[list[int]]:
+    """Indexes of ``configs`` per worker: the configs of one upstream module together, the largest
+    groups first, each onto the worker with the fewest configs so far."""
+    groups: dict[str, list[int]] = {}
+    for i, loaded in enumerate(configs):
+        groups.setdefault(loaded.config.source_module, []).append(i)
+    batches: list[list[int]] = [[] for _ in range(jobs)]
+    for group in sorted(groups.values(), key=len, reverse=True):
+        min(batches, key=len).extend(group)
+    return [batch for batch in batches if batch]
 
 
 def _run_batch(
