@@ -28,7 +28,7 @@ WORK = {
     "patchgen-inspect": ("modelgraft.generator.inspect_cli", "run"),
     "scaffold-update": ("modelgraft.scaffold.update", "run"),
     "scaffold-conflicts": ("modelgraft.scaffold.conflict_check", "run"),
-    "scaffold-survey": ("modelgraft.scaffold.survey", "_survey"),
+    "scaffold-survey": ("modelgraft.scaffold.survey.cli", "_survey"),
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelgraft.scaffold.survey_classify import (
+from modelgraft.scaffold.survey.classify import (
     BROKEN,
     PASS,
     REFUSED,

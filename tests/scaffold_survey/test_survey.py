@@ -10,8 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from modelgraft.scaffold import survey
-from modelgraft.scaffold.survey_classify import BROKEN, PASS, REFUSED, WRONG, ModelResult, Observation, StepResult
+from modelgraft.scaffold.survey import (
+    categories,
+    cli,
+    clones,
+    display,
+    errors,
+    model_run,
+    population,
+    processes,
+    tables,
+    workers,
+)
+from modelgraft.scaffold.survey.classify import BROKEN, PASS, REFUSED, WRONG, ModelResult, Observation, StepResult
 
 
 def result(model: str, category: str, outcome: str, reason: str = "", slots: tuple[str, ...] = ()) -> ModelResult:
@@ -32,7 +43,7 @@ RESULTS = [
 
 
 def test_summary_counts_each_category_and_the_pass_rates() -> None:
-    rows = {row["category"]: row for row in survey.summarize(RESULTS)}
+    rows = {row["category"]: row for row in tables.summarize(RESULTS)}
     assert list(rows) == ["dense", "moe", "out_of_category", "total"]
     assert {k: rows["dense"][k] for k in ("models", PASS, REFUSED, BROKEN, WRONG)} == {
         "models": 3, PASS: 1, REFUSED: 1, BROKEN: 0, WRONG: 1,
@@ -44,7 +55,7 @@ def test_summary_counts_each_category_and_the_pass_rates() -> None:
 
 
 def test_markdown_tables() -> None:
-    text = survey.markdown_tables(RESULTS)
+    text = tables.markdown_tables(RESULTS)
     lines = text.splitlines()
     assert lines[0] == "| category | models | pass | refused | broken | wrong | pass rate | target |"
     assert "| dense | 3 | 1 | 1 | 0 | 1 | 33% | ≥ 85% (not met) |" in lines
@@ -55,12 +66,12 @@ def test_markdown_tables() -> None:
     # A pipe in a reason is escaped, extra lines are counted, not printed.
     assert "| `apertus` | dense | refused |  | patchgen: error: ApertusMLP \\| not gated (+1 more) |" in lines
     models = [line.split("`")[1] for line in lines if line.startswith("| `")]
-    assert survey.markdown_tables(RESULTS, caption="survey of 6").startswith("survey of 6\n\n| category |")
+    assert tables.markdown_tables(RESULTS, caption="survey of 6").startswith("survey of 6\n\n| category |")
     assert models == ["apertus", "helium", "mistral", "dbrx", "qwen2_moe", "bart"]  # by category, then name
 
 
 def test_plain_tables_list_what_did_not_pass() -> None:
-    text = survey.plain_tables(RESULTS)
+    text = tables.plain_tables(RESULTS)
     assert text.splitlines()[0].split() == [
         "category",
         "models",
@@ -78,13 +89,13 @@ def test_plain_tables_list_what_did_not_pass() -> None:
 
 
 def test_exit_code_fails_on_wrong_or_broken_only() -> None:
-    assert survey.exit_code(RESULTS) == 1
-    assert survey.exit_code([r for r in RESULTS if r.outcome in (PASS, REFUSED)]) == 0
-    assert survey.exit_code([r for r in RESULTS if r.outcome != BROKEN]) == 1
+    assert tables.exit_code(RESULTS) == 1
+    assert tables.exit_code([r for r in RESULTS if r.outcome in (PASS, REFUSED)]) == 0
+    assert tables.exit_code([r for r in RESULTS if r.outcome != BROKEN]) == 1
 
 
 def test_model_line() -> None:
-    line = survey.model_line(RESULTS[1], 2, 6)
+    line = tables.model_line(RESULTS[1], 2, 6)
     assert line == (
         "[2/6] apertus (dense): refused in 1.0 s; slots: -; patchgen: error: ApertusMLP | not gated (+1 more)"
     )
@@ -92,7 +103,7 @@ def test_model_line() -> None:
 
 def test_json_output(tmp_path: Path) -> None:
     path = tmp_path / "survey.json"
-    survey.write_json(path, RESULTS, {"transformers": "5.16.1"})
+    tables.write_json(path, RESULTS, {"transformers": "5.16.1"})
     payload = json.loads(path.read_text())
     assert payload["transformers"] == "5.16.1"
     assert payload["results"][0]["slots"] == ["rms_norm", "glu_activation", "rope", "causal_lm_loss"]
@@ -132,7 +143,7 @@ def upstream(tmp_path: Path) -> Path:
 
 
 def test_population_is_every_modeling_module_with_a_causal_lm(upstream: Path) -> None:
-    assert survey.causal_lm_models(upstream) == {
+    assert population.causal_lm_models(upstream) == {
         "bart": "BartForCausalLM",
         "llama": "LlamaForCausalLM",
         "mistral": "MistralForCausalLM",
@@ -144,20 +155,20 @@ def test_select_drops_the_zoo_and_checks_requested_names(upstream: Path, tmp_pat
     repo = tmp_path / "repo"
     write(repo / "models" / "llama" / "llama_gpu_patch_gen_config.py")
     write(repo / "models" / "testing" / "parity.py")
-    zoo = survey.zoo_models(repo)
+    zoo = population.zoo_models(repo)
     assert zoo == {"llama"}
-    population = survey.causal_lm_models(upstream)
-    assert survey.select(population, zoo, []) == ["bart", "mistral", "qwen2_moe"]
-    assert survey.select(population, zoo, ["qwen2_moe", "mistral", "qwen2_moe"]) == ["qwen2_moe", "mistral"]
-    with pytest.raises(survey.SurveyError, match=r"llama is in the zoo already.*bert: .*defines no \*ForCausalLM"):
-        survey.select(population, zoo, ["llama", "bert"])
+    found = population.causal_lm_models(upstream)
+    assert population.select(found, zoo, []) == ["bart", "mistral", "qwen2_moe"]
+    assert population.select(found, zoo, ["qwen2_moe", "mistral", "qwen2_moe"]) == ["qwen2_moe", "mistral"]
+    with pytest.raises(errors.SurveyError, match=r"llama is in the zoo already.*bert: .*defines no \*ForCausalLM"):
+        population.select(found, zoo, ["llama", "bert"])
 
 
 def test_guessed_categories(upstream: Path) -> None:
     read = lambda m: (upstream / m / f"modeling_{m}.py").read_text()
-    assert survey.guess_category(read("mistral"))[0] == "dense"
-    assert survey.guess_category(read("qwen2_moe"))[0] == "moe"
-    assert survey.guess_category(read("bart"))[0] == "out_of_category"
+    assert categories.guess_category(read("mistral"))[0] == "dense"
+    assert categories.guess_category(read("qwen2_moe"))[0] == "moe"
+    assert categories.guess_category(read("bart"))[0] == "out_of_category"
 
 
 def fake_clone(tmp_path: Path, reader: str | None) -> Path:
@@ -178,7 +189,7 @@ def test_categories_come_from_the_clones_reader(tmp_path: Path, upstream: Path) 
         "        raise ValueError('no decoder')\n"
         "    return SimpleNamespace(category='moe' if 'moe' in model else 'dense', category_reason='read')\n"
     )
-    found = survey.read_categories(fake_clone(tmp_path, reader), ["mistral", "qwen2_moe", "bart"], upstream)
+    found = categories.read_categories(fake_clone(tmp_path, reader), ["mistral", "qwen2_moe", "bart"], upstream)
     assert found.warning == "" and found.reader.endswith("generator/upstream/reader.py")
     assert found.by_model == {
         "mistral": ("dense", "read"),
@@ -197,7 +208,7 @@ def test_categories_come_from_the_clones_reader(tmp_path: Path, upstream: Path) 
 def test_without_a_reader_categories_are_guessed_and_said_so(
     tmp_path: Path, upstream: Path, reader: str | None, warning: str
 ) -> None:
-    found = survey.read_categories(fake_clone(tmp_path, reader), ["mistral", "qwen2_moe", "bart"], upstream)
+    found = categories.read_categories(fake_clone(tmp_path, reader), ["mistral", "qwen2_moe", "bart"], upstream)
     assert found.reader is None and found.warning.startswith(warning)
     assert {m: c for m, (c, _) in found.by_model.items()} == {
         "mistral": "dense", "qwen2_moe": "moe", "bart": "out_of_category",
@@ -208,7 +219,7 @@ def test_without_a_reader_categories_are_guessed_and_said_so(
 
 
 def git(repo: Path, *args: str) -> str:
-    return survey.git(repo, *args).stdout
+    return clones.git(repo, *args)
 
 
 def test_worktree_clone_holds_uncommitted_files_and_nothing_ignored_or_heavy(tmp_path: Path) -> None:
@@ -227,7 +238,7 @@ def test_worktree_clone_holds_uncommitted_files_and_nothing_ignored_or_heavy(tmp
     git(root, "add", "gone.py")
     (root / "gone.py").unlink()  # tracked, deleted
 
-    clone = survey.make_clone(root, tmp_path / "clone", from_worktree=True)
+    clone = clones.make_clone(root, tmp_path / "clone", from_worktree=True)
     files = sorted(
         p.relative_to(clone).as_posix() for p in clone.rglob("*") if ".git/" not in p.as_posix() + "/" and p.is_file()
     )
@@ -235,24 +246,24 @@ def test_worktree_clone_holds_uncommitted_files_and_nothing_ignored_or_heavy(tmp
     assert (clone / "committed.py").read_text() == "a = 2\n"
     assert git(clone, "status", "--porcelain") == ""
 
-    plain = survey.make_clone(root, tmp_path / "plain", from_worktree=False)
+    plain = clones.make_clone(root, tmp_path / "plain", from_worktree=False)
     assert (plain / "committed.py").read_text() == "a = 1\n" and not (plain / "new.py").exists()
 
 
 def test_imports_must_resolve_inside_the_clone(tmp_path: Path) -> None:
     clone = fake_clone(tmp_path, None)
-    survey.check_imports(clone)
+    clones.check_imports(clone)
     (clone / "models" / "__init__.py").unlink()
     (clone / "models").rmdir()
     # The installed (editable) checkout's models would be imported instead: refused.
     with pytest.raises(
-        survey.SurveyError, match=r"Python imports .*models.* not the clone's|import generator, models"
+        errors.SurveyError, match=r"Python imports .*models.* not the clone's|import generator, models"
     ):
-        survey.check_imports(clone)
+        clones.check_imports(clone)
 
 
 def test_a_timeout_ends_the_process_and_its_children(tmp_path: Path) -> None:
-    runner = survey.Runner()
+    runner = processes.Runner()
     start = time.monotonic()
     step = runner.run(["sh", "-c", "sleep 30 & echo started; sleep 30"], tmp_path, {"PATH": "/usr/bin:/bin"}, 1)
     assert step.timed_out and step.returncode is None and "started" in step.output
@@ -262,7 +273,7 @@ def test_a_timeout_ends_the_process_and_its_children(tmp_path: Path) -> None:
 # -- the workers and the command --------------------------------------------------------------------------------------
 
 
-def test_workers_survey_every_model_once_and_keep_the_order(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_workers_survey_every_model_once_and_keep_the_order(capsys) -> None:
     seen: list[tuple[str, str]] = []
 
     def fake_survey_model(clone, model, category, runner, settings):
@@ -273,17 +284,16 @@ def test_workers_survey_every_model_once_and_keep_the_order(monkeypatch: pytest.
         slots = ("rms_norm", "rope", "causal_lm_loss")
         return Observation(model, copy, model != "b", (), tests, settings.timeout, slots)
 
-    monkeypatch.setattr(survey, "survey_model", fake_survey_model)
     names = ["a", "b", "c", "d", "e"]
-    display = survey.Display(len(names), tty=False)
-    results = survey.run_survey(
+    results = workers.run_survey(
         lambda i: Path(f"clone{i}"),
         2,
         names,
         {"a": ("dense", "")},
-        survey.Settings(timeout=5),
-        display,
-        survey.Runner(),
+        model_run.Settings(timeout=5),
+        display.Display(len(names), tty=False),
+        processes.Runner(),
+        survey_one=fake_survey_model,
     )
     assert [r.model for r in results] == names
     assert [r.outcome for r in results] == [PASS, REFUSED, PASS, PASS, PASS]
@@ -294,25 +304,26 @@ def test_workers_survey_every_model_once_and_keep_the_order(monkeypatch: pytest.
 
 
 def test_bad_arguments_exit_2(capsys) -> None:
-    assert survey.main(["--bogus"]) == 2
-    assert survey.main(["-j", "0"]) == 2
-    assert survey.main(["--limit", "0"]) == 2
-    assert survey.main(["--timeout", "-1"]) == 2
-    assert survey.main(["--category", "encoder"]) == 2
-    assert survey.main(["--json", "/no/such/folder/x.json"]) == 2
+    assert cli.main(["--bogus"]) == 2
+    assert cli.main(["-j", "0"]) == 2
+    assert cli.main(["--limit", "0"]) == 2
+    assert cli.main(["--timeout", "-1"]) == 2
+    assert cli.main(["--category", "encoder"]) == 2
+    assert cli.main(["--json", "/no/such/folder/x.json"]) == 2
     assert "must be at least 1" in capsys.readouterr().err
 
 
-def test_the_module_runs_without_importing_transformers_torch_or_the_generator() -> None:
+def test_the_survey_runs_without_importing_transformers_torch_or_the_generator() -> None:
     code = (
-        "import sys, scaffold.survey\n"
-        "print(sorted(m for m in ('torch', 'transformers', 'generator', 'models') if m in sys.modules))"
+        "import sys, modelgraft.scaffold.survey\n"
+        "heavy = ('torch', 'transformers', 'modelgraft.generator', 'modelgraft.models')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
-def test_an_interrupt_returns_only_after_every_worker_has_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupt_returns_only_after_every_worker_has_ended() -> None:
     """The clones are removed after run_survey returns: no worker may still be resetting one then."""
     import _thread
     import threading
@@ -326,17 +337,17 @@ def test_an_interrupt_returns_only_after_every_worker_has_ended(monkeypatch: pyt
         ended.append(model)
         return Observation(model, StepResult(("copier",), 1, "no\n"), False, (), None, settings.timeout)
 
-    monkeypatch.setattr(survey, "survey_model", slow_survey_model)
     threading.Timer(0.2, _thread.interrupt_main).start()
-    runner = survey.Runner()
+    runner = processes.Runner()
     with pytest.raises(KeyboardInterrupt):
-        survey.run_survey(
+        workers.run_survey(
             lambda i: Path(f"clone{i}"),
             2,
             ["a", "b", "c"],
             {},
-            survey.Settings(),
-            survey.Display(3, tty=False),
+            model_run.Settings(),
+            display.Display(3, tty=False),
             runner,
+            survey_one=slow_survey_model,
         )
     assert sorted(ended) == ["a", "b"] and runner.stopped.is_set()  # both running models ended, "c" never started

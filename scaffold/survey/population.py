@@ -1,0 +1,71 @@
+"""Which models the survey covers: every decoder-only model of the installed transformers outside the zoo.
+
+The population is found by path (a ``*ForCausalLM`` class in ``transformers/models/<m>/modeling_<m>.py``),
+never by importing transformers, so the survey process stays light.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from modelgraft.scaffold.survey.errors import SurveyError
+
+#: Packages of transformers/models/ that are not models.
+NOT_MODELS = frozenset({"auto", "deprecated"})
+
+_CAUSAL_LM = re.compile(r"^class\s+(\w+ForCausalLM)\s*[(:]", re.MULTILINE)
+
+
+def transformers_models_dir() -> Path:
+    """``transformers/models`` of the installed transformers, found without importing it."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        raise SurveyError("transformers is not installed in this environment")
+    path = Path(next(iter(spec.submodule_search_locations))) / "models"
+    if not path.is_dir():
+        raise SurveyError(f"{path} does not exist")
+    return path
+
+
+def transformers_version() -> str:
+    try:
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def causal_lm_models(models_dir: Path) -> dict[str, str]:
+    """Every package of ``models_dir`` whose ``modeling_<m>.py`` defines a ``*ForCausalLM``: name -> class."""
+    found = {}
+    for package in sorted(models_dir.iterdir()):
+        modeling = package / f"modeling_{package.name}.py"
+        if package.name in NOT_MODELS or not modeling.is_file():
+            continue
+        match = _CAUSAL_LM.search(modeling.read_text(encoding="utf-8", errors="replace"))
+        if match:
+            found[package.name] = match.group(1)
+    return found
+
+
+def zoo_models(repo: Path) -> set[str]:
+    """The zoo: every ``models/<m>/`` holding a patch config."""
+    return {path.parent.name for path in repo.glob("models/*/*_patch_gen_config.py")}
+
+
+def select(upstream: dict[str, str], zoo: set[str], requested: Sequence[str]) -> list[str]:
+    """The models to survey: the requested ones (checked), else every upstream causal LM not in the zoo."""
+    if not requested:
+        return [name for name in sorted(upstream) if name not in zoo]
+    problems = []
+    for name in requested:
+        if name in zoo:
+            problems.append(f"{name} is in the zoo already (models/{name}/)")
+        elif name not in upstream:
+            problems.append(f"{name}: transformers/models/{name}/modeling_{name}.py defines no *ForCausalLM")
+    if problems:
+        raise SurveyError("; ".join(problems))
+    return list(dict.fromkeys(requested))
