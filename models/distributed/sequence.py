@@ -97,7 +97,8 @@ def shard_sequence(
     cannot shard (packed documents under ``sp > 1``, a 4-D mask of the wrong shape) raises its error
     here and :class:`~modelgraft.models.distributed.guard.PeerFailedError` on every other rank.
     """
-    with fail_together(state.data_group, "shard_sequence"):
+    # A stand-in state without groups (one process playing an sp rank) has no peers to tell.
+    with fail_together(getattr(state, "data_group", None), "shard_sequence"):
         return _shard_sequence(batch, state, pad_token_id=pad_token_id, ignore_index=ignore_index)
 
 

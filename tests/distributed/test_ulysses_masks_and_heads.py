@@ -11,6 +11,7 @@ Each spawned test starts its ranks once (starting ranks is the slow part on 2 co
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -163,3 +164,27 @@ def test_kv_heads_repeat_to_the_least_multiple_of_sp(kv_heads: int, query_heads:
 def test_kv_heads_that_cannot_split_evenly_are_refused() -> None:
     with pytest.raises(ValueError, match="must divide by lcm"):
         kv_head_repeats(2, 6, 4)
+
+
+@pytest.mark.parametrize("sp_rank", [0, 1])
+@pytest.mark.parametrize(
+    "positions",
+    [[0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5]],
+    ids=["inside", "boundary"],
+)
+def test_shard_sequence_reads_packed_documents_from_the_whole_row_on_every_sp_rank(
+    positions: list[int], sp_rank: int
+) -> None:
+    """One process plays each sp rank (a stand-in state): the rank whose slice has no restart refuses too."""
+    with pytest.raises(ValueError, match=r"packed sequences are not supported under Ulysses .*sp=2"):
+        shard_sequence(_packed(positions), SimpleNamespace(sp=2, sp_rank=sp_rank))
+
+
+def test_shard_sequence_keeps_restarting_positions_with_a_mask_and_adds_a_mask_without_one() -> None:
+    """With a 2-D mask one process does not read documents from position ids: nothing to refuse. Without one,
+    under sp > 1, a mask is added, so transformers never reads documents from a slice's position ids."""
+    batch = _packed([0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5])
+    masked = shard_sequence({**batch, "attention_mask": torch.ones(2, 12)}, SimpleNamespace(sp=2, sp_rank=1))
+    assert masked["position_ids"].tolist() == [[6, 7, 8, 9, 10, 11], [0, 1, 2, 3, 4, 5]]
+    plain = shard_sequence({"input_ids": batch["input_ids"]}, SimpleNamespace(sp=2, sp_rank=0))
+    assert plain["attention_mask"].tolist() == [[1] * 6, [1] * 6]
