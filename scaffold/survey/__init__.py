@@ -25,6 +25,7 @@ everything that reads upstream runs in the clone.
 
 from __future__ import annotations
 
-from modelgraft.scaffold.survey.cli import main
+from modelgraft.scaffold.survey.cli import build_parser, main
 
-__all__ = ["main"]
+#: The command's face, as every console script's entry module has it: its parser and its entry point.
+__all__ = ["build_parser", "main"]
