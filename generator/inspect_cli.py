@@ -117,6 +117,8 @@ def render(s: ModelStructure) -> str:
             f"  config         experts={moe.num_experts_attr} top_k={moe.top_k_attr}"
             f" intermediate={moe.intermediate_attr} dense_layers={moe.dense_layers} dense_mlp={moe.dense_mlp}"
         )
+        projections = "/".join(moe.hub_projections) or "none"
+        add(f"  hub weights    conversion={moe.hf_conversion or 'none'} gate/up/down={projections}")
         if moe.reason:
             add(f"  note           {moe.reason}")
     add(f"config defaults  {len(s.config_defaults)} fields")

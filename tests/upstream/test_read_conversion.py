@@ -9,6 +9,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
+from modelgraft.generator import inspect_cli
 from modelgraft.generator.upstream.read_conversion import expert_conversion
 from modelgraft.generator.upstream.reader import read_model
 
@@ -75,3 +78,13 @@ def test_the_reader_of_a_tree_records_that_trees_projection_names(tmp_path: Path
 
     assert installed is not None and installed.hub_projections == ("gate_proj", "up_proj", "down_proj")
     assert from_tree is not None and from_tree.hub_projections == ("wg", "wu", "wd")
+
+
+def test_inspect_of_a_tree_prints_that_trees_hub_weight_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    renamed = tree(tmp_path / "renamed", conversion_mapping("wg", "wu", "wd"))
+
+    assert inspect_cli.main(["qwen2_moe", "--root", str(renamed)]) == 0
+
+    assert "  hub weights    conversion=qwen2_moe gate/up/down=wg/wu/wd" in capsys.readouterr().out.splitlines()
