@@ -80,7 +80,8 @@ class Fit:
             lines = [f"no scaffold for {model}: upstream has structures no snippet handles"]
         lines += [f"  - {finding.describe()}" for finding in self.refusals]
         if self.answer_only:
-            lines.append(f"Copy again without -d category: the detected {self.structure.category} is the default.")
+            detected = self.structure.category
+            lines.append(f"Answer the detected category, {detected}: the default (drop -d category={self.category}).")
         elif self.hand_patches:
             named = any(finding.remedy for finding in self.refusals)
             also = ", with the patches named above" if named else ""

@@ -79,7 +79,7 @@ def test_a_wrong_answer_for_a_model_that_fits_says_to_take_the_default() -> None
     message = fit("qwen2_moe", "dense").refusal_message()
 
     assert message.splitlines()[0] == "no dense scaffold for qwen2_moe: the category answer contradicts upstream"
-    assert message.splitlines()[-1] == "Copy again without -d category: the detected moe is the default."
+    assert message.splitlines()[-1] == "Answer the detected category, moe: the default (drop -d category=dense)."
     assert "by hand" not in message
 
 
