@@ -5,10 +5,7 @@ from modelgraft.models.registry import register_model
 
 register_model(
     "deepseek_v3",
-    modeling={
-        "gpu": "modelgraft.models.deepseek_v3.generated.patched_modeling_deepseek_v3_gpu",
-        "npu": "modelgraft.models.deepseek_v3.generated.patched_modeling_deepseek_v3_npu",
-    },
+    modeling={"gpu": "modelgraft.models.deepseek_v3.generated.patched_modeling_deepseek_v3_gpu"},
     config="transformers.DeepseekV3Config",
 )
 register_converter("deepseek_v3", "modelgraft.models.deepseek_v3.checkpoint.checkpoint_converter")

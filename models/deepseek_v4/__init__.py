@@ -5,10 +5,7 @@ from modelgraft.models.registry import register_model
 
 register_model(
     "deepseek_v4",
-    modeling={
-        "gpu": "modelgraft.models.deepseek_v4.generated.patched_modeling_deepseek_v4_gpu",
-        "npu": "modelgraft.models.deepseek_v4.generated.patched_modeling_deepseek_v4_npu",
-    },
+    modeling={"gpu": "modelgraft.models.deepseek_v4.generated.patched_modeling_deepseek_v4_gpu"},
     config="transformers.DeepseekV4Config",
 )
 register_converter("deepseek_v4", "modelgraft.models.deepseek_v4.checkpoint.checkpoint_converter")

@@ -5,10 +5,7 @@ from modelgraft.models.registry import register_model
 
 register_model(
     "glm_moe_dsa",
-    modeling={
-        "gpu": "modelgraft.models.glm_moe_dsa.generated.patched_modeling_glm_moe_dsa_gpu",
-        "npu": "modelgraft.models.glm_moe_dsa.generated.patched_modeling_glm_moe_dsa_npu",
-    },
+    modeling={"gpu": "modelgraft.models.glm_moe_dsa.generated.patched_modeling_glm_moe_dsa_gpu"},
     config="transformers.GlmMoeDsaConfig",
 )
 register_converter("glm_moe_dsa", "modelgraft.models.glm_moe_dsa.checkpoint.checkpoint_converter")

@@ -4,9 +4,6 @@ from modelgraft.models.registry import register_model
 
 register_model(
     "qwen3",
-    modeling={
-        "gpu": "modelgraft.models.qwen3.generated.patched_modeling_qwen3_gpu",
-        "npu": "modelgraft.models.qwen3.generated.patched_modeling_qwen3_npu",
-    },
+    modeling={"gpu": "modelgraft.models.qwen3.generated.patched_modeling_qwen3_gpu"},
     config="transformers.Qwen3Config",
 )

@@ -1,4 +1,4 @@
-"""DeepSeek-V3: the generated modeling, GPU and NPU configs, matches upstream transformers (the MoE suite).
+"""DeepSeek-V3: the generated modeling matches upstream transformers (the MoE suite).
 
 The tiny config is derived from DeepseekV3Config itself (models.testing.tiny), so its sizes satisfy the
 model's own constraints; the suite checks only the slots this scaffold guards. Two shared experts (so the
@@ -16,7 +16,6 @@ DEEPSEEK_V3 = MoeModel(
     config_class=DeepseekV3Config,
     causal_lm="DeepseekV3ForCausalLM",
     sequence_classification="DeepseekV3ForSequenceClassification",
-    backends=("gpu", "npu"),
     sizes={"n_shared_experts": 2, "routed_scaling_factor": 1.75},
     guarded=(
         "rms_norm",

@@ -60,7 +60,6 @@ DEEPSEEK_V4 = MoeModel(
     config_class=DeepseekV4Config,
     causal_lm="DeepseekV4ForCausalLM",
     sequence_classification=None,
-    backends=("gpu", "npu"),
     derived_sizes=True,
     sizes={"hc_mult": 3, "hc_eps": 2e-3, "hc_sinkhorn_iters": 3, "index_topk": 3, "swiglu_limit": 0.1},
     expert_projections=("w1", "w3", "w2"),

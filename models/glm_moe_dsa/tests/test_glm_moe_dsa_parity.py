@@ -1,6 +1,6 @@
-"""GLM-MoE-DSA: the generated modeling, GPU and NPU configs, matches upstream transformers (the MoE suite).
+"""GLM-MoE-DSA: the generated modeling matches upstream transformers (the MoE suite).
 
-The tiny config is derived from GlmMoeDsaConfig itself (models.testing.tiny), so its sizes satisfy the
+The tiny config is derived from GlmMoeDsaConfig itself (modelgraft.models.testing.tiny), so its sizes satisfy the
 model's own constraints; the suite checks only the slots this scaffold guards.
 
 Edited after the copy: the DSA indexer's slot (dsa_indexer) is guarded too (its own tests are in
@@ -34,7 +34,6 @@ GLM_MOE_DSA = MoeModel(
     config_class=GlmMoeDsaConfig,
     causal_lm="GlmMoeDsaForCausalLM",
     sequence_classification=None,
-    backends=("gpu", "npu"),
     sizes={
         "mlp_layer_types": ["dense", "sparse", "sparse"],
         "indexer_types": ["full", "shared", "full"],

@@ -1,6 +1,6 @@
 """GptOss: the generated modeling matches upstream transformers (the MoE suite).
 
-The tiny config is derived from GptOssConfig itself (models.testing.tiny), so its sizes satisfy the
+The tiny config is derived from GptOssConfig itself (modelgraft.models.testing.tiny), so its sizes satisfy the
 model's own constraints; the suite checks only the slots this scaffold guards.
 
 Edited after the copy: gpt_oss's hub checkpoints store the experts fused, in the modeling's own layout

@@ -4,7 +4,7 @@
 # Source: transformers.models.llama.modeling_llama (transformers==5.16.1)
 # Config: models.llama.llama_gpu_patch_gen_config
 # Description: Llama with op-slot guards and slot-backed losses
-# Fingerprint: 3aec53308852e308af7d
+# Fingerprint: 80599c646e08fe16e2b9
 # Patches:
 #   - override_method LlamaRMSNorm.forward: rms_norm slot guard
 #   - override_method LlamaMLP.forward: glu_activation slot guard

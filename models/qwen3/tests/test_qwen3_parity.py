@@ -1,4 +1,4 @@
-"""Qwen3: the generated modeling, GPU and NPU configs, matches upstream transformers.
+"""Qwen3: the generated modeling matches upstream transformers.
 
 Layer 0 attends fully and layers 1-2 through a 3-token sliding window, shorter than the 11-token test
 batch, so the mask of each attention type reaches its layers.
@@ -13,7 +13,6 @@ QWEN3 = DenseModel(
     config_class=Qwen3Config,
     causal_lm="Qwen3ForCausalLM",
     sequence_classification="Qwen3ForSequenceClassification",
-    backends=("gpu", "npu"),
     sizes={"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
 )
 

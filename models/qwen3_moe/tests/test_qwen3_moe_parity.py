@@ -1,4 +1,4 @@
-"""Qwen3-MoE: the generated modeling, GPU and NPU configs, matches upstream transformers; hub checkpoints load.
+"""Qwen3-MoE: the generated modeling matches upstream transformers; hub checkpoints load.
 
 Layers 0 and 2 route over 7 experts (4 per token, moe_intermediate_size 28, so gate_up_proj is
 [7, 56, 48] and down_proj [7, 48, 28]: no two dims coincide); layer 1 is in ``mlp_only_layers`` and
@@ -15,7 +15,6 @@ QWEN3_MOE = MoeModel(
     config_class=Qwen3MoeConfig,
     causal_lm="Qwen3MoeForCausalLM",
     sequence_classification="Qwen3MoeForSequenceClassification",
-    backends=("gpu", "npu"),
     guarded=(
         "rms_norm",
         "glu_activation",
