@@ -36,7 +36,9 @@ SCAFFOLDED = ("dense", "moe")
 class Finding:
     """A structure of upstream that the scaffold leaves as it is (skipped) or cannot handle (refusal)."""
 
-    structure: str  # "norm", "mlp", "rope", "causal_lm", "sequence_classification", "experts", "category"
+    #: "norm", "mlp", "rope", "causal_lm", "sequence_classification", "experts", "coverage", "category",
+    #: "category answer" (an answered category that contradicts the detected one)
+    structure: str
     where: str  # the upstream class or function
     line: int
     reason: str
@@ -388,8 +390,7 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
     return tuple(guarded)
 
 
-#: What each category says upstream has, beyond a decoder-only text model: routed experts, a vision tower,
-#: an audio tower (an omni model may have a vision tower too, so omni says nothing about one).
+#: The categories whose models route to experts.
 _EXPERTS = ("moe", "vlm_moe", "omni_moe")
 
 
@@ -419,8 +420,8 @@ def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
     answered = category or structure.category
     if answered != structure.category:
         detected = fit_model(structure)
-        return replace(detected, category=answered, arguments={}, guarded=(), skipped=(),
-                       refusals=(_contradiction(structure, answered), *detected.refusals))  # fmt: skip
+        refusals = (_contradiction(structure, answered), *detected.refusals)
+        return replace(detected, category=answered, arguments={}, guarded=(), skipped=(), refusals=refusals)
     if structure.category == "out_of_category":
         finding = Finding("category", structure.model, 0, f"out of category: {structure.category_reason}")
         why = "the snippets cover decoder-only text models, and this one is out of category"
@@ -428,8 +429,8 @@ def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
     if answered not in SCAFFOLDED:
         finding = Finding("category", structure.model, 0, f"{answered} models have no scaffold yet (dense and MoE do)")
         text = _text_fit(structure)  # its refusals with a remedy (a loss head to override) are patches to name
-        return Fit(structure, answered, refusals=(finding, *(f for f in text.refusals if f.remedy)),
-                   hand_patches=hand_written_patches(text.arguments))  # fmt: skip
+        refusals = (finding, *(f for f in text.refusals if f.remedy))
+        return Fit(structure, answered, refusals=refusals, hand_patches=hand_written_patches(text.arguments))
     return _fit_scaffold(structure, answered)
 
 
