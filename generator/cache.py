@@ -11,11 +11,11 @@ generation, so a stale cache can cost time but never hide drift.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 from functools import lru_cache
 from pathlib import Path
 
+from modelgraft.generator.installed import installed_version
 from modelgraft.generator.normalize.ruff import ruff_version
 from modelgraft.generator.output.write import write_atomic
 from modelgraft.generator.own_code import GENERATOR_ROOT
@@ -43,20 +43,6 @@ def generator_digest() -> str:
     return digest.hexdigest()
 
 
-def inputs_key(inputs: list[str]) -> str:
-    digest = hashlib.sha256(generator_digest().encode())
-    for name in sorted(inputs):
-        digest.update(name.encode() + b"\0" + _file_digest(Path(name)).encode())
-    return digest.hexdigest()
-
-
-def _installed(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _entry_checksum(entry: dict) -> str:
     body = {k: v for k, v in entry.items() if k != "checksum"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
@@ -68,6 +54,19 @@ class CheckCache:
     def __init__(self, folder: Path) -> None:
         self.path = folder / "check-cache.json"
         self.entries: dict[str, dict] = self._load()
+        # Input files hashed and distribution versions looked up so far: configs share many (snippets,
+        # transformers' base modules, transformers itself), and nothing changes them during one run.
+        self._digests: dict[str, str] = {}
+        self._versions: dict[str, str | None] = {}
+
+    def inputs_key(self, inputs: list[str]) -> str:
+        """Hash of the generator's own code and of every input file, by name and content."""
+        digest = hashlib.sha256(generator_digest().encode())
+        for name in sorted(inputs):
+            if name not in self._digests:
+                self._digests[name] = _file_digest(Path(name))
+            digest.update(name.encode() + b"\0" + self._digests[name].encode())
+        return digest.hexdigest()
 
     def _load(self) -> dict[str, dict]:
         try:
@@ -85,15 +84,20 @@ class CheckCache:
         entry = self.entries.get(config_name)
         if entry is None or not isinstance(entry.get("inputs"), list) or not isinstance(entry.get("outputs"), dict):
             return False
-        if inputs_key(entry["inputs"]) != entry.get("key"):
+        if self.inputs_key(entry["inputs"]) != entry.get("key"):
             return False
         versions = entry.get("versions")
-        if not isinstance(versions, dict) or any(_installed(name) != v for name, v in versions.items()):
+        if not isinstance(versions, dict) or any(self._installed(name) != v for name, v in versions.items()):
             return False
         recorded = entry["outputs"]
         if sorted(recorded) != sorted(str(p) for p in outputs):
             return False
         return all(_file_digest(Path(p)) == recorded[p] for p in recorded)
+
+    def _installed(self, distribution: str) -> str | None:
+        if distribution not in self._versions:
+            self._versions[distribution] = installed_version(distribution)
+        return self._versions[distribution]
 
     def record(
         self, config_name: str, inputs: tuple[str, ...], outputs: dict[Path, str], versions: dict[str, str]
@@ -101,7 +105,7 @@ class CheckCache:
         entry = {
             "versions": dict(sorted(versions.items())),
             "inputs": sorted(inputs),
-            "key": inputs_key(list(inputs)),
+            "key": self.inputs_key(list(inputs)),
             "outputs": {str(p): hashlib.sha256(text.encode()).hexdigest() for p, text in sorted(outputs.items())},
         }
         entry["checksum"] = _entry_checksum(entry)

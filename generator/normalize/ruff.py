@@ -8,13 +8,16 @@ behaviour and settings.
 from __future__ import annotations
 
 import json
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from modelgraft.generator.errors import NormalizationError
+from modelgraft.generator.installed import installed_version
+
+if TYPE_CHECKING:
+    import subprocess
 
 SETTINGS = Path(__file__).resolve().parent.parent / "ruff.toml"
 
@@ -51,12 +54,15 @@ def ruff_binary() -> str:
 
 @lru_cache(maxsize=1)
 def ruff_version() -> str:
-    from importlib.metadata import version
-
-    return version("ruff")
+    version = installed_version("ruff")
+    if version is None:
+        raise NormalizationError("the ruff package is not installed; reinstall the project")
+    return version
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    import subprocess  # here, not at the top: the check cache asks this module for ruff_version only
+
     proc = subprocess.run([ruff_binary(), *args], capture_output=True, text=True, check=False)
     if proc.returncode not in (0, 1):
         raise NormalizationError(f"ruff {' '.join(args[:1])} failed: {proc.stderr.strip() or proc.stdout.strip()}")
@@ -65,6 +71,8 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 def normalize(batch: dict[str, tuple[str, str]]) -> dict[str, Normalized]:
     """``batch``: key -> (file name, text).  Returns key -> fixed + formatted text and leftover diagnostics."""
+    import tempfile  # as subprocess in _run
+
     if not batch:
         return {}
     with tempfile.TemporaryDirectory(prefix="patchgen-") as tmp:

@@ -6,11 +6,11 @@ rest of the path is walked on disk, so no ``__init__`` of transformers runs.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 from pathlib import Path
 
 from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.installed import installed_version
 
 
 def package_root(top_level: str) -> Path:
@@ -50,10 +50,10 @@ def find_module(module: str, root: Path) -> Path | None:
 
 def distribution_version(top_level: str) -> str:
     """Version of the installed distribution that provides ``top_level``."""
-    try:
-        return importlib.metadata.version(top_level)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise UpstreamError(f"no installed distribution named {top_level!r}") from exc
+    version = installed_version(top_level)
+    if version is None:
+        raise UpstreamError(f"no installed distribution named {top_level!r}")
+    return version
 
 
 def resolve_relative(module: str, level: int, name: str | None, *, is_package: bool = False) -> str:
