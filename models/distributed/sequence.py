@@ -13,7 +13,9 @@ the whole batch (``modelgraft.models.distributed.losses``).
 Under ``sp > 1`` the returned batch always holds a 2-D ``attention_mask`` (ones where none was given, 0 at
 the padding): given no mask, transformers reads position ids that restart as packed documents, and from a
 slice it would read them wrong. Such packed batches (no mask, ``position_ids`` of the whole sequence that
-restart inside a row) are refused: Ulysses attention has no packed-document mask. The padding sits at
+restart inside a row) are refused, unless ``packed=True``: then the document ids of the whole sequence are
+returned as ``packed_document_ids``, which a model attached with ``attach_ulysses`` (or
+``attach_parallel``) hands to its mask builder, so attention gets one process's packed mask. The padding sits at
 the end of every row, where causal masking already hides it from every real query, so Ulysses attention
 builds no padding mask for it (``modelgraft.models.distributed.ulysses``); the 2-D mask and the ``-100``
 labels keep it out of the losses. ``shard_sequence`` is collective over the data group: its
@@ -37,6 +39,7 @@ from transformers.masking_utils import find_packed_sequence_indices
 from modelgraft.models.distributed.collectives import all_gather, scatter
 from modelgraft.models.distributed.guard import fail_together
 from modelgraft.models.distributed.mesh import ParallelState
+from modelgraft.models.distributed.ulysses import DOCUMENT_IDS
 from modelgraft.models.ops.kernels.loss_inputs import shift_causal_labels
 
 __all__ = ["gather_sequence", "padded_length", "scatter_sequence", "sequence_slice", "shard_sequence"]
@@ -83,7 +86,12 @@ def _mask_of_rank(mask: Any, length: int, total: int, window: slice) -> Any:
 
 
 def shard_sequence(
-    batch: Mapping[str, Any], state: ParallelState, *, pad_token_id: int = 0, ignore_index: int = IGNORE_INDEX
+    batch: Mapping[str, Any],
+    state: ParallelState,
+    *,
+    pad_token_id: int = 0,
+    ignore_index: int = IGNORE_INDEX,
+    packed: bool = False,
 ) -> dict[str, Any]:
     """This sp rank's slice of a ``[batch, seq]`` causal-LM batch (``input_ids``, ``attention_mask``, ``labels``,
     optionally ``position_ids`` or ``inputs_embeds``); other entries are passed through unchanged.
@@ -93,31 +101,32 @@ def shard_sequence(
     ``[batch, heads, seq, seq]`` mask, or a dict of them, is returned whole, padded to ``[batch, heads,
     padded, padded]``.
 
+    Packed rows (no attention mask, ``position_ids`` that restart inside a row: one process reads them as
+    documents that must not attend to each other) are refused under ``sp > 1`` unless ``packed``; with it,
+    their document ids ``[batch, padded]`` of the whole sequence are returned as ``packed_document_ids``,
+    for a model attached with ``attach_ulysses`` / ``attach_parallel``.
+
     Collective over ``state``'s data group (every rank calls it once per batch): a batch this rank
     cannot shard (packed documents under ``sp > 1``, a 4-D mask of the wrong shape) raises its error
     here and :class:`~modelgraft.models.distributed.guard.PeerFailedError` on every other rank.
     """
     # A stand-in state without groups (one process playing an sp rank) has no peers to tell.
     with fail_together(getattr(state, "data_group", None), "shard_sequence"):
-        return _shard_sequence(batch, state, pad_token_id=pad_token_id, ignore_index=ignore_index)
+        return _shard_sequence(batch, state, pad_token_id=pad_token_id, ignore_index=ignore_index, packed=packed)
 
 
-def _refuse_packed(position_ids: torch.Tensor, sp: int) -> None:
-    """Refuse documents packed in a row, read as one process reads them: position ids of the whole sequence
-    that do not step by one (transformers' ``find_packed_sequence_indices``), given no attention mask."""
-    documents = find_packed_sequence_indices(position_ids)
-    if documents is None:
-        return
+def _refuse_packed(documents: torch.Tensor, sp: int) -> None:
     rows = sorted({int(row) for row in (documents[:, -1] > 0).nonzero()[:, 0]})
     raise ValueError(
-        f"packed sequences are not supported under Ulysses sequence parallelism (sp={sp}): the position_ids of "
-        f"row(s) {rows} restart inside the row, which one process reads as several documents that must not attend "
-        "to each other; Ulysses attention has no mask for them. Pass one document per row"
+        f"packed sequences are not supported under Ulysses sequence parallelism (sp={sp}) without packed=True: the "
+        f"position_ids of row(s) {rows} restart inside the row, which one process reads as several documents that "
+        "must not attend to each other. Pass one document per row, or shard_sequence(..., packed=True) for a model "
+        "attached with attach_ulysses / attach_parallel"
     )
 
 
 def _shard_sequence(
-    batch: Mapping[str, Any], state: ParallelState, *, pad_token_id: int, ignore_index: int
+    batch: Mapping[str, Any], state: ParallelState, *, pad_token_id: int, ignore_index: int, packed: bool
 ) -> dict[str, Any]:
     reference = batch["input_ids"] if batch.get("input_ids") is not None else batch["inputs_embeds"]
     batch_size, length = reference.shape[:2]
@@ -127,13 +136,21 @@ def _shard_sequence(
 
     position_ids = batch.get("position_ids")
     attention_mask = batch.get("attention_mask")
-    if position_ids is not None and attention_mask is None and state.sp > 1:
-        _refuse_packed(position_ids, state.sp)
+    given_positions = position_ids is not None
     if position_ids is None:
         position_ids = torch.arange(length, device=reference.device).unsqueeze(0).expand(batch_size, -1)
     # Padding positions continue the count: they are masked out, and the rotary tables cover them.
     extra = torch.arange(length, total, device=reference.device).expand(position_ids.shape[0], -1)
-    out["position_ids"] = torch.cat((position_ids, extra.to(position_ids.dtype)), dim=-1)[:, window]
+    whole_positions = torch.cat((position_ids, extra.to(position_ids.dtype)), dim=-1)
+    out["position_ids"] = whole_positions[:, window]
+    # Documents are read as one process reads them (given no mask), from the whole sequence's position ids, so
+    # every sp rank decides alike, also for a restart exactly on a slice boundary.
+    if given_positions and attention_mask is None and state.sp > 1:
+        documents = find_packed_sequence_indices(position_ids.expand(batch_size, -1))
+        if documents is not None and not packed:
+            _refuse_packed(documents, state.sp)
+        if documents is not None:  # the padding, continuing the count, is a document of its own
+            out[DOCUMENT_IDS] = find_packed_sequence_indices(whole_positions.expand(batch_size, -1))
 
     # Under sp > 1 always a mask: without one, transformers would read restarts in this rank's slice of the
     # position ids as packed documents of a sequence it only holds a slice of.

@@ -61,7 +61,14 @@ from torch import nn
 from torch.distributed import ProcessGroup
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+from transformers.masking_utils import (
+    AttentionMaskInterface,
+    and_masks,
+    causal_mask_function,
+    eager_mask,
+    packed_sequence_mask_function,
+    sdpa_mask,
+)
 
 from modelgraft.models.attention import FUSED_ATTENTION, fused_attention, sparse_mask
 from modelgraft.models.distributed.collectives import all_gather, all_to_all
@@ -70,6 +77,7 @@ from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelStat
 from modelgraft.models.ops.slots import SLOTS
 
 __all__ = [
+    "DOCUMENT_IDS",
     "ULYSSES_IMPLEMENTATIONS",
     "attach_ulysses",
     "heads_to_sequence",
@@ -85,6 +93,18 @@ ULYSSES_IMPLEMENTATIONS = {
     "ulysses_eager": "eager",
     "ulysses_fused_attention": FUSED_ATTENTION,
 }
+
+
+#: The model keyword that carries the document ids of packed rows, for the whole sequence (``shard_sequence``).
+DOCUMENT_IDS = "packed_document_ids"
+
+#: (state, document ids ``[B, S]`` or None) of each attached model's call running now, innermost last.
+_CALLS: list[tuple[ParallelState, torch.Tensor | None]] = []
+
+
+def _documents_of(state: ParallelState) -> torch.Tensor | None:
+    """The document ids of the running call of a model attached to ``state`` (None: one document per row)."""
+    return _CALLS[-1][1] if _CALLS and _CALLS[-1][0] is state else None
 
 
 def sequence_to_heads(x: torch.Tensor, group: ProcessGroup) -> torch.Tensor:
@@ -223,6 +243,12 @@ def _attention(wrapped: str, group: ProcessGroup) -> Callable[..., Any]:
         **kwargs: Any,
     ) -> tuple[torch.Tensor, None]:
         _refuse_unexchangeable(query, key, kwargs)
+        if kwargs.pop(DOCUMENT_IDS, None) is not None:
+            raise NotImplementedError(
+                f"Ulysses attention got {DOCUMENT_IDS} (packed documents) that its mask never saw: attach the model "
+                "with modelgraft.models.distributed.ulysses.attach_ulysses (or scope.attach_parallel), whose hook "
+                "hands them to the mask builder"
+            )
         # Every query's selection, once heads are exchanged: [B, S/sp, topk] -> [B, S, topk].
         indices = kwargs.pop("indices", None)
         indices = None if indices is None else all_gather(indices, 1, group)
@@ -298,6 +324,16 @@ def _mask(wrapped: str, state: ParallelState) -> Callable[..., Any]:
             whole = torch.cat(pieces, dim=-1).bool()
             # Padding at the end of every row (sp's) is hidden from every real query by causality: no padding mask.
             padding = whole if _padding_beyond_common_end(whole) else None
+            documents = _documents_of(state)
+            if documents is not None:  # what one process adds for packed rows, from the whole sequence's ids
+                if tuple(documents.shape) != (batch_size, q_length * sp):
+                    raise ValueError(
+                        f"{DOCUMENT_IDS} of shape {tuple(documents.shape)}: expected the whole sequence's, "
+                        f"{(batch_size, q_length * sp)}"
+                    )
+                mask_function = kwargs.get("mask_function", causal_mask_function)
+                kwargs["mask_function"] = and_masks(mask_function, packed_sequence_mask_function(documents))
+                kwargs["allow_is_causal_skip"] = False
             return inner(
                 batch_size=batch_size,
                 q_length=q_length * sp,
@@ -371,4 +407,26 @@ def attach_ulysses(model: nn.Module, state: ParallelState) -> str:
         )
     name = wrapped if state.sp == 1 else ulysses_implementation(state, wrapped)
     model.set_attn_implementation(name)
+    if state.sp > 1:
+        _take_documents(model, state)
     return name
+
+
+def _take_documents(model: nn.Module, state: ParallelState) -> None:
+    """Hook ``model``'s calls: each takes ``packed_document_ids`` out of its keywords (the model's own forward
+    never sees them) and holds them, with ``state``, for the mask builder while the call runs."""
+
+    def enter(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        _CALLS.append((state, kwargs.pop(DOCUMENT_IDS, None)))
+        return args, kwargs
+
+    def leave(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        _CALLS.pop()
+
+    handles = getattr(model, "_ulysses_document_hooks", ())
+    for handle in handles:  # attached again (another state): the new hooks replace the old
+        handle.remove()
+    model._ulysses_document_hooks = (
+        model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True),
+        model.register_forward_hook(leave, with_kwargs=True, always_call=True),
+    )

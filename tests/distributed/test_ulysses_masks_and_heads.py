@@ -1,7 +1,8 @@
 """Ulysses attention's masks and head split, against one process (gloo, 2 CPU ranks, sp=2).
 
 * Packed documents (position ids that restart inside a row, no attention mask) are refused on every rank,
-  wherever the restart falls: inside a rank's slice, or exactly on the boundary between two slices.
+  wherever the restart falls: inside a rank's slice, or exactly on the boundary between two slices; with
+  ``shard_sequence(..., packed=True)`` and a model under ``attach_ulysses`` they match one process.
 * The padding ``shard_sequence`` adds reaches sdpa as no mask at all, and the model still gives one
   process's logits, loss and gradients; left padding, and rows padded to different lengths, keep their mask.
 * Key/value heads that do not divide by sp are repeated only up to lcm(kv heads, sp).
@@ -18,11 +19,18 @@ import pytest
 import torch
 from transformers import LlamaConfig, PreTrainedConfig, Qwen3Config
 
-from modelgraft.models.distributed import ParallelState, average_gradients, full_state, gather_sequence, shard_sequence
+from modelgraft.models.distributed import (
+    ParallelState,
+    average_gradients,
+    full_state,
+    gather_sequence,
+    register_ulysses,
+    shard_sequence,
+)
 from modelgraft.models.distributed import ulysses as ulysses_module
 from modelgraft.models.distributed.launch import spawn
 from modelgraft.models.distributed.scope import attach_parallel
-from modelgraft.models.distributed.ulysses import kv_head_repeats
+from modelgraft.models.distributed.ulysses import DOCUMENT_IDS, kv_head_repeats
 from modelgraft.models.loader import build_model
 from modelgraft.models.testing import causal_lm_batch, seed_everything, tiny_config
 
@@ -110,6 +118,42 @@ def packed_documents_are_refused_on_every_rank() -> None:
 
 def test_packed_documents_are_refused_on_every_rank_wherever_the_restart_falls() -> None:
     spawn(packed_documents_are_refused_on_every_rank, 2, timeout=TIMEOUT)
+
+
+def packed_documents_match_one_process() -> None:
+    """11 positions (padded to 12): row 0 restarts on the slice boundary (6), row 1 inside rank 1's slice (7)."""
+    state = ParallelState.build(sp=2)
+    positions = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3]])
+    for name, attention in (("llama", "eager"), ("qwen3", "sdpa")):
+        config = _config(name, attention)
+        ids = causal_lm_batch(config, batch_size=2, seq_len=11)["input_ids"]
+        batch = {"input_ids": ids, "position_ids": positions, "labels": ids.clone()}
+        reference = _model(name, config)
+        expected = reference(**batch)  # one process: transformers reads the restarts as documents
+        expected.loss.backward()
+        model = attach_parallel(_model(name, _config(name, attention)), state)
+        local = shard_sequence(batch, state, packed=True)
+        assert local[DOCUMENT_IDS].tolist() == [[0] * 6 + [1] * 5 + [2], [0] * 7 + [1] * 4 + [2]]
+        out = model(**local)
+        _close(gather_sequence(out.logits, state, length=11), expected.logits, f"{name} logits of packed rows")
+        _close(out.loss, expected.loss, f"{name} loss of packed rows")
+        out.loss.backward()
+        average_gradients(model, state)
+        got = full_state(model, state, grads=True)
+        for param_name, param in reference.named_parameters():
+            _close(got[param_name], param.grad, f"{name}: gradient of {param_name}")
+
+    # A model whose mask never sees the document ids (process-wide names, no attach_ulysses hook) refuses them.
+    register_ulysses(state)
+    config = _config("llama", "ulysses_sdpa")
+    ids = causal_lm_batch(config, batch_size=2, seq_len=11)["input_ids"]
+    local = shard_sequence({"input_ids": ids, "position_ids": positions}, state, packed=True)
+    with pytest.raises(NotImplementedError, match="packed_document_ids .* that its mask never saw"):
+        _model("llama", config)(**local)
+
+
+def test_packed_documents_under_attach_ulysses_match_one_process_and_are_refused_without_it() -> None:
+    spawn(packed_documents_match_one_process, 2, timeout=TIMEOUT)
 
 
 # -- spawned: padding without a mask, left padding with one, kv heads ---------------------------------------------
