@@ -22,13 +22,19 @@ masking already hides it from every real query, so sdpa runs with no mask at all
 of a dense ``[B, 1, S, S]`` one. (A padding query's output is then unspecified; its label is ``-100``.)
 Any other padding (left padding, rows of different lengths) keeps its mask, as in one process. The 2-D
 mask still reaches the losses.
+
 The builder needs that 2-D mask under ``sp > 1``: without one, transformers reads position ids that
-restart in a rank's slice as packed documents, which a slice cannot describe; packed batches are refused
-by ``shard_sequence``. Its work after the mask's all-gather runs inside
-``modelgraft.models.distributed.guard.fail_together``, so a rank that fails there stops every rank.
+restart in a rank's slice as packed documents, which a slice cannot describe. Packed rows are refused by
+``shard_sequence``, or, with ``shard_sequence(..., packed=True)``, described by the document ids of the
+whole sequence (``packed_document_ids``): a model attached with :func:`attach_ulysses` takes them out of its
+call's keywords (a forward pre-hook) and its mask builder adds transformers' packed-sequence mask function
+with them, as one process does from the whole position ids. The builder's work after the mask's
+all-gather runs inside ``modelgraft.models.distributed.guard.fail_together``, so a rank that fails there
+stops every rank.
+
 Key/value heads that do not divide by ``sp`` are repeated, each as few times as makes them divide
-(to the least common multiple of the k/v head count and ``sp``), keeping the query-to-key grouping. Per-head sinks (gpt_oss, DeepSeek-V4: ``s_aux`` and the
-module's ``sinks``) are sliced to the rank's heads. ``"ulysses_fused_attention"`` wraps
+(to the least common multiple of the k/v head count and ``sp``), keeping the query-to-key grouping.
+Per-head sinks (gpt_oss, DeepSeek-V4: ``s_aux`` and the module's ``sinks``) are sliced to the rank's heads. ``"ulysses_fused_attention"`` wraps
 ``modelgraft.models.attention.fused_attention`` (with eager's mask builder, as that implementation has).
 
 A DSA indexer's top-k ``indices`` (GLM-MoE-DSA) are gathered over the sp group with the heads exchange;
@@ -41,8 +47,8 @@ The parallel state is either process-wide (:func:`register_ulysses`: the names a
 or one model's (:func:`attach_ulysses`: the model's config names an implementation registered for its own
 state, so models with different parallel settings, or none, run side by side in one process).
 
-Limits: no KV cache (training forwards), no packed sequences (position ids that restart inside a row),
-and the head count must divide by ``sp``. Refused with ``NotImplementedError`` when the mask is built:
+Limits: no KV cache (training forwards), packed rows only through :func:`attach_ulysses` (above), and the
+head count must divide by ``sp``. Refused with ``NotImplementedError`` when the mask is built:
 compressed-attention layers (DeepSeek-V4 appends compressed entries of the rank's own slice to the keys),
 and a DSA model (a config with ``index_topk``) without the ``sp_gather`` indexer. The attention function
 also refuses, however it is reached, indices without that indexer and keys that are not the rank's tokens.
