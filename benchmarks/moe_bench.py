@@ -192,7 +192,7 @@ def _prepare(model_type: str, sizes: MoeSizes):
         generated = get_model_class(model_type, architecture)
     except (ImportError, KeyError, TypeError) as exc:
         raise Skip(f"generated module not available: {exc}") from exc
-    # Importing the generated module registered fused_attention (models.import_hook).
+    # set_attn_implementation("fused_attention") on the generated model registers the name (docs/design.md).
     return config, upstream, generated, generated_attention(upstream, config)
 
 

@@ -38,8 +38,10 @@ rather than dropped (``UnsupportedAttentionError``, a ``ValueError``).
 
 :func:`register_fused_attention` registers the implementation and eager's mask builder with transformers;
 then ``from_pretrained(..., attn_implementation="fused_attention")`` or ``model.set_attn_implementation(
-"fused_attention")`` selects it, and the generated attention code stays upstream's (design section 3, as for
-Ulysses in ``modelgraft.models.distributed.ulysses``).
+"fused_attention")`` selects it, and the generated attention code stays upstream's (as for Ulysses in
+``modelgraft.models.distributed.ulysses``). A generated class calls it itself when a model asks for the
+name (its ``get_correct_attn_implementation``, docs/design.md, "Attention implementations on request"), so
+nothing registers it on import; any other model needs the explicit call.
 """
 
 from __future__ import annotations
@@ -192,7 +194,8 @@ def register_fused_attention() -> str:
 
     Returns the name.
 
-    Registration is process-wide and idempotent; call it before building or loading a model with it.
+    Registration is process-wide and idempotent; call it before building or loading a model with it. A
+    generated class calls it when asked for the name (docs/design.md, "Attention implementations on request").
     """
     AttentionInterface.register(FUSED_ATTENTION, fused_attention)
     AttentionMaskInterface.register(FUSED_ATTENTION, eager_mask)

@@ -1,4 +1,6 @@
-"""The dense text-model recipe: slot guards for the norms, gated MLPs, RoPE and both loss heads.
+"""The dense text-model recipe: slot guards for the norms, gated MLPs, RoPE and both loss heads, and what the
+model's ``<Prefix>PreTrainedModel`` changes against upstream (checkpoint conversions, strict loading, attention
+implementations on request).
 
 Every guard keeps upstream's own code as the eager path (the snippets put the guard in front of, or
 around, upstream's statements), so a dense config is one PatchConfig plus one :func:`dense_text` call
@@ -157,6 +159,35 @@ def apply_sequence_classification(
     )
 
 
+#: The snippets every model's ``<Prefix>PreTrainedModel`` gets, by method (docs/design.md, "What a generated
+#: class changes against upstream"). ``from_pretrained`` passes upstream's keyword parameters on through
+#: ``**kwargs``, so its signature check is off (the snippet's comment says why).
+PRETRAINED_MODEL_SNIPPETS: tuple[tuple[str, str, str, bool], ...] = (
+    ("is_custom_code", "upstream_checkpoint_layout", "upstream's checkpoint conversions apply, both ways", True),
+    ("from_pretrained", "strict_from_pretrained", "strict loading by default; strict=False is upstream's", False),
+    (
+        "get_correct_attn_implementation",
+        "register_attention_on_request",
+        "fused_attention registered when a model asks for it",
+        True,
+    ),
+)
+
+
+def apply_pretrained_model(config: PatchConfig, pretrained_model: str | None, *, prefix: str) -> None:
+    """What the model's base class changes against upstream, written into it so the generated file says so.
+
+    Every model class of the module derives from ``pretrained_model`` (None: the model has none; nothing is
+    added), so its overrides of ``is_custom_code``, ``from_pretrained`` and ``get_correct_attn_implementation``
+    reach every class, and nothing has to patch a class at run time.
+    """
+    if pretrained_model is None:
+        return
+    cls = _named(pretrained_model, prefix)
+    for method, snippet, description, check_signature in PRETRAINED_MODEL_SNIPPETS:
+        config.apply_snippet(snippet, f"{cls}.{method}", description=description, check_signature=check_signature)
+
+
 def dense_text(
     config: PatchConfig,
     *,
@@ -168,12 +199,14 @@ def dense_text(
     causal_lm: LossHead = LossHead(),
     sequence_classification: str | None = "{prefix}ForSequenceClassification",
     base_model: str = "{prefix}Model",
+    pretrained_model: str | None = "{prefix}PreTrainedModel",
 ) -> PatchConfig:
     """Apply the dense snippets to ``config`` for the model whose classes start with ``prefix``.
 
     The defaults are llama's; a model passes what it has instead (``norms=()`` when no norm fits a
     slot, ``rope=None`` without a module-level RoPE function, ``sequence_classification=None`` without
     that head; ``base_model`` is the class that head builds). ``call_sites`` names classes whose forward calls nn.LayerNorm / ACT2FN modules directly.
+    ``pretrained_model`` is the base class of every model class (:func:`apply_pretrained_model`).
     """
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
@@ -181,4 +214,5 @@ def dense_text(
     apply_rope(config, rope)
     apply_causal_lm(config, causal_lm, prefix=prefix)
     apply_sequence_classification(config, sequence_classification, prefix=prefix, base_model=base_model)
+    apply_pretrained_model(config, pretrained_model, prefix=prefix)
     return config

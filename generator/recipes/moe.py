@@ -14,7 +14,9 @@ gates, and ``_can_record_outputs`` recording the router logits. The recipe adds:
   (the routing stays in the router, as upstream has it);
 - ``causal_lm_loss_guard`` with ``aux_loss``: the fused-loss head plus upstream's aux-loss call behind
   ``load_balancing_loss_slot``;
-- ``moe_parallel_plan``: an added ``get_parallel_plan`` sharding the fused expert tensors by expert.
+- ``moe_parallel_plan``: an added ``get_parallel_plan`` sharding the fused expert tensors by expert;
+- the base class's checkpoint conversions, strict loading and attention on request, as for a dense model
+  (:func:`modelgraft.generator.recipes.dense.apply_pretrained_model`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from modelgraft.generator.recipes.dense import (
     apply_causal_lm,
     apply_mlps,
     apply_norms,
+    apply_pretrained_model,
     apply_rope,
     apply_sequence_classification,
 )
@@ -64,6 +67,7 @@ def moe_text(
     sparse_block_attr: str = "mlp",
     sequence_classification: str | None = "{prefix}ForSequenceClassification",
     base_model: str = "{prefix}Model",
+    pretrained_model: str | None = "{prefix}PreTrainedModel",
 ) -> PatchConfig:
     """Apply the MoE snippets to ``config`` for the model whose classes start with ``prefix``.
 
@@ -72,6 +76,7 @@ def moe_text(
     the decoder layers and ``sparse_block_attr`` the layer attribute holding the sparse block, for the
     parallel plan; ``experts=None`` leaves the routed experts unguarded (a layout no kernel reads).
     ``router`` puts the router's forward behind its slot (None, the default: the router stays upstream's).
+    ``pretrained_model`` is the base class of every model class, as for :func:`dense_text`.
     """
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard (dense layers, shared experts)")
@@ -105,6 +110,7 @@ def moe_text(
             description="expert-parallel plan of the fused expert tensors",
         )
     apply_sequence_classification(config, sequence_classification, prefix=prefix, base_model=base_model)
+    apply_pretrained_model(config, pretrained_model, prefix=prefix)
     return config
 
 

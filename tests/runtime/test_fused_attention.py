@@ -204,16 +204,53 @@ def test_sinks_run_the_fused_cpu_kernel():
     assert _ran_fused_kernel(fused_attention, 32, 32, s_aux=torch.zeros(HEADS, requires_grad=True))
 
 
-def test_importing_a_generated_module_registers_the_name():
-    code = (
-        "import modelgraft.models\n"
+def _run_fresh(code: str) -> None:
+    """``code`` in a fresh interpreter, where nothing has registered ``fused_attention`` yet."""
+    prelude = (
+        "from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS\n"
         "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS\n"
-        "assert 'fused_attention' not in ALL_ATTENTION_FUNCTIONS\n"
-        "import modelgraft.models.qwen3_moe.generated.patched_modeling_qwen3_moe_gpu\n"
-        "assert 'fused_attention' in ALL_ATTENTION_FUNCTIONS\n"
+        "def registered():\n"
+        "    return 'fused_attention' in ALL_ATTENTION_FUNCTIONS, 'fused_attention' in ALL_MASK_ATTENTION_FUNCTIONS\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO_ROOT)
+    result = subprocess.run(
+        [sys.executable, "-c", prelude + code], check=False, capture_output=True, text=True, cwd=REPO_ROOT
+    )
     assert result.returncode == 0, result.stderr
+
+
+#: A generated module and a tiny model of it, built with upstream's eager attention (fresh interpreter).
+_TINY_QWEN3 = (
+    "from transformers import Qwen3Config\n"
+    "from modelgraft.models.qwen3.generated.patched_modeling_qwen3_gpu import Qwen3ForCausalLM\n"
+    "from modelgraft.models.testing.tiny import tiny_config_for\n"
+    "model = Qwen3ForCausalLM(tiny_config_for(Qwen3Config))\n"
+)
+
+
+def test_importing_a_generated_module_registers_no_attention_implementation():
+    _run_fresh(
+        "import modelgraft.models.qwen3_moe.generated.patched_modeling_qwen3_moe_gpu\n"
+        "assert registered() == (False, False), registered()\n"
+    )
+
+
+def test_from_pretrained_asking_for_fused_attention_registers_it_and_selects_it(tmp_path):
+    _run_fresh(
+        _TINY_QWEN3 + f"model.save_pretrained({str(tmp_path)!r})\n"
+        "assert registered() == (False, False), registered()\n"
+        f"loaded = Qwen3ForCausalLM.from_pretrained({str(tmp_path)!r}, attn_implementation='fused_attention')\n"
+        "assert registered() == (True, True), registered()\n"
+        "assert loaded.config._attn_implementation == 'fused_attention'\n"
+    )
+
+
+def test_set_attn_implementation_to_fused_attention_registers_it_and_runs_it():
+    _run_fresh(
+        _TINY_QWEN3 + "import torch\n"
+        "model.set_attn_implementation('fused_attention')\n"
+        "assert registered() == (True, True), registered()\n"
+        "model(input_ids=torch.tensor([[1, 2, 3]]))\n"
+    )
 
 
 def test_registration_makes_the_name_selectable_by_from_pretrained(tmp_path):

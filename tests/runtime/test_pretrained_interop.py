@@ -6,6 +6,9 @@ tiny config of ``modelgraft.models.testing.tiny`` (fp32, eager attention, eager 
 gets noise first, so a weight left at its initialisation, or filled from the wrong tensor, changes
 the logits. Upstream's ``save_pretrained`` writes its own hub layout (qwen3_moe: per-expert keys;
 deepseek_v4: partly DeepSeek's names), which only the ``model_type``'s conversion mapping reads back.
+What makes the conversions and strict loading apply is written in each generated module's
+``<Prefix>PreTrainedModel`` (docs/design.md, "What a generated class changes against upstream"), so a
+class behaves the same however it was obtained; no import step adopts it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from transformers.conversion_mapping import USER_REGISTERED_MAPPINGS
 
 from modelgraft import models
 from modelgraft.models.checkpoint import CheckpointError
-from modelgraft.models.import_hook import GeneratedModuleFinder
 from modelgraft.models.loader import get_model_class
 from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY
 from modelgraft.models.testing.batches import causal_lm_batch
@@ -40,9 +42,6 @@ CASE_IDS = [f"{model_type}-{backend}" for model_type, backend in CASES]
 
 #: Implementations pinned on both sides: from_pretrained would otherwise pick sdpa / grouped_mm.
 EAGER = {"attn_implementation": "eager", "experts_implementation": "eager"}
-
-#: A module of the models package that is not a generated module.
-CONVERTERS_MODULE = "modelgraft.models.converters.moe"
 
 #: A tensor no model has, added to a checkpoint (no conversion mapping renames it).
 PROBE_KEY = "model.interop_probe.weight"
@@ -235,10 +234,24 @@ def test_every_model_class_of_a_generated_module_counts_as_transformers_own_code
 
 
 @pytest.mark.parametrize(("model_type", "backend"), CASES, ids=CASE_IDS)
-def test_every_model_class_of_a_generated_module_loads_strictly(model_type: str, backend: str) -> None:
-    classes = list(_model_classes(model_type, backend).values())
+def test_every_model_class_of_a_generated_module_loads_through_the_module_s_own_from_pretrained(
+    model_type: str, backend: str
+) -> None:
+    """The strict from_pretrained is a method written in the generated file, inherited by every class."""
+    module_name = MODELING_REGISTRY.module_path(model_type, backend)
+    classes = _model_classes(model_type, backend)
     assert classes
-    assert [cls.__name__ for cls in classes if not getattr(cls.from_pretrained, "_modelgraft_strict", False)] == []
+    assert {
+        name: (cls.from_pretrained.__func__.__module__, cls.from_pretrained.__func__.__qualname__)
+        for name, cls in classes.items()
+    } == {name: (module_name, _pretrained_base(classes).__qualname__ + ".from_pretrained") for name in classes}
+
+
+def _pretrained_base(classes: dict[str, type[PreTrainedModel]]) -> type[PreTrainedModel]:
+    """The module's ``<Prefix>PreTrainedModel``: the one class every other class derives from."""
+    bases = [cls for name, cls in classes.items() if name.endswith("PreTrainedModel")]
+    assert len(bases) == 1, bases
+    return bases[0]
 
 
 def test_a_subclass_written_outside_the_generated_module_is_custom_code_again() -> None:
@@ -254,24 +267,35 @@ def test_upstream_classes_and_transformers_registry_are_left_alone() -> None:
     """Nothing is registered globally with transformers, so remote code of a zoo model_type is unaffected."""
     for model_type, backend in CASES:
         upstream_cls, _ = _upstream_and_generated(model_type, backend)
-        assert not getattr(upstream_cls.from_pretrained, "_modelgraft_strict", False), upstream_cls
+        assert upstream_cls.from_pretrained.__func__ is PreTrainedModel.from_pretrained.__func__, upstream_cls
+        assert upstream_cls.is_custom_code.__func__ is PreTrainedModel.is_custom_code.__func__, upstream_cls
     assert not USER_REGISTERED_MAPPINGS & set(MODELING_REGISTRY)
 
 
-def test_a_plain_import_of_a_generated_module_adopts_it() -> None:
-    """No registry or loader call in between: importing the module is enough (fresh interpreter)."""
-    model_type, backend = CASES[0]
-    path = MODELING_REGISTRY.module_path(model_type, backend)
-    name = _causal_lm_name(model_type, backend)
-    code = (
-        f"from {path} import {name} as cls\n"
-        "assert not cls.is_custom_code()\n"
-        "assert getattr(cls.from_pretrained, '_modelgraft_strict', False)\n"
-    )
+#: A model whose upstream checkpoint layout differs from its module layout (per-expert keys on disk, fused
+#: experts in the model), so only the conversion mapping makes a load or a save right.
+CONVERTED_MODEL_TYPE = "qwen3_moe"
+
+
+def test_a_class_from_a_plain_import_converts_checkpoints_both_ways(tmp_path: Path) -> None:
+    """Fresh interpreter, no registry or loader: a plain import of the generated module is the whole set-up."""
+    module = MODELING_REGISTRY.module_path(CONVERTED_MODEL_TYPE, "gpu")
+    name = _causal_lm_name(CONVERTED_MODEL_TYPE, "gpu")
+    code = f"""
+import torch, transformers
+from safetensors import safe_open
+from {module} import {name} as Generated
+from modelgraft.models.testing.tiny import tiny_config_for
+
+config = tiny_config_for({MODEL_CONFIG_REGISTRY.path(CONVERTED_MODEL_TYPE)}, experts_implementation="eager")
+upstream = getattr(transformers, "{name}")(config)
+upstream.save_pretrained("{tmp_path}/upstream")
+loaded = Generated.from_pretrained("{tmp_path}/upstream", attn_implementation="eager", experts_implementation="eager")
+expected = upstream.state_dict()
+assert all(torch.equal(v, expected[k]) for k, v in loaded.state_dict().items()), "fused experts not loaded"
+loaded.save_pretrained("{tmp_path}/generated")
+keys = lambda d: set(safe_open(f"{tmp_path}/{{d}}/model.safetensors", framework="pt").keys())
+assert keys("generated") == keys("upstream"), keys("generated") ^ keys("upstream")
+"""
     result = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-
-
-def test_the_import_finder_leaves_unregistered_modules_to_the_other_finders() -> None:
-    assert GeneratedModuleFinder().find_spec("json", None) is None
-    assert GeneratedModuleFinder().find_spec(CONVERTERS_MODULE, None) is None

@@ -4,13 +4,16 @@
 # Source: transformers.models.deepseek_v4.modeling_deepseek_v4 (transformers==5.16.1)
 # Config: models.deepseek_v4.deepseek_v4_gpu_patch_gen_config
 # Description: DeepSeek-V4 with op-slot guards (norms, experts, routers, mHC, indexer) and slot-backed losses
-# Fingerprint: 6e5b99b144b2c6daeb13
+# Fingerprint: 37ab98ecf13c69d1a154
 # Patches:
 #   - override_method DeepseekV4RMSNorm.forward: rms_norm slot guard
 #   - override_method DeepseekV4UnweightedRMSNorm.forward: rms_norm slot guard
 #   - override_method DeepseekV4SparseMoeBlock.forward: routed experts behind the moe_experts slot
 #   - override_method DeepseekV4ForCausalLM.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
 #   - override_method DeepseekV4ForCausalLM.get_parallel_plan: expert-parallel plan of the fused expert tensors
+#   - override_method DeepseekV4PreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+#   - override_method DeepseekV4PreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+#   - override_method DeepseekV4PreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
 #   - modify_init DeepseekV4Experts: record the experts' activation name for the moe_experts guard
 #   - modify_init DeepseekV4HashRouter: record the router's scoring function name for its slot guard
 #   - override_method DeepseekV4HashRouter.forward: routing behind the hash_router slot
@@ -57,6 +60,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from modelgraft.models.attention import FUSED_ATTENTION, register_fused_attention
 from modelgraft.models.ops.kernels.token_mask import real_token_mask
 from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
@@ -71,6 +75,7 @@ from modelgraft.models.ops.slots import (
     rms_norm_slot,
     sinkhorn_slot,
 )
+from modelgraft.models.pretrained import require_complete_load
 
 
 # [MODIFIED CLASS] DeepseekV4RMSNorm
@@ -1266,6 +1271,7 @@ class DeepseekV4DecoderLayer(GradientCheckpointingLayer):
             )
 
 
+# [MODIFIED CLASS] DeepseekV4PreTrainedModel
 @auto_docstring
 class DeepseekV4PreTrainedModel(PreTrainedModel):
     config: DeepseekV4Config
@@ -1372,6 +1378,52 @@ class DeepseekV4PreTrainedModel(PreTrainedModel):
                 curr_inv_freq, _ = rope_init_fn(module.config, layer_type=layer_type)
                 init.copy_(getattr(module, f"{layer_type}_inv_freq"), curr_inv_freq)
                 init.copy_(getattr(module, f"{layer_type}_original_inv_freq"), curr_inv_freq)
+
+    # [PATCHED METHOD] DeepseekV4PreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+    @classmethod
+    def is_custom_code(cls):
+        """False for this module's own classes, so transformers converts their checkpoints as upstream's.
+
+        transformers applies the ``model_type``'s checkpoint conversions (``conversion_mapping.py``) on
+        ``from_pretrained`` and ``save_pretrained`` only to classes that are not custom code, and counts every
+        class outside ``transformers.`` as custom. This module keeps upstream's parameter names, so its classes
+        take upstream's conversions in both directions (docs/design.md, "Upstream's checkpoint conversions").
+        Remote code, and a subclass defined in another module, keep upstream's rule.
+        """
+        if cls.__module__ == __name__:
+            return cls.is_remote_code()
+        return super().is_custom_code()
+
+    # [PATCHED METHOD] DeepseekV4PreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, strict=True, **kwargs):
+        """PreTrainedModel.from_pretrained, strict by default (docs/design.md, "Strict loading").
+
+        A weight the model has and the checkpoint lacks, or a tensor the checkpoint has and the model lacks,
+        raises ``CheckpointError`` naming the checkpoint, the class and the keys, where upstream initialises
+        the first, drops the second and only logs both. ``strict=False`` is upstream's behaviour
+        (``output_loading_info=True`` returns the keys). Keys upstream itself ignores are not reported, and a
+        size mismatch stays upstream's error.
+        """
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, loading_info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        if strict:
+            require_complete_load(cls, pretrained_model_name_or_path, loading_info)
+        return (model, loading_info) if wants_info else model
+
+    # [PATCHED METHOD] DeepseekV4PreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        """PreTrainedModel's check of the requested attention, which also accepts ``"fused_attention"``.
+
+        ``"fused_attention"`` (``modelgraft.models.attention``: torch's fused CPU kernel for MLA's head widths,
+        sinks and DSA indices) is registered with transformers when a model asks for it, never on import
+        (docs/design.md, "Attention implementations on request").
+        """
+        if requested_attention == FUSED_ATTENTION:
+            register_fused_attention()
+        return super().get_correct_attn_implementation(requested_attention, is_init_check)
 
 
 @auto_docstring

@@ -4,7 +4,7 @@
 # Source: transformers.models.gemma3.modeling_gemma3 (transformers==5.16.1)
 # Config: models.gemma3.gemma3_gpu_patch_gen_config
 # Description: Gemma3 text with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: 5aefc82af55a54979112
+# Fingerprint: ecbd62b9cd337a778f97
 # Patches:
 #   - override_method Gemma3RMSNorm.forward: rms_norm slot guard
 #   - override_method Gemma3MLP.forward: glu_activation slot guard
@@ -12,6 +12,9 @@
 #   - override_method Gemma3ForCausalLM.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Gemma3TextForSequenceClassification.__init__: the base model is this module's, not AutoModel's
 #   - override_method Gemma3TextForSequenceClassification.forward: sequence_classification_loss slot
+#   - override_method Gemma3PreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+#   - override_method Gemma3PreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+#   - override_method Gemma3PreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
 #   - override_method Gemma3PreTrainedModel._init_weights: no Gemma3MultiModalProjector branch (the multimodal classes are excluded)
 # Excluded: Gemma3Model, Gemma3ForConditionalGeneration, Gemma3ForSequenceClassification, Gemma3MultiModalProjector
 # ====================================================================================================
@@ -55,6 +58,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
+from modelgraft.models.attention import FUSED_ATTENTION, register_fused_attention
 from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
@@ -62,6 +66,7 @@ from modelgraft.models.ops.slots import (
     rope_slot,
     sequence_classification_loss_slot,
 )
+from modelgraft.models.pretrained import require_complete_load
 
 
 class Gemma3TextScaledWordEmbedding(nn.Embedding):
@@ -441,6 +446,52 @@ class Gemma3PreTrainedModel(PreTrainedModel):
                 curr_inv_freq, _ = rope_init_fn(module.config, layer_type=layer_type)
                 init.copy_(getattr(module, f"{layer_type}_inv_freq"), curr_inv_freq)
                 init.copy_(getattr(module, f"{layer_type}_original_inv_freq"), curr_inv_freq)
+
+    # [PATCHED METHOD] Gemma3PreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+    @classmethod
+    def is_custom_code(cls):
+        """False for this module's own classes, so transformers converts their checkpoints as upstream's.
+
+        transformers applies the ``model_type``'s checkpoint conversions (``conversion_mapping.py``) on
+        ``from_pretrained`` and ``save_pretrained`` only to classes that are not custom code, and counts every
+        class outside ``transformers.`` as custom. This module keeps upstream's parameter names, so its classes
+        take upstream's conversions in both directions (docs/design.md, "Upstream's checkpoint conversions").
+        Remote code, and a subclass defined in another module, keep upstream's rule.
+        """
+        if cls.__module__ == __name__:
+            return cls.is_remote_code()
+        return super().is_custom_code()
+
+    # [PATCHED METHOD] Gemma3PreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, strict=True, **kwargs):
+        """PreTrainedModel.from_pretrained, strict by default (docs/design.md, "Strict loading").
+
+        A weight the model has and the checkpoint lacks, or a tensor the checkpoint has and the model lacks,
+        raises ``CheckpointError`` naming the checkpoint, the class and the keys, where upstream initialises
+        the first, drops the second and only logs both. ``strict=False`` is upstream's behaviour
+        (``output_loading_info=True`` returns the keys). Keys upstream itself ignores are not reported, and a
+        size mismatch stays upstream's error.
+        """
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, loading_info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        if strict:
+            require_complete_load(cls, pretrained_model_name_or_path, loading_info)
+        return (model, loading_info) if wants_info else model
+
+    # [PATCHED METHOD] Gemma3PreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        """PreTrainedModel's check of the requested attention, which also accepts ``"fused_attention"``.
+
+        ``"fused_attention"`` (``modelgraft.models.attention``: torch's fused CPU kernel for MLA's head widths,
+        sinks and DSA indices) is registered with transformers when a model asks for it, never on import
+        (docs/design.md, "Attention implementations on request").
+        """
+        if requested_attention == FUSED_ATTENTION:
+            register_fused_attention()
+        return super().get_correct_attn_implementation(requested_attention, is_init_check)
 
 
 def _bidirectional_window_overlay(sliding_window: int) -> Callable[[int, int, int, int], bool]:

@@ -4,7 +4,7 @@
 # Source: transformers.models.glm_moe_dsa.modeling_glm_moe_dsa (transformers==5.16.1)
 # Config: models.glm_moe_dsa.glm_moe_dsa_gpu_patch_gen_config
 # Description: GLM-MoE-DSA with op-slot guards (norms, MLPs, experts, router, DSA indexer) and slot-backed losses
-# Fingerprint: a6fd91dbf937f1640507
+# Fingerprint: d87d3e3fc1b24af3deb9
 # Patches:
 #   - override_method GlmMoeDsaRMSNorm.forward: rms_norm slot guard
 #   - override_method GlmMoeDsaMLP.forward: the whole MLP behind the gated_mlp slot
@@ -12,6 +12,9 @@
 #   - override_method GlmMoeDsaTopkRouter.forward: routing behind the group_limited_router slot
 #   - override_method GlmMoeDsaForCausalLM.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method GlmMoeDsaForCausalLM.get_parallel_plan: expert-parallel plan of the fused expert tensors
+#   - override_method GlmMoeDsaPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+#   - override_method GlmMoeDsaPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+#   - override_method GlmMoeDsaPreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
 #   - override_method GlmMoeDsaIndexer.forward: DSA indexer's scores, mask and top-k behind the dsa_indexer slot
 # ====================================================================================================
 # Copyright 2026 the HuggingFace Team. All rights reserved.
@@ -52,6 +55,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
+from modelgraft.models.attention import FUSED_ATTENTION, register_fused_attention
 from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     dsa_indexer_slot,
@@ -60,6 +64,7 @@ from modelgraft.models.ops.slots import (
     moe_experts_slot,
     rms_norm_slot,
 )
+from modelgraft.models.pretrained import require_complete_load
 
 
 # [MODIFIED CLASS] GlmMoeDsaRMSNorm
@@ -722,6 +727,7 @@ class GlmMoeDsaDecoderLayer(GradientCheckpointingLayer):
         return hidden_states, topk_indices
 
 
+# [MODIFIED CLASS] GlmMoeDsaPreTrainedModel
 @auto_docstring
 class GlmMoeDsaPreTrainedModel(PreTrainedModel):
     config: GlmMoeDsaConfig
@@ -752,6 +758,52 @@ class GlmMoeDsaPreTrainedModel(PreTrainedModel):
         elif isinstance(module, GlmMoeDsaExperts):
             init.normal_(module.gate_up_proj, mean=0.0, std=self.config.initializer_range)
             init.normal_(module.down_proj, mean=0.0, std=self.config.initializer_range)
+
+    # [PATCHED METHOD] GlmMoeDsaPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+    @classmethod
+    def is_custom_code(cls):
+        """False for this module's own classes, so transformers converts their checkpoints as upstream's.
+
+        transformers applies the ``model_type``'s checkpoint conversions (``conversion_mapping.py``) on
+        ``from_pretrained`` and ``save_pretrained`` only to classes that are not custom code, and counts every
+        class outside ``transformers.`` as custom. This module keeps upstream's parameter names, so its classes
+        take upstream's conversions in both directions (docs/design.md, "Upstream's checkpoint conversions").
+        Remote code, and a subclass defined in another module, keep upstream's rule.
+        """
+        if cls.__module__ == __name__:
+            return cls.is_remote_code()
+        return super().is_custom_code()
+
+    # [PATCHED METHOD] GlmMoeDsaPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, strict=True, **kwargs):
+        """PreTrainedModel.from_pretrained, strict by default (docs/design.md, "Strict loading").
+
+        A weight the model has and the checkpoint lacks, or a tensor the checkpoint has and the model lacks,
+        raises ``CheckpointError`` naming the checkpoint, the class and the keys, where upstream initialises
+        the first, drops the second and only logs both. ``strict=False`` is upstream's behaviour
+        (``output_loading_info=True`` returns the keys). Keys upstream itself ignores are not reported, and a
+        size mismatch stays upstream's error.
+        """
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, loading_info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        if strict:
+            require_complete_load(cls, pretrained_model_name_or_path, loading_info)
+        return (model, loading_info) if wants_info else model
+
+    # [PATCHED METHOD] GlmMoeDsaPreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        """PreTrainedModel's check of the requested attention, which also accepts ``"fused_attention"``.
+
+        ``"fused_attention"`` (``modelgraft.models.attention``: torch's fused CPU kernel for MLA's head widths,
+        sinks and DSA indices) is registered with transformers when a model asks for it, never on import
+        (docs/design.md, "Attention implementations on request").
+        """
+        if requested_attention == FUSED_ATTENTION:
+            register_fused_attention()
+        return super().get_correct_attn_implementation(requested_attention, is_init_check)
 
 
 @auto_docstring

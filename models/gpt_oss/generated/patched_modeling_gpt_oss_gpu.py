@@ -4,7 +4,7 @@
 # Source: transformers.models.gpt_oss.modeling_gpt_oss (transformers==5.16.1)
 # Config: models.gpt_oss.gpt_oss_gpu_patch_gen_config
 # Description: GptOss with op-slot guards and slot-backed losses
-# Fingerprint: 326919c0e6382fb45595
+# Fingerprint: 33213fa19c72b048bd1c
 # Patches:
 #   - override_method GptOssRMSNorm.forward: rms_norm slot guard
 #   - override_method GptOssMLP.forward: routed experts behind the moe_experts slot
@@ -13,6 +13,9 @@
 #   - override_method GptOssForCausalLM.get_parallel_plan: expert-parallel plan of the fused expert tensors
 #   - override_method GptOssForSequenceClassification.__init__: the base model is this module's, not AutoModel's
 #   - override_method GptOssForSequenceClassification.forward: sequence_classification_loss slot
+#   - override_method GptOssPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+#   - override_method GptOssPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+#   - override_method GptOssPreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
 # ====================================================================================================
 # Copyright 2025 The HuggingFace Team. All rights reserved.
 #
@@ -58,6 +61,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from modelgraft.models.attention import FUSED_ATTENTION, register_fused_attention
 from modelgraft.models.ops.kernels.token_mask import real_token_mask
 from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
@@ -67,6 +71,7 @@ from modelgraft.models.ops.slots import (
     sequence_classification_loss_slot,
     topk_softmax_router_slot,
 )
+from modelgraft.models.pretrained import require_complete_load
 
 
 # [MODIFIED CLASS] GptOssRMSNorm
@@ -427,6 +432,7 @@ class GptOssDecoderLayer(GradientCheckpointingLayer):
         return hidden_states
 
 
+# [MODIFIED CLASS] GptOssPreTrainedModel
 @auto_docstring
 class GptOssPreTrainedModel(PreTrainedModel):
     config: GptOssConfig
@@ -467,6 +473,52 @@ class GptOssPreTrainedModel(PreTrainedModel):
         elif isinstance(module, GptOssTopKRouter):
             init.normal_(module.weight, mean=0.0, std=std)
             init.normal_(module.bias, mean=0.0, std=std)
+
+    # [PATCHED METHOD] GptOssPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+    @classmethod
+    def is_custom_code(cls):
+        """False for this module's own classes, so transformers converts their checkpoints as upstream's.
+
+        transformers applies the ``model_type``'s checkpoint conversions (``conversion_mapping.py``) on
+        ``from_pretrained`` and ``save_pretrained`` only to classes that are not custom code, and counts every
+        class outside ``transformers.`` as custom. This module keeps upstream's parameter names, so its classes
+        take upstream's conversions in both directions (docs/design.md, "Upstream's checkpoint conversions").
+        Remote code, and a subclass defined in another module, keep upstream's rule.
+        """
+        if cls.__module__ == __name__:
+            return cls.is_remote_code()
+        return super().is_custom_code()
+
+    # [PATCHED METHOD] GptOssPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, strict=True, **kwargs):
+        """PreTrainedModel.from_pretrained, strict by default (docs/design.md, "Strict loading").
+
+        A weight the model has and the checkpoint lacks, or a tensor the checkpoint has and the model lacks,
+        raises ``CheckpointError`` naming the checkpoint, the class and the keys, where upstream initialises
+        the first, drops the second and only logs both. ``strict=False`` is upstream's behaviour
+        (``output_loading_info=True`` returns the keys). Keys upstream itself ignores are not reported, and a
+        size mismatch stays upstream's error.
+        """
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, loading_info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        if strict:
+            require_complete_load(cls, pretrained_model_name_or_path, loading_info)
+        return (model, loading_info) if wants_info else model
+
+    # [PATCHED METHOD] GptOssPreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        """PreTrainedModel's check of the requested attention, which also accepts ``"fused_attention"``.
+
+        ``"fused_attention"`` (``modelgraft.models.attention``: torch's fused CPU kernel for MLA's head widths,
+        sinks and DSA indices) is registered with transformers when a model asks for it, never on import
+        (docs/design.md, "Attention implementations on request").
+        """
+        if requested_attention == FUSED_ATTENTION:
+            register_fused_attention()
+        return super().get_correct_attn_implementation(requested_attention, is_init_check)
 
 
 @auto_docstring

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2.modeling_qwen2 (transformers==5.16.1)
 # Config: models.qwen2.qwen2_gpu_patch_gen_config
 # Description: Qwen2 with op-slot guards and slot-backed losses
-# Fingerprint: 39e6d991927d3e03a550
+# Fingerprint: 0677f102faf6f37020ad
 # Patches:
 #   - override_method Qwen2RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard
@@ -12,6 +12,9 @@
 #   - override_method Qwen2ForCausalLM.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen2ForSequenceClassification.__init__: the base model is this module's, not AutoModel's
 #   - override_method Qwen2ForSequenceClassification.forward: sequence_classification_loss slot
+#   - override_method Qwen2PreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+#   - override_method Qwen2PreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+#   - override_method Qwen2PreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
 # ====================================================================================================
 from collections.abc import Callable
 
@@ -44,6 +47,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
+from modelgraft.models.attention import FUSED_ATTENTION, register_fused_attention
 from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
@@ -51,6 +55,7 @@ from modelgraft.models.ops.slots import (
     rope_slot,
     sequence_classification_loss_slot,
 )
+from modelgraft.models.pretrained import require_complete_load
 
 
 # [MODIFIED CLASS] Qwen2MLP
@@ -331,6 +336,7 @@ class Qwen2DecoderLayer(GradientCheckpointingLayer):
         return hidden_states
 
 
+# [MODIFIED CLASS] Qwen2PreTrainedModel
 @auto_docstring
 class Qwen2PreTrainedModel(PreTrainedModel):
     config: Qwen2Config
@@ -348,6 +354,52 @@ class Qwen2PreTrainedModel(PreTrainedModel):
         "hidden_states": Qwen2DecoderLayer,
         "attentions": Qwen2Attention,
     }
+
+    # [PATCHED METHOD] Qwen2PreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+    @classmethod
+    def is_custom_code(cls):
+        """False for this module's own classes, so transformers converts their checkpoints as upstream's.
+
+        transformers applies the ``model_type``'s checkpoint conversions (``conversion_mapping.py``) on
+        ``from_pretrained`` and ``save_pretrained`` only to classes that are not custom code, and counts every
+        class outside ``transformers.`` as custom. This module keeps upstream's parameter names, so its classes
+        take upstream's conversions in both directions (docs/design.md, "Upstream's checkpoint conversions").
+        Remote code, and a subclass defined in another module, keep upstream's rule.
+        """
+        if cls.__module__ == __name__:
+            return cls.is_remote_code()
+        return super().is_custom_code()
+
+    # [PATCHED METHOD] Qwen2PreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, strict=True, **kwargs):
+        """PreTrainedModel.from_pretrained, strict by default (docs/design.md, "Strict loading").
+
+        A weight the model has and the checkpoint lacks, or a tensor the checkpoint has and the model lacks,
+        raises ``CheckpointError`` naming the checkpoint, the class and the keys, where upstream initialises
+        the first, drops the second and only logs both. ``strict=False`` is upstream's behaviour
+        (``output_loading_info=True`` returns the keys). Keys upstream itself ignores are not reported, and a
+        size mismatch stays upstream's error.
+        """
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, loading_info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        if strict:
+            require_complete_load(cls, pretrained_model_name_or_path, loading_info)
+        return (model, loading_info) if wants_info else model
+
+    # [PATCHED METHOD] Qwen2PreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        """PreTrainedModel's check of the requested attention, which also accepts ``"fused_attention"``.
+
+        ``"fused_attention"`` (``modelgraft.models.attention``: torch's fused CPU kernel for MLA's head widths,
+        sinks and DSA indices) is registered with transformers when a model asks for it, never on import
+        (docs/design.md, "Attention implementations on request").
+        """
+        if requested_attention == FUSED_ATTENTION:
+            register_fused_attention()
+        return super().get_correct_attn_implementation(requested_attention, is_init_check)
 
 
 @auto_docstring

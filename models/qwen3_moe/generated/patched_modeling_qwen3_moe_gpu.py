@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_moe.modeling_qwen3_moe (transformers==5.16.1)
 # Config: models.qwen3_moe.qwen3_moe_gpu_patch_gen_config
 # Description: Qwen3-MoE with op-slot guards and slot-backed losses
-# Fingerprint: 40d3611ffaf621f59649
+# Fingerprint: ba4930060e2f6d5b8fb3
 # Patches:
 #   - override_method Qwen3MoeRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MoeMLP.forward: glu_activation slot guard (dense layers, shared experts)
@@ -15,6 +15,9 @@
 #   - override_method Qwen3MoeForCausalLM.get_parallel_plan: expert-parallel plan of the fused expert tensors
 #   - override_method Qwen3MoeForSequenceClassification.__init__: the base model is this module's, not AutoModel's
 #   - override_method Qwen3MoeForSequenceClassification.forward: sequence_classification_loss slot
+#   - override_method Qwen3MoePreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+#   - override_method Qwen3MoePreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+#   - override_method Qwen3MoePreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
 # ====================================================================================================
 # Copyright 2025 The Qwen team, Alibaba Group and the HuggingFace Inc. team. All rights reserved.
 #
@@ -64,6 +67,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from modelgraft.models.attention import FUSED_ATTENTION, register_fused_attention
 from modelgraft.models.ops.kernels.token_mask import real_token_mask
 from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
@@ -75,6 +79,7 @@ from modelgraft.models.ops.slots import (
     sequence_classification_loss_slot,
     softmax_topk_router_slot,
 )
+from modelgraft.models.pretrained import require_complete_load
 
 
 def rotate_half(x):
@@ -407,6 +412,7 @@ class Qwen3MoeDecoderLayer(GradientCheckpointingLayer):
         return hidden_states
 
 
+# [MODIFIED CLASS] Qwen3MoePreTrainedModel
 @auto_docstring
 class Qwen3MoePreTrainedModel(PreTrainedModel):
     config: Qwen3MoeConfig
@@ -435,6 +441,52 @@ class Qwen3MoePreTrainedModel(PreTrainedModel):
             init.normal_(module.down_proj, mean=0.0, std=std)
         elif isinstance(module, Qwen3MoeTopKRouter):
             init.normal_(module.weight, mean=0.0, std=std)
+
+    # [PATCHED METHOD] Qwen3MoePreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+    @classmethod
+    def is_custom_code(cls):
+        """False for this module's own classes, so transformers converts their checkpoints as upstream's.
+
+        transformers applies the ``model_type``'s checkpoint conversions (``conversion_mapping.py``) on
+        ``from_pretrained`` and ``save_pretrained`` only to classes that are not custom code, and counts every
+        class outside ``transformers.`` as custom. This module keeps upstream's parameter names, so its classes
+        take upstream's conversions in both directions (docs/design.md, "Upstream's checkpoint conversions").
+        Remote code, and a subclass defined in another module, keep upstream's rule.
+        """
+        if cls.__module__ == __name__:
+            return cls.is_remote_code()
+        return super().is_custom_code()
+
+    # [PATCHED METHOD] Qwen3MoePreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, strict=True, **kwargs):
+        """PreTrainedModel.from_pretrained, strict by default (docs/design.md, "Strict loading").
+
+        A weight the model has and the checkpoint lacks, or a tensor the checkpoint has and the model lacks,
+        raises ``CheckpointError`` naming the checkpoint, the class and the keys, where upstream initialises
+        the first, drops the second and only logs both. ``strict=False`` is upstream's behaviour
+        (``output_loading_info=True`` returns the keys). Keys upstream itself ignores are not reported, and a
+        size mismatch stays upstream's error.
+        """
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, loading_info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        if strict:
+            require_complete_load(cls, pretrained_model_name_or_path, loading_info)
+        return (model, loading_info) if wants_info else model
+
+    # [PATCHED METHOD] Qwen3MoePreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        """PreTrainedModel's check of the requested attention, which also accepts ``"fused_attention"``.
+
+        ``"fused_attention"`` (``modelgraft.models.attention``: torch's fused CPU kernel for MLA's head widths,
+        sinks and DSA indices) is registered with transformers when a model asks for it, never on import
+        (docs/design.md, "Attention implementations on request").
+        """
+        if requested_attention == FUSED_ATTENTION:
+            register_fused_attention()
+        return super().get_correct_attn_implementation(requested_attention, is_init_check)
 
 
 class Qwen3MoeRotaryEmbedding(nn.Module):
