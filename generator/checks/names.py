@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from modelgraft.generator.codegen.tokens import before_first_definition
 from modelgraft.generator.errors import ImportRemovedError, UndefinedNameError
 from modelgraft.generator.normalize.ruff import Diagnostic
 from modelgraft.generator.syntax import DEFINITION_NODES, import_bindings
@@ -43,10 +44,15 @@ def check_undefined_names(config_name: str, diagnostics: tuple[Diagnostic, ...],
 
 
 def check_imports_kept(config_name: str, text: str, imports: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
-    """An add_import whose names normalization removed as unused was a mistake in the config."""
+    """An add_import whose names normalization removed as unused was a mistake in the config.
+
+    Requested imports go after upstream's last leading import (``codegen.assemble``), and ruff only
+    sorts that block or removes from it: what it kept is ahead of the first top-level definition, so
+    only that head of the output is parsed, not the whole module.
+    """
     if not imports:
         return
-    present = import_bindings(ast.parse(text).body)
+    present = import_bindings(ast.parse(before_first_definition(text)).body)
     for rendered, names in imports:
         gone = [n for n in names if n not in present]
         if gone:

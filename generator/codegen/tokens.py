@@ -10,6 +10,7 @@ import io
 import re
 import tokenize
 from collections.abc import Mapping
+from functools import lru_cache
 
 
 def _tokens(source: str) -> list[tokenize.TokenInfo]:
@@ -59,14 +60,51 @@ def rename_definition(source: str, new_name: str) -> str:
     raise ValueError("no def or class statement to rename")
 
 
+# A pure function of the text, memoised per process: a batch re-indents the same patch (a snippet
+# rendered for a model's GPU and NPU configs, a shared helper) once per config that uses it.
+@lru_cache(maxsize=256)
+def _multi_line_strings(source: str) -> tuple[tuple[int, int], ...]:
+    """(first row, last row) of every string literal spanning several lines, from ``tokenize``."""
+    return tuple(
+        (tok.start[0], tok.end[0])
+        for tok in _tokens(source)
+        if tok.type == tokenize.STRING and tok.end[0] > tok.start[0]
+    )
+
+
+_DEFINITION_STARTS = ("def", "class", "async", "@")
+
+
+def before_first_definition(source: str) -> str:
+    """The top-level statements of ``source`` ahead of its first top-level ``def``, ``class`` or decorator
+    (all of ``source`` when it has none): complete statements, so the text parses on its own.
+
+    Tokenizing stops at that statement, so a module's imports are found without parsing its classes.
+    """
+    read: list[str] = []
+    readline = io.StringIO(source).readline
+
+    def remember() -> str:
+        read.append(readline())
+        return read[-1]
+
+    line_start = True
+    for tok in tokenize.generate_tokens(remember):
+        if tok.type == tokenize.NEWLINE:
+            line_start = True
+        elif tok.type not in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+            if line_start and tok.start[1] == 0 and tok.string in _DEFINITION_STARTS:
+                return "".join(read[: tok.start[0] - 1])
+            line_start = False
+    return source
+
+
 def string_continuation_lines(source: str, *, except_starting_at: set[int] = frozenset()) -> set[int]:
     """1-based rows inside a multi-line string literal (not its first row), except strings starting at the given rows."""
     rows: set[int] = set()
-    for tok in _tokens(source):
-        if tok.type == tokenize.STRING and tok.end[0] > tok.start[0]:
-            if tok.start[0] in except_starting_at:
-                continue
-            rows.update(range(tok.start[0] + 1, tok.end[0] + 1))
+    for first, last in _multi_line_strings(source):
+        if first not in except_starting_at:
+            rows.update(range(first + 1, last + 1))
     return rows
 
 
