@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from modelgraft.models.distributed.checkpoint import load_expert_parallel_checkpoint
@@ -31,7 +30,9 @@ from modelgraft.models.distributed.expert_parallel import (
     full_tensor,
     validate_parallel_plan,
 )
-from modelgraft.models.distributed.fsdp import apply_fsdp, decoder_layers, mixed_precision
+from modelgraft.models.distributed.fsdp import apply_fsdp, decoder_layers, mixed_precision, router_modules
+from modelgraft.models.distributed.gradients import accumulate, average_gradients, clip_grad_norm, grad_norm
+from modelgraft.models.distributed.losses import global_token_count
 from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState, parallel_sizes
 from modelgraft.models.distributed.sequence import gather_sequence, scatter_sequence, sequence_slice, shard_sequence
 from modelgraft.models.distributed.sparse_indexer import INNER_INDEXERS
@@ -42,19 +43,24 @@ __all__ = [
     "ExpertShard",
     "ParallelConfigError",
     "ParallelState",
+    "accumulate",
     "apply_expert_parallel",
     "apply_fsdp",
     "average_gradients",
+    "clip_grad_norm",
     "decoder_layers",
     "expert_shards",
     "full_state",
     "full_tensor",
     "gather_sequence",
+    "global_token_count",
+    "grad_norm",
     "load_expert_parallel_checkpoint",
     "mixed_precision",
     "parallel_ops",
     "parallel_sizes",
     "register_ulysses",
+    "router_modules",
     "scatter_sequence",
     "sequence_slice",
     "shard_sequence",
@@ -97,24 +103,6 @@ def parallel_ops(state: ParallelState, base: OpsConfig | None = None) -> OpsConf
         kernels["dsa_indexer"] = "sp_gather"
         options["dsa_indexer"] = {"group": state.sp_group, "inner": inner_indexer}
     return OpsConfig(kernels, kernel_options=options)
-
-
-def average_gradients(model: nn.Module, state: ParallelState) -> None:
-    """Average gradients as FSDP would, for a model that is not FSDP-sharded (a DDP stand-in):
-    dense parameters over the data ranks, expert-parallel chunks over the ranks holding the same chunk.
-    A parameter without a gradient counts as a zero gradient."""
-    experts = expert_shards(model)
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        group, size = (
-            (state.ep_replicate_group, state.ep_replicate) if name in experts else (state.data_group, state.world_size)
-        )
-        if param.grad is None:
-            param.grad = torch.zeros_like(param)
-        if size > 1:
-            dist.all_reduce(param.grad, group=group)
-            param.grad.div_(size)
 
 
 def full_state(model: nn.Module, state: ParallelState, *, grads: bool = False) -> dict[str, torch.Tensor]:

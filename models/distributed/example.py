@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import time
-import warnings
 
 import torch
 
@@ -20,6 +19,7 @@ from modelgraft.models.distributed import (
     ParallelState,
     apply_expert_parallel,
     apply_fsdp,
+    clip_grad_norm,
     parallel_ops,
     register_ulysses,
     shard_sequence,
@@ -52,8 +52,6 @@ def tiny_qwen3_moe(attn_implementation: str) -> torch.nn.Module:
 
 
 def train(args: argparse.Namespace) -> None:
-    # The MoE block returns a reshape (a view); the decoder layer adds it out of place, so FSDP's warning is moot.
-    warnings.filterwarnings("ignore", message=".*returned a view tensor.*")
     state = ParallelState.build(sp=args.sp, ep=args.ep)
     register_ulysses(state)
     bind_ops(parallel_ops(state, OpsConfig({"moe_experts": "grouped"})))
@@ -72,11 +70,12 @@ def train(args: argparse.Namespace) -> None:
         started = time.perf_counter()
         out = model(**shard_sequence(batch, state), output_router_logits=True)
         out.loss.backward()
+        norm = clip_grad_norm(model, state, args.max_norm)  # every rank's norm: the one-process norm
         optimizer.step()
         optimizer.zero_grad()
         if state.rank == 0:
             print(
-                f"step {step}: loss {out.loss.item():.4f} (aux {out.aux_loss.item():.4f}) "
+                f"step {step}: loss {out.loss.item():.4f} (aux {out.aux_loss.item():.4f}, grad norm {norm.item():.3f}) "
                 f"{time.perf_counter() - started:.2f}s  [{state}]",
                 flush=True,
             )
@@ -90,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
     parser.add_argument("--batch", type=int, default=2, help="sequences per dp rank (default 2)")
     parser.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default 32)")
+    parser.add_argument("--max-norm", type=float, default=1.0, help="gradient clipping norm (default 1.0)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before the ranks are killed")
     args = parser.parse_args(argv)
     if "RANK" in os.environ:  # started by torchrun: this process is one rank

@@ -16,10 +16,13 @@ the kernel bound there (:func:`moe_experts`, kernel ``ep_alltoall``) does what t
    (``modelgraft.models.ops.kernels.grouped_experts``), each row a top-1 choice of weight 1;
 4. send the results back (the inverse all-to-all), weight them by the router and sum each token's K.
 
-Gradients follow the same path backwards. An expert's gradient sums the contributions of every ep
-rank's tokens, which is ``ep`` times what data-parallel averaging expects, so the kernel scales the
-expert weights' gradients by ``1 / ep``: with gradients averaged over the data ranks (FSDP) the
-result is the one-process gradient of the global batch.
+Gradients follow the same path backwards, exactly: a local expert's gradient sums the contributions
+of the tokens of every rank of its ep group. The kernel does not rescale any of them. Data-parallel
+averaging divides dense gradients by the world size, and the expert-parallel ones must be divided by
+the same world size, not by the ``ep_replicate`` ranks that reduce them: ``apply_fsdp`` sets that
+divide factor on every FSDP unit holding sharded parameters, and ``average_gradients`` does the same
+without FSDP. The rule follows the parameter's placement (every parameter the plan shards), so the
+biases of gpt_oss's experts get the treatment of its weights.
 """
 
 from __future__ import annotations
@@ -159,17 +162,6 @@ def full_tensor(local: torch.Tensor, shard: ExpertShard, state: ParallelState) -
 
 
 # -- the ep_alltoall kernel ----------------------------------------------------------------------------------
-class _ScaleGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.scale = scale
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad * ctx.scale, None
-
-
 def _local_experts(
     rows: torch.Tensor,
     local_ids: torch.Tensor,
@@ -216,7 +208,8 @@ def moe_experts(
 
     ``gate_up_proj`` / ``down_proj`` are this rank's chunks (``[E/ep, 2I, H]``, ``[E/ep, H, I]``);
     ``top_k_index`` holds global expert ids. ``group`` is bound as a kernel option by
-    :func:`modelgraft.models.distributed.parallel_ops`.
+    :func:`modelgraft.models.distributed.parallel_ops`. The expert tensors' gradients are exact (every ep
+    rank's tokens summed); dividing them like the dense ones is the averaging step's job (see the module doc).
     """
     if group is None:
         raise ParallelConfigError(
@@ -226,9 +219,6 @@ def moe_experts(
     num_tokens, top_k = top_k_index.shape
     local_experts = gate_up_proj.shape[0]
     num_experts = local_experts * ep
-    if ep > 1:
-        gate_up_proj = _ScaleGrad.apply(gate_up_proj, 1.0 / ep)
-        down_proj = _ScaleGrad.apply(down_proj, 1.0 / ep)
 
     flat_experts = top_k_index.reshape(-1)
     order = torch.argsort(flat_experts, stable=True)  # pairs by global expert, hence by destination rank

@@ -17,6 +17,11 @@ concatenation of all ranks' tokens:
   covers the whole sequence, so its diagonal is read at the rank's slice (``sp_group`` gives which one;
   ``modelgraft.models.ops.kernels.token_mask.slice_real_token_mask``).
 
+Gradient accumulation: each micro-batch's loss must be its share of the accumulated batch's mean, not
+its own mean (a mean of means weighs the tokens of short micro-batches more). :func:`global_token_count`
+counts the target tokens of all micro-batches on all data ranks; pass it as ``num_items_in_batch``
+and ``causal_lm_loss`` divides by it instead of by the micro-batch's own count.
+
 The reductions are differentiable (``collectives.all_reduce_sum``): each rank's gradients are the
 group size times its share, so averaging gradients over the data ranks (FSDP, DDP,
 ``modelgraft.models.distributed.average_gradients``) gives the one-process gradient.
@@ -24,7 +29,8 @@ group size times its share, so averaging gradients over the data ranks (FSDP, DD
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -36,7 +42,10 @@ from modelgraft.models.ops.kernels import chunked_loss, eager
 from modelgraft.models.ops.kernels.loss_inputs import shift_causal_labels
 from modelgraft.models.ops.kernels.token_mask import slice_real_token_mask
 
-__all__ = ["causal_lm_loss", "load_balancing_loss", "shift_labels_across_ranks"]
+if TYPE_CHECKING:
+    from modelgraft.models.distributed.mesh import ParallelState
+
+__all__ = ["causal_lm_loss", "global_token_count", "load_balancing_loss", "shift_labels_across_ranks"]
 
 _INNER = {"eager": eager.causal_lm_loss, "chunked": chunked_loss.causal_lm_loss}
 
@@ -63,6 +72,30 @@ def shift_labels_across_ranks(
     rank = dist.get_rank(sp_group)
     following = firsts[rank + 1] if rank + 1 < len(firsts) else torch.full_like(first, ignore_index)
     return torch.cat((labels[..., 1:], following), dim=-1)
+
+
+def global_token_count(
+    micro_batches: Iterable[Mapping[str, torch.Tensor]], state: ParallelState, ignore_index: int = -100
+) -> torch.Tensor:
+    """The target tokens of every micro-batch on every data rank: ``num_items_in_batch`` for accumulation.
+
+    A micro-batch's targets are its ``shift_labels`` (what :func:`~models.distributed.sequence.shard_sequence`
+    adds) or else its ``labels`` shifted as the loss shifts them (across the sp ranks). Collective over
+    the data group; the count is the same fp32 scalar on every rank.
+    """
+    sp_group = state.sp_group if state.sp > 1 else None
+    count: torch.Tensor | None = None
+    for batch in micro_batches:
+        targets = batch.get("shift_labels")
+        if targets is None:
+            targets = shift_labels_across_ranks(batch["labels"], sp_group, ignore_index)
+        tokens = (targets != ignore_index).sum().to(torch.float32)
+        count = tokens if count is None else count + tokens
+    if count is None:
+        raise ValueError("global_token_count needs at least one micro-batch")
+    if state.world_size > 1:
+        dist.all_reduce(count, group=state.data_group)
+    return count
 
 
 def causal_lm_loss(
