@@ -10,15 +10,18 @@ less than its loss head and two slots is refused, as is one whose loss head no s
 
 A category answer is checked against the structure, never trusted over it: an answer that contradicts
 the category upstream's structure shows (any pair, including categories without a scaffold) is
-refused with what was detected, so a wrong answer cannot give a model that looks done and is not. A
+refused with what was detected, so a wrong answer cannot give a model that looks done and is not (a
+package with a tower whose causal LM is a text model of its own may be answered as that text model). A
 refusal names the patches a hand-written config would apply, or says that none can be named.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+from modelgraft.generator.recipes.causal_lm_path import towers_on_causal_lm_path
 from modelgraft.generator.recipes.hand_patches import hand_written_patches
 from modelgraft.generator.recipes.parts import ROUTER_OPTIONS, Router, router_roles
 from modelgraft.generator.upstream.structure import MlpInfo, ModelStructure
@@ -393,11 +396,21 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
 #: The categories whose models route to experts.
 _EXPERTS = ("moe", "vlm_moe", "omni_moe")
 
+#: The categories the reader gives a package holding a vision or audio tower.
+_TOWERS = ("vlm", "vlm_moe", "omni", "omni_moe")
 
-def _contradiction(structure: ModelStructure, answered: str) -> Finding:
+
+def _text_category(structure: ModelStructure) -> str:
+    """The text recipe's category for the model's decoder: moe where it routes to experts, else dense."""
+    return "moe" if structure.moe is not None else "dense"
+
+
+def _contradiction(structure: ModelStructure, answered: str, towers: tuple[str, ...]) -> Finding:
     """The answered category against the one upstream's structure shows, with what the reader detected."""
     detected = structure.category
     reason = f"answered {answered}, but upstream's structure is {detected}: {structure.category_reason}"
+    if towers and answered in SCAFFOLDED and structure.causal_lm is not None:
+        reason += f"; its causal LM {structure.causal_lm.cls} builds {', '.join(towers)}"
     moe = structure.moe
     if answered in _EXPERTS and moe is None:
         reason += "; upstream has no routed experts"
@@ -406,21 +419,24 @@ def _contradiction(structure: ModelStructure, answered: str) -> Finding:
     return Finding("category answer", structure.model, 0, reason)
 
 
-def _text_fit(structure: ModelStructure) -> Fit:
-    """The text recipe's fit of a model whose category has no scaffold: what a hand-written config would guard."""
-    return _fit_scaffold(structure, "moe" if structure.moe is not None else "dense")
-
-
-def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
+def fit_model(structure: ModelStructure, category: str | None = None, *, root: Path | None = None) -> Fit:
     """The scaffold ``structure`` calls for in ``category`` (default: the detected one).
 
     An answer other than the detected category is refused, with the detected category's own refusals (if
-    any) and the patches they leave to write by hand.
+    any) and the patches they leave to write by hand. One exception, which the structure shows too: in a
+    package holding a vision or audio tower whose causal LM builds none (gemma3's ``Gemma3ForCausalLM``),
+    that causal LM is a text model of its own, and its text category (dense, or moe) is an answer that
+    fits. ``root`` is the transformers tree the structure was read from (None: the installed one).
     """
     answered = category or structure.category
     if answered != structure.category:
-        detected = fit_model(structure)
-        refusals = (_contradiction(structure, answered), *detected.refusals)
+        towers: tuple[str, ...] = ()
+        if structure.category in _TOWERS and answered in SCAFFOLDED:
+            towers = towers_on_causal_lm_path(structure, root=root)
+            if not towers and answered == _text_category(structure):
+                return _fit_scaffold(structure, answered)
+        detected = fit_model(structure, root=root)
+        refusals = (_contradiction(structure, answered, towers), *detected.refusals)
         return replace(detected, category=answered, arguments={}, guarded=(), skipped=(), refusals=refusals)
     if structure.category == "out_of_category":
         finding = Finding("category", structure.model, 0, f"out of category: {structure.category_reason}")
@@ -428,7 +444,8 @@ def fit_model(structure: ModelStructure, category: str | None = None) -> Fit:
         return Fit(structure, answered, refusals=(finding,), no_patches_because=why)
     if answered not in SCAFFOLDED:
         finding = Finding("category", structure.model, 0, f"{answered} models have no scaffold yet (dense and MoE do)")
-        text = _text_fit(structure)  # its refusals with a remedy (a loss head to override) are patches to name
+        text = _fit_scaffold(structure, _text_category(structure))
+        # What a hand-written config would guard: the text recipe's patches, and its refusals with a remedy.
         refusals = (finding, *(f for f in text.refusals if f.remedy))
         return Fit(structure, answered, refusals=refusals, hand_patches=hand_written_patches(text.arguments))
     return _fit_scaffold(structure, answered)

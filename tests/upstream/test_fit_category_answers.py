@@ -10,6 +10,7 @@ from functools import cache
 
 import pytest
 
+from modelgraft.generator.recipes.causal_lm_path import towers_on_causal_lm_path
 from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import CATEGORIES, ModelStructure
@@ -58,6 +59,27 @@ def test_a_vlm_answered_dense_is_refused_although_its_text_model_would_fit() -> 
 
     assert "answered dense, but upstream's structure is vlm: a vision tower (Qwen3VLVisionMLP)" in message
     assert "vlm models have no scaffold yet" in message
+
+
+def test_the_refusal_names_the_tower_the_causal_lm_builds() -> None:
+    reason = fit("qwen3_vl", "dense").refusals[0].reason
+
+    assert reason.endswith("; its causal LM Qwen3VLForConditionalGeneration builds Qwen3VLModel.visual")
+
+
+def test_an_omni_thinker_builds_its_audio_and_vision_towers_from_their_configs() -> None:
+    assert towers_on_causal_lm_path(structure("qwen2_5_omni")) == (
+        "Qwen2_5OmniThinkerForConditionalGeneration.audio_tower",
+        "Qwen2_5OmniThinkerForConditionalGeneration.visual",
+    )
+
+
+def test_a_package_with_a_tower_whose_causal_lm_is_a_text_model_fits_its_text_category() -> None:
+    """gemma3's Gemma3ForCausalLM builds Gemma3TextModel, no tower: the zoo scaffolds it as dense."""
+    assert structure("gemma3").category == "vlm" and towers_on_causal_lm_path(structure("gemma3")) == ()
+
+    assert not fit("gemma3", "dense").refused
+    assert fit("gemma3", "moe").refusals[0].reason.endswith("; upstream has no routed experts")
 
 
 def test_dense_answered_for_routed_experts_names_the_sparse_block() -> None:
