@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from torch import nn
 
-from modelgraft.models.distributed import parallel_ops
 from modelgraft.models.distributed.mesh import ParallelState
 from modelgraft.models.distributed.ulysses import attach_ulysses
 from modelgraft.models.ops import OpsConfig
@@ -40,5 +39,8 @@ def attach_parallel(model: nn.Module, state: ParallelState, base: OpsConfig | No
 
     Call it before ``apply_fsdp`` (it hooks every submodule, as FSDP's units are made of them).
     """
+    # Imported here: the package's __init__ may import this module before it defines parallel_ops.
+    from modelgraft.models.distributed import parallel_ops
+
     attach_ulysses(model, state)
     return attach_ops(model, parallel_ops(state, base))
