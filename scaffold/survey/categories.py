@@ -69,6 +69,8 @@ def guess_category(modeling_source: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Categories:
+    """Each model's (category, reason), and where they came from."""
+
     by_model: dict[str, tuple[str, str]]
     #: The reader's file in the clone, or None when it was missing (categories then guessed).
     reader: str | None

@@ -99,6 +99,8 @@ class Observation:
 
 @dataclass(frozen=True)
 class Verdict:
+    """An outcome and its reason."""
+
     outcome: str  # one of OUTCOMES
     reason: str = ""  # may hold several lines; the first is the headline
 
@@ -123,6 +125,7 @@ class ModelResult:
 
 
 def strip_ansi(text: str) -> str:
+    """The text without terminal colour codes (Copier and pytest colour their output)."""
     return _ANSI.sub("", text).replace("\r\n", "\n")
 
 
@@ -322,7 +325,8 @@ def classify(observation: Observation) -> Verdict:
     return Verdict(BROKEN, f"pytest exited {code}" + (f": {exception}" if exception else ""))
 
 
-#: Loss heads: a scaffold guards the causal LM's, and "two slots" besides (issue 6) are counted without them.
+#: Loss heads: a scaffold guards the causal LM's, and "two slots" besides are counted without them
+#: (docs/scaffolding.md, "Refusals").
 LOSS_SLOTS = ("causal_lm_loss", "sequence_classification_loss", "load_balancing_loss")
 
 

@@ -45,6 +45,7 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command's arguments (docs/cli.md lists each)."""
     parser = argparse.ArgumentParser(
         prog="scaffold-survey",
         description=(

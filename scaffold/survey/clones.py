@@ -28,6 +28,7 @@ def git(repo: Path, *args: str) -> str:
 
 
 def repository_root(start: Path) -> Path:
+    """The repository to survey: the git root holding ``start``, which must hold the template (copier.yml)."""
     found = git_helper.git(start, "rev-parse", "--show-toplevel")
     if found.returncode != 0:
         raise SurveyError(f"{start} is not inside a git repository: run scaffold-survey in the modelgraft repository")

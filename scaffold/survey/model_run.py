@@ -83,6 +83,7 @@ def survey_model(clone: Path, model: str, category: str, runner: Runner, setting
 
 
 def result_of(observation: Observation, category: tuple[str, str], seconds: float) -> ModelResult:
+    """The classified result of one model, with the tails of its processes' output for the JSON report."""
     verdict = classify(observation)
     details = {
         "copy": {"returncode": observation.copy.returncode, "seconds": round(observation.copy.seconds, 2),

@@ -32,6 +32,7 @@ def transformers_models_dir() -> Path:
 
 
 def transformers_version() -> str:
+    """The installed transformers' version, read from its metadata (not imported)."""
     try:
         return importlib.metadata.version("transformers")
     except importlib.metadata.PackageNotFoundError:

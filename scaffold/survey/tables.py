@@ -21,6 +21,7 @@ TARGETS = {"dense": 0.85, "moe": 0.70}
 
 
 def category_order(categories: Iterable[str]) -> list[str]:
+    """The categories in the reader's order, unknown ones after them."""
     known = [c for c in CATEGORIES if c in set(categories)]
     return known + sorted(set(categories) - set(CATEGORIES))
 
@@ -105,6 +106,7 @@ def plain_tables(results: Sequence[ModelResult]) -> str:
 
 
 def rich_summary(results: Sequence[ModelResult]):  # -> rich.table.Table
+    """The summary as a rich table, for a terminal."""
     from rich.table import Table
 
     table = Table(title="scaffold-survey")
@@ -118,10 +120,12 @@ def rich_summary(results: Sequence[ModelResult]):  # -> rich.table.Table
 
 
 def exit_code(results: Sequence[ModelResult]) -> int:
+    """1 when a model is broken or wrong, else 0."""
     return EXIT_FAILURES if any(r.outcome in (BROKEN, WRONG) for r in results) else EXIT_OK
 
 
 def model_line(result: ModelResult, done: int, total: int) -> str:
+    """One model's progress line: its outcome, time, slots and reason."""
     slots = ",".join(result.slots) or "-"
     text = f"[{done}/{total}] {result.model} ({_label(result.category)}): {result.outcome} in {result.seconds:.1f} s"
     text += f"; slots: {slots}"
@@ -131,6 +135,7 @@ def model_line(result: ModelResult, done: int, total: int) -> str:
 
 
 def write_json(path: Path, results: Sequence[ModelResult], meta: dict) -> None:
+    """Every result, the summary and ``meta`` (how the survey ran) as JSON at ``path``."""
     payload = {
         **meta,
         "summary": summarize(results),
