@@ -47,11 +47,13 @@ def _fit(model: str, category: str) -> Fit | None:
 
 
 def upstream(model: str) -> dict[str, Any]:
+    """The reader's report of ``model`` as a dict ({} for a package transformers lacks: the question says so)."""
     structure = _structure(model)
     return {} if structure is None else structure.to_dict()
 
 
 def scaffold_fit(model: str, category: str = "") -> dict[str, Any]:
+    """The fit as plain data for the questionnaire's defaults (category, arguments, guarded, skipped, refused)."""
     fit = _fit(model, category)
     if fit is None:
         return {}
@@ -81,6 +83,7 @@ def scaffold_arguments(model: str, category: str = "") -> dict[str, Any]:
 
 
 def scaffold_refusal(model: str, category: str = "") -> str:
+    """The category validator's message: "" when a scaffold fits ``category``, else why not and the way on."""
     if _structure(model) is None:
         return f"transformers has no model package {model!r} (transformers/models/{model}/modeling_{model}.py)"
     fit = _fit(model, category)
@@ -98,14 +101,17 @@ def _rendered(category: str, prefix: str, arguments: str) -> tuple[str, str]:
 
 
 def recipe_import(category: str, prefix: str, arguments: dict[str, Any]) -> str:
+    """The config's import line of the recipe parts ``arguments`` use."""
     return _recipe(category, prefix, arguments)[0]
 
 
 def recipe_call_source(category: str, prefix: str, arguments: dict[str, Any]) -> str:
+    """The config's recipe call for ``arguments``, formatted as ruff formats it."""
     return _recipe(category, prefix, arguments)[1]
 
 
 def recipe_guards(arguments: dict[str, Any]) -> list[str]:
+    """The slots a recorded recipe guards: the parity suite's ``guarded`` tuple, from the answers, not a new fit."""
     return list(guarded_slots(arguments))
 
 

@@ -53,6 +53,7 @@ def smoke(model: str, *, models_root: Path | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Copier's task: exit 0 when the new scaffold matches upstream, 1 (with the reason) so Copier removes it."""
     parser = argparse.ArgumentParser(prog="python -m modelgraft.scaffold.smoke", description=__doc__.splitlines()[0])
     parser.add_argument("model", help="the model package under models/")
     args = parser.parse_args(argv)
