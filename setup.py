@@ -5,12 +5,14 @@ discovery cannot add a prefix. The wheel holds no tests: test folders and the pa
 (models/testing, which needs pytest) stay in the repository, where an editable install still reaches them.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 ROOT_FOLDERS = ("generator", "models", "scaffold")
-NOT_SHIPPED = ("*.tests", "*.tests.*", "models.testing", "models.testing.*")
+NOT_SHIPPED = ("*.tests", "*.tests.*", "models.testing", "models.testing.*", "*.__pycache__")
 
-packages = find_packages(include=[f"{folder}*" for folder in ROOT_FOLDERS], exclude=list(NOT_SHIPPED))
+# Namespace packages too: models/<m>/generated/ and generator/codegen/ have no __init__.py, and
+# find_packages would leave them (every generated module, the code generator's assembly) out of the wheel.
+packages = find_namespace_packages(include=[f"{folder}*" for folder in ROOT_FOLDERS], exclude=list(NOT_SHIPPED))
 
 setup(
     packages=[f"modelgraft.{package}" for package in packages],

@@ -1,0 +1,191 @@
+"""The wheel is the package: built from the repository, installed alone, it runs a generated model anywhere.
+
+Specification (docs/design.md, "Importing changes nothing"): ``pip wheel`` of the repository ships
+``modelgraft.generator``, ``modelgraft.models`` (every generated module included) and ``modelgraft.scaffold``,
+and no test folder and no ``modelgraft/models/testing`` (the parity harness, which needs pytest). Installed
+with ``--no-deps --no-index`` into a fresh virtual environment that reaches torch and transformers through
+a ``.pth`` line naming this environment's site-packages (a ``.pth`` line adds the folder to ``sys.path``
+without running that folder's own ``.pth`` files, so the editable install of this checkout stays out of
+sight), it runs a tiny generated model from a script outside the repository that has packages of its own
+named ``models`` and ``generator`` next to it, with pytest unimportable. The wheel is built from a copy of
+the checkout's files, so the build leaves nothing in the working tree; under pytest-xdist the workers share
+one build and one environment.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+
+from modelgraft.models.registry import MODELING_REGISTRY
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: Marks the script's own top-level packages, which must win over anything the wheel might install.
+DUMMY_OWNER = "the script next to me"
+
+#: Runs outside the repository, with its own ``models`` and ``generator`` packages beside it.
+SCRIPT = """
+import json, sys
+sys.modules["pytest"] = sys.modules["_pytest"] = None  # importing either now raises ImportError
+import generator, models
+import modelgraft.models
+from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY
+import torch
+
+config = MODEL_CONFIG_REGISTRY["qwen3"](
+    vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+)
+cls = MODELING_REGISTRY.get_class("qwen3", "Qwen3ForCausalLM")
+with torch.no_grad():
+    logits = cls(config).eval()(input_ids=torch.tensor([[1, 2, 3]])).logits
+print(json.dumps({
+    "models": getattr(models, "OWNER", None),
+    "generator": getattr(generator, "OWNER", None),
+    "modelgraft": modelgraft.models.__file__,
+    "generated": sys.modules[cls.__module__].__file__,
+    "logits": list(logits.shape),
+    "finite": bool(torch.isfinite(logits).all()),
+    "finders": [type(finder).__module__ for finder in sys.meta_path],
+}))
+"""
+
+
+def _run(command: list[str], **kwargs: Any) -> str:
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+    result = subprocess.run(command, check=False, capture_output=True, text=True, env=env, **kwargs)
+    assert result.returncode == 0, f"{command}: {result.stderr}"
+    return result.stdout
+
+
+def _copy_checkout(target: Path) -> Path:
+    """The checkout's files (tracked and untracked, not ignored) under ``target``: what a clone would build."""
+    listed = _run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT)
+    for name in filter(None, listed.split("\0")):
+        source = REPO_ROOT / name
+        if source.is_file():  # a tracked file deleted in the working tree is not part of it
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
+def _shared(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """``name`` built once per test run, also when xdist workers ask for it at once (the first builds it)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's base is a folder of the run's own base
+        root = root.parent
+    target = root / name
+    with open(root / f"{name}.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / ".complete").exists():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            build(target)
+            (target / ".complete").touch()
+    return target
+
+
+def _build_wheel(root: Path) -> None:
+    source = _copy_checkout(root / "source")
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(root), str(source)]
+    )
+
+
+def _install(wheel: Path) -> Callable[[Path], None]:
+    """A fresh venv with ``wheel`` installed; torch and transformers come from this environment by a .pth line."""
+
+    def build(venv: Path) -> None:
+        _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+        python = venv / "bin" / "python"
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                str(python),
+                "install",
+                "-q",
+                "--no-deps",
+                "--no-index",
+                str(wheel),
+            ]
+        )
+        site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip())
+        # Written after the install, so pip saw an empty environment and never this checkout's editable install.
+        (site / "outer_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+
+    return build
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    (found,) = _shared(tmp_path_factory, "wheel", _build_wheel).glob("modelgraft-*.whl")
+    return found
+
+
+@pytest.fixture(scope="module")
+def wheel_names(wheel: Path) -> list[PurePosixPath]:
+    with zipfile.ZipFile(wheel) as archive:
+        return [PurePosixPath(name) for name in archive.namelist()]
+
+
+@pytest.fixture(scope="module")
+def environment(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _shared(tmp_path_factory, "venv", _install(wheel))
+
+
+@pytest.fixture(scope="module")
+def script_run(environment: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    outside = tmp_path_factory.mktemp("outside")
+    for package in ("models", "generator"):
+        (outside / package).mkdir()
+        (outside / package / "__init__.py").write_text(f"OWNER = {DUMMY_OWNER!r}\n", encoding="utf-8")
+    (outside / "run_model.py").write_text(SCRIPT, encoding="utf-8")
+    output = _run([str(environment / "bin" / "python"), "run_model.py"], cwd=outside)
+    return {**json.loads(output), "site": str(environment)}
+
+
+def test_the_wheel_ships_no_test_folder(wheel_names: list[PurePosixPath]) -> None:
+    assert [str(name) for name in wheel_names if "tests" in name.parts] == []
+
+
+def test_the_wheel_ships_no_parity_harness(wheel_names: list[PurePosixPath]) -> None:
+    harness = PurePosixPath("modelgraft/models/testing")
+    assert [str(name) for name in wheel_names if harness in name.parents] == []
+
+
+def test_the_wheel_ships_every_registered_generated_module(wheel_names: list[PurePosixPath]) -> None:
+    modules = {PurePosixPath(*path.split(".")).with_suffix(".py") for path in MODELING_REGISTRY.module_paths()}
+    assert sorted(str(module) for module in modules - set(wheel_names)) == []
+
+
+def test_the_wheel_installs_only_under_the_modelgraft_namespace(wheel_names: list[PurePosixPath]) -> None:
+    assert sorted({name.parts[0] for name in wheel_names} - {"modelgraft"}) == ["modelgraft-0.1.0.dist-info"]
+
+
+def test_the_script_runs_a_generated_model_from_the_installed_wheel(script_run: dict[str, Any]) -> None:
+    assert (script_run["logits"], script_run["finite"]) == ([1, 3, 64], True)
+    assert script_run["generated"].startswith(script_run["site"]), script_run["generated"]
+
+
+def test_the_script_imports_modelgraft_from_the_wheel_and_not_from_the_checkout(script_run: dict[str, Any]) -> None:
+    assert script_run["modelgraft"].startswith(script_run["site"]), script_run["modelgraft"]
+    assert [finder for finder in script_run["finders"] if "editable" in finder] == []
+
+
+def test_the_script_s_own_models_and_generator_packages_are_the_ones_it_imports(script_run: dict[str, Any]) -> None:
+    assert (script_run["models"], script_run["generator"]) == (DUMMY_OWNER, DUMMY_OWNER)
