@@ -24,7 +24,8 @@ from torch import nn
 from modelgraft.models.distributed.mesh import ParallelState
 from modelgraft.models.distributed.ulysses import attach_ulysses
 from modelgraft.models.ops import OpsConfig
-from modelgraft.models.ops.binding import attach_ops
+from modelgraft.models.ops.binding import ModelOps, attach_ops
+from modelgraft.models.ops.errors import OpsConfigError
 
 __all__ = ["attach_parallel"]
 
@@ -42,5 +43,10 @@ def attach_parallel(model: nn.Module, state: ParallelState, base: OpsConfig | No
     # Imported here: the package's __init__ may import this module before it defines parallel_ops.
     from modelgraft.models.distributed import parallel_ops
 
-    attach_ulysses(model, state)
-    return attach_ops(model, parallel_ops(state, base))
+    ops = parallel_ops(state, base)
+    # Everything that can refuse runs before anything changes: a model left half attached would run wrong.
+    if getattr(model, "ops_config", None) is not None:
+        raise OpsConfigError(f"{type(model).__name__} already runs under ops {dict(model.ops_config.kernels)}")
+    ModelOps(ops)  # loads and checks every kernel
+    attach_ulysses(model, state)  # refuses an implementation it cannot wrap before changing the model
+    return attach_ops(model, ops)
