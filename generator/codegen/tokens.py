@@ -60,11 +60,17 @@ def rename_definition(source: str, new_name: str) -> str:
     raise ValueError("no def or class statement to rename")
 
 
+# Only a triple-quoted string, or one continued by a backslash at the end of a line, spans lines.
+_MULTI_LINE_STRING_MARKS = ('"""', "'''", "\\\n", "\\\r")
+
+
 # A pure function of the text, memoised per process: a batch re-indents the same patch (a snippet
 # rendered for a model's GPU and NPU configs, a shared helper) once per config that uses it.
 @lru_cache(maxsize=256)
 def _multi_line_strings(source: str) -> tuple[tuple[int, int], ...]:
     """(first row, last row) of every string literal spanning several lines, from ``tokenize``."""
+    if not any(mark in source for mark in _MULTI_LINE_STRING_MARKS):
+        return ()  # no string can span lines: most patches are tokenized for nothing otherwise
     return tuple(
         (tok.start[0], tok.end[0])
         for tok in _tokens(source)
