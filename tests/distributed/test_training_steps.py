@@ -26,6 +26,10 @@ def test_clip_grad_norm_under_fsdp_x_ep_is_the_one_process_norm_on_every_rank() 
     spawn(training_scenarios.fsdp_x_ep_clipping, 4, timeout=TIMEOUT)
 
 
+def test_sp2_x_ep2_x_fsdp_train_step_with_clipping_matches_one_process() -> None:
+    spawn(training_scenarios.sp_x_ep_x_fsdp_train_step, 4, timeout=TIMEOUT)
+
+
 def test_bf16_fsdp_x_ep_train_step_matches_one_process_within_bf16_precision() -> None:
     spawn(training_scenarios.fsdp_x_ep_bf16_train_step, 4, timeout=TIMEOUT)
 

@@ -27,7 +27,9 @@ from modelgraft.models.distributed import (
     full_state,
     global_token_count,
     parallel_ops,
+    register_ulysses,
     router_modules,
+    shard_sequence,
 )
 from modelgraft.models.ops import bind_ops, unbind_ops
 from modelgraft.models.testing import causal_lm_batch
@@ -87,12 +89,13 @@ def assert_near(actual: torch.Tensor, expected: torch.Tensor, what: str, relativ
 
 
 def _reference(
-    name: str, config: Any, batch: dict[str, torch.Tensor], clip: bool, param_dtype: torch.dtype | None
+    name: str, config: Any, batch: dict[str, torch.Tensor], clip: bool, param_dtype: torch.dtype | None, pin: bool
 ) -> dict[str, Any]:
     """One process, whole batch, fp32: loss, gradients, clipped norm and gradients, parameters after the
     optimizer step (:func:`optimizer_for` ``param_dtype``), next loss."""
     model = fresh_model(name, config)
-    pin_routing(model, 0)
+    if pin:
+        pin_routing(model, 0)
     optimizer = optimizer_for(model, param_dtype)
     with ops(GROUPED):
         loss = model(**batch).loss
@@ -112,24 +115,36 @@ def _reference(
 
 
 def expert_parallel_train_step(
-    name: str, ep: int, *, fsdp: bool, param_dtype: torch.dtype | None = None, clip: bool = False
+    name: str, ep: int, *, fsdp: bool, param_dtype: torch.dtype | None = None, clip: bool = False, sp: int = 1
 ) -> None:
-    """EP (with FSDP or ``average_gradients``) on the world's ranks against one process: every gradient
-    (expert biases included), the clipped norm when ``clip``, the parameters after the optimizer step, the next loss."""
-    state = ParallelState.build(ep=ep)
-    config = config_of(name, **EXPERTS[name])
-    batch = causal_lm_batch(config, batch_size=state.world_size, seq_len=SEQ_LEN)
-    ref = _reference(name, config, batch, clip, param_dtype)
+    """EP (with FSDP or ``average_gradients``; with Ulysses when ``sp`` > 1) on the world's ranks against one
+    process: every gradient (expert biases included), the clipped norm when ``clip``, the parameters after the
+    optimizer step, the next loss.
+
+    Routing is pinned without sp (one row per rank: a token's global position is known); with sp the run
+    is fp32, where the routers' choices agree without pinning."""
+    state = ParallelState.build(ep=ep, sp=sp)
+    pin = sp == 1
+    assert pin or param_dtype is None, "bf16 needs pinned routing"
+    config = config_of(name, **EXPERTS[name], **({} if pin else {"attn_implementation": "sdpa"}))
+    batch = causal_lm_batch(config, batch_size=2 * state.dp if sp > 1 else state.world_size, seq_len=SEQ_LEN)
+    ref = _reference(name, config, batch, clip, param_dtype, pin)
     relative = None if param_dtype is None else BF16_RELATIVE
 
-    model = fresh_model(name, config)
-    pin_routing(model, state.rank * SEQ_LEN)
+    if pin:
+        model = fresh_model(name, config)
+        pin_routing(model, state.rank * SEQ_LEN)
+        local = rows_of(batch, state.rank, state.world_size)
+    else:
+        register_ulysses(state)
+        model = fresh_model(name, config_of(name, **EXPERTS[name], attn_implementation="ulysses_sdpa"))
+        rows = rows_of(batch, state.dp_rank, state.dp)
+        local = shard_sequence(rows, state, pad_token_id=config.pad_token_id)
     shards = apply_expert_parallel(model, state)
     assert any("bias" in n for n in shards) == (name == "gpt_oss"), sorted(shards)
     if fsdp:
         apply_fsdp(model, state, param_dtype=param_dtype)
     optimizer = optimizer_for(model, param_dtype)
-    local = rows_of(batch, state.rank, state.world_size)
     bind_ops(parallel_ops(state, GROUPED))
     out = model(**local)
     assert_near(out.loss, ref["loss"], "loss", relative)
@@ -169,6 +184,10 @@ def fsdp_x_ep_train_steps() -> None:
 
 def fsdp_x_ep_clipping() -> None:
     expert_parallel_train_step("qwen3_moe", 2, fsdp=True, clip=True)
+
+
+def sp_x_ep_x_fsdp_train_step() -> None:
+    expert_parallel_train_step("qwen3_moe", 2, fsdp=True, clip=True, sp=2)
 
 
 def fsdp_x_ep_bf16_train_step() -> None:
