@@ -102,8 +102,10 @@ def _files() -> dict[str, list[Path]]:
 def _first_party() -> set[str]:
     """The installed namespace and the helper modules tests import by their bare name (``projects``, ...)."""
     local = {path.stem for path in (REPO_ROOT / "tests").rglob("*.py")}
-    local |= {path.name for path in (REPO_ROOT / "tests").rglob("*") if path.is_dir()}
-    return {"modelgraft"} | local | {"tests"}
+    # Test packages only: a folder without __init__.py (tests/packaging) is no module, and its name may be a
+    # library's. The repository's benchmarks/ is imported by tests/benchmarks as a namespace package.
+    local |= {path.name for path in (REPO_ROOT / "tests").rglob("*") if (path / "__init__.py").is_file()}
+    return {"modelgraft", "benchmarks"} | local | {"tests"}
 
 
 def _mismatch(label: str, declared: dict[str, str], imported: dict[str, list[str]], allowed: set[str]) -> list[str]:
