@@ -34,8 +34,9 @@ stops every rank.
 
 Key/value heads that do not divide by ``sp`` are repeated, each as few times as makes them divide
 (to the least common multiple of the k/v head count and ``sp``), keeping the query-to-key grouping.
-Per-head sinks (gpt_oss, DeepSeek-V4: ``s_aux`` and the module's ``sinks``) are sliced to the rank's heads. ``"ulysses_fused_attention"`` wraps
-``modelgraft.models.attention.fused_attention`` (with eager's mask builder, as that implementation has).
+Per-head sinks (gpt_oss, DeepSeek-V4: ``s_aux`` and the module's ``sinks``) are sliced to the rank's heads.
+``"ulysses_fused_attention"`` wraps ``modelgraft.models.attention.fused_attention`` (with eager's mask
+builder, as that implementation has).
 
 A DSA indexer's top-k ``indices`` (GLM-MoE-DSA) are gathered over the sp group with the heads exchange;
 they address keys of the whole sequence when ``modelgraft.models.distributed.parallel_ops`` has bound the indexer's
@@ -413,8 +414,7 @@ def attach_ulysses(model: nn.Module, state: ParallelState) -> str:
         )
     name = wrapped if state.sp == 1 else ulysses_implementation(state, wrapped)
     model.set_attn_implementation(name)
-    if state.sp > 1:
-        _take_documents(model, state)
+    _take_documents(model, state)
     return name
 
 
@@ -427,12 +427,14 @@ def _take_documents(model: nn.Module, state: ParallelState) -> None:
         return args, kwargs
 
     def leave(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
-        _CALLS.pop()
+        if _CALLS and _CALLS[-1][0] is state:  # not pushed when an earlier pre-hook of the call raised
+            _CALLS.pop()
 
-    handles = getattr(model, "_ulysses_document_hooks", ())
-    for handle in handles:  # attached again (another state): the new hooks replace the old
+    for handle in getattr(model, "_ulysses_document_hooks", ()):  # attached again: the new state's hooks replace
         handle.remove()
-    model._ulysses_document_hooks = (
-        model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True),
-        model.register_forward_hook(leave, with_kwargs=True, always_call=True),
-    )
+    model._ulysses_document_hooks = ()
+    if state.sp > 1:  # with sp == 1 nothing is sliced: transformers reads documents from the whole position ids
+        model._ulysses_document_hooks = (
+            model.register_forward_pre_hook(enter, with_kwargs=True, prepend=True),
+            model.register_forward_hook(leave, with_kwargs=True, always_call=True),
+        )
