@@ -140,6 +140,8 @@ def expert_parallel_train_step(
         model = fresh_model(name, config_of(name, **EXPERTS[name], attn_implementation="ulysses_sdpa"))
         rows = rows_of(batch, state.dp_rank, state.dp)
         local = shard_sequence(rows, state, pad_token_id=config.pad_token_id)
+        # The accumulation count reads shard_sequence's shift_labels: every rank's slices make the batch's targets.
+        assert global_token_count([local], state).item() == (batch["labels"][:, 1:] != -100).sum().item()
     shards = apply_expert_parallel(model, state)
     assert any("bias" in n for n in shards) == (name == "gpt_oss"), sorted(shards)
     if fsdp:
