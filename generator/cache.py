@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from modelgraft.generator.output.write import write_atomic
 from modelgraft.generator.own_code import GENERATOR_ROOT
 
 SCHEMA = 1
+_OWN_SUFFIXES = (".py", ".j2", ".toml")
 
 
 def _file_digest(path: Path) -> str:
@@ -35,12 +37,20 @@ def _file_digest(path: Path) -> str:
 def generator_digest() -> str:
     """Hash of the generator's own code, templates and ruff settings, plus the ruff version."""
     digest = hashlib.sha256(ruff_version().encode())
-    for path in sorted(GENERATOR_ROOT.rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".j2", ".toml"):
-            digest.update(
-                path.relative_to(GENERATOR_ROOT).as_posix().encode() + b"\0" + bytes.fromhex(_file_digest(path))
-            )
+    for name in _generator_files():
+        digest.update(name.encode() + b"\0" + bytes.fromhex(_file_digest(GENERATOR_ROOT / name)))
     return digest.hexdigest()
+
+
+def _generator_files() -> list[str]:
+    """The generator's code, templates and settings, as sorted relative POSIX names; bytecode folders are
+    not walked (``os.walk``: a warm check pays for this on every run, pathlib's ``rglob`` several times over)."""
+    found = []
+    for folder, subfolders, files in os.walk(GENERATOR_ROOT):
+        subfolders[:] = [name for name in subfolders if name != "__pycache__"]
+        relative = Path(folder).relative_to(GENERATOR_ROOT).as_posix()
+        found += [name if relative == "." else f"{relative}/{name}" for name in files if name.endswith(_OWN_SUFFIXES)]
+    return sorted(found)
 
 
 def _entry_checksum(entry: dict) -> str:
