@@ -3,5 +3,18 @@
 from modelgraft.generator.recipes.dense import dense_text
 from modelgraft.generator.recipes.moe import moe_text
 from modelgraft.generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
+from modelgraft.generator.recipes.vlm import VisionTower, vlm
 
-__all__ = ["CallSites", "Experts", "LossHead", "Mlp", "Norm", "Rope", "Router", "dense_text", "moe_text"]
+__all__ = [
+    "CallSites",
+    "Experts",
+    "LossHead",
+    "Mlp",
+    "Norm",
+    "Rope",
+    "Router",
+    "VisionTower",
+    "dense_text",
+    "moe_text",
+    "vlm",
+]

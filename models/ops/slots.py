@@ -36,6 +36,7 @@ __all__ = [
     "moe_experts_slot",
     "rms_norm_slot",
     "rope_slot",
+    "rope_vision_slot",
     "sequence_classification_loss_slot",
     "sinkhorn_slot",
     "softmax_topk_router_slot",
@@ -120,6 +121,11 @@ glu_activation_slot = _define("glu_activation")
 #           upcast_terms=False)
 #     -> (q_embed, k_embed); partial rotary when cos covers fewer dims than q
 rope_slot = _define("rope")
+# rope_vision_slot(q, k, cos, sin) -> (q_embed, k_embed): a vision tower's rotary embedding (Qwen2-VL family);
+#     q, k [seq, heads, head_dim], cos, sin [seq, head_dim], unsqueezed at dim -2; rotate-half in fp32, each result
+#     cast back to its input's dtype. Also admits the one-tensor form rope_vision_slot(tensor, freqs) -> tensor:
+#     tensor [..., seq, heads, head_dim], freqs [seq, head_dim // 2] the angles (cos/sin of cat(freqs, freqs)).
+rope_vision_slot = _define("rope_vision")
 # causal_lm_loss_slot(hidden_states, lm_head_weight, labels, *, vocab_size, num_items_in_batch=None,
 #                     ignore_index=-100, shift_labels=None, final_logit_softcapping=None, lm_head_bias=None,
 #                     **kwargs)

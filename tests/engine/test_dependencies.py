@@ -25,7 +25,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 #: Distribution name (normalized) -> the top-level module it provides, where the two differ.
-IMPORT_NAMES = {"pyyaml": "yaml", "huggingface-hub": "huggingface_hub", "liger-kernel": "liger_kernel"}
+IMPORT_NAMES = {
+    "pyyaml": "yaml",
+    "huggingface-hub": "huggingface_hub",
+    "liger-kernel": "liger_kernel",
+    "pillow": "PIL",
+}
 
 #: Modules that no extra can install, with the reason they are imported anyway.
 PLATFORM_PROVIDED = {

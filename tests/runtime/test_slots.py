@@ -19,6 +19,7 @@ GENERATED_CODE_SLOT_NAMES = {
     "rms_norm_slot": "rms_norm",
     "glu_activation_slot": "glu_activation",
     "rope_slot": "rope",
+    "rope_vision_slot": "rope_vision",
     "causal_lm_loss_slot": "causal_lm_loss",
     "sequence_classification_loss_slot": "sequence_classification_loss",
     "moe_experts_slot": "moe_experts",

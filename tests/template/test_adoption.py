@@ -47,7 +47,10 @@ LOCAL_MODIFICATIONS = {
 
 #: Zoo models the scaffold refuses, written by hand (docs/adding-a-model.md, "Hand-written patches"), each with
 #: the part of the refusal that keeps it out; once the scaffold accepts one, it must be adopted.
-REFUSED_BY_THE_SCAFFOLD = {"deepseek_v4": "defines its own cache"}
+REFUSED_BY_THE_SCAFFOLD = {
+    "deepseek_v4": "defines its own cache",
+    "qwen2_5_vl": "vlm models have no scaffold yet",
+}
 
 #: A template change that reaches every model and that no hand-written part can conflict with: a new file.
 NEW_TEMPLATE_FILE, NEW_FILE = "template/TEMPLATE_NOTE.md.jinja", "TEMPLATE_NOTE.md"

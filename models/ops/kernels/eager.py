@@ -128,6 +128,30 @@ def rope(
     return embed(q), embed(k)
 
 
+def rope_vision(*args: torch.Tensor) -> Any:
+    """A vision tower's rotary embedding, Qwen2-VL's ``apply_rotary_pos_emb_vision``: rotate-half in fp32, cast back.
+
+    ``(q, k, cos, sin)`` with cos/sin ``[seq, head_dim]`` unsqueezed at dim -2 returns ``(q_embed, k_embed)``
+    (transformers 5.x). ``(tensor, freqs)`` with the angles ``freqs [seq, head_dim // 2]`` returns the rotated
+    tensor (the one-tensor form of earlier Qwen2-VL releases): cos and sin of ``cat(freqs, freqs)``, which is
+    what that form's ``repeat(1, 1, 2)`` of the unsqueezed angles builds.
+    """
+    if len(args) == 2:
+        tensor, freqs = args
+        angles = torch.cat((freqs, freqs), dim=-1).float()
+        return _rotate_vision(tensor, angles.cos(), angles.sin())
+    if len(args) != 4:
+        raise TypeError(f"rope_vision takes (q, k, cos, sin) or (tensor, freqs), got {len(args)} arguments")
+    q, k, cos, sin = args
+    return _rotate_vision(q, cos, sin), _rotate_vision(k, cos, sin)
+
+
+def _rotate_vision(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    cos, sin = cos.unsqueeze(-2).float(), sin.unsqueeze(-2).float()
+    rotated = x.float()
+    return ((rotated * cos) + (_rotate_half(rotated) * sin)).to(x.dtype)
+
+
 def softcap_logits(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
     """Gemma-style final-logit soft-capping, ``tanh(logits / cap) * cap``; identity when ``cap`` is None."""
     if cap is None:

@@ -1,0 +1,129 @@
+"""The VLM recipe (Qwen-VL family): the dense recipe's text-side guards, the multimodal RoPE, the vision tower's
+rotary embedding behind rope_vision, the fused-loss head of ``<Prefix>ForConditionalGeneration``, a vision
+``dummy_forward`` and a picklable position-id function.
+
+What a Qwen-VL model of transformers 5.16 has upstream is kept: the vision tower's attention through the
+registered attention implementations, its patch merger, the placeholder scatter of image and video features,
+``get_rope_index`` and the output dataclasses. The recipe adds:
+
+- the dense pieces, same snippets as :func:`modelgraft.generator.recipes.dense_text`: ``rms_norm_guard`` for
+  ``norms`` (text and vision norms alike), ``glu_mlp_guard`` (or ``mlp_activation_guard``) for ``mlps``,
+  ``call_sites_guard`` for ``call_sites``, ``rope_guard`` for a plain ``rope`` function (Qwen3-VL);
+- ``vlm_mrope_guard`` for ``mrope``: Qwen2-VL's sectioned ``apply_multimodal_rotary_pos_emb`` behind the
+  rope slot;
+- ``vlm_rope_vision_guard``: the vision tower's ``apply_rotary_pos_emb_vision`` behind ``rope_vision_slot``;
+- ``causal_lm_loss_guard`` on ``<Prefix>ForConditionalGeneration.forward``: upstream's loss call names
+  ``self.config.text_config.vocab_size`` and its lm_head call the hidden states sliced by ``logits_to_keep``, and
+  the snippet hands the kernel exactly those;
+- ``vlm_vision_dummy_forward``: an added ``dummy_forward`` on the vision model (a zero loss term that reaches
+  every vision parameter, for ranks without images);
+- ``vlm_position_id_func`` plus the helper :func:`rope_index_without_model`: an added ``get_position_id_func``
+  on ``<Prefix>Model`` and the conditional-generation class, returning upstream's ``get_rope_index`` as a
+  picklable function;
+- the base class's checkpoint conversions, strict loading and attention on request, as for a dense model
+  (:func:`modelgraft.generator.recipes.dense.apply_pretrained_model`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from modelgraft.generator.dsl.config import PatchConfig
+from modelgraft.generator.recipes.dense import (
+    _named,
+    apply_call_sites,
+    apply_causal_lm,
+    apply_mlps,
+    apply_norms,
+    apply_pretrained_model,
+    apply_rope,
+)
+from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm, Rope
+
+__all__ = ["VisionTower", "rope_index_without_model", "vlm"]
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """The vision model of a VLM: the class that gets ``dummy_forward``, and its rotary embedding function.
+
+    ``patch_weight`` is the expression, inside the vision model, of the patch embedding's weight (its dtype,
+    device and input width); ``rope`` the module-level rotary embedding function of the tower (None: none to
+    guard).
+    """
+
+    cls: str
+    patch_weight: str = "self.patch_embed.proj.weight"
+    rope: str | None = "apply_rotary_pos_emb_vision"
+
+
+def rope_index_without_model(model_class: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
+    """``model_class.get_rope_index(*args, **kwargs)`` with ``config``, without building a model.
+
+    Upstream's ``get_rope_index`` reads only ``self.config`` and calls ``self.get_vision_position_ids``, which
+    reads nothing of ``self``: an instance created without ``__init__`` that holds the config is all it needs,
+    so the position ids are upstream's own code, not a copy, and a data-loader worker computes them without
+    the model's weights. An ``attention_mask`` given as a dict by attention type is unwrapped to its full
+    attention mask, as the model's forward does.
+    """
+    mask = kwargs.get("attention_mask")
+    if isinstance(mask, dict):
+        kwargs["attention_mask"] = mask.get("full_attention")
+    owner = object.__new__(model_class)
+    owner.__dict__["config"] = config
+    return model_class.get_rope_index(owner, *args, **kwargs)
+
+
+def vlm(
+    config: PatchConfig,
+    *,
+    prefix: str,
+    vision: VisionTower,
+    norms: Sequence[Norm] = (Norm(),),
+    mlps: Sequence[Mlp] = (Mlp(),),
+    call_sites: Sequence[CallSites] = (),
+    rope: str | Rope | None = None,
+    mrope: str | None = "apply_multimodal_rotary_pos_emb",
+    causal_lm: LossHead = LossHead("{prefix}ForConditionalGeneration"),
+    model: str = "{prefix}Model",
+    pretrained_model: str | None = "{prefix}PreTrainedModel",
+) -> PatchConfig:
+    """Apply the VLM snippets to ``config`` for the model whose classes start with ``prefix``.
+
+    The defaults are Qwen2.5-VL's. ``mrope`` names the sectioned multimodal RoPE function (Qwen2-VL,
+    Qwen2.5-VL; None where the rotary embedding interleaves the sections itself and the attention calls a plain
+    ``rope`` function, Qwen3-VL). ``model`` is the class whose ``get_rope_index`` the position-id function runs.
+    """
+    apply_norms(config, norms, prefix=prefix)
+    apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
+    apply_call_sites(config, call_sites, prefix=prefix)
+    apply_rope(config, rope)
+    if mrope is not None:
+        config.apply_snippet("vlm_mrope_guard", mrope, description="multimodal RoPE behind the rope slot")
+    if vision.rope is not None:
+        config.apply_snippet(
+            "vlm_rope_vision_guard", vision.rope, description="vision RoPE behind the rope_vision slot"
+        )
+    config.apply_snippet(
+        "vlm_vision_dummy_forward",
+        f"{_named(vision.cls, prefix)}.dummy_forward",
+        add=True,
+        patch_weight=vision.patch_weight,
+        description="a zero loss term through the vision tower, for ranks without images",
+    )
+    causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix)
+    config.add_helper(rope_index_without_model, description="upstream's get_rope_index without a model (picklable)")
+    model_cls = _named(model, prefix)
+    for cls in (model_cls, causal_lm_cls):
+        config.apply_snippet(
+            "vlm_position_id_func",
+            f"{cls}.get_position_id_func",
+            add=True,
+            helper=rope_index_without_model.__name__,
+            model=model_cls,
+            description="picklable multimodal position ids for the data pipeline",
+        )
+    apply_pretrained_model(config, pretrained_model, prefix=prefix)
+    return config
