@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Partial
 
 from modelgraft.models.distributed.expert_parallel import expert_shards
 from modelgraft.models.distributed.mesh import ParallelState
@@ -72,6 +72,19 @@ def _grads_by_mesh(model: nn.Module) -> dict[tuple[DeviceMesh | None, bool], lis
     return groups
 
 
+def _largest_element(grads: list[torch.Tensor], mesh: DeviceMesh, error_if_nonfinite: bool) -> torch.Tensor:
+    """The inf-norm of DTensor gradients on ``mesh``: the largest local element, maximized over the mesh.
+
+    ``get_total_norm`` refuses the inf-norm of an empty tensor (a max has no identity), and FSDP leaves a
+    rank an empty shard of a parameter whose dim 0 runs out before that rank (a 6-expert router's
+    ``[6, H]`` weight on 4 ranks: 2, 2, 2 and 0 rows), so the empty local shards are left out here; a norm is never below 0, the max's identity.
+    """
+    local = [grad.to_local() for grad in grads]
+    largest = torch.nn.utils.get_total_norm([t for t in local if t.numel()], math.inf, error_if_nonfinite)
+    largest = largest.to(device=local[0].device, dtype=torch.float32)
+    return DTensor.from_local(largest, mesh, [Partial("max")] * mesh.ndim).full_tensor()
+
+
 @torch.no_grad()
 def grad_norm(
     model: nn.Module, state: ParallelState, norm_type: float = 2.0, *, error_if_nonfinite: bool = False
@@ -85,8 +98,12 @@ def grad_norm(
     """
     norm_type = float(norm_type)
     norms = []
-    for (_, is_expert), params in sorted(_grads_by_mesh(model).items(), key=lambda item: item[0][1]):
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type, error_if_nonfinite)
+    for (mesh, is_expert), params in sorted(_grads_by_mesh(model).items(), key=lambda item: item[0][1]):
+        grads = [p.grad for p in params]
+        if mesh is not None and math.isinf(norm_type):
+            norm = _largest_element(grads, mesh, error_if_nonfinite)
+        else:
+            norm = torch.nn.utils.get_total_norm(grads, norm_type, error_if_nonfinite)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
         if is_expert and state.ep > 1:

@@ -26,6 +26,7 @@ from modelgraft.models.distributed import (
     clip_grad_norm,
     full_state,
     global_token_count,
+    grad_norm,
     parallel_ops,
     register_ulysses,
     router_modules,
@@ -157,6 +158,8 @@ def expert_parallel_train_step(
     for param_name, expected in ref["grads"].items():
         assert_near(grads[param_name], expected, f"gradient of {param_name}", relative)
     if clip:
+        largest = torch.nn.utils.get_total_norm(list(ref["grads"].values()), float("inf"))
+        assert_near(grad_norm(model, state, float("inf")), largest, "largest gradient element (inf norm)", relative)
         norm = clip_grad_norm(model, state, ref["max_norm"])
         assert_near(norm, ref["norm"], "total gradient norm", relative)
         everyone = [torch.empty_like(norm) for _ in range(state.world_size)]
