@@ -60,11 +60,44 @@ def _callee(call: ast.Call) -> str:
     return dotted_name(call.func) or ast.unparse(call.func)
 
 
+def _owned_calls(root: ast.AST, pattern: str) -> list[tuple[ast.stmt, ast.Call]]:
+    """Each call of ``pattern`` below ``root`` with the statement that owns it: the innermost statement of
+    the blocks :func:`_statement_lists` reaches that holds the call. One walk of the tree.
+
+    A call in an ``except`` clause's header belongs to no statement (the handler is not one), and a call
+    outside every block (a decorator, a default) to none either.
+    """
+    found = []
+    # (node, its owner, whether its block fields are blocks: it is the root or a statement of a block)
+    todo: list[tuple[ast.AST, ast.stmt | None, bool]] = [(root, None, True)]
+    while todo:
+        node, owner, opens_blocks = todo.pop()
+        if isinstance(node, ast.Call) and owner is not None and _callee(node) == pattern:
+            found.append((owner, node))
+        for name, value in ast.iter_fields(node):
+            if isinstance(value, ast.AST):
+                todo.append((value, owner, False))
+            elif isinstance(value, list):
+                block = opens_blocks and name in _BLOCK_FIELDS and _is_block(value)
+                for item in value:
+                    if not isinstance(item, ast.AST):
+                        continue
+                    if block:
+                        todo.append((item, None if isinstance(item, ast.excepthandler) else item, True))
+                    else:
+                        todo.append((item, owner, False))
+    return found
+
+
+def _is_block(value: list) -> bool:
+    return bool(value) and isinstance(value[0], (ast.stmt, ast.excepthandler))
+
+
 def _statement_lists(node: ast.AST):
     """Every list of statements below ``node`` (bodies of if/for/with/try/..., recursively)."""
     for name in _BLOCK_FIELDS:
         block = getattr(node, name, None)
-        if isinstance(block, list) and block and isinstance(block[0], (ast.stmt, ast.excepthandler)):
+        if isinstance(block, list) and _is_block(block):
             yield block
             for child in block:
                 yield from _statement_lists(child)
@@ -286,25 +319,10 @@ class UpstreamMember:
         return self._fail("its body changes when re-indented (a multi-line string?); patch it by hand")
 
     def _find(self, pattern: str) -> tuple[ast.stmt, ast.Call]:
-        found = []
-        for block in _statement_lists(self.node):
-            for statement in block:
-                if isinstance(statement, ast.excepthandler):
-                    continue
-                own = [c for c in _calls(statement, pattern) if not self._in_nested_block(statement, c)]
-                found += [(statement, c) for c in own]
+        found = _owned_calls(self.node, pattern)
         if len(found) != 1:
             raise self._fail(f"expected exactly one call of {pattern}(...), found {len(found)}")
         return found[0]
-
-    @staticmethod
-    def _in_nested_block(statement: ast.stmt, call: ast.Call) -> bool:
-        """The call sits in a statement nested inside ``statement`` (it belongs to that inner statement)."""
-        for block in _statement_lists(statement):
-            for inner in block:
-                if any(c is call for c in _calls(inner, _callee(call))):
-                    return True
-        return False
 
     def _run(self, first: str, last: str) -> tuple[list[ast.stmt], int, int]:
         statement_first, _ = self._find(first)
