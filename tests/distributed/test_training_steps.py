@@ -26,6 +26,10 @@ def test_clip_grad_norm_under_fsdp_x_ep_is_the_one_process_norm_on_every_rank() 
     spawn(training_scenarios.fsdp_x_ep_clipping, 4, timeout=TIMEOUT)
 
 
+def test_clip_grad_norm_under_ep_alone_sums_the_expert_norms_over_the_ep_ranks() -> None:
+    spawn(training_scenarios.ep2_clipping_without_fsdp, 2, timeout=TIMEOUT)
+
+
 def test_sp2_x_ep2_x_fsdp_train_step_with_clipping_matches_one_process() -> None:
     spawn(training_scenarios.sp_x_ep_x_fsdp_train_step, 4, timeout=TIMEOUT)
 

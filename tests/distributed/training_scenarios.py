@@ -182,6 +182,10 @@ def gpt_oss_ep2_train_step() -> None:
     expert_parallel_train_step("gpt_oss", 2, fsdp=False)
 
 
+def ep2_clipping_without_fsdp() -> None:
+    expert_parallel_train_step("gpt_oss", 2, fsdp=False, clip=True)
+
+
 def fsdp_x_ep_train_steps() -> None:
     expert_parallel_train_step("qwen3_moe", 2, fsdp=True)
     expert_parallel_train_step("gpt_oss", 2, fsdp=True)
