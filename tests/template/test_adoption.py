@@ -50,6 +50,7 @@ LOCAL_MODIFICATIONS = {
 REFUSED_BY_THE_SCAFFOLD = {
     "deepseek_v4": "defines its own cache",
     "qwen2_5_vl": "vlm models have no scaffold yet",
+    "qwen2_vl": "vlm models have no scaffold yet",
 }
 
 #: A template change that reaches every model and that no hand-written part can conflict with: a new file.
