@@ -1,1 +1,1 @@
-"""What a generated file looks like on disk: header, diff, atomic writes."""
+"""What a generated file looks like on disk: header (upstream's modular banner left out), diff, atomic writes."""
