@@ -8,11 +8,13 @@ when something is missing.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
+import torch
 import transformers
-from transformers import PreTrainedConfig, PreTrainedModel
+from transformers import PreTrainedConfig, PreTrainedModel, initialization
 
 from modelgraft.models.ops import OpsConfig, bind_ops
 from modelgraft.models.ops.binding import attach_ops
@@ -99,6 +101,7 @@ def build_model(
     use_hf: bool = False,
     architecture: str | None = None,
     attn_implementation: str | None = None,
+    device: str | torch.device | None = None,
     **config_overrides: Any,
 ) -> PreTrainedModel:
     """Instantiate a model with freshly initialized weights (``cls(config)``).
@@ -122,6 +125,12 @@ def build_model(
     (``model.ops_config`` None) the model runs whatever is bound globally when it is called, and the
     binding is left alone. ``use_hf=True`` builds the plain transformers class, which never consults
     slots, so non-eager ops are rejected.
+
+    ``device="meta"`` builds the model without allocating its parameters or buffers, as transformers'
+    ``from_pretrained`` does (``torch.device("meta")`` and ``meta_device_safe_creation_ops``; weight
+    initialization is skipped on meta): a model too big for one process can be sharded first and then
+    materialized shard by shard (``modelgraft.models.distributed.materialize``). Another ``device``
+    builds the model there, initialized as usual.
     """
     if isinstance(config_or_architecture, str):
         if architecture is not None and architecture != config_or_architecture:
@@ -142,8 +151,21 @@ def build_model(
     if not use_hf:
         ops = backend_ops(backend, ops)
     if ops is None:
-        model = cls(config)
+        model = _instantiate(cls, config, device)
         model.ops_config = None
         return model
     bind_ops(ops)  # loads and checks every kernel first: one that cannot run here changes nothing
-    return attach_ops(cls(config), ops)
+    return attach_ops(_instantiate(cls, config, device), ops)
+
+
+def _instantiate(
+    cls: type[PreTrainedModel], config: PreTrainedConfig, device: str | torch.device | None
+) -> PreTrainedModel:
+    """``cls(config)``, under ``device`` when given (on meta, with transformers' own meta-safe creation ops)."""
+    if device is None:
+        return cls(config)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.device(device))
+        if torch.device(device).type == "meta":
+            stack.enter_context(initialization.meta_device_safe_creation_ops())
+        return cls(config)
