@@ -12,6 +12,8 @@ registered attention implementations, its patch merger, the placeholder scatter 
 - ``vlm_mrope_guard`` for ``mrope``: Qwen2-VL's sectioned ``apply_multimodal_rotary_pos_emb`` behind the
   rope slot;
 - ``vlm_rope_vision_guard``: the vision tower's ``apply_rotary_pos_emb_vision`` behind ``rope_vision_slot``;
+- ``vlm_own_towers_init`` for ``towers``: a ``<Prefix>Model.__init__`` that builds its towers with
+  ``AutoModel.from_config`` (Qwen3-VL) builds this module's classes instead, so its guards run;
 - ``causal_lm_loss_guard`` on ``<Prefix>ForConditionalGeneration.forward``: upstream's loss call names
   ``self.config.text_config.vocab_size`` and its lm_head call the hidden states sliced by ``logits_to_keep``, and
   the snippet hands the kernel exactly those;
@@ -26,7 +28,7 @@ registered attention implementations, its patch merger, the placeholder scatter 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +90,7 @@ def vlm(
     mrope: str | None = "apply_multimodal_rotary_pos_emb",
     causal_lm: LossHead = LossHead("{prefix}ForConditionalGeneration"),
     model: str = "{prefix}Model",
+    towers: Mapping[str, str] | None = None,
     pretrained_model: str | None = "{prefix}PreTrainedModel",
 ) -> PatchConfig:
     """Apply the VLM snippets to ``config`` for the model whose classes start with ``prefix``.
@@ -113,9 +116,16 @@ def vlm(
         patch_weight=vision.patch_weight,
         description="a zero loss term through the vision tower, for ranks without images",
     )
+    model_cls = _named(model, prefix)
+    if towers:
+        config.apply_snippet(
+            "vlm_own_towers_init",
+            f"{model_cls}.__init__",
+            towers={attribute: _named(cls, prefix) for attribute, cls in towers.items()},
+            description="the towers are this module's classes, not AutoModel's",
+        )
     causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix)
     config.add_helper(rope_index_without_model, description="upstream's get_rope_index without a model (picklable)")
-    model_cls = _named(model, prefix)
     for cls in (model_cls, causal_lm_cls):
         config.apply_snippet(
             "vlm_position_id_func",

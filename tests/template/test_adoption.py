@@ -51,6 +51,7 @@ REFUSED_BY_THE_SCAFFOLD = {
     "deepseek_v4": "defines its own cache",
     "qwen2_5_vl": "vlm models have no scaffold yet",
     "qwen2_vl": "vlm models have no scaffold yet",
+    "qwen3_vl": "vlm models have no scaffold yet",
 }
 
 #: A template change that reaches every model and that no hand-written part can conflict with: a new file.
