@@ -26,6 +26,7 @@ from modelgraft.generator.context import RunContext
 from modelgraft.generator.discovery import LoadedConfig
 from modelgraft.generator.dsl.config import PatchConfig
 from modelgraft.generator.errors import PatchgenError
+from modelgraft.generator.gc_pause import paused_gc
 from modelgraft.generator.normalize.ruff import normalize, ruff_version
 from modelgraft.generator.output.diff import unified_diff
 from modelgraft.generator.output.header import fingerprint, relative_name, render_header
@@ -143,6 +144,12 @@ def generate(configs: list[LoadedConfig], context: RunContext) -> list[Generated
     between runs sees what a fresh process would.
     """
     _check_unique_outputs(configs)
+    with paused_gc():
+        return _generate(configs, context)
+
+
+def _generate(configs: list[LoadedConfig], context: RunContext) -> list[GeneratedFile]:
+    """The batch: prepared in workers, normalized at once, checked and diffed here."""
     prepared = map_configs(prepare, configs, context)
     normalized = normalize({p.name: (p.filename, p.text) for p in prepared})
     results = []

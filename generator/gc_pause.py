@@ -1,0 +1,26 @@
+"""The cyclic garbage collector, paused while a batch is generated.
+
+Generation allocates a few hundred thousand small objects that stay alive until the end of the run
+(the syntax trees of upstream modules, patch sources and their verified edits), so the collector keeps
+walking a growing heap and finds almost nothing: it cost a fifth of a run's CPU time. Nearly all
+garbage of a run is freed by reference counting anyway; the peak RSS of a zoo-wide run is the same
+with the collector paused. Forked workers inherit the paused state.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Collector off inside the block; on again after it, if it was on before."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
