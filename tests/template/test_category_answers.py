@@ -15,8 +15,9 @@ from .repos import copy_model
 
 #: (model, wrong answer, what the refusal says was detected).
 WRONG_ANSWERS = [
-    ("qwen3_vl", "dense", "upstream's structure is vlm: a vision tower (Qwen3VLVisionMLP)"),
-    ("qwen3_vl", "moe", "upstream's structure is vlm: a vision tower (Qwen3VLVisionMLP)"),
+    # A VLM outside the zoo (the Qwen-VL family is in it: models/qwen3_vl would exist already).
+    ("glm4v", "dense", "upstream's structure is vlm: a vision tower (Glm4VisionMlp)"),
+    ("glm4v", "moe", "upstream's structure is vlm: a vision tower (Glm4VisionMlp)"),
     ("qwen2_moe", "dense", "upstream's structure is moe: routed experts"),
     ("mistral", "moe", "upstream's structure is dense: decoder-only text model; upstream has no routed experts"),
     ("mistral", "vlm", "upstream's structure is dense: decoder-only text model"),
