@@ -25,3 +25,18 @@ def test_meta_built_fsdp_and_ep_models_load_their_slices_and_train_like_one_proc
     hub_checkpoints: dict[str, Path],
 ) -> None:
     spawn(sharded_scenarios.two_rank_meta_fsdp, 2, hub_checkpoints, timeout=TIMEOUT)
+
+
+def test_fsdp_x_ep_on_four_ranks_reads_only_each_ranks_experts_and_trains_like_one_process(
+    hub_checkpoints: dict[str, Path],
+) -> None:
+    spawn(sharded_scenarios.four_rank_meta_fsdp_x_ep, 4, hub_checkpoints, timeout=TIMEOUT)
+
+
+def test_missing_unexpected_and_misshaped_keys_are_named_and_raise_on_every_rank(tmp_path: Path) -> None:
+    spawn(sharded_scenarios.errors_raise_on_every_rank, 2, sharded_scenarios.write_broken_checkpoints(tmp_path))
+
+
+def test_each_rank_allocates_its_share_of_the_parameters_not_the_whole_model(tmp_path: Path) -> None:
+    path, whole_bytes = sharded_scenarios.write_memory_checkpoint(tmp_path / "llama")
+    spawn(sharded_scenarios.each_rank_allocates_its_share, 2, path, whole_bytes, timeout=TIMEOUT)
