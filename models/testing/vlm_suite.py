@@ -38,6 +38,7 @@ from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.dense_suite import CHUNKED_LOSS
 from modelgraft.models.testing.parity import (
     ModelPair,
+    Tolerance,
     build_pair,
     check_parity,
     eager_slots_on_one_thread,
@@ -327,6 +328,23 @@ class VlmParitySuite:
             dtype=dtype,
             tolerance=tolerance_for(dtype, kernels=False),
             logits="close",
+        )
+        assert candidate.calls[slot] > 0
+
+    @pytest.mark.parametrize("slot", ["rope", "rope_vision"])
+    @pytest.mark.parametrize("dtype", DTYPES)
+    def test_reference_rope_kernels_are_upstream_bit_for_bit(
+        self, backend: str, slot: str, dtype: torch.dtype
+    ) -> None:
+        """The text RoPE (sectioned by the guard where upstream sections it) and the vision RoPE through their
+        slots: logits, loss and every gradient exactly upstream's."""
+        _, candidate = self._parity(
+            backend,
+            self.model.multimodal_batch(),
+            kernels={slot: reference_kernel(slot)},
+            dtype=dtype,
+            tolerance=Tolerance(rtol=0.0, atol=0.0),
+            logits="equal",
         )
         assert candidate.calls[slot] > 0
 

@@ -9,6 +9,8 @@ whose features the first decoder layer adds at the vision positions.
 from transformers import Qwen3VLConfig, Qwen3VLProcessor
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from modelgraft.models.loader import build_model
+from modelgraft.models.registry import MODELING_REGISTRY
 from modelgraft.models.testing.vlm_suite import VlmModel, VlmParitySuite
 
 QWEN3_VL = VlmModel(
@@ -53,3 +55,11 @@ QWEN3_VL = VlmModel(
 
 class TestQwen3VLParity(VlmParitySuite):
     model = QWEN3_VL
+
+
+def test_the_towers_are_the_generated_classes_not_automodels() -> None:
+    """Upstream builds them with AutoModel.from_config, which resolves to upstream's classes; ours must not."""
+    module = MODELING_REGISTRY.get_module("qwen3_vl", "gpu")
+    model = build_model(QWEN3_VL.config(), architecture=QWEN3_VL.causal_lm)
+    assert type(model.model.visual) is module.Qwen3VLVisionModel
+    assert type(model.model.language_model) is module.Qwen3VLTextModel
