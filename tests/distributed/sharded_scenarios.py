@@ -32,7 +32,7 @@ from modelgraft.models.ops import OpsConfig, bind_ops, bound_ops, unbind_ops
 from modelgraft.models.testing import causal_lm_batch, seed_everything, tiny_config
 from modelgraft.models.testing.moe_suite import _write_sharded, per_expert_state_dict
 
-from .checkpoint_scenarios import PER_EXPERT, Reads, recorded_reads
+from .checkpoint_scenarios import FUSED, PER_EXPERT, Reads, recorded_reads
 from .scenarios import GROUPED, MODELS, assert_close, assert_same_grads, config_of, rows_of
 
 #: llama with tied embeddings: the from_pretrained layout then has no lm_head.weight.
@@ -50,9 +50,13 @@ def whole_model(name: str, seed: int) -> torch.nn.Module:
 
 def write_hub_checkpoints(folder: Path) -> dict[str, Path]:
     """llama through ``save_pretrained`` (sharded, with an index); qwen3_moe in the hub's per-expert layout."""
-    paths = {"llama": folder / "llama", "qwen3_moe": folder / "qwen3_moe"}
+    paths = {name: folder / name for name in ("llama", "qwen3_moe", "qwen3_moe_fused", "qwen3_moe_transposed")}
     whole_model("llama", 0).save_pretrained(paths["llama"], max_shard_size="40KB")
-    _write_sharded(per_expert_state_dict(whole_model("qwen3_moe", 0).state_dict()), paths["qwen3_moe"])
+    moe = whole_model("qwen3_moe", 0)
+    _write_sharded(per_expert_state_dict(moe.state_dict()), paths["qwen3_moe"])
+    _write_sharded(moe.state_dict(), paths["qwen3_moe_fused"])  # the fused tensors as the modeling holds them
+    transposed = {k: v.transpose(-2, -1) if FUSED.search(k) else v for k, v in moe.state_dict().items()}
+    _write_sharded(transposed, paths["qwen3_moe_transposed"])  # [E, H, 2I]: the converter tells it from the config
     return paths
 
 
@@ -177,6 +181,26 @@ def two_rank_meta_fsdp(paths: dict[str, Path]) -> None:
     loaded_sharded_matches_whole("qwen3_moe", paths, ep=1)
     loaded_sharded_matches_whole("qwen3_moe", paths, ep=2)
     initialized_sharded_matches_whole_init("llama")
+
+
+def fused_layouts_load_only_own_rows(paths: dict[str, Path]) -> None:
+    """Fused expert tensors, stored as the modeling holds them or transposed, are read on their experts dim
+    only (FSDP's rows without EP, the ep rank's experts with it) and equal the whole model's slices."""
+    for ep in (1, 2):
+        state = ParallelState.build(ep=ep)
+        for layout in ("qwen3_moe_fused", "qwen3_moe_transposed"):
+            reference = whole_model("qwen3_moe", 1)
+            load_checkpoint(reference, paths["qwen3_moe"])
+            model = sharded_from_meta("qwen3_moe", state)
+            materialize(model, weights=False)
+            placements = placements_of(model)
+            with recorded_reads() as reads:
+                load_sharded_checkpoint(model, paths[layout])
+            assert_reads_only_own_slices(reads, placements, _expert_rows(placements))
+            assert [key for key, _ in reads.sliced if FUSED.search(key)], f"{layout}: no fused tensor was sliced"
+            params = full_state(model, state)
+            for key, param in reference.named_parameters():
+                assert torch.equal(params[key], param.detach()), f"{layout}, ep={ep}: {key} differs"
 
 
 def four_rank_meta_fsdp_x_ep(paths: dict[str, Path]) -> None:

@@ -27,6 +27,12 @@ def test_meta_built_fsdp_and_ep_models_load_their_slices_and_train_like_one_proc
     spawn(sharded_scenarios.two_rank_meta_fsdp, 2, hub_checkpoints, timeout=TIMEOUT)
 
 
+def test_fused_expert_tensors_in_either_layout_are_read_on_their_experts_dim_only(
+    hub_checkpoints: dict[str, Path],
+) -> None:
+    spawn(sharded_scenarios.fused_layouts_load_only_own_rows, 2, hub_checkpoints, timeout=TIMEOUT)
+
+
 def test_fsdp_x_ep_on_four_ranks_reads_only_each_ranks_experts_and_trains_like_one_process(
     hub_checkpoints: dict[str, Path],
 ) -> None:
