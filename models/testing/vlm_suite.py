@@ -526,6 +526,14 @@ class VlmParitySuite:
         actual = self._position_id_func(backend)(**_rope_index_inputs(batch))
         assert all(torch.equal(a, e) for a, e in zip(actual, expected, strict=True))
 
+    def test_position_id_func_takes_an_attention_mask_by_attention_type(self, backend: str) -> None:
+        """transformers 5 may pass the mask as a dict by attention type; the function reads its full attention."""
+        batch = self.model.multimodal_batch(labels=False)
+        expected = self._upstream_rope_index(batch)
+        inputs = {**_rope_index_inputs(batch), "attention_mask": {"full_attention": batch["attention_mask"]}}
+        actual = self._position_id_func(backend)(**inputs)
+        assert all(torch.equal(a, e) for a, e in zip(actual, expected, strict=True))
+
     def test_position_id_func_pickles_and_runs_in_a_spawned_worker(self, backend: str) -> None:
         batch = self.model.multimodal_batch(labels=False)
         payload = pickle.dumps((self._position_id_func(backend), _rope_index_inputs(batch)))
