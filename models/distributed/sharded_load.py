@@ -18,8 +18,10 @@ safetensors header alone, what to read:
   EP *and* FSDP), per-expert keys of other experts are skipped unread, and an already-fused expert tensor
   is read only on its experts dim (dim 0 in either stored layout; the converter decides the layout from
   the config's sizes);
-* a key of another converter (one that may rename or rewrite): read whole and converted, then each output
-  is cut to this rank's slice. Such a converter reads more than this rank's slice; the limits in
+* a key a converter only renames (it answers ``rename(key)`` with the model's name for it): this rank's
+  slice of the renamed entry, as above, without calling ``convert``;
+* a key of another converter (one that rewrites values): read whole and converted, then each output is
+  cut to this rank's slice. Such a converter reads more than this rank's slice; the limits in
   docs/distributed.md say so.
 
 Everything runs inside :func:`~models.distributed.guard.fail_together`: no collective happens before the
@@ -152,16 +154,28 @@ def _shape_problems(
     """From the headers alone: keys loaded as they are that the model lacks, and those of the wrong shape."""
     unexpected, misshaped = [], []
     for key, shape in headers.items():
-        if _owner(converter, key) is not None:
+        target = _loaded_as(converter, key)
+        if target is None:
             continue
-        placement = placements.get(key)
+        placement = placements.get(target)
+        renamed = "" if target == key else f" (loaded as {target})"
         if placement is None:
             unexpected.append(key)
         elif shape != placement.global_shape:
             misshaped.append(
-                f"{key}: checkpoint shape {list(shape)}, the model's whole shape {list(placement.global_shape)}"
+                f"{key}{renamed}: checkpoint shape {list(shape)}, the model's whole shape {list(placement.global_shape)}"
             )
     return unexpected, misshaped
+
+
+def _loaded_as(converter: CheckpointConverter | None, key: str) -> str | None:
+    """The entry ``key`` fills unchanged: itself without a converter, the converter's ``rename(key)`` for one
+    that only renames it; None when the converter must see the whole tensor."""
+    owner = _owner(converter, key)
+    if owner is None:
+        return key
+    rename = getattr(owner, "rename", None)
+    return None if rename is None else rename(key)
 
 
 def load_sharded_checkpoint(
@@ -233,11 +247,13 @@ def _load(model: nn.Module, path: Path, converter: CheckpointConverter | None, s
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as handle:
             for key in handle.keys():  # noqa: SIM118
-                owner = _owner(local, key)
-                if owner is None:
-                    if key in placements:
-                        assign([(key, _read(handle, key, placements[key]))], sliced=True)
+                target = _loaded_as(local, key)
+                if target is not None:  # loaded unchanged (maybe renamed): this rank's slice only
+                    if target in placements:
+                        assign([(target, _read(handle, key, placements[target]))], sliced=True)
                     continue
+                owner = _owner(local, key)
+                assert owner is not None
                 if _expert_aware(owner):
                     rows = ranges.get(id(_original(converter, key)))
                     expert = owner.expert_of(key)

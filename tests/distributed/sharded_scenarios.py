@@ -50,8 +50,12 @@ def whole_model(name: str, seed: int) -> torch.nn.Module:
 
 def write_hub_checkpoints(folder: Path) -> dict[str, Path]:
     """llama through ``save_pretrained`` (sharded, with an index); qwen3_moe in the hub's per-expert layout."""
-    paths = {name: folder / name for name in ("llama", "qwen3_moe", "qwen3_moe_fused", "qwen3_moe_transposed")}
-    whole_model("llama", 0).save_pretrained(paths["llama"], max_shard_size="40KB")
+    names = ("llama", "llama_renamed", "qwen3_moe", "qwen3_moe_fused", "qwen3_moe_transposed")
+    paths = {name: folder / name for name in names}
+    llama = whole_model("llama", 0)
+    llama.save_pretrained(paths["llama"], max_shard_size="40KB")
+    renamed = {k.replace(MODEL_NAME, HUB_NAME): v for k, v in llama.state_dict().items() if k != "lm_head.weight"}
+    _write_sharded(renamed, paths["llama_renamed"])
     moe = whole_model("qwen3_moe", 0)
     _write_sharded(per_expert_state_dict(moe.state_dict()), paths["qwen3_moe"])
     _write_sharded(moe.state_dict(), paths["qwen3_moe_fused"])  # the fused tensors as the modeling holds them
@@ -201,6 +205,53 @@ def fused_layouts_load_only_own_rows(paths: dict[str, Path]) -> None:
             params = full_state(model, state)
             for key, param in reference.named_parameters():
                 assert torch.equal(params[key], param.detach()), f"{layout}, ep={ep}: {key} differs"
+
+
+#: A checkpoint that names the query projections otherwise (as checkpoints of older modeling code do).
+MODEL_NAME, HUB_NAME = ".self_attn.q_proj.", ".attention.wq."
+
+
+class Renamer:
+    """The converter of such a checkpoint: ``convert`` renames; with ``announce``, ``rename`` says so up front."""
+
+    def __init__(self, announce: bool) -> None:
+        if announce:
+            self.rename = lambda key: key.replace(HUB_NAME, MODEL_NAME)
+
+    def can_handle(self, key: str) -> bool:
+        return HUB_NAME in key
+
+    def convert(self, key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        return [(key.replace(HUB_NAME, MODEL_NAME), tensor)]
+
+    def finalize(self) -> list[tuple[str, torch.Tensor]]:
+        return []
+
+
+def renamed_keys_load_into_their_slices(paths: dict[str, Path]) -> None:
+    """A renaming converter: with ``rename`` each rank reads only its slice of the renamed keys; with
+    ``convert`` alone they are read whole and cut after conversion. Both give the whole model's weights."""
+    state = ParallelState.build()
+    reference = whole_model("llama", 1)
+    load_checkpoint(reference, paths["llama"])
+    for announce in (True, False):
+        model = sharded_from_meta("llama", state)
+        materialize(model, weights=False)
+        placements = placements_of(model)
+        with recorded_reads() as reads:
+            result = load_sharded_checkpoint(model, paths["llama_renamed"], converter=Renamer(announce))
+        assert not result.missing and not result.unexpected
+        whole = [key for key in reads.whole if HUB_NAME in key]
+        sliced = {key: index for key, index in reads.sliced if HUB_NAME in key}
+        if announce:
+            assert not whole and sliced, (whole, sliced)
+            for key, index in sliced.items():
+                assert index == placements[key.replace(HUB_NAME, MODEL_NAME)].index, (key, index)
+        else:
+            assert whole and not sliced, (whole, sliced)
+        params = full_state(model, state)
+        for key, param in reference.named_parameters():
+            assert torch.equal(params[key], param.detach()), f"rename announced={announce}: {key} differs"
 
 
 def four_rank_meta_fsdp_x_ep(paths: dict[str, Path]) -> None:

@@ -33,6 +33,12 @@ def test_fused_expert_tensors_in_either_layout_are_read_on_their_experts_dim_onl
     spawn(sharded_scenarios.fused_layouts_load_only_own_rows, 2, hub_checkpoints, timeout=TIMEOUT)
 
 
+def test_renamed_keys_land_in_each_ranks_slice_and_a_rename_hook_keeps_reads_to_the_slice(
+    hub_checkpoints: dict[str, Path],
+) -> None:
+    spawn(sharded_scenarios.renamed_keys_load_into_their_slices, 2, hub_checkpoints, timeout=TIMEOUT)
+
+
 def test_fsdp_x_ep_on_four_ranks_reads_only_each_ranks_experts_and_trains_like_one_process(
     hub_checkpoints: dict[str, Path],
 ) -> None:
