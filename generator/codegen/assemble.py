@@ -17,6 +17,7 @@ from modelgraft.generator.codegen.plan import Plan, ResolvedPatch
 from modelgraft.generator.codegen.tokens import apply_edits, reindent, rename_definition
 from modelgraft.generator.dsl.patches import PatchKind
 from modelgraft.generator.output.modular_banner import modular_banner_edits
+from modelgraft.generator.source_lines import parser_lines
 from modelgraft.generator.syntax import (
     DEFINITION_NODES,
     FUNCTION_NODES,
@@ -154,7 +155,7 @@ def _init_extra(resolved: ResolvedPatch, upstream_init: ast.FunctionDef) -> str:
         body = body[1:]
     if not body:
         return ""
-    lines = source.text.splitlines(keepends=True)
+    lines = parser_lines(source.text)
     text = "".join(lines[leading_comment_start(body[0], lines) - 1 :])
     target_col = upstream_init.body[0].col_offset
     text = reindent(text, target_col - body[0].col_offset)

@@ -18,6 +18,7 @@ from modelgraft.generator.codegen.tokens import reindent
 from modelgraft.generator.dsl.config import PatchConfig
 from modelgraft.generator.dsl.patches import ImportSpec
 from modelgraft.generator.errors import PatchSourceError
+from modelgraft.generator.source_lines import parser_lines
 from modelgraft.generator.syntax import DEFINITION_NODES, IMPORT_NODES, DefinitionNode, is_docstring, nested_statements
 from modelgraft.generator.upstream.index import statement_start
 
@@ -109,7 +110,7 @@ def _span(lines: list[str], node: ast.expr) -> str:
 def _parse_file(path: str, parsed: ParsedFiles) -> tuple[list[str], ast.Module]:
     if path not in parsed:
         text = Path(path).read_text(encoding="utf-8")
-        parsed[path] = (text.splitlines(keepends=True), ast.parse(text, filename=path))
+        parsed[path] = (parser_lines(text), ast.parse(text, filename=path))
     return parsed[path]
 
 
@@ -156,5 +157,5 @@ def from_text(text: str, *, origin: str) -> PatchSource:
     defs = [n for n in tree.body if isinstance(n, DEFINITION_NODES)]
     if len(defs) != 1 or len(imports) + 1 != len(tree.body) or tree.body[-1] is not defs[0]:
         raise PatchSourceError(f"{origin} must hold imports, then exactly one function or class")
-    source = from_definition(defs[0], text.splitlines(keepends=True), origin=origin)
+    source = from_definition(defs[0], parser_lines(text), origin=origin)
     return replace(source, imports=tuple(spec for node in imports for spec in ImportSpec.from_statement(node)))
