@@ -56,3 +56,11 @@ def test_every_segment_of_an_upstream_module_equals_get_source_segment() -> None
 
 def test_a_node_without_end_positions_has_no_segment() -> None:
     assert SourceLines("x = 1\n").segment(ast.Name(id="x", lineno=1, col_offset=0)) is None
+
+
+def test_a_patch_body_after_a_form_feed_is_cut_at_its_own_lines() -> None:
+    from modelgraft.generator.codegen.patch_source import from_text
+
+    source = from_text("import os\n\x0c# section\ndef f():\n    return os.sep\n", origin="snippet s")
+
+    assert source.text == "def f():\n    return os.sep\n"
