@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: Model categories of design.md section 4, plus the refusal for everything else.
+#: Model categories (docs/design.md, "Model categories"), plus the refusal for everything else.
 CATEGORIES = ("dense", "moe", "vlm", "vlm_moe", "omni", "omni_moe", "out_of_category")
 
 #: Norm formulations, each with the slot call that recomputes it:

@@ -131,7 +131,7 @@ def test_plain_copier_update_carries_a_template_change(repo: Path, capsys: pytes
 
 
 def test_scaffolds_recording_a_tag_are_refused_then_adopted(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The zoo as it was before issue 6: `_commit: v0.1.0`, a tag no clone has. `--adopt` migrates it."""
+    """The zoo as it was before template versions were commit ids: `_commit: v0.1.0`, a tag no clone has. `--adopt` migrates it."""
     version = template_version(repo)
     for model in ZOO:
         answers = repo / "models" / model / ".copier-answers.yml"
