@@ -20,7 +20,10 @@ __all__ = [
     "BoundKernel",
     "OpSlot",
     "activation_slot",
+    "causal_conv1d_slot",
+    "causal_conv1d_update_slot",
     "causal_lm_loss_slot",
+    "chunk_gated_delta_rule_slot",
     "correction_bias_router_slot",
     "dsa_indexer_slot",
     "gated_mlp_slot",
@@ -34,6 +37,8 @@ __all__ = [
     "lightning_indexer_slot",
     "load_balancing_loss_slot",
     "moe_experts_slot",
+    "recurrent_gated_delta_rule_slot",
+    "rms_norm_gated_slot",
     "rms_norm_slot",
     "rope_slot",
     "rope_vision_slot",
@@ -206,6 +211,32 @@ softmax_topk_router_slot = _define("softmax_topk_router")
 #     bias); top values, indices = torch.topk(logits, top_k) (sorted); weights = softmax over those K values, in
 #     their own dtype (no upcast).
 topk_softmax_router_slot = _define("topk_softmax_router")
+
+# rms_norm_gated_slot(hidden_states, gate, weight, eps, *, activation="silu") -> Tensor: a gated RMSNorm
+#     (Qwen3.5's linear attention output norm): in fp32, x * rsqrt(mean(x^2) + eps) cast to the input dtype, times
+#     weight, times ACT2FN[activation](gate in fp32); the result cast to the input dtype.
+rms_norm_gated_slot = _define("rms_norm_gated")
+# causal_conv1d_slot(hidden_states [B, C, T], weight [C, K], bias [C] or None, activation, *, cu_seqlens=None)
+#     -> [B, C, T]: depthwise causal conv1d (K - 1 zeros of left padding) in weight's dtype, then ACT2FN[activation]
+#     when activation is not None, cast to the input's dtype. cu_seqlens (int [N + 1], packed documents of a batch
+#     of one) is upstream's forward's cu_seq_lens_q; upstream's torch path ignores it, a kernel may honour it.
+causal_conv1d_slot = _define("causal_conv1d")
+# causal_conv1d_update_slot(hidden_states [B, C, T], conv_state [B, C, S], weight [C, K], bias, activation)
+#     -> [B, C, T]: one decode step of the causal conv1d over cat(conv_state, hidden_states); conv_state is updated
+#     in place to the last S inputs (the cache's state).
+causal_conv1d_update_slot = _define("causal_conv1d_update")
+# chunk_gated_delta_rule_slot(query, key, value, g, beta, *, chunk_size=64, initial_state=None,
+#                             output_final_state=False, use_qk_l2norm_in_kernel=False, cu_seqlens=None)
+#     -> (out [B, T, H, V] in the query's dtype, final state [B, H, K, V] fp32 or None): the gated delta rule over
+#     q, k [B, T, H, K], v [B, T, H, V], g (log decay) and beta [B, T, H], in fp32, queries scaled by K ** -0.5,
+#     q and k first L2-normalised (eps 1e-6) when use_qk_l2norm_in_kernel. cu_seqlens as for causal_conv1d
+#     (upstream's torch path ignores it; the chunked_delta kernel runs each document from its own state, the
+#     initial states then [N, H, K, V]).
+chunk_gated_delta_rule_slot = _define("chunk_gated_delta_rule")
+# recurrent_gated_delta_rule_slot(query, key, value, g, beta, *, initial_state, output_final_state,
+#                                 use_qk_l2norm_in_kernel=False, cu_seqlens=None) -> (out, final state or None):
+#     the same recurrence token by token (upstream calls it for one-token cached decode steps).
+recurrent_gated_delta_rule_slot = _define("recurrent_gated_delta_rule")
 
 #: Every slot by name, in definition order.
 SLOTS: Mapping[str, OpSlot] = MappingProxyType(_slots)

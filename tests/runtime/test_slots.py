@@ -36,6 +36,11 @@ GENERATED_CODE_SLOT_NAMES = {
     "dsa_indexer_slot": "dsa_indexer",
     "softmax_topk_router_slot": "softmax_topk_router",
     "topk_softmax_router_slot": "topk_softmax_router",
+    "rms_norm_gated_slot": "rms_norm_gated",
+    "causal_conv1d_slot": "causal_conv1d",
+    "causal_conv1d_update_slot": "causal_conv1d_update",
+    "chunk_gated_delta_rule_slot": "chunk_gated_delta_rule",
+    "recurrent_gated_delta_rule_slot": "recurrent_gated_delta_rule",
 }
 
 

@@ -17,7 +17,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 from modelgraft.models.ops.errors import KernelUnavailableError, OpsConfigError
-from modelgraft.models.ops.kernels import chunked_loss, grouped_experts, indexers
+from modelgraft.models.ops.kernels import chunked_loss, delta_rule, grouped_experts, indexers
 
 __all__ = ["EAGER", "KERNEL_FAMILIES", "KernelFamily", "kernel_names", "load_kernel"]
 
@@ -91,6 +91,20 @@ def _npu() -> ModuleType:
     return npu
 
 
+def _fla() -> ModuleType:
+    # Imported when bound, after the CUDA and package checks: fla (flash-linear-attention) is GPU-only.
+    from modelgraft.models.ops.kernels import fla_delta
+
+    return fla_delta
+
+
+def _causal_conv1d() -> ModuleType:
+    # Imported when bound, after the CUDA and package checks: causal_conv1d is a CUDA extension.
+    from modelgraft.models.ops.kernels import causal_conv
+
+    return causal_conv
+
+
 KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
     {
         "chunked": KernelFamily(
@@ -107,6 +121,11 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             name="shared_keys",
             load=lambda: indexers,
             slots=frozenset({"dsa_indexer", "lightning_indexer"}),
+        ),
+        "chunked_delta": KernelFamily(
+            name="chunked_delta",
+            load=lambda: delta_rule,
+            slots=frozenset({"chunk_gated_delta_rule", "causal_conv1d"}),
         ),
         "ep_alltoall": KernelFamily(
             name="ep_alltoall",
@@ -135,6 +154,20 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             load=_npu,
             slots=frozenset({"rms_norm", "glu_activation", "gated_mlp", "rope"}),
             requires_packages=("torch_npu",),
+        ),
+        "fla": KernelFamily(
+            name="fla",
+            load=_fla,
+            slots=frozenset({"chunk_gated_delta_rule", "recurrent_gated_delta_rule"}),
+            requires_cuda=True,
+            requires_packages=("fla",),
+        ),
+        "causal_conv1d": KernelFamily(
+            name="causal_conv1d",
+            load=_causal_conv1d,
+            slots=frozenset({"causal_conv1d", "causal_conv1d_update"}),
+            requires_cuda=True,
+            requires_packages=("causal_conv1d",),
         ),
     }
 )

@@ -13,6 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# The linear-attention slots (Qwen3.5's Gated DeltaNet) have their references in a module of their own.
+from modelgraft.models.ops.kernels.linear_attention_reference import (  # noqa: F401 (re-exported references)
+    causal_conv1d,
+    causal_conv1d_update,
+    chunk_gated_delta_rule,
+    recurrent_gated_delta_rule,
+    rms_norm_gated,
+)
 from modelgraft.models.ops.kernels.loss_inputs import divide_by_num_items, shift_causal_labels
 from modelgraft.models.ops.kernels.token_mask import real_token_mask
 

@@ -1,0 +1,210 @@
+"""The linear-attention kernels (Qwen3.5's Gated DeltaNet slots) against upstream's undecorated torch bodies.
+
+Upstream's functions are decorated to bind FLA or causal-conv1d when importable; ``__wrapped__`` is the torch body
+the generated model's eager path keeps. The reference kernels (``eager``) and the ``chunked_delta`` family must
+recompute it, gradients included; with ``cu_seqlens`` the chunked kernels keep packed documents independent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from transformers.models.qwen3_5 import modeling_qwen3_5 as upstream
+
+from modelgraft.models.ops.kernels import delta_rule, eager
+
+UPSTREAM_CHUNK = upstream.torch_chunk_gated_delta_rule.__wrapped__
+UPSTREAM_RECURRENT = upstream.torch_recurrent_gated_delta_rule.__wrapped__
+UPSTREAM_CONV = upstream.causal_conv1d_fn.__wrapped__
+UPSTREAM_CONV_UPDATE = upstream.causal_conv1d_update.__wrapped__
+
+#: Two heads of key width 8 and value width 12; 70 tokens: a full chunk of 64 and a padded one.
+BATCH, LENGTH, HEADS, K_DIM, V_DIM = 2, 70, 2, 8, 12
+
+
+def _delta_inputs(batch: int = BATCH, length: int = LENGTH, *, seed: int = 0) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator)
+
+    return {
+        "query": randn(batch, length, HEADS, K_DIM),
+        "key": randn(batch, length, HEADS, K_DIM),
+        "value": randn(batch, length, HEADS, V_DIM),
+        "g": -torch.rand(batch, length, HEADS, generator=generator),
+        "beta": torch.rand(batch, length, HEADS, generator=generator),
+    }
+
+
+def _with_grad(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: tensor.clone().requires_grad_(True) for name, tensor in inputs.items()}
+
+
+def _run_with_grads(kernel: Callable[..., Any], inputs: dict[str, torch.Tensor], **options: Any) -> list[torch.Tensor]:
+    """Output, final state and the gradient of every input, for a fixed random projection of both outputs."""
+    leaves = _with_grad(inputs)
+    state = options.pop("initial_state", None)
+    state = None if state is None else state.clone().requires_grad_(True)
+    out, final = kernel(**leaves, initial_state=state, output_final_state=True, **options)
+    weights = torch.Generator().manual_seed(1)
+    loss = (out * torch.randn(out.shape, generator=weights)).sum() + (
+        final * torch.randn(final.shape, generator=weights)
+    ).sum()
+    loss.backward()
+    grads = [leaf.grad for leaf in leaves.values()] + ([] if state is None else [state.grad])
+    return [out.detach(), final.detach(), *grads]
+
+
+def _assert_close(actual: list[torch.Tensor], expected: list[torch.Tensor], *, atol: float = 2e-5) -> None:
+    assert len(actual) == len(expected)
+    for got, want in zip(actual, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=atol)
+
+
+@pytest.mark.parametrize(
+    "kernel", [delta_rule.chunk_gated_delta_rule, eager.chunk_gated_delta_rule], ids=["chunked_delta", "reference"]
+)
+@pytest.mark.parametrize("l2norm", [True, False], ids=["l2norm", "raw_qk"])
+def test_chunked_delta_rule_matches_upstream_outputs_state_and_gradients(
+    kernel: Callable[..., Any], l2norm: bool
+) -> None:
+    inputs = _delta_inputs()
+    initial = torch.randn(BATCH, HEADS, K_DIM, V_DIM, generator=torch.Generator().manual_seed(2))
+    options = {"use_qk_l2norm_in_kernel": l2norm, "initial_state": initial}
+    expected = _run_with_grads(UPSTREAM_CHUNK, inputs, **options)
+    _assert_close(_run_with_grads(kernel, inputs, **options), expected)
+
+
+def test_chunked_delta_rule_keeps_the_query_dtype_and_returns_no_state_unless_asked() -> None:
+    inputs = {name: tensor.to(torch.bfloat16) for name, tensor in _delta_inputs().items()}
+    out, final = delta_rule.chunk_gated_delta_rule(**inputs, use_qk_l2norm_in_kernel=True)
+    want, _ = UPSTREAM_CHUNK(**inputs, use_qk_l2norm_in_kernel=True)
+    assert out.dtype == torch.bfloat16 and final is None
+    torch.testing.assert_close(out.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_chunked_delta_rule_honours_a_chunk_size_other_than_the_default() -> None:
+    inputs = _delta_inputs()
+    expected = UPSTREAM_CHUNK(**inputs, chunk_size=16, output_final_state=True)
+    actual = delta_rule.chunk_gated_delta_rule(**inputs, chunk_size=16, output_final_state=True)
+    _assert_close(list(actual), list(expected))
+
+
+def test_reference_recurrent_delta_rule_matches_upstream_decode_step() -> None:
+    inputs = _delta_inputs(length=1)
+    initial = torch.randn(BATCH, HEADS, K_DIM, V_DIM, generator=torch.Generator().manual_seed(3))
+    options = {"use_qk_l2norm_in_kernel": True, "initial_state": initial}
+    expected = _run_with_grads(UPSTREAM_RECURRENT, inputs, **options)
+    _assert_close(_run_with_grads(eager.recurrent_gated_delta_rule, inputs, **options), expected)
+
+
+def _documents(lengths: list[int]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    inputs = _delta_inputs(batch=1, length=sum(lengths))
+    return inputs, torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+
+
+def test_packed_documents_give_the_outputs_and_states_each_gives_alone() -> None:
+    """Each document of cu_seqlens runs from its own initial state: none leaks into the next."""
+    lengths = [70, 5, 33]
+    inputs, cu_seqlens = _documents(lengths)
+    initial = torch.randn(len(lengths), HEADS, K_DIM, V_DIM, generator=torch.Generator().manual_seed(4))
+    packed, states = delta_rule.chunk_gated_delta_rule(
+        **inputs, initial_state=initial, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens
+    )
+    for index, (start, end) in enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True)):
+        alone = {name: tensor[:, start:end] for name, tensor in inputs.items()}
+        out, state = UPSTREAM_CHUNK(
+            **alone, initial_state=initial[index : index + 1], output_final_state=True, use_qk_l2norm_in_kernel=True
+        )
+        torch.testing.assert_close(packed[:, start:end], out, rtol=1e-4, atol=2e-5)
+        torch.testing.assert_close(states[index : index + 1], state, rtol=1e-4, atol=2e-5)
+
+
+def test_packed_documents_differ_from_upstreams_torch_path_which_ignores_cu_seqlens() -> None:
+    """The documented departure: upstream's torch fallback carries the state across the boundary."""
+    inputs, cu_seqlens = _documents([40, 30])
+    packed, _ = delta_rule.chunk_gated_delta_rule(**inputs, cu_seqlens=cu_seqlens)
+    carried, _ = UPSTREAM_CHUNK(**inputs, cu_seqlens=cu_seqlens)
+    torch.testing.assert_close(packed[:, :40], carried[:, :40], rtol=1e-4, atol=2e-5)
+    assert not torch.allclose(packed[:, 40:], carried[:, 40:], atol=1e-3)
+
+
+def test_a_packed_documents_loss_reaches_its_own_inputs_as_alone_and_no_other_documents() -> None:
+    inputs, cu_seqlens = _documents([20, 50])
+    weights = torch.randn(1, 20, HEADS, V_DIM, generator=torch.Generator().manual_seed(8))
+    packed = _with_grad(inputs)
+    out, _ = delta_rule.chunk_gated_delta_rule(**packed, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens)
+    (out[:, :20] * weights).sum().backward()
+    alone = _with_grad({name: tensor[:, :20] for name, tensor in inputs.items()})
+    out_alone, _ = UPSTREAM_CHUNK(**alone, use_qk_l2norm_in_kernel=True)
+    (out_alone * weights).sum().backward()
+    for name in inputs:
+        torch.testing.assert_close(packed[name].grad[:, :20], alone[name].grad, rtol=1e-4, atol=2e-5)
+        assert not packed[name].grad[:, 20:].any()
+
+
+@pytest.mark.parametrize("bounds", [[0, 30, 60], [5, 70], [0, 50, 40, 70]], ids=["short", "not_from_zero", "falling"])
+def test_cu_seqlens_that_do_not_cover_the_sequence_are_refused(bounds: list[int]) -> None:
+    inputs = _delta_inputs(batch=1)
+    with pytest.raises(ValueError, match="cu_seqlens must rise"):
+        delta_rule.chunk_gated_delta_rule(**inputs, cu_seqlens=torch.tensor(bounds))
+
+
+def test_cu_seqlens_with_a_batch_of_more_than_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="batch of one"):
+        delta_rule.chunk_gated_delta_rule(**_delta_inputs(), cu_seqlens=torch.tensor([0, LENGTH]))
+
+
+# -- the causal conv1d and the gated RMSNorm ----------------------------------------------------------------
+CHANNELS, WIDTH = 6, 4
+
+
+def _conv_inputs(length: int = 9) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(5)
+    return (
+        torch.randn(2, CHANNELS, length, generator=generator),
+        torch.randn(CHANNELS, WIDTH, generator=generator),
+        torch.randn(CHANNELS, generator=generator),
+    )
+
+
+@pytest.mark.parametrize("kernel", [delta_rule.causal_conv1d, eager.causal_conv1d], ids=["chunked_delta", "reference"])
+@pytest.mark.parametrize("activation", ["silu", None])
+def test_causal_conv1d_matches_upstream(kernel: Callable[..., Any], activation: str | None) -> None:
+    hidden, weight, bias = _conv_inputs()
+    torch.testing.assert_close(
+        kernel(hidden, weight, bias, activation), UPSTREAM_CONV(hidden, weight, bias, activation)
+    )
+
+
+def test_causal_conv1d_of_packed_documents_starts_each_from_zeros() -> None:
+    hidden, weight, bias = _conv_inputs(12)
+    one = hidden[:1]
+    packed = delta_rule.causal_conv1d(one, weight, bias, "silu", cu_seqlens=torch.tensor([0, 5, 12]))
+    torch.testing.assert_close(packed[..., :5], UPSTREAM_CONV(one[..., :5], weight, bias, "silu"))
+    torch.testing.assert_close(packed[..., 5:], UPSTREAM_CONV(one[..., 5:], weight, bias, "silu"))
+
+
+def test_reference_causal_conv1d_update_matches_upstream_output_and_state() -> None:
+    hidden, weight, bias = _conv_inputs(1)
+    state = torch.randn(2, CHANNELS, WIDTH, generator=torch.Generator().manual_seed(6))
+    ours_state, upstream_state = state.clone(), state.clone()
+    out = eager.causal_conv1d_update(hidden, ours_state, weight, bias, "silu")
+    want = UPSTREAM_CONV_UPDATE(hidden, upstream_state, weight, bias, "silu")
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(ours_state, upstream_state)
+    assert not torch.equal(ours_state, state)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_reference_gated_rms_norm_is_upstreams_module_bit_for_bit(dtype: torch.dtype) -> None:
+    norm = upstream.Qwen3_5RMSNormGated(12, eps=1e-5).to(dtype)
+    torch.nn.init.normal_(norm.weight)
+    generator = torch.Generator().manual_seed(7)
+    hidden, gate = (torch.randn(10, 12, generator=generator).to(dtype) for _ in range(2))
+    expected = norm(hidden, gate)
+    assert torch.equal(eager.rms_norm_gated(hidden, gate, norm.weight, 1e-5, activation="silu"), expected)
