@@ -1,0 +1,188 @@
+"""Resumable sharded training checkpoints with ``torch.distributed.checkpoint`` (DCP).
+
+:func:`save_train_state` writes, from every rank at once, what a run needs to continue as if it had never
+stopped: the model, the optimizer state, the step, the data position and each rank's random number
+generators. :func:`load_train_state` reads it back into a model sharded the same way or differently
+(another world size, other ep sizes): DCP reads each rank's part of every tensor, whatever layout wrote it.
+
+* Model and optimizer: ``torch.distributed.checkpoint.state_dict.get_state_dict`` /
+  ``set_state_dict`` (keys by parameter name, FSDP's DTensors as they are; DCP reshards them).
+* Expert-parallel parameters are plain local tensors holding different experts on different ep ranks
+  under one name, which DCP would take for replicas and save once. They are saved per expert instead
+  (``experts.<name>.<e>``, and ``experts.<name>.<state>.<e>`` for the optimizer's moments): under EP, and
+  under EP x FSDP (FSDP splits the experts dim), each expert row lives on exactly one rank of an ep
+  replica, so every rank writes the experts it holds and reads the ones it holds after loading, whatever
+  the ep size was.
+* Step, data position and the saved world size: one pickled record, the same on every rank.
+* Random states (torch CPU and, when present, CUDA; Python's ``random``; NumPy): one record per rank.
+  A run resumed on fewer ranks continues rank ``r``'s streams on rank ``r``; on more ranks, rank ``r``
+  takes those of rank ``r % saved_world``.
+
+Collective: every rank calls both functions. The data position is whatever the caller's loader needs
+to continue (an int, a dict); it is pickled.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor
+
+from modelgraft.models.distributed.expert_parallel import expert_shards
+from modelgraft.models.distributed.sharded_load import placements_of
+
+__all__ = ["TrainProgress", "load_train_state", "save_train_state"]
+
+
+@dataclass(frozen=True)
+class TrainProgress:
+    """Where a run stood when it was saved."""
+
+    #: Optimizer steps taken.
+    step: int
+    #: What the data loader needs to continue (the caller's own value, pickled).
+    data_position: Any
+    #: Ranks of the run that saved.
+    world_size: int
+
+
+def _rank_world() -> tuple[int, int]:
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class _Pickled:
+    """A value DCP stores as bytes; ``Stateful``, since ``dcp.load`` hands top-level values back only that way."""
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
+
+    def state_dict(self) -> dict[str, bytes]:
+        buffer = io.BytesIO()
+        torch.save(self.value, buffer)  # one opaque value: DCP would flatten a dict and refuse some leaves
+        return {"pickled": buffer.getvalue()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.value = torch.load(io.BytesIO(state_dict["pickled"]), weights_only=False)
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    if isinstance(tensor, DTensor):
+        with torch.no_grad():
+            return tensor.to_local()
+    return tensor
+
+
+def _split_experts(
+    model: nn.Module, model_sd: dict[str, Any], optim_sd: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
+    """The two state dicts without the expert-parallel tensors, and those tensors one expert per key.
+
+    The per-expert tensors are views of the local storage, so DCP's load writes straight into it.
+    """
+    names = set(expert_shards(model))
+    if not names:
+        return model_sd, optim_sd, {}
+    placements = placements_of(model)
+    experts: dict[str, torch.Tensor] = {}
+
+    def rows(name: str, key: str, tensor: torch.Tensor) -> None:
+        start, stop = placements[name].index[0].start, placements[name].index[0].stop
+        local = _local(tensor)
+        if local.shape[0] != stop - start:
+            raise ValueError(f"{key}: {local.shape[0]} local rows, but this rank holds experts {start}-{stop - 1}")
+        for offset, expert in enumerate(range(start, stop)):
+            experts[f"{key}.{expert}"] = local[offset]
+
+    model_rest = {}
+    for key, value in model_sd.items():
+        if key in names:
+            rows(key, key, value)
+        else:
+            model_rest[key] = value
+    state_rest: dict[str, Any] = {}
+    for name, states in optim_sd.get("state", {}).items():
+        if name not in names:
+            state_rest[name] = states
+            continue
+        kept = {}
+        for state_name, value in states.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:  # the moments, shaped like the parameter
+                rows(name, f"{name}.{state_name}", value)
+            else:
+                kept[state_name] = value  # AdamW's step: one scalar, the same on every rank
+        state_rest[name] = kept
+    return model_rest, {**optim_sd, "state": state_rest}, experts
+
+
+def save_train_state(
+    path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, *, step: int, data_position: Any = None
+) -> None:
+    """Save model, optimizer, ``step``, ``data_position`` and every rank's RNG states to the folder ``path``."""
+    rank, world = _rank_world()
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_rest, optim_rest, experts = _split_experts(model, model_sd, optim_sd)
+    progress = {"step": step, "data_position": data_position, "world_size": world}
+    payload = {
+        "model": model_rest,
+        "optim": optim_rest,
+        "experts": experts,
+        "progress": _Pickled(progress),
+        f"rng.{rank}": _Pickled(_rng_state()),
+    }
+    dcp.save(payload, checkpoint_id=str(path))
+
+
+def load_train_state(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainProgress:
+    """Restore what :func:`save_train_state` wrote into ``model`` and ``optimizer`` (sharded like the saving
+    run or otherwise) and this rank's RNG states; returns the step and data position to continue from."""
+    rank, _ = _rank_world()
+    record = _Pickled()
+    dcp.load({"progress": record}, checkpoint_id=str(path))
+    progress = record.value
+    model_sd, optim_sd = get_state_dict(model, optimizer)  # creates the optimizer's state to load into
+    model_rest, optim_rest, experts = _split_experts(model, model_sd, optim_sd)
+    rng_key = f"rng.{rank % progress['world_size']}"
+    rng = _Pickled()
+    payload = {"model": model_rest, "optim": optim_rest, "experts": experts, rng_key: rng}
+    dcp.load(payload, checkpoint_id=str(path))
+    # DCP loads tensors in place but replaces other values (param groups' lr, ...) in the dicts it was given.
+    model_sd.update(model_rest)
+    for name, states in optim_rest["state"].items():
+        optim_sd["state"][name].update(states)
+    optim_sd.update({key: value for key, value in optim_rest.items() if key != "state"})
+    set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
+    _set_rng_state(rng.value)
+    return TrainProgress(
+        step=progress["step"], data_position=progress["data_position"], world_size=progress["world_size"]
+    )

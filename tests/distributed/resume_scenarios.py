@@ -1,0 +1,134 @@
+"""Saving a sharded run with ``save_train_state`` at step k and resuming it, on the same ranks or on fewer.
+
+Module-level scenarios (spawned by name). The data loader of these runs is a function of the position:
+the global batch of step ``s`` is ``causal_lm_batch(config, seed=s)``, and each rank takes its rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from modelgraft.models.distributed import ParallelState, full_state, parallel_ops
+from modelgraft.models.distributed.materialize import materialize
+from modelgraft.models.distributed.sharded_load import load_sharded_checkpoint
+from modelgraft.models.distributed.train_state import load_train_state, save_train_state
+from modelgraft.models.ops import bind_ops, unbind_ops
+from modelgraft.models.testing import causal_lm_batch
+
+from .scenarios import GROUPED, assert_close, rows_of
+from .sharded_scenarios import model_config, sharded_from_meta
+
+NAME = "qwen3_moe"
+#: Steps before the save, and steps compared after it.
+SAVED_AT, AFTER = 2, 2
+
+
+def _train(
+    model: torch.nn.Module, state: ParallelState, optimizer: torch.optim.Optimizer, steps: range
+) -> list[torch.Tensor]:
+    """One AdamW step per position: the global batch of that position, this rank's rows; the losses."""
+    losses = []
+    for position in steps:
+        batch = causal_lm_batch(model_config(NAME), batch_size=8, seed=position)
+        out = model(**rows_of(batch, state.rank, state.world_size), output_router_logits=True)
+        out.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(out.loss.detach())
+    return losses
+
+
+def _from_hub(state: ParallelState, path: Path) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = sharded_from_meta(NAME, state)
+    materialize(model, weights=False)
+    load_sharded_checkpoint(model, path)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def _fresh(state: ParallelState) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """Another model (random init) and optimizer: everything must come from the saved state."""
+    model = sharded_from_meta(NAME, state)
+    materialize(model, weights=True)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+Run = tuple[list[torch.Tensor], torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]
+
+
+def _uninterrupted(state: ParallelState, hub: Path, saved: Path) -> Run:
+    """Train, save at SAVED_AT, draw from the RNG, train on: the losses after the save, the draw, and the whole
+    parameters at the save and at the end (the end tells wrong optimizer moments apart, as the losses of this
+    tiny model barely feel its experts)."""
+    bind_ops(parallel_ops(state, GROUPED))
+    model, optimizer = _from_hub(state, hub)
+    _train(model, state, optimizer, range(SAVED_AT))
+    save_train_state(saved, model, optimizer, step=SAVED_AT, data_position=SAVED_AT)
+    draw = torch.rand(3)
+    at_save = full_state(model, state)
+    losses = _train(model, state, optimizer, range(SAVED_AT, SAVED_AT + AFTER))
+    return losses, draw, at_save, full_state(model, state)
+
+
+def _resumed(state: ParallelState, saved: Path, world: int) -> Run:
+    bind_ops(parallel_ops(state, GROUPED))
+    model, optimizer = _fresh(state)
+    progress = load_train_state(saved, model, optimizer)
+    assert (progress.step, progress.data_position, progress.world_size) == (SAVED_AT, SAVED_AT, world)
+    draw = torch.rand(3)
+    at_load = full_state(model, state)
+    position = progress.data_position
+    losses = _train(model, state, optimizer, range(position, position + AFTER))
+    return losses, draw, at_load, full_state(model, state)
+
+
+def _same_params(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], what: str, exact: bool) -> None:
+    assert got.keys() == expected.keys()
+    for name, tensor in expected.items():
+        if exact:
+            assert torch.equal(got[name], tensor), f"{what}: {name} differs"
+        else:
+            assert_close(got[name], tensor, f"{what}: {name}")
+
+
+def resume_on_the_same_ranks(hub: Path, saved: Path) -> None:
+    """EP=2 x FSDP on 2 ranks: the resumed run's next losses and RNG draws are the uninterrupted run's, bitwise."""
+    state = ParallelState.build(ep=2)
+    expected, expected_draw, at_save, expected_end = _uninterrupted(state, hub, saved)
+    got, draw, at_load, end = _resumed(state, saved, state.world_size)
+    assert torch.equal(draw, expected_draw), "the RNG state was not restored"
+    _same_params(at_load, at_save, "parameters loaded", exact=True)
+    _same_params(end, expected_end, f"parameters after {AFTER} more steps", exact=True)
+    for step, (loss, reference) in enumerate(zip(got, expected, strict=True), start=SAVED_AT):
+        assert torch.equal(loss, reference), (
+            f"loss of step {step}: resumed {loss.item()}, uninterrupted {reference.item()}"
+        )
+    unbind_ops()
+
+
+def save_on_four_ranks(hub: Path, saved: Path, record: Path) -> None:
+    """ep 2 x ep_replicate 2: trains, saves, trains on; rank 0 records the losses, every rank its draw."""
+    state = ParallelState.build(ep=2)
+    losses, draw, at_save, end = _uninterrupted(state, hub, saved)
+    draws = [None] * state.world_size
+    torch.distributed.all_gather_object(draws, draw.tolist())
+    if state.rank == 0:
+        record.write_text(json.dumps({"losses": [loss.item() for loss in losses], "draws": draws}))
+        torch.save({"at_save": at_save, "end": end}, record.with_suffix(".pt"))
+    unbind_ops()
+
+
+def resume_on_two_ranks(saved: Path, record: Path) -> None:
+    """The 4-rank run resumed on 2 ranks (each holds twice the experts and rows): the same next losses."""
+    state = ParallelState.build(ep=2)
+    expected = json.loads(record.read_text())
+    params = torch.load(record.with_suffix(".pt"))
+    losses, draw, at_load, end = _resumed(state, saved, 4)
+    assert draw.tolist() == expected["draws"][state.rank], "rank r continues saved rank r's random streams"
+    _same_params(at_load, params["at_save"], "parameters loaded on 2 ranks", exact=True)
+    _same_params(end, params["end"], f"parameters after {AFTER} more steps on 2 ranks", exact=False)
+    for step, (loss, reference) in enumerate(zip(losses, expected["losses"], strict=True), start=SAVED_AT):
+        assert_close(loss, torch.tensor(reference), f"loss of step {step} resumed on 2 of 4 ranks")
+    unbind_ops()
