@@ -2,10 +2,13 @@
 
 from modelgraft.generator.recipes.dense import dense_text
 from modelgraft.generator.recipes.moe import moe_text
+from modelgraft.generator.recipes.omni import AudioTower, omni
 from modelgraft.generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
 from modelgraft.generator.recipes.vlm import VisionTower, vlm
+from modelgraft.generator.recipes.vlm_moe import vlm_moe
 
 __all__ = [
+    "AudioTower",
     "CallSites",
     "Experts",
     "LossHead",
@@ -16,5 +19,7 @@ __all__ = [
     "VisionTower",
     "dense_text",
     "moe_text",
+    "omni",
     "vlm",
+    "vlm_moe",
 ]

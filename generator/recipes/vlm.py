@@ -92,12 +92,15 @@ def vlm(
     model: str = "{prefix}Model",
     towers: Mapping[str, str] | None = None,
     pretrained_model: str | None = "{prefix}PreTrainedModel",
+    aux_loss: str = "",
 ) -> PatchConfig:
     """Apply the VLM snippets to ``config`` for the model whose classes start with ``prefix``.
 
     The defaults are Qwen2.5-VL's. ``mrope`` names the sectioned multimodal RoPE function (Qwen2-VL,
     Qwen2.5-VL; None where the rotary embedding interleaves the sections itself and the attention calls a plain
     ``rope`` function, Qwen3-VL). ``model`` is the class whose ``get_rope_index`` the position-id function runs.
+    ``aux_loss`` names the module-level MoE auxiliary-loss function the head calls ("" for a dense text
+    decoder), whose call goes behind ``load_balancing_loss_slot`` (:func:`modelgraft.generator.recipes.vlm_moe.vlm_moe`).
     """
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
@@ -124,7 +127,7 @@ def vlm(
             towers={attribute: _named(cls, prefix) for attribute, cls in towers.items()},
             description="the towers are this module's classes, not AutoModel's",
         )
-    causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix)
+    causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss)
     config.add_helper(rope_index_without_model, description="upstream's get_rope_index without a model (picklable)")
     for cls in (model_cls, causal_lm_cls):
         config.apply_snippet(

@@ -126,6 +126,10 @@ class VlmModel:
             }
         )
 
+    def load_options(self) -> dict[str, Any]:
+        """What ``from_pretrained`` is told, as :meth:`config` builds it: implementations a checkpoint does not save."""
+        return {"attn_implementation": "eager"}
+
     # -- batches through the processor ---------------------------------------------------------------
     def batch(self, rows: list[tuple[str, list[Any], list[Any]]], *, labels: bool = True) -> dict[str, Any]:
         """The processor's tensors for ``rows`` of (text, images, videos), right-padded, with labels.
@@ -411,7 +415,7 @@ class VlmParitySuite:
         )
         upstream.save_pretrained(tmp_path)
         generated_cls = get_model_class(self.model.model_type, self.model.causal_lm, backend)
-        generated = generated_cls.from_pretrained(tmp_path, attn_implementation="eager")
+        generated = generated_cls.from_pretrained(tmp_path, **self.model.load_options())
         assert type(generated) is generated_cls
         assert torch.equal(self._logits(generated), self._logits(upstream))
 
@@ -422,7 +426,7 @@ class VlmParitySuite:
         )
         generated.save_pretrained(tmp_path)
         upstream_cls = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)
-        upstream, info = upstream_cls.from_pretrained(tmp_path, output_loading_info=True, attn_implementation="eager")
+        upstream, info = upstream_cls.from_pretrained(tmp_path, output_loading_info=True, **self.model.load_options())
         assert not info["missing_keys"] and not info["unexpected_keys"], info
         assert torch.equal(self._logits(upstream), self._logits(generated))
 

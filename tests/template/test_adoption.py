@@ -52,6 +52,7 @@ REFUSED_BY_THE_SCAFFOLD = {
     "qwen2_5_vl": "vlm models have no scaffold yet",
     "qwen2_vl": "vlm models have no scaffold yet",
     "qwen3_vl": "vlm models have no scaffold yet",
+    "qwen3_vl_moe": "vlm_moe models have no scaffold yet",
 }
 
 #: A template change that reaches every model and that no hand-written part can conflict with: a new file.
