@@ -14,7 +14,9 @@ generators. :func:`load_train_state` reads it back into a model sharded the same
   replica, so every rank writes the experts it holds and reads the ones it holds after loading, whatever
   the ep size was.
 * Step, data position and the saved world size: one pickled record, the same on every rank.
-* Random states (torch CPU and, when present, CUDA; Python's ``random``; NumPy): one record per rank.
+* Random states (torch CPU and, when present, CUDA; Python's ``random``): one record per rank. NumPy's
+  is not saved: numpy is no dependency of the runtime (a loader that draws from it saves its own state
+  in ``data_position``).
   A run resumed on fewer ranks continues rank ``r``'s streams on rank ``r``; on more ranks, rank ``r``
   takes those of rank ``r % saved_world``.
 
@@ -30,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -78,11 +79,7 @@ class _Pickled:
 
 
 def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-    }
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -91,7 +88,6 @@ def _rng_state() -> dict[str, Any]:
 def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
