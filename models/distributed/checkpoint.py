@@ -12,7 +12,8 @@ of the checkpoint it decides, before reading anything, how much to read:
   experts (``converter.for_experts(start, stop)``), which stacks only those: ``[E/ep, 2I, H]``;
 * an already-fused tensor named like a sharded parameter: only this rank's slice is read, with
   safetensors' ``get_slice`` (the other experts' bytes stay on disk); fused tensors stored transposed
-  (``[E, H, 2I]``) are sliced along the same experts dim;
+  (``[E, H, 2I]``) are sliced along the same experts dim, and the converter, not the shape, says which
+  layout the checkpoint uses;
 * everything else (embeddings, attention, the router, dense MLPs): read whole and loaded as usual.
 
 Every rank reads the files on its own; there is no collective. With ``strict`` (the default) a local
@@ -105,20 +106,24 @@ def _owner(converter: CheckpointConverter | None, key: str) -> CheckpointConvert
 
 # -- reading ----------------------------------------------------------------------------------------------
 def _read_slice(handle: Any, key: str, shard: ExpertShard) -> torch.Tensor:
-    """This rank's chunk of the fused tensor ``key``, read with ``get_slice`` (nothing else leaves the disk)."""
+    """This rank's chunk of the fused tensor ``key``, read with ``get_slice`` (nothing else leaves the disk).
+
+    The chunk is cut on the sharded dim only. Which way round the checkpoint stores the matrices is not
+    decided here from the shape: on the experts dim (dim 0, every zoo plan) the cut is the same in both
+    layouts, and the converter then tells the layout from the config's sizes
+    (``modelgraft.models.converters.layout``). A tensor sharded on one of its matrix dims is read in the
+    model's layout only.
+    """
     view = handle.get_slice(key)
     stored = tuple(view.get_shape())
     glob = shard.global_shape
     dim = shard.dim
-    if stored != glob:
-        swapped = (*glob[:-2], glob[-1], glob[-2]) if len(glob) >= 2 else None
-        if stored != swapped:
-            raise CheckpointError(
-                f"{key!r}: checkpoint shape {list(stored)}, the model's whole (all ranks') shape {list(glob)}"
-            )
-        if dim >= len(glob) - 2:  # stored transposed: the sharded dim is the other one of the last two
-            dim = 2 * len(glob) - 3 - dim
-    size = glob[shard.dim] // shard.ep
+    matrix_dims = dim >= len(glob) - 2
+    if len(stored) != len(glob) or stored[dim] != glob[dim] or (matrix_dims and stored != glob):
+        raise CheckpointError(
+            f"{key!r}: checkpoint shape {list(stored)}, the model's whole (all ranks') shape {list(glob)}"
+        )
+    size = glob[dim] // shard.ep
     index = (slice(None),) * dim + (slice(shard.offset, shard.offset + size),)
     return view[index]
 
