@@ -39,8 +39,12 @@ from .scenarios import GROUPED, MODELS, assert_close, assert_same_grads, config_
 LLAMA_OVERRIDES: dict[str, Any] = {"tie_word_embeddings": True}
 
 
+#: gpt_oss with 8 experts (its tiny config keeps upstream's 128).
+GPT_OSS_OVERRIDES: dict[str, Any] = {"num_local_experts": 8, "num_experts_per_tok": 2}
+
+
 def model_config(name: str) -> Any:
-    return config_of(name, **(LLAMA_OVERRIDES if name == "llama" else {}))
+    return config_of(name, **{"llama": LLAMA_OVERRIDES, "gpt_oss": GPT_OSS_OVERRIDES}.get(name, {}))
 
 
 def whole_model(name: str, seed: int) -> torch.nn.Module:
@@ -50,7 +54,7 @@ def whole_model(name: str, seed: int) -> torch.nn.Module:
 
 def write_hub_checkpoints(folder: Path) -> dict[str, Path]:
     """llama through ``save_pretrained`` (sharded, with an index); qwen3_moe in the hub's per-expert layout."""
-    names = ("llama", "llama_renamed", "qwen3_moe", "qwen3_moe_fused", "qwen3_moe_transposed")
+    names = ("llama", "llama_renamed", "qwen3_moe", "qwen3_moe_fused", "qwen3_moe_transposed", "gpt_oss")
     paths = {name: folder / name for name in names}
     llama = whole_model("llama", 0)
     llama.save_pretrained(paths["llama"], max_shard_size="40KB")
@@ -61,6 +65,7 @@ def write_hub_checkpoints(folder: Path) -> dict[str, Path]:
     _write_sharded(moe.state_dict(), paths["qwen3_moe_fused"])  # the fused tensors as the modeling holds them
     transposed = {k: v.transpose(-2, -1) if FUSED.search(k) else v for k, v in moe.state_dict().items()}
     _write_sharded(transposed, paths["qwen3_moe_transposed"])  # [E, H, 2I]: the converter tells it from the config
+    _write_sharded(whole_model("gpt_oss", 0).state_dict(), paths["gpt_oss"])  # its bf16 hub layout is the modeling's
     return paths
 
 
@@ -205,6 +210,27 @@ def fused_layouts_load_only_own_rows(paths: dict[str, Path]) -> None:
             params = full_state(model, state)
             for key, param in reference.named_parameters():
                 assert torch.equal(params[key], param.detach()), f"{layout}, ep={ep}: {key} differs"
+
+
+def converter_without_expert_hooks_loads_every_slice(paths: dict[str, Path]) -> None:
+    """gpt_oss's converter checks whole expert tensors (no ``for_experts``): each rank reads those whole and
+    keeps its slice (FSDP rows, ep experts, biases included); every other key is read as its slice only."""
+    for ep in (1, 2):
+        state = ParallelState.build(ep=ep)
+        reference = whole_model("gpt_oss", 1)
+        load_checkpoint(reference, paths["gpt_oss"])
+        model = sharded_from_meta("gpt_oss", state)
+        materialize(model, weights=False)
+        placements = placements_of(model)
+        with recorded_reads() as reads:
+            result = load_sharded_checkpoint(model, paths["gpt_oss"])
+        assert not result.missing and not result.unexpected
+        assert reads.whole and all(".experts." in key or placements[key].whole for key in reads.whole), reads.whole
+        for key, index in reads.sliced:
+            assert ".experts." not in key and index == placements[key].index, (key, index)
+        params = full_state(model, state)
+        for key, param in reference.named_parameters():
+            assert torch.equal(params[key], param.detach()), f"gpt_oss, ep={ep}: {key} differs"
 
 
 #: A checkpoint that names the query projections otherwise (as checkpoints of older modeling code do).
