@@ -18,6 +18,7 @@ from pathlib import Path
 from modelgraft.generator.entrypoint import ExitStatus, run_script
 from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import ModelStructure
+from modelgraft.generator.upstream.vlm_structure import VlmInfo
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,8 +122,51 @@ def render(s: ModelStructure) -> str:
         add(f"  hub weights    conversion={moe.hf_conversion or 'none'} gate/up/down={projections}")
         if moe.reason:
             add(f"  note           {moe.reason}")
+    if s.vlm is not None:
+        out.extend(render_vlm(s.vlm))
     add(f"config defaults  {len(s.config_defaults)} fields")
     return "\n".join(out)
+
+
+def render_vlm(v: VlmInfo) -> list[str]:
+    """The VLM section: the Model and its towers, mergers, methods, compositions, processors, the contract."""
+    out = [f"vlm              model={v.model_class} (line {v.model_line})"]
+    for role, tower in (("vision tower", v.vision), ("language model", v.language_model)):
+        if tower is not None:
+            built = tower.cls or "chosen by the checkpoint's config"
+            out.append(f"  {role:20} self.{tower.attr} = {tower.built_by} -> {built}  config={tower.config_attr}")
+    for m in v.mergers:
+        kind = "deepstack mergers" if m.deepstack else "merger"
+        out.append(f"  {kind:20} {m.owner}.{m.attr} = {m.cls} (in the {m.place})")
+    for method in (v.rope_index, v.placeholder_mask):
+        if method is not None:
+            masks = f"  returns {method.returns} mask(s)" if method.name == "get_placeholder_mask" else ""
+            out.append(
+                f"  {method.name:20} {method.owner} (line {method.line}) {method.params}"
+                f" required={method.required}{masks}"
+            )
+    for c in v.compositions:
+        out.append(
+            f"  composition          {c.owner}.{c.attr} = AutoModel.from_config(config.{c.config_attr})"
+            f" -> {c.config_class} -> {c.builds or _elsewhere(c.config_class)}"
+        )
+    for p in v.processors:
+        out.append(f"  {p.kind:20} {p.cls}  ({p.module})")
+    if v.vision_rope is not None:
+        out.append(f"  vision rope          {v.vision_rope.name} (line {v.vision_rope.line}) {v.vision_rope.params}")
+    if v.fits_qwen_vl_contract:
+        out.append("  qwen-vl              fits the Qwen-VL contract")
+    else:
+        out.append("  qwen-vl              differs from the Qwen-VL contract:")
+        out.extend(f"    - {d}" for d in v.contract_differences)
+    return out
+
+
+def _elsewhere(config_class: str | None) -> str:
+    """What builds a composed sub-model no class of the module declares: the checkpoint, or another package."""
+    if config_class in (None, "AutoConfig"):
+        return "chosen by the checkpoint's config"
+    return f"the model another package declares for {config_class}"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -29,11 +29,13 @@ from modelgraft.generator.upstream.read_mlps import read_mlps
 from modelgraft.generator.upstream.read_moe import experts_holders, read_moe
 from modelgraft.generator.upstream.read_norms import read_norms
 from modelgraft.generator.upstream.read_rope import read_rope
+from modelgraft.generator.upstream.read_vlm import multimodal_rope, read_vlm, text_rope_function
 from modelgraft.generator.upstream.source import ModelSource
-from modelgraft.generator.upstream.structure import ModelStructure, MoeInfo
+from modelgraft.generator.upstream.structure import ModelStructure, MoeInfo, RopeInfo
 
 _TOP = "transformers"
 _FEED_FORWARD_ATTRS = ("mlp", "feed_forward", "ffn", "block_sparse_moe")
+_VLM_CATEGORIES = ("vlm", "vlm_moe")
 
 
 def modeling_module(model: str) -> str:
@@ -114,7 +116,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         sequence_classification=read_sequence_classification(source, seq_cls) if seq_cls else None,
         norms=norms,
         mlps=mlps,
-        rope=read_rope(source),
+        rope=_text_rope(source, decoder_layer) if category in _VLM_CATEGORIES else read_rope(source),
         multipliers=read_multipliers(source, base_model, decoder_layer, causal_lm),
         vocab_size_expr=causal_lm.vocab_size_expr if causal_lm else None,
         moe=moe,
@@ -124,6 +126,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         decoder_mlp=decoder_mlp,
         instantiated=source.instantiated,
         conditional=source.conditionally_instantiated,
+        vlm=read_vlm(source, config.model_type) if category in _VLM_CATEGORIES else None,
         call_sites=read_call_sites(
             source,
             {n.cls for n in norms if n.kind != "unknown"}
@@ -131,6 +134,14 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
             | _moe_classes(moe),
         ),
     )
+
+
+def _text_rope(source: ModelSource, decoder_layer: str | None) -> RopeInfo:
+    """The RoPE the text attention applies: a VLM's may be another function than apply_rotary_pos_emb."""
+    called = text_rope_function(source, decoder_layer)
+    if called is not None and called.name != "apply_rotary_pos_emb":
+        return multimodal_rope(called)
+    return read_rope(source)
 
 
 def _moe_classes(moe: MoeInfo | None) -> set[str]:

@@ -12,7 +12,10 @@ Every ``line`` is the 1-based line of the class or function in the upstream mode
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from modelgraft.generator.upstream.vlm_structure import VlmInfo
 
 #: Model categories (docs/design.md, "Model categories"), plus the refusal for everything else.
 CATEGORIES = ("dense", "moe", "vlm", "vlm_moe", "omni", "omni_moe", "out_of_category")
@@ -267,6 +270,9 @@ class ModelStructure:
     call_sites: tuple[CallSites, ...] = ()
     #: Of those, the classes instantiated only in a branch (``RMSNorm(...) if config.rms_norm_eps else ...``).
     conditional: tuple[str, ...] = ()
+    #: For a VLM (categories vlm, vlm_moe): its towers, mergers, get_rope_index, placeholder masks, processors
+    #: and the Qwen-VL contract (``read_vlm``); None for every other category.
+    vlm: VlmInfo | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (patchgen-inspect --json, Copier answers)."""

@@ -1,0 +1,339 @@
+"""Read a vision-language model's towers, mergers, position-id and placeholder methods from its pinned source.
+
+The vlm recipe swaps parts of a Qwen-VL-like model (its towers, its ``get_rope_index``, its placeholder
+masks); what it needs is read here, from the modeling module, the configuration module's ``sub_configs``
+and the package's processing modules, all by path with ``ast`` (nothing is imported). The text RoPE of a
+VLM is the function its text attention calls, which is not always ``apply_rotary_pos_emb``: qwen2_vl and
+qwen2_5_vl apply ``apply_multimodal_rotary_pos_emb`` and keep ``apply_rotary_pos_emb_vision`` for the
+tower, so both are read from their call sites.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+
+from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.upstream.read_processors import read_processors
+from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, dotted
+from modelgraft.generator.upstream.structure import RopeInfo
+from modelgraft.generator.upstream.vlm_contract import contract_differences
+from modelgraft.generator.upstream.vlm_structure import CompositionInfo, MergerInfo, MethodInfo, TowerInfo, VlmInfo
+
+#: Attribute names (prefixes) under which a VLM's Model holds its vision tower.
+VISION_ATTRS = ("visual", "vision_tower", "vision_model", "vision_encoder", "vision", "image_encoder")
+_LANGUAGE_ATTRS = ("language_model", "text_model")
+_MERGER_WORDS = ("merger", "projector", "connector", "adapter")
+_ROPE_WORDS = ("rotary", "rope")
+
+
+def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
+    """The VLM part of the report: towers, mergers, methods, compositions, processors, vision RoPE, contract."""
+    model_class = _model_class(source)
+    compositions = _compositions(source)
+    vision = language = None
+    mergers: list[MergerInfo] = []
+    rope_index = placeholder = None
+    if model_class is not None:
+        vision = _tower(source, model_class, VISION_ATTRS, compositions)
+        language = _tower(source, model_class, _LANGUAGE_ATTRS, compositions)
+        if vision is not None and vision.cls in source.classes:
+            mergers.extend(_mergers(source, vision.cls, "tower"))
+        mergers.extend(_mergers(source, model_class, "model"))
+        rope_index = _method(source, model_class, "get_rope_index")
+        placeholder = _method(source, model_class, "get_placeholder_mask")
+    info = VlmInfo(
+        model_class=model_class,
+        model_line=source.classes[model_class].lineno if model_class else 0,
+        vision=vision,
+        language_model=language,
+        mergers=tuple(mergers),
+        rope_index=rope_index,
+        placeholder_mask=placeholder,
+        compositions=compositions,
+        processors=read_processors(source, model_type),
+        vision_rope=vision_rope(source, vision.cls if vision else None),
+    )
+    return _with_contract(info)
+
+
+def _with_contract(info: VlmInfo) -> VlmInfo:
+    return replace(info, contract_differences=contract_differences(info))
+
+
+def _model_class(source: ModelSource) -> str | None:
+    """The class whose ``__init__`` holds both a vision tower and a language model (the ``*Model``)."""
+    found = [
+        cls
+        for cls in source.classes
+        if _attr(source.init_assigns(cls), VISION_ATTRS) and _attr(source.init_assigns(cls), _LANGUAGE_ATTRS)
+    ]
+    return min(found, key=len) if found else None
+
+
+def _attr(assigns: dict[str, list[ast.expr]], names: tuple[str, ...]) -> str | None:
+    """The first attribute built in ``__init__`` named one of ``names`` exactly, else one starting with one."""
+    for name in names:
+        if name in assigns and any(isinstance(v, (ast.Call, ast.Name)) for v in assigns[name]):
+            return name
+    for attr, values in assigns.items():
+        if attr.startswith(names) and any(isinstance(v, (ast.Call, ast.Name)) for v in values):
+            return attr
+    return None
+
+
+def _building_call(source: ModelSource, owner: str, attr: str) -> ast.Call | None:
+    """The call that builds ``self.<attr>``: assigned directly, or through a local (gemma3's ``language_model``)."""
+    for value in source.init_assigns(owner)[attr]:
+        if isinstance(value, ast.Call):
+            return value
+        if isinstance(value, ast.Name):
+            init = source.local_method(owner, "__init__")
+            for node in ast.walk(init) if init is not None else ():
+                if (
+                    isinstance(node, ast.Assign)
+                    and isinstance(node.value, ast.Call)
+                    and any(isinstance(t, ast.Name) and t.id == value.id for t in node.targets)
+                ):
+                    return node.value
+    return None
+
+
+def _tower(
+    source: ModelSource, owner: str, names: tuple[str, ...], compositions: tuple[CompositionInfo, ...]
+) -> TowerInfo | None:
+    assigns = source.init_assigns(owner)
+    attr = _attr(assigns, names)
+    if attr is None:
+        return None
+    call = _building_call(source, owner, attr)
+    if call is None:
+        return TowerInfo(attr=attr, cls=None, built_by="a value not built in __init__")
+    config_attr = _config_attr(call)
+    func = call.func
+    built_by = f"{dotted(func)}(...)"
+    cls: str | None = None
+    if isinstance(func, ast.Attribute) and func.attr in ("_from_config", "from_config"):
+        target = dotted(func.value)
+        if target in source.classes:
+            cls = target
+        else:
+            composed = [c for c in compositions if c.owner == owner and c.attr == attr]
+            cls = composed[0].builds if composed else None
+    elif isinstance(func, ast.Name) and func.id in source.classes:
+        cls = func.id
+    line = source.classes[cls].lineno if cls in source.classes else 0
+    return TowerInfo(attr=attr, cls=cls, line=line, built_by=built_by, config_attr=config_attr)
+
+
+def _config_attr(call: ast.Call) -> str | None:
+    """``vision_config`` for ``X(config.vision_config)``; None when the argument is not ``config.<attr>``."""
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name) and arg.value.id == "config":
+            return arg.attr
+    return None
+
+
+def _mergers(source: ModelSource, owner: str, place: str) -> list[MergerInfo]:
+    found = []
+    for attr, values in source.init_assigns(owner).items():
+        if not any(word in attr for word in _MERGER_WORDS):
+            continue
+        classes = source.instantiated_classes(owner, attr)
+        if not classes and not any(isinstance(v, ast.Call) for v in values):
+            continue
+        cls = classes[0] if classes else None
+        found.append(
+            MergerInfo(
+                owner=owner,
+                attr=attr,
+                cls=cls,
+                line=source.classes[cls].lineno if cls else 0,
+                place=place,
+                deepstack=attr.startswith("deepstack"),
+            )
+        )
+    return found
+
+
+def _method(source: ModelSource, cls: str, name: str) -> MethodInfo | None:
+    found = source.method(cls, name)
+    if found is None:
+        return None
+    func, inherited_from = found
+    args = func.args
+    positional = args.posonlyargs + args.args
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    params = [a.arg for a in positional] + [a.arg for a in args.kwonlyargs]
+    required = [a.arg for a, d in zip(positional, defaults, strict=True) if d is None]
+    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
+    returns = [
+        len(n.value.elts) if isinstance(n.value, ast.Tuple) else 1
+        for n in ast.walk(func)
+        if isinstance(n, ast.Return) and n.value is not None
+    ]
+    return MethodInfo(
+        name=name,
+        owner=inherited_from or cls,
+        line=func.lineno,
+        params=tuple(p for p in params if p != "self"),
+        required=tuple(p for p in required if p != "self"),
+        var_keyword=args.kwarg is not None,
+        returns=max(returns) if returns and len(set(returns)) == 1 else (0 if not returns else -1),
+    )
+
+
+def _compositions(source: ModelSource) -> tuple[CompositionInfo, ...]:
+    """Every ``self.<attr> = AutoModel.from_config(config.<sub>)`` of the module, with the class it builds."""
+    found: list[CompositionInfo] = []
+    sub_configs: dict[str, str] | None = None
+    for cls in source.classes:
+        for attr, values in source.init_assigns(cls).items():
+            built = _building_call(source, cls, attr)
+            calls = [c for v in values for c in calls_in(v)] + ([built] if built is not None else [])
+            for call in dict.fromkeys(c for c in calls if _is_auto_from_config(c)):
+                config_attr = _config_attr(call)
+                if config_attr is None:
+                    continue
+                if sub_configs is None:
+                    sub_configs = read_sub_configs(source)
+                config_class = sub_configs.get(config_attr)
+                found.append(
+                    CompositionInfo(
+                        owner=cls,
+                        attr=attr,
+                        config_attr=config_attr,
+                        config_class=config_class,
+                        builds=_class_for_config(source, config_class),
+                    )
+                )
+    return tuple(found)
+
+
+def _is_auto_from_config(call: ast.Call) -> bool:
+    """``AutoModel.from_config(...)`` (or another ``AutoModel*`` factory's)."""
+    func = call.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "from_config"
+        and isinstance(func.value, ast.Name)
+        and func.value.id.startswith("AutoModel")
+    )
+
+
+def read_sub_configs(source: ModelSource) -> dict[str, str]:
+    """``sub_configs`` of the package's configuration module (its first class declaring one): attr -> class."""
+    module = f"transformers.models.{source.model}.configuration_{source.model}"
+    try:
+        index = source.sources.get(module)
+    except UpstreamError:
+        return {}
+    for node in index.tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for stmt in node.body:
+            if (
+                isinstance(stmt, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "sub_configs" for t in stmt.targets)
+                and isinstance(stmt.value, ast.Dict)
+            ):
+                return {
+                    k.value: dotted(v)
+                    for k, v in zip(stmt.value.keys, stmt.value.values, strict=True)
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                }
+    return {}
+
+
+def _class_for_config(source: ModelSource, config_class: str | None) -> str | None:
+    """The ``*Model`` class of the module annotated ``config: <config_class>`` (what AutoModel maps it to)."""
+    if config_class is None or config_class == "AutoConfig":
+        return None
+    for cls, node in source.classes.items():
+        if not cls.endswith("Model") or cls.endswith("PreTrainedModel"):
+            continue
+        for stmt in node.body:
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and stmt.target.id == "config"
+                and dotted(stmt.annotation) == config_class
+            ):
+                return cls
+    return None
+
+
+def text_rope_function(source: ModelSource, decoder_layer: str | None) -> ast.FunctionDef | None:
+    """The module-level rotary function the text attention (the decoder layer's ``self_attn``) calls."""
+    if decoder_layer is None:
+        return None
+    for attention in source.instantiated_classes(decoder_layer, "self_attn"):
+        found = _rope_call(source, attention)
+        if found is not None:
+            return found
+    return None
+
+
+def vision_rope(source: ModelSource, tower: str | None) -> RopeInfo | None:
+    """The rotary function the vision tower's attention calls, reported as the vision RoPE."""
+    if tower is None:
+        return None
+    for cls in _reachable(source, tower):
+        func = _rope_call(source, cls)
+        if func is not None:
+            return RopeInfo(
+                kind="function",
+                name=func.name,
+                line=func.lineno,
+                params=_params(func),
+                formulation="unknown",
+                reason="the vision tower's RoPE (the rope_vision slot), not the text one",
+            )
+    return None
+
+
+def multimodal_rope(func: ast.FunctionDef) -> RopeInfo:
+    """The text RoPE of a VLM whose attention applies a function other than ``apply_rotary_pos_emb``."""
+    params = _params(func)
+    what = (
+        "multimodal RoPE: cos/sin split by mrope_section over temporal, height and width"
+        if "mrope_section" in params
+        else "not apply_rotary_pos_emb"
+    )
+    return RopeInfo(
+        kind="function",
+        name=func.name,
+        line=func.lineno,
+        params=params,
+        formulation="unknown",
+        reason=f"{func.name} (line {func.lineno}) is the text attention's RoPE: {what}",
+    )
+
+
+def _rope_call(source: ModelSource, cls: str) -> ast.FunctionDef | None:
+    forward = source.local_method(cls, "forward")
+    if forward is None:
+        return None
+    for call in calls_in(forward):
+        name = called_name(call)
+        if isinstance(call.func, ast.Name) and name in source.functions and any(w in name for w in _ROPE_WORDS):
+            return source.functions[name]
+    return None
+
+
+def _reachable(source: ModelSource, start: str) -> list[str]:
+    seen = [start]
+    todo = [start]
+    while todo:
+        cls = todo.pop(0)
+        for attr in source.init_assigns(cls):
+            for name in source.instantiated_classes(cls, attr):
+                if name not in seen:
+                    seen.append(name)
+                    todo.append(name)
+    return seen
+
+
+def _params(func: ast.FunctionDef) -> tuple[str, ...]:
+    args = func.args
+    return tuple(a.arg for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg != "self")

@@ -1,0 +1,101 @@
+"""What the upstream source of a vision-language model says about its towers: the VLM part of the reader's report.
+
+Plain frozen dataclasses, no logic, like :mod:`modelgraft.generator.upstream.structure` (which holds them
+as ``ModelStructure.vlm``): ``read_vlm`` fills them from the pinned modeling, configuration and processing
+modules (by path, with ``ast``), ``patchgen-inspect`` prints them, and the Qwen-VL contract check
+(:mod:`modelgraft.generator.upstream.vlm_contract`) compares them with what the vlm recipe expects
+(docs/scaffolding.md, "The Qwen-VL contract").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from modelgraft.generator.upstream.structure import RopeInfo
+
+
+@dataclass(frozen=True)
+class TowerInfo:
+    """One sub-model the VLM's ``Model`` holds (``self.visual``, ``self.language_model``)."""
+
+    attr: str  # "visual", "vision_tower", "language_model"
+    #: The class it builds, as the module names it; None when only the checkpoint's config decides (AutoConfig).
+    cls: str | None
+    line: int = 0  # the class's line in the modeling file (0 when it is not defined there)
+    #: How it is built: "Cls(...)", "Cls._from_config(...)", "AutoModel.from_config(...)".
+    built_by: str = ""
+    #: The config attribute passed in ("vision_config", "text_config"), when it is one.
+    config_attr: str | None = None
+
+
+@dataclass(frozen=True)
+class MergerInfo:
+    """A module that turns vision features into text-width embeddings (patch merger, projector)."""
+
+    owner: str  # the class holding it (the tower, or the Model next to the tower)
+    attr: str  # "merger", "multi_modal_projector", "deepstack_merger_list"
+    cls: str | None
+    line: int = 0
+    #: "tower" (inside the vision tower) or "model" (next to it, in the Model).
+    place: str = "tower"
+    #: A list of mergers, one per DeepStack level (qwen3_vl's ``deepstack_merger_list``).
+    deepstack: bool = False
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """A method of the VLM read with its signature (``get_rope_index``, ``get_placeholder_mask``)."""
+
+    name: str
+    owner: str  # the class defining it (the Model, or the base it inherits it from)
+    line: int
+    params: tuple[str, ...] = ()  # every named parameter but self, in order
+    required: tuple[str, ...] = ()  # those without a default
+    var_keyword: bool = False  # takes **kwargs
+    #: For get_placeholder_mask: how many masks each return statement hands back (1 image; 2 image and video).
+    returns: int = 0
+
+
+@dataclass(frozen=True)
+class CompositionInfo:
+    """``self.<attr> = AutoModel.from_config(config.<config_attr>)``: which attribute builds which sub-config."""
+
+    owner: str
+    attr: str
+    config_attr: str
+    #: The sub-config class the main config's ``sub_configs`` names ("Qwen3VLVisionConfig", or "AutoConfig").
+    config_class: str | None
+    #: The class of the modeling module declared for that config (``config: Qwen3VLVisionConfig``); None for
+    #: AutoConfig, where the checkpoint's model_type picks it.
+    builds: str | None
+
+
+@dataclass(frozen=True)
+class ProcessorInfo:
+    """A public class of the model package's processing modules."""
+
+    kind: str  # "processor", "image_processor", "image_processor_pil", "video_processor", ...
+    cls: str
+    module: str  # "transformers.models.qwen2_vl.processing_qwen2_vl"
+
+
+@dataclass(frozen=True)
+class VlmInfo:
+    #: The class holding the vision tower and the language model ("Qwen2VLModel"); None when none holds both.
+    model_class: str | None
+    model_line: int = 0
+    vision: TowerInfo | None = None
+    language_model: TowerInfo | None = None
+    mergers: tuple[MergerInfo, ...] = ()
+    rope_index: MethodInfo | None = None
+    placeholder_mask: MethodInfo | None = None
+    compositions: tuple[CompositionInfo, ...] = ()
+    processors: tuple[ProcessorInfo, ...] = ()
+    #: The RoPE the vision tower's attention applies (``apply_rotary_pos_emb_vision``), apart from the text one.
+    vision_rope: RopeInfo | None = None
+    #: The Qwen-VL contract: empty when the model fits it, else one line per difference.
+    contract_differences: tuple[str, ...] = ()
+
+    @property
+    def fits_qwen_vl_contract(self) -> bool:
+        return not self.contract_differences

@@ -1,0 +1,50 @@
+"""``patchgen-inspect`` on VLMs: the VLM section of the report and of its JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from modelgraft.generator import inspect_cli
+
+
+def test_qwen2_vl_report_names_towers_methods_processors_and_both_ropes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inspect_cli.main(["qwen2_vl"]) == 0
+    out = capsys.readouterr().out
+    assert "rope             function apply_multimodal_rotary_pos_emb" in out
+    assert "vision rope          apply_rotary_pos_emb_vision" in out
+    assert "self.visual = Qwen2VisionTransformerPretrainedModel._from_config(...)" in out
+    assert "Qwen2VisionTransformerPretrainedModel.merger = PatchMerger (in the tower)" in out
+    assert "required=('input_ids', 'mm_token_type_ids')" in out
+    assert "returns 2 mask(s)" in out
+    assert "Qwen2VLImageProcessorPil" in out
+    assert "fits the Qwen-VL contract" in out
+
+
+def test_qwen3_vl_report_shows_the_composition_and_deepstack_mergers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inspect_cli.main(["qwen3_vl"]) == 0
+    out = capsys.readouterr().out
+    assert "Qwen3VLModel.visual = AutoModel.from_config(config.vision_config) -> Qwen3VLVisionConfig" in out
+    assert "deepstack mergers" in out
+
+
+def test_llava_report_lists_what_differs_from_the_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inspect_cli.main(["llava"]) == 0
+    out = capsys.readouterr().out
+    assert "differs from the Qwen-VL contract:" in out
+    assert "    - LlavaModel has no get_rope_index (no multimodal position ids)" in out
+    assert "chosen by the checkpoint's config" in out
+
+
+def test_json_holds_the_vlm_part(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inspect_cli.main(["qwen3_vl_moe", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["vlm"]["vision"]["attr"] == "visual"
+    assert data["vlm"]["rope_index"]["required"] == ["input_ids", "mm_token_type_ids"]
+    assert data["vlm"]["contract_differences"] == []
+
+
+def test_a_text_model_report_has_no_vlm_section(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inspect_cli.main(["qwen3"]) == 0
+    assert "vlm              " not in capsys.readouterr().out

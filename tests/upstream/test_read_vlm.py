@@ -1,0 +1,170 @@
+"""The VLM reader on the real pinned sources: Qwen-VL's four models, then glm4v and llava for what differs."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+from modelgraft.generator.upstream.reader import read_model
+from modelgraft.generator.upstream.structure import ModelStructure
+from modelgraft.generator.upstream.vlm_structure import VlmInfo
+
+QWEN_VL = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+
+
+@cache
+def read(model: str) -> ModelStructure:
+    return read_model(model)
+
+
+def vlm(model: str) -> VlmInfo:
+    info = read(model).vlm
+    assert info is not None, model
+    return info
+
+
+@pytest.mark.parametrize(
+    ("model", "model_class", "tower"),
+    [
+        ("qwen2_vl", "Qwen2VLModel", "Qwen2VisionTransformerPretrainedModel"),
+        ("qwen2_5_vl", "Qwen2_5_VLModel", "Qwen2_5_VisionTransformerPretrainedModel"),
+        ("qwen3_vl", "Qwen3VLModel", "Qwen3VLVisionModel"),
+        ("qwen3_vl_moe", "Qwen3VLMoeModel", "Qwen3VLMoeVisionModel"),
+        ("glm4v", "Glm4vModel", "Glm4vVisionModel"),
+    ],
+)
+def test_the_model_holds_its_vision_tower_as_visual(model: str, model_class: str, tower: str) -> None:
+    info = vlm(model)
+    assert info.model_class == model_class
+    assert info.vision is not None and (info.vision.attr, info.vision.cls) == ("visual", tower)
+    assert info.vision.config_attr == "vision_config"
+
+
+def test_qwen2_vl_builds_its_towers_with_from_config_of_its_own_classes() -> None:
+    info = vlm("qwen2_vl")
+    assert info.vision.built_by == "Qwen2VisionTransformerPretrainedModel._from_config(...)"
+    assert info.language_model is not None and info.language_model.cls == "Qwen2VLTextModel"
+    assert info.compositions == ()
+
+
+@pytest.mark.parametrize(("model", "merger"), [("qwen2_vl", "PatchMerger"), ("qwen2_5_vl", "Qwen2_5_VLPatchMerger")])
+def test_the_merger_is_read_inside_the_tower(model: str, merger: str) -> None:
+    (found,) = vlm(model).mergers
+    assert (found.attr, found.cls, found.place, found.deepstack) == ("merger", merger, "tower", False)
+
+
+def test_qwen3_vl_reports_its_deepstack_mergers_beside_the_merger() -> None:
+    mergers = {m.attr: m for m in vlm("qwen3_vl").mergers}
+    assert set(mergers) == {"merger", "deepstack_merger_list"}
+    assert mergers["deepstack_merger_list"].deepstack
+    assert mergers["deepstack_merger_list"].cls == "Qwen3VLVisionPatchMerger"
+
+
+@pytest.mark.parametrize("model", QWEN_VL)
+def test_get_rope_index_is_the_models_and_requires_mm_token_type_ids(model: str) -> None:
+    index = vlm(model).rope_index
+    assert index is not None and index.owner == vlm(model).model_class
+    assert index.required == ("input_ids", "mm_token_type_ids")
+    assert index.params[:4] == ("input_ids", "mm_token_type_ids", "image_grid_thw", "video_grid_thw")
+    assert index.var_keyword
+
+
+def test_qwen2_5_vl_get_rope_index_also_takes_second_per_grid_ts() -> None:
+    assert "second_per_grid_ts" in vlm("qwen2_5_vl").rope_index.params
+
+
+@pytest.mark.parametrize("model", QWEN_VL)
+def test_placeholder_mask_returns_an_image_and_a_video_mask(model: str) -> None:
+    mask = vlm(model).placeholder_mask
+    assert mask is not None and mask.returns == 2
+    assert mask.params == ("input_ids", "inputs_embeds", "image_features", "video_features")
+
+
+@pytest.mark.parametrize("model", ("qwen2_vl", "qwen2_5_vl"))
+def test_qwen2_text_rope_is_the_multimodal_function_not_the_vision_one(model: str) -> None:
+    s = read(model)
+    assert s.rope.name == "apply_multimodal_rotary_pos_emb"
+    assert "mrope_section" in s.rope.params and "mrope_section" in s.rope.reason
+    assert s.vlm.vision_rope.name == "apply_rotary_pos_emb_vision"
+
+
+def test_qwen3_vl_text_rope_is_apply_rotary_pos_emb_and_vision_rope_is_separate() -> None:
+    s = read("qwen3_vl")
+    assert (s.rope.name, s.rope.formulation) == ("apply_rotary_pos_emb", "rotate_half")
+    assert s.vlm.vision_rope.name == "apply_rotary_pos_emb_vision"
+
+
+@pytest.mark.parametrize(
+    ("model", "tower", "language"),
+    [
+        ("qwen3_vl", "Qwen3VLVisionModel", "Qwen3VLTextModel"),
+        ("qwen3_vl_moe", "Qwen3VLMoeVisionModel", "Qwen3VLMoeTextModel"),
+    ],
+)
+def test_automodel_composition_names_the_sub_config_and_the_class_it_builds(
+    model: str, tower: str, language: str
+) -> None:
+    built = {c.attr: (c.config_attr, c.builds) for c in vlm(model).compositions}
+    assert built == {"visual": ("vision_config", tower), "language_model": ("text_config", language)}
+
+
+def test_qwen2_vl_processors_are_read_from_its_package() -> None:
+    kinds = {(p.kind, p.cls) for p in vlm("qwen2_vl").processors}
+    assert kinds == {
+        ("processor", "Qwen2VLProcessor"),
+        ("image_processor", "Qwen2VLImageProcessor"),
+        ("image_processor_pil", "Qwen2VLImageProcessorPil"),
+        ("video_processor", "Qwen2VLVideoProcessor"),
+    }
+
+
+def test_qwen3_vl_borrows_qwen2_vls_image_processor_through_the_auto_tables() -> None:
+    kinds = {p.kind: p for p in vlm("qwen3_vl").processors}
+    assert kinds["processor"].cls == "Qwen3VLProcessor"
+    assert kinds["image_processor_pil"].cls == "Qwen2VLImageProcessorPil"
+    assert kinds["image_processor_pil"].module == "transformers.models.auto.image_processing_auto"
+
+
+def test_qwen3_vl_moe_without_processing_modules_reads_qwen3_vls_processor_from_the_auto_tables() -> None:
+    kinds = {p.kind: p.cls for p in vlm("qwen3_vl_moe").processors}
+    assert kinds["processor"] == "Qwen3VLProcessor"
+
+
+@pytest.mark.parametrize("model", (*QWEN_VL, "glm4v"))
+def test_qwen_vl_family_and_glm4v_fit_the_contract(model: str) -> None:
+    assert vlm(model).contract_differences == ()
+
+
+def test_glm4v_fits_the_contract_but_its_text_rope_is_not_a_known_body() -> None:
+    s = read("glm4v")
+    assert s.rope.name == "apply_rotary_pos_emb" and s.rope.formulation == "unknown" and s.rope.reason
+
+
+def test_llava_holds_an_automodel_tower_a_projector_and_one_mask() -> None:
+    info = vlm("llava")
+    assert (info.vision.attr, info.vision.cls) == ("vision_tower", None)
+    assert {(c.attr, c.config_class, c.builds) for c in info.compositions} == {
+        ("vision_tower", "AutoConfig", None),
+        ("language_model", "AutoConfig", None),
+    }
+    (projector,) = info.mergers
+    assert (projector.attr, projector.place) == ("multi_modal_projector", "model")
+    assert info.rope_index is None and info.placeholder_mask.returns == 1
+
+
+def test_llava_differs_from_the_contract_in_tower_name_rope_index_and_masks() -> None:
+    differences = vlm("llava").contract_differences
+    assert len(differences) == 3
+    assert "self.vision_tower, not self.visual" in differences[0]
+    assert "no get_rope_index" in differences[1]
+    assert "returns 1 mask(s)" in differences[2]
+
+
+def test_gemma3s_language_model_built_through_a_local_is_still_read() -> None:
+    composed = {c.attr: c.builds for c in vlm("gemma3").compositions}
+    assert composed["language_model"] == "Gemma3TextModel"
+
+
+def test_a_text_model_has_no_vlm_report() -> None:
+    assert read("qwen3").vlm is None

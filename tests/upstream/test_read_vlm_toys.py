@@ -1,0 +1,275 @@
+"""The VLM reader on toy upstream packages: one read fact per test, the toy changed only where that fact is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from modelgraft.generator.upstream.reader import read_model
+from modelgraft.generator.upstream.vlm_structure import VlmInfo
+
+#: A Qwen-VL-shaped modeling module: tower with merger, text decoder, Model with both, methods of the contract.
+MODELING = """
+from torch import nn
+
+
+class ToyPreTrainedModel(PreTrainedModel):
+    pass
+
+
+def apply_rotary_pos_emb_vision(q, k, cos, sin):
+    return q, k
+
+
+def apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section, unsqueeze_dim=1):
+    return q, k
+
+
+class ToyVisionAttention(nn.Module):
+    def __init__(self, config):
+        self.qkv = nn.Linear(4, 12)
+
+    def forward(self, x, cos, sin):
+        q, k = apply_rotary_pos_emb_vision(x, x, cos, sin)
+        return q
+
+
+class ToyVisionBlock(nn.Module):
+    def __init__(self, config):
+        self.attn = ToyVisionAttention(config)
+
+
+class ToyPatchMerger(nn.Module):
+    def __init__(self, config):
+        self.mlp = nn.Linear(4, 4)
+
+
+class ToyVisionModel(ToyPreTrainedModel):
+    config: ToyVisionConfig
+
+    def __init__(self, config):
+        self.blocks = nn.ModuleList([ToyVisionBlock(config) for _ in range(2)])
+        self.merger = ToyPatchMerger(config)
+
+
+class ToyTextAttention(nn.Module):
+    def __init__(self, config, layer_idx):
+        self.q_proj = nn.Linear(4, 4)
+
+    def forward(self, x, cos, sin):
+        q, k = apply_multimodal_rotary_pos_emb(x, x, cos, sin, self.mrope_section)
+        return q
+
+
+class ToyDecoderLayer(nn.Module):
+    def __init__(self, config, layer_idx):
+        self.self_attn = ToyTextAttention(config, layer_idx)
+
+
+class ToyTextModel(ToyPreTrainedModel):
+    config: ToyTextConfig
+
+    def __init__(self, config):
+        self.layers = nn.ModuleList([ToyDecoderLayer(config, i) for i in range(2)])
+
+
+class ToyModel(ToyPreTrainedModel):
+    def __init__(self, config):
+        self.visual = ToyVisionModel._from_config(config.vision_config)
+        self.language_model = ToyTextModel._from_config(config.text_config)
+
+    def get_rope_index(
+        self, input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None, attention_mask=None, **kwargs
+    ):
+        return position_ids, deltas
+
+    def get_placeholder_mask(self, input_ids, inputs_embeds, image_features=None, video_features=None):
+        return image_mask, video_mask
+
+
+class ToyForConditionalGeneration(ToyPreTrainedModel):
+    def __init__(self, config):
+        self.model = ToyModel(config)
+        self.lm_head = nn.Linear(4, 8)
+
+    def forward(self, input_ids=None, labels=None):
+        return None
+"""
+
+CONFIGURATION = """
+class ToyVisionConfig(PreTrainedConfig):
+    model_type = "toy_vision"
+
+
+class ToyTextConfig(PreTrainedConfig):
+    model_type = "toy_text"
+
+
+class ToyConfig(PreTrainedConfig):
+    model_type = "toy"
+    sub_configs = {"vision_config": ToyVisionConfig, "text_config": ToyTextConfig}
+"""
+
+
+def read_toy(tmp_path: Path, modeling: str = MODELING, **files: str) -> VlmInfo:
+    """Read ``transformers/models/toy`` written under ``tmp_path`` (its configuration plus ``files``)."""
+    package = tmp_path / "transformers" / "models" / "toy"
+    package.mkdir(parents=True)
+    (package / "modeling_toy.py").write_text(modeling, encoding="utf-8")
+    files.setdefault("configuration_toy", CONFIGURATION)
+    for stem, text in files.items():
+        (package / f"{stem}.py").write_text(text, encoding="utf-8")
+    structure = read_model("toy", root=tmp_path)
+    assert structure.category == "vlm" and structure.vlm is not None
+    return structure.vlm
+
+
+def test_toy_in_qwen_vl_shape_fits_the_contract(tmp_path: Path) -> None:
+    assert read_toy(tmp_path).contract_differences == ()
+
+
+def test_the_model_class_is_the_one_holding_both_towers(tmp_path: Path) -> None:
+    info = read_toy(tmp_path)
+    assert info.model_class == "ToyModel"
+    assert (info.vision.attr, info.vision.cls, info.vision.built_by) == (
+        "visual",
+        "ToyVisionModel",
+        "ToyVisionModel._from_config(...)",
+    )
+    assert (info.language_model.attr, info.language_model.cls) == ("language_model", "ToyTextModel")
+
+
+def test_a_tower_held_under_another_name_is_read_and_named_as_a_difference(tmp_path: Path) -> None:
+    info = read_toy(tmp_path, MODELING.replace("self.visual =", "self.vision_tower ="))
+    assert info.vision.attr == "vision_tower"
+    assert info.contract_differences == ("ToyModel holds its vision tower as self.vision_tower, not self.visual",)
+
+
+def test_the_merger_is_read_in_the_tower(tmp_path: Path) -> None:
+    (merger,) = read_toy(tmp_path).mergers
+    assert (merger.owner, merger.attr, merger.cls, merger.place) == (
+        "ToyVisionModel",
+        "merger",
+        "ToyPatchMerger",
+        "tower",
+    )
+
+
+def test_a_list_of_deepstack_mergers_is_reported_as_such(tmp_path: Path) -> None:
+    modeling = MODELING.replace(
+        "        self.merger = ToyPatchMerger(config)\n",
+        "        self.merger = ToyPatchMerger(config)\n"
+        "        self.deepstack_merger_list = nn.ModuleList([ToyPatchMerger(config) for _ in range(2)])\n",
+    )
+    deepstack = [m for m in read_toy(tmp_path, modeling).mergers if m.deepstack]
+    assert [(m.attr, m.cls) for m in deepstack] == [("deepstack_merger_list", "ToyPatchMerger")]
+
+
+def test_a_projector_next_to_the_tower_counts_as_its_merger(tmp_path: Path) -> None:
+    modeling = MODELING.replace("        self.merger = ToyPatchMerger(config)\n", "").replace(
+        "        self.language_model =",
+        "        self.multi_modal_projector = ToyPatchMerger(config)\n        self.language_model =",
+    )
+    info = read_toy(tmp_path, modeling)
+    assert [(m.owner, m.attr, m.place) for m in info.mergers] == [("ToyModel", "multi_modal_projector", "model")]
+    assert info.contract_differences == ()
+
+
+def test_no_merger_at_all_is_a_difference(tmp_path: Path) -> None:
+    info = read_toy(tmp_path, MODELING.replace("        self.merger = ToyPatchMerger(config)\n", ""))
+    assert info.contract_differences == ("no merger in the vision tower nor next to it in the Model",)
+
+
+def test_get_rope_index_signature_and_required_inputs_are_read(tmp_path: Path) -> None:
+    index = read_toy(tmp_path).rope_index
+    assert (index.owner, index.required, index.var_keyword) == ("ToyModel", ("input_ids", "mm_token_type_ids"), True)
+    assert index.params == ("input_ids", "mm_token_type_ids", "image_grid_thw", "video_grid_thw", "attention_mask")
+
+
+def test_get_rope_index_inherited_from_a_base_names_the_base_as_owner(tmp_path: Path) -> None:
+    modeling = MODELING.replace("class ToyModel(ToyPreTrainedModel):", "class ToyModel(ToyRopeBase):").replace(
+        "class ToyForConditionalGeneration",
+        "class ToyRopeBase(ToyPreTrainedModel):\n"
+        "    def get_rope_index(self, input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,"
+        " attention_mask=None, **kwargs):\n        return ids\n\n\nclass ToyForConditionalGeneration",
+    )
+    modeling = modeling.replace(
+        "    def get_rope_index(\n        self, input_ids, mm_token_type_ids, image_grid_thw=None, video_grid_thw=None,"
+        " attention_mask=None, **kwargs\n    ):\n        return position_ids, deltas\n\n",
+        "",
+    )
+    assert read_toy(tmp_path, modeling).rope_index.owner == "ToyRopeBase"
+
+
+def test_get_rope_index_without_mm_token_type_ids_is_a_difference(tmp_path: Path) -> None:
+    info = read_toy(tmp_path, MODELING.replace("self, input_ids, mm_token_type_ids, image", "self, input_ids, image"))
+    assert info.rope_index.required == ("input_ids",)
+    (difference,) = info.contract_differences
+    assert difference.startswith("ToyModel.get_rope_index takes ('input_ids', 'image_grid_thw'")
+
+
+def test_a_model_without_get_rope_index_is_told_so(tmp_path: Path) -> None:
+    modeling = MODELING.replace("def get_rope_index(", "def get_position_ids(")
+    info = read_toy(tmp_path, modeling)
+    assert info.rope_index is None
+    assert info.contract_differences == ("ToyModel has no get_rope_index (no multimodal position ids)",)
+
+
+def test_placeholder_masks_are_counted_from_the_return(tmp_path: Path) -> None:
+    assert read_toy(tmp_path).placeholder_mask.returns == 2
+
+
+def test_a_single_placeholder_mask_is_a_difference(tmp_path: Path) -> None:
+    info = read_toy(tmp_path, MODELING.replace("return image_mask, video_mask", "return image_mask"))
+    assert info.placeholder_mask.returns == 1
+    assert info.contract_differences == ("ToyModel.get_placeholder_mask returns 1 mask(s), not a pair (image, video)",)
+
+
+def test_automodel_composition_builds_the_class_declared_for_the_sub_config(tmp_path: Path) -> None:
+    modeling = MODELING.replace("ToyVisionModel._from_config(", "AutoModel.from_config(").replace(
+        "ToyTextModel._from_config(", "AutoModel.from_config("
+    )
+    info = read_toy(tmp_path, modeling)
+    assert {(c.attr, c.config_attr, c.config_class, c.builds) for c in info.compositions} == {
+        ("visual", "vision_config", "ToyVisionConfig", "ToyVisionModel"),
+        ("language_model", "text_config", "ToyTextConfig", "ToyTextModel"),
+    }
+    assert info.vision.cls == "ToyVisionModel" and info.vision.built_by == "AutoModel.from_config(...)"
+
+
+def test_an_autoconfig_sub_config_leaves_the_class_to_the_checkpoint(tmp_path: Path) -> None:
+    modeling = MODELING.replace("ToyVisionModel._from_config(", "AutoModel.from_config(")
+    configuration = CONFIGURATION.replace('{"vision_config": ToyVisionConfig', '{"vision_config": AutoConfig')
+    info = read_toy(tmp_path, modeling, configuration_toy=configuration)
+    (composed,) = info.compositions
+    assert (composed.config_class, composed.builds, info.vision.cls) == ("AutoConfig", None, None)
+    assert "the checkpoint chooses (AutoConfig)" in info.contract_differences[0]
+
+
+def test_processors_are_the_public_classes_of_the_processing_modules(tmp_path: Path) -> None:
+    info = read_toy(
+        tmp_path,
+        processing_toy='class ToyProcessor(ProcessorMixin):\n    pass\n\n\n__all__ = ["ToyProcessor"]\n',
+        image_processing_pil_toy='class ToyImageProcessorPil:\n    pass\n\n\n__all__ = ["ToyImageProcessorPil"]\n',
+    )
+    assert {(p.kind, p.cls) for p in info.processors} == {
+        ("processor", "ToyProcessor"),
+        ("image_processor_pil", "ToyImageProcessorPil"),
+    }
+
+
+def test_the_vision_rope_is_the_function_the_towers_attention_calls(tmp_path: Path) -> None:
+    rope = read_toy(tmp_path).vision_rope
+    assert (rope.name, rope.params) == ("apply_rotary_pos_emb_vision", ("q", "k", "cos", "sin"))
+
+
+def test_the_text_rope_is_the_function_the_text_attention_calls(tmp_path: Path) -> None:
+    package_root = tmp_path
+    read_toy(package_root)
+    rope = read_model("toy", root=package_root).rope
+    assert rope.name == "apply_multimodal_rotary_pos_emb" and "mrope_section" in rope.reason
+
+
+def test_no_class_holding_both_towers_is_the_one_difference(tmp_path: Path) -> None:
+    info = read_toy(tmp_path, MODELING.replace("self.language_model =", "self.text_tower ="))
+    assert info.model_class is None
+    assert info.contract_differences == ("no class holds both a vision tower and a language model",)
