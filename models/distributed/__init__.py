@@ -3,12 +3,13 @@
 Everything is applied from outside the generated modeling, torchtitan-style, over one
 :class:`~models.distributed.mesh.ParallelState`::
 
-    state = ParallelState.build(sp=2, ep=2)            # meshes from torchrun's environment
+    state = ParallelState.build(sp=2, ep=2)            # meshes from torchrun's environment (replicate=r: HSDP)
     register_ulysses(state)                            # "ulysses_sdpa" / "ulysses_eager" / "ulysses_fused_attention"
     bind_ops(parallel_ops(state))                      # ep_alltoall experts, global-batch losses
     model = build_model(config, attn_implementation="ulysses_sdpa")
     apply_expert_parallel(model, state)                # keep this rank's experts (the model's plan)
     load_expert_parallel_checkpoint(model, path)       # optional: read only this rank's experts
+    apply_activation_checkpointing(model)              # optional: recompute each decoder layer in backward
     apply_fsdp(model, state, param_dtype=torch.bfloat16)
     out = model(**shard_sequence(batch, state))        # out.loss: the loss of the global batch
 
@@ -22,6 +23,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelgraft.models.distributed.activation_checkpointing import (
+    apply_activation_checkpointing,
+    checkpointed_layers,
+    strip_checkpoint_prefix,
+)
 from modelgraft.models.distributed.checkpoint import load_expert_parallel_checkpoint
 from modelgraft.models.distributed.expert_parallel import (
     ExpertShard,
@@ -30,10 +36,16 @@ from modelgraft.models.distributed.expert_parallel import (
     full_tensor,
     validate_parallel_plan,
 )
-from modelgraft.models.distributed.fsdp import apply_fsdp, decoder_layers, mixed_precision, router_modules
+from modelgraft.models.distributed.fsdp import (
+    apply_fsdp,
+    decoder_layers,
+    expert_shard_dim,
+    mixed_precision,
+    router_modules,
+)
 from modelgraft.models.distributed.gradients import accumulate, average_gradients, clip_grad_norm, grad_norm
 from modelgraft.models.distributed.losses import global_token_count
-from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState, parallel_sizes
+from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState, hsdp_sizes, parallel_sizes
 from modelgraft.models.distributed.sequence import gather_sequence, scatter_sequence, sequence_slice, shard_sequence
 from modelgraft.models.distributed.sparse_indexer import INNER_INDEXERS
 from modelgraft.models.distributed.ulysses import register_ulysses
@@ -44,17 +56,21 @@ __all__ = [
     "ParallelConfigError",
     "ParallelState",
     "accumulate",
+    "apply_activation_checkpointing",
     "apply_expert_parallel",
     "apply_fsdp",
     "average_gradients",
+    "checkpointed_layers",
     "clip_grad_norm",
     "decoder_layers",
+    "expert_shard_dim",
     "expert_shards",
     "full_state",
     "full_tensor",
     "gather_sequence",
     "global_token_count",
     "grad_norm",
+    "hsdp_sizes",
     "load_expert_parallel_checkpoint",
     "mixed_precision",
     "parallel_ops",
@@ -64,6 +80,7 @@ __all__ = [
     "scatter_sequence",
     "sequence_slice",
     "shard_sequence",
+    "strip_checkpoint_prefix",
     "validate_parallel_plan",
 ]
 
@@ -107,7 +124,8 @@ def parallel_ops(state: ParallelState, base: OpsConfig | None = None) -> OpsConf
 
 def full_state(model: nn.Module, state: ParallelState, *, grads: bool = False) -> dict[str, torch.Tensor]:
     """Every parameter (or its gradient) of a sharded model as one whole tensor, the same on every rank:
-    FSDP's DTensors are gathered, expert-parallel chunks are gathered over the ep ranks. Collective."""
+    FSDP's DTensors are gathered, expert-parallel chunks are gathered over the ep ranks. Collective.
+    Names are the unwrapped model's: activation checkpointing's wrapper component is stripped."""
     experts = expert_shards(model)
     out = {}
     for name, param in model.named_parameters():
@@ -118,5 +136,5 @@ def full_state(model: nn.Module, state: ParallelState, *, grads: bool = False) -
             tensor = full_tensor(tensor, experts[name], state)
         elif hasattr(tensor, "full_tensor"):
             tensor = tensor.full_tensor()
-        out[name] = tensor
+        out[strip_checkpoint_prefix(name)] = tensor
     return out

@@ -8,6 +8,16 @@ FSDP unit on the ``ep_replicate`` mesh (the ranks holding the same experts): the
 (the MoE block, whose forward runs) is sharded there, after its other children (the router, shared
 experts) were given units on the data mesh. Order: innermost first, as ``fully_shard`` requires.
 
+Expert shard dim: FSDP shards a parameter on dim 0 by default, padding it when the dim does not divide by
+the mesh, and an expert tensor's dim 0 is its local experts (e.g. 128 experts, ep=8, 256 ranks: 16 local
+experts over 32 ``ep_replicate`` ranks, so half the ranks would hold padding only, and every all-gather
+moves twice the bytes). When the local expert count does not divide by the expert unit's shard size,
+the experts are sharded on dim 1 instead (their rows, through ``fully_shard``'s ``shard_placement_fn``),
+if that dim divides; otherwise dim 0 with padding, as before.
+
+HSDP: with ``ParallelState.build(replicate=r)`` every unit gets the 2-D mesh (``state.fsdp_mesh``,
+``state.expert_fsdp_mesh``): sharded within a replica, gradients all-reduced across replicas.
+
 Gradients: FSDP divides a unit's reduced gradients by its mesh size. For an expert unit that is the
 ``ep_replicate`` size, but an expert's gradient already sums the tokens of its ``ep`` ranks (the
 all-to-all brings them), so expert units divide by the world size, like the dense units: the result
@@ -29,11 +39,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import Shard
 
 from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState
 
-__all__ = ["apply_fsdp", "decoder_layers", "mixed_precision", "router_modules"]
+__all__ = ["apply_fsdp", "decoder_layers", "expert_shard_dim", "mixed_precision", "router_modules"]
 
 
 def mixed_precision(
@@ -115,6 +127,19 @@ def _guard_view_outputs(block: nn.Module, layer: nn.Module) -> None:
     warnings.filterwarnings("ignore", message=_VIEW_WARNING.format(re.escape(type(block).__name__)))
 
 
+def expert_shard_dim(shape: tuple[int, ...] | torch.Size, shard_size: int) -> int:
+    """The dim FSDP shards an expert tensor of ``shape`` on over ``shard_size`` ranks: 0 (its experts) when
+    they divide evenly, else 1 when that dim does (no padding), else 0 (padded, as FSDP's default)."""
+    if shape[0] % shard_size == 0 or len(shape) < 2 or shape[1] % shard_size:
+        return 0
+    return 1
+
+
+def _shard_size(mesh: DeviceMesh) -> int:
+    """How many ranks a unit on ``mesh`` shards over: the last dim (HSDP's first dim replicates)."""
+    return mesh.size(mesh.ndim - 1)
+
+
 def _shard_experts(
     layer: nn.Module, state: ParallelState, policy: MixedPrecisionPolicy, reshard: bool, routers: set[int]
 ) -> None:
@@ -137,13 +162,22 @@ def _shard_experts(
             raise ParallelConfigError(f"{type(parent).__name__} holds parameters {stray} outside its children")
         for sibling_name, sibling in parent.named_children():
             if sibling_name != child_name and id(sibling) not in routers and any(True for _ in sibling.parameters()):
-                fully_shard(sibling, mesh=state.data_mesh, mp_policy=policy, reshard_after_forward=reshard)
-        unit = fully_shard(parent, mesh=state.ep_mesh["ep_replicate"], mp_policy=policy, reshard_after_forward=reshard)
+                fully_shard(sibling, mesh=state.fsdp_mesh, mp_policy=policy, reshard_after_forward=reshard)
+        mesh = state.expert_fsdp_mesh
+        shard_size = _shard_size(mesh)
+        unit = fully_shard(
+            parent,
+            mesh=mesh,
+            mp_policy=policy,
+            reshard_after_forward=reshard,
+            shard_placement_fn=lambda param, size=shard_size: Shard(expert_shard_dim(param.shape, size)),
+        )
         # An expert's gradient already sums its ep ranks' tokens: divide by the world, as the dense units do.
         unit.set_gradient_divide_factor(float(state.world_size))
-        if state.ep_replicate > 1 and dist.get_backend(state.ep_replicate_group) == "gloo":
-            # gloo has no PREMUL_SUM: sum, then divide. Not on one rank: there FSDP divides the copied
-            # gradient by the factor and then again as the post-divide of a forced sum (factor squared).
+        if shard_size > 1 and dist.get_backend(state.ep_replicate_group) == "gloo":
+            # gloo has no PREMUL_SUM: sum, then divide. Not when the unit shards over one rank (its
+            # replicas, under HSDP, sum plainly): there FSDP divides the copied gradient by the factor and
+            # then again as the post-divide of a forced sum (factor squared).
             unit.set_force_sum_reduction_for_comms(True)
         _guard_view_outputs(parent, layer)
 
@@ -169,11 +203,11 @@ def apply_fsdp(
     routers = router_modules(model) if fp32_routers and _low_precision(param_dtype) else []
     for router in routers:
         fully_shard(
-            router, mesh=state.data_mesh, mp_policy=_router_policy(), reshard_after_forward=reshard_after_forward
+            router, mesh=state.fsdp_mesh, mp_policy=_router_policy(), reshard_after_forward=reshard_after_forward
         )
     router_ids = {id(router) for router in routers}
     for layer in decoder_layers(model):
         _shard_experts(layer, state, policy, reshard_after_forward, router_ids)
-        fully_shard(layer, mesh=state.data_mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mesh=state.data_mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+        fully_shard(layer, mesh=state.fsdp_mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=state.fsdp_mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     return model  # type: ignore[return-value]
