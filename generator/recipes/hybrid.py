@@ -1,0 +1,92 @@
+"""The hybrid linear-attention recipe (Qwen3.5): the VLM recipe, plus the Gated DeltaNet mixer's operations behind
+their op slots and the text-only causal LM's loss head.
+
+Qwen3.5's decoder interleaves full-attention layers with Gated DeltaNet layers. The mixer's module stays
+upstream's code; what a kernel replaces is behind a slot:
+
+- ``rms_norm_gated_guard`` on the gated output norm (``<Prefix>RMSNormGated.forward``);
+- ``causal_conv1d_guard`` on the module-level ``causal_conv1d_fn`` and ``causal_conv1d_update``;
+- ``gated_delta_rule_guard`` on ``torch_chunk_gated_delta_rule`` and ``torch_recurrent_gated_delta_rule``.
+
+Upstream decorates those four functions with ``use_kernel_func_from_hub_with_fallback``, which swaps in FLA or
+causal-conv1d at import time whenever they are installed. The guards drop that decorator: the generated
+functions are upstream's torch bodies, and those packages run only when bound as the ``fla`` and
+``causal_conv1d`` kernel families (models/ops/kernels/__init__.py). The rest is :func:`vlm`'s (the 1+weight
+RMSNorm behind ``rms_norm`` with its offset, the gated MLP, the partial rotate-half RoPE, the vision tower, the
+towers rewrite), and ``<Prefix>ForCausalLM`` (the text-only model upstream also ships) gets the same loss head
+as the conditional-generation class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from modelgraft.generator.dsl.config import PatchConfig
+from modelgraft.generator.recipes.dense import _named, apply_causal_lm
+from modelgraft.generator.recipes.parts import LossHead
+from modelgraft.generator.recipes.vlm import vlm
+
+__all__ = ["HUB_FALLBACK_DECORATOR", "GatedDeltaNet", "apply_gated_delta_net", "hybrid"]
+
+#: Upstream's decorator that binds an installed FLA / causal-conv1d at import time; dropped from every guarded
+#: function so that only a bound kernel family changes what the model computes.
+HUB_FALLBACK_DECORATOR = "use_kernel_func_from_hub_with_fallback"
+
+
+@dataclass(frozen=True)
+class GatedDeltaNet:
+    """Where a Gated DeltaNet mixer's operations live: its gated norm class and the four module-level functions."""
+
+    norm: str = "{prefix}RMSNormGated"
+    norm_eps: str = "variance_epsilon"
+    norm_activation: str = "self.activation"
+    conv: str = "causal_conv1d_fn"
+    conv_update: str = "causal_conv1d_update"
+    chunk: str = "torch_chunk_gated_delta_rule"
+    recurrent: str = "torch_recurrent_gated_delta_rule"
+
+
+def apply_gated_delta_net(config: PatchConfig, mixer: GatedDeltaNet, *, prefix: str) -> None:
+    """The mixer's gated norm, causal conv1d (whole and decode step) and gated delta rule behind their slots."""
+    config.apply_snippet(
+        "rms_norm_gated_guard",
+        f"{_named(mixer.norm, prefix)}.forward",
+        eps=mixer.norm_eps,
+        activation=mixer.norm_activation,
+        description="rms_norm_gated slot guard",
+    )
+    undecorated = (HUB_FALLBACK_DECORATOR,)
+    for function, update in ((mixer.conv, False), (mixer.conv_update, True)):
+        config.apply_snippet(
+            "causal_conv1d_guard",
+            function,
+            update=update,
+            keep_decorators=undecorated,
+            description=f"{'causal_conv1d_update' if update else 'causal_conv1d'} slot guard; the torch body, "
+            "without the hub decorator",
+        )
+    for function, slot in ((mixer.chunk, "chunk_gated_delta_rule"), (mixer.recurrent, "recurrent_gated_delta_rule")):
+        config.apply_snippet(
+            "gated_delta_rule_guard",
+            function,
+            slot=slot,
+            keep_decorators=undecorated,
+            description=f"{slot} slot guard; the torch body, without the hub decorator",
+        )
+
+
+def hybrid(
+    config: PatchConfig,
+    *,
+    prefix: str,
+    mixer: GatedDeltaNet = GatedDeltaNet(),
+    text_causal_lm: LossHead | None = LossHead("{prefix}ForCausalLM"),
+    **vlm_options: Any,
+) -> PatchConfig:
+    """Apply the Gated DeltaNet guards, then :func:`vlm` with ``vlm_options``, then the text-only loss head."""
+    apply_gated_delta_net(config, mixer, prefix=prefix)
+    vlm(config, prefix=prefix, **vlm_options)
+    if text_causal_lm is not None:
+        apply_causal_lm(config, text_causal_lm, prefix=prefix)
+    return config

@@ -1,0 +1,217 @@
+"""Qwen3.5: the generated modeling matches upstream transformers on images, videos and text, its Gated DeltaNet
+layers included.
+
+Text: 2 layers, a Gated DeltaNet layer then a full-attention one, hidden 72; attention 6 heads of 16 (kv 2), the
+rotary half of each head (partial_rotary_factor 0.5: 8 dims, interleaved sections [2, 1, 1]); linear attention 2
+key heads of 8 repeated to 4 value heads of 12, a width-4 conv; intermediate 88. Vision: 2 blocks of hidden 40
+(2 heads of 20), intermediate 56, patch 4, merge 2, a 6 x 6 learned position grid, no DeepStack.
+
+The decode-step slots (causal_conv1d_update, recurrent_gated_delta_rule) are called only from a cache, one token
+at a time: their reference kernels are checked on a prefill then a decode step, not in the training-step suite.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import torch
+from transformers import Qwen3_5Config, Qwen3VLProcessor
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.ops import SLOTS, bound_ops
+from modelgraft.models.ops.config import OpsConfig
+from modelgraft.models.registry import MODELING_REGISTRY
+from modelgraft.models.testing.parity import build_pair, check_parity, eager_slots_on_one_thread
+from modelgraft.models.testing.reference import reference_kernel
+from modelgraft.models.testing.vlm_suite import VlmModel, VlmParitySuite
+
+QWEN3_5 = VlmModel(
+    model_type="qwen3_5",
+    config_class=Qwen3_5Config,
+    processor_class=Qwen3VLProcessor,
+    image_processor_class=Qwen2VLImageProcessorPil,
+    causal_lm="Qwen3_5ForConditionalGeneration",
+    base_model="Qwen3_5Model",
+    patch_config="modelgraft.models.qwen3_5.qwen3_5_gpu_patch_gen_config",
+    text_config={
+        "hidden_size": 72,
+        "intermediate_size": 88,
+        "num_attention_heads": 6,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "num_hidden_layers": 2,
+        "layer_types": ["linear_attention", "full_attention"],
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 8,
+        "linear_value_head_dim": 12,
+        "linear_conv_kernel_dim": 4,
+        "max_position_embeddings": 64,
+        "rms_norm_eps": 3e-5,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.5,
+            "mrope_section": [2, 1, 1],
+            "mrope_interleaved": True,
+        },
+    },
+    vision_config={
+        "hidden_size": 40,
+        "intermediate_size": 56,
+        "num_heads": 2,
+        "depth": 2,
+        "out_hidden_size": 72,
+        "patch_size": 4,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "num_position_embeddings": 36,
+    },
+    guarded=(
+        "rms_norm",
+        "activation",
+        "layer_norm",
+        "glu_activation",
+        "rope",
+        "rope_vision",
+        "causal_lm_loss",
+        "rms_norm_gated",
+        "causal_conv1d",
+        "chunk_gated_delta_rule",
+    ),
+)
+
+#: The slots only a cached one-token decode step calls.
+DECODE_SLOTS = ("causal_conv1d_update", "recurrent_gated_delta_rule")
+
+
+class TestQwen3_5Parity(VlmParitySuite):
+    model = QWEN3_5
+
+
+def test_the_towers_are_the_generated_classes_not_automodels() -> None:
+    """Upstream builds them with AutoModel.from_config, which resolves to upstream's classes; ours must not."""
+    module = MODELING_REGISTRY.get_module("qwen3_5", "gpu")
+    model = build_model(QWEN3_5.config(), architecture=QWEN3_5.causal_lm)
+    assert type(model.model.visual) is module.Qwen3_5VisionModel
+    assert type(model.model.language_model) is module.Qwen3_5TextModel
+
+
+def test_the_tiny_model_has_a_gated_deltanet_layer_and_an_attention_layer() -> None:
+    """The parity tests cover both mixers only if the tiny config builds both."""
+    module = MODELING_REGISTRY.get_module("qwen3_5", "gpu")
+    layers = build_model(QWEN3_5.config(), architecture=QWEN3_5.causal_lm).model.language_model.layers
+    assert type(layers[0].linear_attn) is module.Qwen3_5GatedDeltaNet
+    assert type(layers[1].self_attn) is module.Qwen3_5Attention
+
+
+def _decode_logits(model: Any, batch: dict[str, torch.Tensor], next_tokens: torch.Tensor) -> torch.Tensor:
+    """Logits of one cached decode step after a prefill of ``batch``."""
+    with torch.no_grad():
+        prefill = model(**batch, use_cache=True)
+        mask = torch.cat([batch["attention_mask"], torch.ones_like(next_tokens)], dim=1)
+        step = model(
+            input_ids=next_tokens, attention_mask=mask, past_key_values=prefill.past_key_values, use_cache=True
+        )
+    return step.logits
+
+
+@pytest.mark.parametrize("slot", DECODE_SLOTS)
+def test_reference_decode_kernel_matches_upstreams_cached_decode_step(slot: str) -> None:
+    """Prefill then one token from the cache: the decode-step slot's reference kernel, bound alone and called."""
+    with eager_slots_on_one_thread():
+        config = QWEN3_5.config()
+        cls = "Qwen3_5ForConditionalGeneration"
+        pair = build_pair(config, get_model_class("qwen3_5", cls, use_hf=True), get_model_class("qwen3_5", cls, "gpu"))
+        pair.upstream.eval(), pair.generated.eval()
+        batch = QWEN3_5.batch([("w1 w2 w3 w4 w5", [], []), ("w6 w7 w8 w9 w10", [], [])], labels=False)
+        batch.pop("mm_token_type_ids")
+        next_tokens = torch.tensor([[QWEN3_5.token_id("w11")], [QWEN3_5.token_id("w12")]])
+        expected = _decode_logits(pair.upstream, batch, next_tokens)
+        calls = 0
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return reference_kernel(slot)(*args, **kwargs)
+
+        with bound_ops(OpsConfig()):
+            SLOTS[slot].bind(counted, name=f"reference.{slot}")
+            actual = _decode_logits(pair.generated, batch, next_tokens)
+        assert calls > 0
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_eager_decode_step_is_upstreams_exactly() -> None:
+    with eager_slots_on_one_thread():
+        cls = "Qwen3_5ForConditionalGeneration"
+        pair = build_pair(
+            QWEN3_5.config(), get_model_class("qwen3_5", cls, use_hf=True), get_model_class("qwen3_5", cls, "gpu")
+        )
+        pair.upstream.eval(), pair.generated.eval()
+        batch = QWEN3_5.batch([("w1 w2 w3", [], [])], labels=False)
+        batch.pop("mm_token_type_ids")
+        next_tokens = torch.tensor([[QWEN3_5.token_id("w4")]])
+        assert torch.equal(
+            _decode_logits(pair.generated, batch, next_tokens), _decode_logits(pair.upstream, batch, next_tokens)
+        )
+
+
+#: A fresh interpreter where fla and causal_conv1d "are installed": stand-ins whose every kernel raises.
+_INSTALLED_STAND_INS = """
+import sys, types
+
+def stand_in(*args, **kwargs):
+    raise RuntimeError("stand-in kernel called")
+
+def kernel(attribute):
+    if attribute.startswith("__"):
+        raise AttributeError(attribute)
+    return stand_in
+
+for name in ("fla", "causal_conv1d"):
+    package = types.ModuleType(name)
+    package.__getattr__ = kernel
+    package.__path__ = []
+    sys.modules[name] = package
+
+import torch
+from transformers.models.qwen3_5 import modeling_qwen3_5 as upstream
+from modelgraft.models.registry import MODELING_REGISTRY
+generated = MODELING_REGISTRY.get_module("qwen3_5", "gpu")
+q, k = torch.randn(1, 5, 2, 8), torch.randn(1, 5, 2, 8)
+v, g, beta = torch.randn(1, 5, 2, 4), -torch.rand(1, 5, 2), torch.rand(1, 5, 2)
+x, w = torch.randn(1, 6, 5), torch.randn(6, 4)
+try:
+    upstream.torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta)
+    print("upstream: torch")
+except RuntimeError:
+    print("upstream: stand-in")
+out, _ = generated.torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta)
+conv = generated.causal_conv1d_fn(x, w, None, activation="silu")
+print("generated:", tuple(out.shape), tuple(conv.shape))
+"""
+
+
+def test_an_installed_fla_or_causal_conv1d_changes_upstream_but_not_the_generated_functions() -> None:
+    """Upstream's hub decorator binds whatever package is importable; the generated functions are the torch
+    bodies, so only a bound kernel family changes what the model computes."""
+    done = subprocess.run([sys.executable, "-c", _INSTALLED_STAND_INS], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:2] == ["upstream: stand-in", "generated: (1, 5, 2, 4) (1, 6, 5)"]
+
+
+#: The chunked_delta CPU family on both slots it serves.
+CHUNKED_DELTA = OpsConfig({"chunk_gated_delta_rule": "chunked_delta", "causal_conv1d": "chunked_delta"})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_chunked_delta_kernels_match_upstream_loss_and_gradients(dtype: torch.dtype) -> None:
+    with eager_slots_on_one_thread():
+        check_parity(
+            QWEN3_5.config(), QWEN3_5.causal_lm, batch=QWEN3_5.multimodal_batch(), ops=CHUNKED_DELTA, dtype=dtype
+        )
