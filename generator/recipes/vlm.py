@@ -22,6 +22,9 @@ registered attention implementations, its patch merger, the placeholder scatter 
 - ``vlm_position_id_func`` plus the helper :func:`rope_index_without_model`: an added ``get_position_id_func``
   on ``<Prefix>Model`` and the conditional-generation class, returning upstream's ``get_rope_index`` as a
   picklable function;
+- ``vlm_metadata_collate_func``: an added ``get_metadata_collate_func`` on the same two classes, returning a
+  picklable collator step that adds the vision tower's ``cu_seqlens``, ``max_seqlen`` and position ids of a batch
+  (``modelgraft.models.vision_metadata``), which transformers accepts precomputed;
 - the base class's checkpoint conversions, strict loading and attention on request, as for a dense model
   (:func:`modelgraft.generator.recipes.dense.apply_pretrained_model`).
 """
@@ -137,6 +140,12 @@ def vlm(
             helper=rope_index_without_model.__name__,
             model=model_cls,
             description="picklable multimodal position ids for the data pipeline",
+        )
+        config.apply_snippet(
+            "vlm_metadata_collate_func",
+            f"{cls}.get_metadata_collate_func",
+            add=True,
+            description="picklable collator step precomputing the vision tower's packing metadata",
         )
     apply_pretrained_model(config, pretrained_model, prefix=prefix)
     return config

@@ -9,8 +9,9 @@ What is checked, against upstream ``transformers`` with the same weights: logits
 every gradient within the eager tolerance, fp32 and bf16, with every slot eager; each guarded slot's reference
 kernel bound alone (fp32 and bf16) and all at once, each called (``check_parity``'s call counter); the chunked
 loss and ``logits_to_keep``; ``from_pretrained`` / ``save_pretrained`` both ways; the vision ``dummy_forward``;
-the position-id function against upstream's ``get_rope_index``, pickled into a spawned worker; and the module
-tree of the built model, every module a generated class or one the config leaves as upstream's on purpose.
+the position-id function against upstream's ``get_rope_index``, pickled into a spawned worker; the collator step
+of ``get_metadata_collate_func`` (``vlm_metadata_checks``); and the module tree of the built model, every module
+a generated class or one the config leaves as upstream's on purpose.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from modelgraft.models.testing.parity import (
 )
 from modelgraft.models.testing.reference import reference_kernel, reference_kernels
 from modelgraft.models.testing.seed import seed_everything
+from modelgraft.models.testing.vlm_metadata_checks import VisionMetadataChecks
 from modelgraft.models.testing.vlm_processor import (
     QWEN_VL_SPECIAL_TOKENS,
     build_processor,
@@ -238,7 +240,7 @@ def _run_in_worker(payload: bytes) -> tuple[torch.Tensor, torch.Tensor]:
     return func(**inputs)
 
 
-class VlmParitySuite:
+class VlmParitySuite(VisionMetadataChecks):
     """Generated vs upstream ``transformers`` for one VLM; subclasses set ``model``."""
 
     model: ClassVar[VlmModel]

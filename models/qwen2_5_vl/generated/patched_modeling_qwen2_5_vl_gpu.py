@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_vl.modeling_qwen2_5_vl (transformers==5.16.1)
 # Config: models.qwen2_5_vl.qwen2_5_vl_gpu_patch_gen_config
 # Description: Qwen2.5-VL with op-slot guards (text and vision), the fused-loss head and training helpers
-# Fingerprint: 24a421e8ed375ac7ad72
+# Fingerprint: bc6b9e4e6418fcda9789
 # Patches:
 #   - override_method Qwen2_5_VLRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard
@@ -15,7 +15,9 @@
 #   - override_method Qwen2_5_VisionTransformerPretrainedModel.dummy_forward: a zero loss term through the vision tower, for ranks without images
 #   - override_method Qwen2_5_VLForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen2_5_VLModel.get_position_id_func: picklable multimodal position ids for the data pipeline
+#   - override_method Qwen2_5_VLModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
 #   - override_method Qwen2_5_VLForConditionalGeneration.get_position_id_func: picklable multimodal position ids for the data pipeline
+#   - override_method Qwen2_5_VLForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
 #   - override_method Qwen2_5_VLPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
 #   - override_method Qwen2_5_VLPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
 #   - override_method Qwen2_5_VLPreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
@@ -86,6 +88,7 @@ from modelgraft.models.ops.slots import (
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.vision_metadata import vision_metadata
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1403,6 +1406,17 @@ class Qwen2_5_VLModel(Qwen2_5_VLPreTrainedModel):
         """
         return partial(rope_index_without_model, Qwen2_5_VLModel, self.config)
 
+    # [ADDED METHOD] Qwen2_5_VLModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    def get_metadata_collate_func(self):
+        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+
+        For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
+        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
+        for data-loader workers.
+        """
+        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
+
 
 @auto_docstring
 @dataclass
@@ -1748,6 +1762,17 @@ class Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLPreTrainedModel, GenerationMi
         it needs no model, so data-loader workers compute position ids before the batch reaches the model.
         """
         return partial(rope_index_without_model, Qwen2_5_VLModel, self.config)
+
+    # [ADDED METHOD] Qwen2_5_VLForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    def get_metadata_collate_func(self):
+        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+
+        For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
+        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
+        for data-loader workers.
+        """
+        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
 
 
 __all__ = ["Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLModel", "Qwen2_5_VLPreTrainedModel", "Qwen2_5_VLTextModel"]

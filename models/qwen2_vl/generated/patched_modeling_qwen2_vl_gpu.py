@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_vl.modeling_qwen2_vl (transformers==5.16.1)
 # Config: models.qwen2_vl.qwen2_vl_gpu_patch_gen_config
 # Description: Qwen2-VL with op-slot guards (text and vision), the fused-loss head and training helpers
-# Fingerprint: acbc99c6196936af34be
+# Fingerprint: 36b49a57980144918c2b
 # Patches:
 #   - override_method Qwen2VLRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard
@@ -16,7 +16,9 @@
 #   - override_method Qwen2VisionTransformerPretrainedModel.dummy_forward: a zero loss term through the vision tower, for ranks without images
 #   - override_method Qwen2VLForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen2VLModel.get_position_id_func: picklable multimodal position ids for the data pipeline
+#   - override_method Qwen2VLModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
 #   - override_method Qwen2VLForConditionalGeneration.get_position_id_func: picklable multimodal position ids for the data pipeline
+#   - override_method Qwen2VLForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
 #   - override_method Qwen2VLPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
 #   - override_method Qwen2VLPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
 #   - override_method Qwen2VLPreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
@@ -88,6 +90,7 @@ from modelgraft.models.ops.slots import (
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.vision_metadata import vision_metadata
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1377,6 +1380,17 @@ class Qwen2VLModel(Qwen2VLPreTrainedModel):
         """
         return partial(rope_index_without_model, Qwen2VLModel, self.config)
 
+    # [ADDED METHOD] Qwen2VLModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    def get_metadata_collate_func(self):
+        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+
+        For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
+        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
+        for data-loader workers.
+        """
+        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
+
 
 # [MODIFIED CLASS] Qwen2VLForConditionalGeneration
 class Qwen2VLForConditionalGeneration(Qwen2VLPreTrainedModel, GenerationMixin):
@@ -1707,6 +1721,17 @@ class Qwen2VLForConditionalGeneration(Qwen2VLPreTrainedModel, GenerationMixin):
         it needs no model, so data-loader workers compute position ids before the batch reaches the model.
         """
         return partial(rope_index_without_model, Qwen2VLModel, self.config)
+
+    # [ADDED METHOD] Qwen2VLForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    def get_metadata_collate_func(self):
+        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+
+        For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
+        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
+        for data-loader workers.
+        """
+        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
 
 
 __all__ = ["Qwen2VLForConditionalGeneration", "Qwen2VLModel", "Qwen2VLPreTrainedModel", "Qwen2VLTextModel"]

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_vl.modeling_qwen3_vl (transformers==5.16.1)
 # Config: models.qwen3_vl.qwen3_vl_gpu_patch_gen_config
 # Description: Qwen3-VL with op-slot guards (text and vision), its own towers, the fused-loss head and training helpers
-# Fingerprint: f94049a4af092b1044ac
+# Fingerprint: c3a34535493e06b0f490
 # Patches:
 #   - override_method Qwen3VLTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3VLTextMLP.forward: glu_activation slot guard
@@ -18,7 +18,9 @@
 #   - override_method Qwen3VLModel.__init__: the towers are this module's classes, not AutoModel's
 #   - override_method Qwen3VLForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen3VLModel.get_position_id_func: picklable multimodal position ids for the data pipeline
+#   - override_method Qwen3VLModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
 #   - override_method Qwen3VLForConditionalGeneration.get_position_id_func: picklable multimodal position ids for the data pipeline
+#   - override_method Qwen3VLForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
 #   - override_method Qwen3VLPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
 #   - override_method Qwen3VLPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
 #   - override_method Qwen3VLPreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
@@ -86,6 +88,7 @@ from modelgraft.models.ops.slots import (
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.vision_metadata import vision_metadata
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1419,6 +1422,17 @@ class Qwen3VLModel(Qwen3VLPreTrainedModel):
         """
         return partial(rope_index_without_model, Qwen3VLModel, self.config)
 
+    # [ADDED METHOD] Qwen3VLModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    def get_metadata_collate_func(self):
+        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+
+        For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
+        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
+        for data-loader workers.
+        """
+        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
+
 
 @auto_docstring
 @dataclass
@@ -1762,6 +1776,17 @@ class Qwen3VLForConditionalGeneration(Qwen3VLPreTrainedModel, GenerationMixin):
         it needs no model, so data-loader workers compute position ids before the batch reaches the model.
         """
         return partial(rope_index_without_model, Qwen3VLModel, self.config)
+
+    # [ADDED METHOD] Qwen3VLForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    def get_metadata_collate_func(self):
+        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+
+        For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
+        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
+        for data-loader workers.
+        """
+        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
 
 
 __all__ = [

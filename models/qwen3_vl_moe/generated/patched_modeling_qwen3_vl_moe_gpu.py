@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe (transformers==5.16.1)
 # Config: models.qwen3_vl_moe.qwen3_vl_moe_gpu_patch_gen_config
 # Description: Qwen3-VL-MoE with op-slot guards (text, vision, experts, router), its own towers, the fused-loss head with the aux loss, the expert-parallel plan and training helpers
-# Fingerprint: 98e1850e4316d7573af4
+# Fingerprint: b35ed65266a107fdf9cf
 # Patches:
 #   - override_method Qwen3VLMoeTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3VLMoeTextMLP.forward: glu_activation slot guard
@@ -18,7 +18,9 @@
 #   - override_method Qwen3VLMoeModel.__init__: the towers are this module's classes, not AutoModel's
 #   - override_method Qwen3VLMoeForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
 #   - override_method Qwen3VLMoeModel.get_position_id_func: picklable multimodal position ids for the data pipeline
+#   - override_method Qwen3VLMoeModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
 #   - override_method Qwen3VLMoeForConditionalGeneration.get_position_id_func: picklable multimodal position ids for the data pipeline
+#   - override_method Qwen3VLMoeForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
 #   - override_method Qwen3VLMoePreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
 #   - override_method Qwen3VLMoePreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
 #   - override_method Qwen3VLMoePreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
@@ -103,6 +105,7 @@ from modelgraft.models.ops.slots import (
     softmax_topk_router_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.vision_metadata import vision_metadata
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1559,6 +1562,17 @@ class Qwen3VLMoeModel(Qwen3VLMoePreTrainedModel):
         """
         return partial(rope_index_without_model, Qwen3VLMoeModel, self.config)
 
+    # [ADDED METHOD] Qwen3VLMoeModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    def get_metadata_collate_func(self):
+        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+
+        For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
+        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
+        for data-loader workers.
+        """
+        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
+
 
 def load_balancing_loss_func(
     gate_logits: torch.Tensor | tuple[torch.Tensor] | None,
@@ -2001,6 +2015,17 @@ class Qwen3VLMoeForConditionalGeneration(Qwen3VLMoePreTrainedModel, GenerationMi
         it needs no model, so data-loader workers compute position ids before the batch reaches the model.
         """
         return partial(rope_index_without_model, Qwen3VLMoeModel, self.config)
+
+    # [ADDED METHOD] Qwen3VLMoeForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    def get_metadata_collate_func(self):
+        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+
+        For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
+        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
+        for data-loader workers.
+        """
+        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
 
     # [ADDED METHOD] Qwen3VLMoeForConditionalGeneration.get_parallel_plan: expert-parallel plan of the fused expert tensors
     def get_parallel_plan(self):
