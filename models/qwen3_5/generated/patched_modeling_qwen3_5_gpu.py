@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_5.modeling_qwen3_5 (transformers==5.16.1)
 # Config: models.qwen3_5.qwen3_5_gpu_patch_gen_config
 # Description: Qwen3.5 with op-slot guards (Gated DeltaNet, text and vision), its own towers, the fused-loss heads and training helpers
-# Fingerprint: 9d7793314d1c7de2743b
+# Fingerprint: ab693556415e6ddc3b3c
 # Patches:
 #   - override_method Qwen3_5RMSNormGated.forward: rms_norm_gated slot guard
 #   - replace_function causal_conv1d_fn: causal_conv1d slot guard; the torch body, without the hub decorator
@@ -23,7 +23,9 @@
 #   - override_method Qwen3_5Model.__init__: the towers are this module's classes, not AutoModel's
 #   - override_method Qwen3_5ForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen3_5Model.get_position_id_func: picklable multimodal position ids for the data pipeline
+#   - override_method Qwen3_5Model.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
 #   - override_method Qwen3_5ForConditionalGeneration.get_position_id_func: picklable multimodal position ids for the data pipeline
+#   - override_method Qwen3_5ForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
 #   - override_method Qwen3_5PreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
 #   - override_method Qwen3_5PreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
 #   - override_method Qwen3_5PreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
@@ -108,6 +110,7 @@ from modelgraft.models.ops.slots import (
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.vision_metadata import vision_metadata
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1799,6 +1802,17 @@ class Qwen3_5Model(Qwen3_5PreTrainedModel):
         """
         return partial(rope_index_without_model, Qwen3_5Model, self.config)
 
+    # [ADDED METHOD] Qwen3_5Model.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    def get_metadata_collate_func(self):
+        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+
+        For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
+        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
+        for data-loader workers.
+        """
+        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
+
 
 # [MODIFIED CLASS] Qwen3_5ForCausalLM
 @auto_docstring
@@ -2239,6 +2253,17 @@ class Qwen3_5ForConditionalGeneration(Qwen3_5PreTrainedModel, GenerationMixin):
         it needs no model, so data-loader workers compute position ids before the batch reaches the model.
         """
         return partial(rope_index_without_model, Qwen3_5Model, self.config)
+
+    # [ADDED METHOD] Qwen3_5ForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    def get_metadata_collate_func(self):
+        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+
+        For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
+        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
+        for data-loader workers.
+        """
+        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
 
 
 class Qwen3_5TextForSequenceClassification(GenericForSequenceClassification, Qwen3_5PreTrainedModel):
