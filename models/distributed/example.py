@@ -2,6 +2,10 @@
 
     python -m modelgraft.models.distributed.example --nproc 4 --sp 2 --ep 2 --steps 5
     torchrun --nproc-per-node 4 -m modelgraft.models.distributed.example --sp 2 --ep 2 --steps 5
+    python -m modelgraft.models.distributed.example --nproc 4 --hsdp 2 --activation-checkpointing
+
+``--hsdp`` alone replicates across the nodes torchrun started (``WORLD_SIZE / LOCAL_WORLD_SIZE``) and shards
+within each; ``--hsdp R`` sets the replica count. See docs/distributed.md, "Many nodes: torchrun".
 
 Without torchrun's environment the script starts ``--nproc`` ranks itself (``launch.spawn``); under
 torchrun it is one of the ranks. Rank 0 prints the loss of the global batch after every step.
@@ -17,6 +21,7 @@ import torch
 
 from modelgraft.models.distributed import (
     ParallelState,
+    apply_activation_checkpointing,
     apply_expert_parallel,
     apply_fsdp,
     clip_grad_norm,
@@ -51,13 +56,26 @@ def tiny_qwen3_moe(attn_implementation: str) -> torch.nn.Module:
     return build_model(config, architecture="Qwen3MoeForCausalLM", attn_implementation=attn_implementation)
 
 
+def hsdp_replicas(requested: int | None) -> int:
+    """HSDP's replica count: ``requested``, or (``--hsdp`` without a value, given as 0) one per node, read
+    from torchrun's ``WORLD_SIZE / LOCAL_WORLD_SIZE``; None (no ``--hsdp``): 1, plain FSDP."""
+    if requested is None:
+        return 1
+    if requested:
+        return requested
+    return int(os.environ.get("WORLD_SIZE", "1")) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
 def train(args: argparse.Namespace) -> None:
-    state = ParallelState.build(sp=args.sp, ep=args.ep)
+    state = ParallelState.build(sp=args.sp, ep=args.ep, replicate=hsdp_replicas(args.hsdp))
     register_ulysses(state)
     bind_ops(parallel_ops(state, OpsConfig({"moe_experts": "grouped"})))
     torch.manual_seed(0)  # the same initial weights on every rank
     model = tiny_qwen3_moe("ulysses_sdpa")
+    # torchtitan's order: parallelism plans, then activation checkpointing, then fully_shard.
     apply_expert_parallel(model, state)
+    if args.activation_checkpointing:
+        apply_activation_checkpointing(model)
     apply_fsdp(model, state)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
 
@@ -81,17 +99,38 @@ def train(args: argparse.Namespace) -> None:
             )
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The example's options, one group per concern, so a new feature adds its flags to a group of its own."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nproc", type=int, default=4, help="ranks to start when not under torchrun (default 4)")
-    parser.add_argument("--sp", type=int, default=2, help="sequence-parallel size (default 2)")
-    parser.add_argument("--ep", type=int, default=2, help="expert-parallel size (default 2)")
+    parallel = parser.add_argument_group("parallelism")
+    parallel.add_argument("--sp", type=int, default=2, help="sequence-parallel size (default 2)")
+    parallel.add_argument("--ep", type=int, default=2, help="expert-parallel size (default 2)")
+    parallel.add_argument(
+        "--hsdp",
+        type=int,
+        nargs="?",
+        const=0,
+        default=None,
+        metavar="REPLICAS",
+        help="HSDP: replicate over REPLICAS groups of ranks, shard within each (no value: one replica per node)",
+    )
+    memory = parser.add_argument_group("memory")
+    memory.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="recompute every decoder layer's forward in backward (less activation memory, about 1/3 more compute)",
+    )
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
     parser.add_argument("--batch", type=int, default=2, help="sequences per dp rank (default 2)")
     parser.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default 32)")
     parser.add_argument("--max-norm", type=float, default=1.0, help="gradient clipping norm (default 1.0)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before the ranks are killed")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if "RANK" in os.environ:  # started by torchrun: this process is one rank
         train(args)
     else:

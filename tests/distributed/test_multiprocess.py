@@ -40,27 +40,12 @@ def test_ep4_sp2_x_ep2_and_dp2_x_sp2_with_a_4d_mask_on_qwen3_moe_match_one_proce
     spawn(scenarios.four_rank_cases, 4, timeout=TIMEOUT)
 
 
-def test_example_trains_a_tiny_qwen3_moe_with_sp_and_ep() -> None:
+def run_example(*flags: str) -> list[str]:
+    """Run the example as a user would (``python -m``, no torchrun) and return its ``step N: ...`` lines."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     env.pop("RANK", None)
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "modelgraft.models.distributed.example",
-            "--nproc",
-            "2",
-            "--sp",
-            "2",
-            "--ep",
-            "2",
-            "--steps",
-            "2",
-            "--seq-len",
-            "12",
-            "--timeout",
-            str(TIMEOUT),
-        ],
+        [sys.executable, "-m", "modelgraft.models.distributed.example", *flags, "--timeout", str(TIMEOUT)],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -69,6 +54,19 @@ def test_example_trains_a_tiny_qwen3_moe_with_sp_and_ep() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    losses = [line for line in result.stdout.splitlines() if line.startswith("step ")]
-    assert [line.split(":")[0] for line in losses] == ["step 1", "step 2"], result.stdout
+    return [line for line in result.stdout.splitlines() if line.startswith("step ")]
+
+
+def test_example_trains_a_tiny_qwen3_moe_with_sp_and_ep() -> None:
+    losses = run_example("--nproc", "2", "--sp", "2", "--ep", "2", "--steps", "2", "--seq-len", "12")
+    assert [line.split(":")[0] for line in losses] == ["step 1", "step 2"], losses
     assert all(float(line.split("loss ")[1].split()[0]) > 0 for line in losses)
+
+
+def test_example_trains_with_hsdp_and_activation_checkpointing() -> None:
+    losses = run_example(
+        "--nproc", "2", "--sp", "1", "--ep", "1", "--hsdp", "2", "--activation-checkpointing",
+        "--steps", "2", "--seq-len", "12",
+    )  # fmt: skip
+    assert [line.split(":")[0] for line in losses] == ["step 1", "step 2"], losses
+    assert all("replicate=2" in line for line in losses), losses
