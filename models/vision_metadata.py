@@ -11,7 +11,7 @@ them), so a data-loader worker computes them on the CPU with upstream's own func
 
 :func:`vision_metadata` is that step, module-level so a ``functools.partial`` of it pickles into data-loader
 workers; the models' ``get_metadata_collate_func()`` returns it bound to their ``spatial_merge_size``
-(docs/snippets.md, "VLM").
+(docs/snippets.md, "VLMs: the `vlm` recipe").
 """
 
 from __future__ import annotations
