@@ -446,9 +446,32 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
         finding = Finding("category", structure.model, 0, f"{answered} models have no scaffold yet (dense and MoE do)")
         text = _fit_scaffold(structure, _text_category(structure))
         # What a hand-written config would guard: the text recipe's patches, and its refusals with a remedy.
-        refusals = (finding, *(f for f in text.refusals if f.remedy))
+        refusals = (finding, *qwen_vl_contract_findings(structure), *(f for f in text.refusals if f.remedy))
         return Fit(structure, answered, refusals=refusals, hand_patches=hand_written_patches(text.arguments))
     return _fit_scaffold(structure, answered)
+
+
+def qwen_vl_contract_findings(structure: ModelStructure) -> tuple[Finding, ...]:
+    """For a VLM: that it fits the Qwen-VL contract (the vlm recipe applies), else each way it differs.
+
+    The contract is the reader's (docs/scaffolding.md, "The Qwen-VL contract"); a refusal of a VLM names it so
+    a user sees whether a hand-written config can call the vlm recipe or has to patch more than it does.
+    """
+    vlm = structure.vlm
+    if vlm is None:
+        return ()
+    where = vlm.model_class or structure.model
+    if vlm.fits_qwen_vl_contract:
+        # Said in the reason, not as a remedy: a remedy is a patch, and the closing line lists those.
+        reason = (
+            "fits the Qwen-VL contract (docs/scaffolding.md#the-qwen-vl-contract): a hand-written config can call"
+            " the vlm recipe (generator/recipes/vlm.py), as the zoo's Qwen-VL models do"
+        )
+        return (Finding("qwen-vl contract", where, vlm.model_line, reason),)
+    return tuple(
+        Finding("qwen-vl contract", where, vlm.model_line, f"differs: {difference}")
+        for difference in vlm.contract_differences
+    )
 
 
 def _fit_scaffold(structure: ModelStructure, category: str) -> Fit:
