@@ -110,6 +110,19 @@ def _split_experts(
     if not names:
         return model_sd, optim_sd, {}
     placements = placements_of(model)
+    cut_elsewhere = sorted(
+        name
+        for name in names
+        if any(
+            s.start != 0 or s.stop != n
+            for s, n in zip(placements[name].index[1:], placements[name].global_shape[1:], strict=True)
+        )
+    )
+    if cut_elsewhere:
+        raise ValueError(
+            f"save_train_state splits expert-parallel tensors into whole experts along dim 0, but "
+            f"{', '.join(cut_elsewhere)} are split on another dim on this rank"
+        )
     experts: dict[str, torch.Tensor] = {}
 
     def rows(name: str, key: str, tensor: torch.Tensor) -> None:
