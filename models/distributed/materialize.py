@@ -128,7 +128,8 @@ def materialize(model: nn.Module, device: str | torch.device = "cpu", *, weights
     ``initialize_weights``); ``weights=False`` computes only what no checkpoint holds (non-persistent
     buffers such as RoPE's ``inv_freq``), for a model a checkpoint is loaded into next, and leaves the
     parameters as ``to_empty`` left them (uninitialized). Raises :class:`UninitializedBufferError` naming
-    every non-persistent buffer the model's init left uncomputed. Needs no collective.
+    every non-persistent buffer the model's init left uncomputed. Call it on every rank: on CPU it runs no
+    collective, but on an accelerator DTensor's random ops may synchronize their generator across ranks.
     """
     with _swapping_params():
         model.to_empty(device=device)
