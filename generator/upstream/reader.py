@@ -2,8 +2,8 @@
 
 ``read_model("qwen3")`` parses ``transformers/models/qwen3/modeling_qwen3.py`` and its configuration
 module by path (``ast`` only: no torch, no transformers at generation time) and reports the class
-prefix, category, heads, norms, MLPs, rope, loss head, multipliers and MoE layout as a
-:class:`~generator.upstream.structure.ModelStructure`. ``patchgen-inspect`` prints it; the scaffold's
+prefix, category, heads, norms, MLPs, rope, loss head, multipliers, MoE layout and, for a VLM, its towers
+(``read_vlm``) as a :class:`~generator.upstream.structure.ModelStructure`. ``patchgen-inspect`` prints it; the scaffold's
 fit turns it into recipe arguments or a refusal. Each part is read by a small module of its own.
 """
 
@@ -32,6 +32,7 @@ from modelgraft.generator.upstream.read_rope import read_rope
 from modelgraft.generator.upstream.read_vlm import multimodal_rope, read_vlm, text_rope_function
 from modelgraft.generator.upstream.source import ModelSource
 from modelgraft.generator.upstream.structure import ModelStructure, MoeInfo, RopeInfo
+from modelgraft.generator.upstream.vlm_structure import VlmInfo
 
 _TOP = "transformers"
 _FEED_FORWARD_ATTRS = ("mlp", "feed_forward", "ffn", "block_sparse_moe")
@@ -102,6 +103,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
             )
     norms = read_norms(source)
     mlps = read_mlps(source, extra)
+    vlm = read_vlm(source, config.model_type) if category in _VLM_CATEGORIES else None
     return ModelStructure(
         model=model,
         modeling_module=module,
@@ -116,7 +118,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         sequence_classification=read_sequence_classification(source, seq_cls) if seq_cls else None,
         norms=norms,
         mlps=mlps,
-        rope=_text_rope(source, decoder_layer) if category in _VLM_CATEGORIES else read_rope(source),
+        rope=_text_rope(source, decoder_layer, vlm) if vlm is not None else read_rope(source),
         multipliers=read_multipliers(source, base_model, decoder_layer, causal_lm),
         vocab_size_expr=causal_lm.vocab_size_expr if causal_lm else None,
         moe=moe,
@@ -126,7 +128,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         decoder_mlp=decoder_mlp,
         instantiated=source.instantiated,
         conditional=source.conditionally_instantiated,
-        vlm=read_vlm(source, config.model_type) if category in _VLM_CATEGORIES else None,
+        vlm=vlm,
         call_sites=read_call_sites(
             source,
             {n.cls for n in norms if n.kind != "unknown"}
@@ -136,12 +138,21 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
     )
 
 
-def _text_rope(source: ModelSource, decoder_layer: str | None) -> RopeInfo:
-    """The RoPE the text attention applies: a VLM's may be another function than apply_rotary_pos_emb."""
+def _text_rope(source: ModelSource, decoder_layer: str | None, vlm: VlmInfo) -> RopeInfo:
+    """The RoPE a VLM's text attention applies: another function than apply_rotary_pos_emb (qwen2_vl's
+    multimodal one), or none in this module when its only rotary function is the vision tower's (kimi_k25)."""
     called = text_rope_function(source, decoder_layer)
     if called is not None and called.name != "apply_rotary_pos_emb":
         return multimodal_rope(called)
-    return read_rope(source)
+    rope = read_rope(source)
+    vision = vlm.vision_rope
+    if called is None and vision is not None and rope.name == vision.name:
+        return RopeInfo(
+            kind="none",
+            reason=f"no text attention of the module applies a rotary function; {vision.name}"
+            f" (line {vision.line}) is the vision tower's",
+        )
+    return rope
 
 
 def _moe_classes(moe: MoeInfo | None) -> set[str]:

@@ -273,3 +273,16 @@ def test_no_class_holding_both_towers_is_the_one_difference(tmp_path: Path) -> N
     info = read_toy(tmp_path, MODELING.replace("self.language_model =", "self.text_tower ="))
     assert info.model_class is None
     assert info.contract_differences == ("no class holds both a vision tower and a language model",)
+
+
+def test_a_vlm_whose_only_rotary_function_is_the_towers_has_no_text_rope(tmp_path: Path) -> None:
+    """kimi_k25's text model is AutoModel's: the vision RoPE must not be taken for the text one."""
+    modeling = MODELING.replace(
+        "        q, k = apply_multimodal_rotary_pos_emb(x, x, cos, sin, self.mrope_section)\n", ""
+    ).replace(
+        "def apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section, unsqueeze_dim=1):\n    return q, k\n", ""
+    )
+    read_toy(tmp_path, modeling)
+    rope = read_model("toy", root=tmp_path).rope
+    assert (rope.kind, rope.name) == ("none", None)
+    assert "apply_rotary_pos_emb_vision (line " in rope.reason and "the vision tower's" in rope.reason
