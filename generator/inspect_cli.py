@@ -152,6 +152,8 @@ def render_vlm(v: VlmInfo) -> list[str]:
         )
     for p in v.processors:
         out.append(f"  {p.kind:20} {p.cls}  ({p.module})")
+    if not v.processors:
+        out.append("  processors           none: neither the package nor the Auto tables name one")
     if v.vision_rope is not None:
         out.append(f"  vision rope          {v.vision_rope.name} (line {v.vision_rope.line}) {v.vision_rope.params}")
     if v.fits_qwen_vl_contract:

@@ -48,3 +48,8 @@ def test_json_holds_the_vlm_part(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_text_model_report_has_no_vlm_section(capsys: pytest.CaptureFixture[str]) -> None:
     assert inspect_cli.main(["qwen3"]) == 0
     assert "vlm              " not in capsys.readouterr().out
+
+
+def test_a_vlm_without_processors_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inspect_cli.main(["glm_ocr"]) == 0
+    assert "processors           none: neither the package nor the Auto tables name one" in capsys.readouterr().out
