@@ -266,10 +266,12 @@ def _step_parity(
     model_type: str, upstream_attention: str, dtype: torch.dtype = torch.float32, **sizes: object
 ) -> None:
     architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
-    config = tiny_config_for(MODEL_CONFIG_REGISTRY[model_type], attn_implementation=upstream_attention, **sizes)
+    upstream_cls = get_model_class(model_type, architecture, use_hf=True)
+    # the causal LM's own config class: a VLM's text-only ForCausalLM (qwen3_5) takes its text config
+    config = tiny_config_for(upstream_cls.config_class, attn_implementation=upstream_attention, **sizes)
     pair = build_pair(
         config,
-        get_model_class(model_type, architecture, use_hf=True),
+        upstream_cls,
         get_model_class(model_type, architecture),
         dtype=dtype,
     )
