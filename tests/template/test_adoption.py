@@ -49,6 +49,7 @@ LOCAL_MODIFICATIONS = {
 #: the part of the refusal that keeps it out; once the scaffold accepts one, it must be adopted.
 REFUSED_BY_THE_SCAFFOLD = {
     "deepseek_v4": "defines its own cache",
+    "qwen2_5_omni": "omni models have no scaffold yet",
     "qwen2_5_vl": "vlm models have no scaffold yet",
     "qwen2_vl": "vlm models have no scaffold yet",
     "qwen3_5": "linear-attention mixer Qwen3_5GatedDeltaNet",

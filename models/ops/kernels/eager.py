@@ -141,12 +141,13 @@ def rope_vision(*args: torch.Tensor) -> Any:
 
     ``(q, k, cos, sin)`` with cos/sin ``[seq, head_dim]`` unsqueezed at dim -2 returns ``(q_embed, k_embed)``
     (transformers 5.x). ``(tensor, freqs)`` with the angles ``freqs [seq, head_dim // 2]`` returns the rotated
-    tensor (the one-tensor form of earlier Qwen2-VL releases): cos and sin of ``cat(freqs, freqs)``, which is
-    what that form's ``repeat(1, 1, 2)`` of the unsqueezed angles builds.
+    tensor (the one-tensor form of earlier Qwen2-VL releases, and of Qwen2.5-Omni's vision tower): cos and sin of
+    ``cat(freqs, freqs)``, which is what that form's ``repeat(1, 1, 2)`` of the unsqueezed angles builds, taken in
+    the angles' own dtype before the fp32 rotation, as upstream takes them (bf16 angles in a bf16 model).
     """
     if len(args) == 2:
         tensor, freqs = args
-        angles = torch.cat((freqs, freqs), dim=-1).float()
+        angles = torch.cat((freqs, freqs), dim=-1)
         return _rotate_vision(tensor, angles.cos(), angles.sin())
     if len(args) != 4:
         raise TypeError(f"rope_vision takes (q, k, cos, sin) or (tensor, freqs), got {len(args)} arguments")

@@ -1,0 +1,467 @@
+"""The parity suite every Omni model runs (docs/adding-a-model.md, "Omni"), declared once per model; thinker only.
+
+Builds on the VLM suite (``modelgraft.models.testing.vlm_suite``): an :class:`OmniModel` is a :class:`VlmModel` whose
+processor also takes audio (Whisper's feature extractor, built locally: ``omni_processor``), whose tiny config also
+sizes the audio tower, and whose batches hold an image, a 2-frame video and short audio clips. The VLM suite's tests
+run on those batches against upstream's thinker (logits ``torch.equal``, loss and gradients in fp32 and bf16, each
+slot's reference kernel bound alone with the call counter, checkpoints both ways, the vision ``dummy_forward``, the
+module tree); this suite adds or replaces what Omni does differently:
+
+- the position-id function against upstream's ``get_rope_index`` with audio, with ``use_audio_in_video``, and on
+  text-only samples without an attention mask (upstream's text-only branch needs one; the function does not);
+- the audio tower's ``dummy_forward``;
+- the top-level class: built without the talker and token2wav, generation and audio output refused, and a checkpoint
+  of the whole upstream model, speech side included, loaded strictly (the speech keys dropped, the thinker's weights
+  equal, a missing thinker weight named);
+- the module has none of the speech classes.
+
+Upstream's thinker takes no ``logits_to_keep``, so the VLM suite's two tests of it do not apply here, nor its tests
+that the base model's position-id function and metadata step are the thinker's (the thinker's text model has
+neither). The VLM suite's collator-step checks (``vlm_metadata_checks``) run on the Omni batches.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import PreTrainedConfig, ProcessorMixin
+
+from modelgraft.models.checkpoint import CheckpointError
+from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.registry import MODELING_REGISTRY
+from modelgraft.models.testing.batches import IGNORE_INDEX
+from modelgraft.models.testing.omni_processor import (
+    QWEN_OMNI_SPECIAL_TOKENS,
+    build_omni_processor,
+    synthetic_audio,
+    tiny_omni_tokenizer,
+    whisper_features,
+)
+from modelgraft.models.testing.seed import seed_everything
+from modelgraft.models.testing.vlm_processor import synthetic_image, synthetic_video
+from modelgraft.models.testing.vlm_suite import DTYPES, MAX_PIXELS, MIN_PIXELS, VlmModel, VlmParitySuite
+
+__all__ = ["OmniModel", "OmniParitySuite"]
+
+IMAGE = "<|vision_bos|><|IMAGE|><|vision_eos|>"
+VIDEO = "<|vision_bos|><|VIDEO|><|vision_eos|>"
+AUDIO = "<|audio_bos|><|AUDIO|><|audio_eos|>"
+
+#: A sample: text, images, videos, audio clips.
+Row = tuple[str, list[Any], list[Any], list[Any]]
+
+
+@dataclass(frozen=True)
+class OmniModel(VlmModel):
+    """A VLM declaration plus the audio tower's sizes and the top-level class that wraps the thinker."""
+
+    audio_config: Mapping[str, Any] = field(default_factory=dict)
+    #: The top-level class (thinker, and upstream's talker and token2wav) and its config class.
+    top_level: str = ""
+    top_level_config_class: type[PreTrainedConfig] | None = None
+    #: Tiny sizes of upstream's speech side, to write a whole-model checkpoint.
+    talker_config: Mapping[str, Any] = field(default_factory=dict)
+    token2wav_config: Mapping[str, Any] = field(default_factory=dict)
+    #: Upstream classes of the speech side, none of which the generated module may define.
+    speech_classes: tuple[str, ...] = ()
+    audio_attr: str = "audio_tower"
+    vision_attr: str = "visual"
+    guarded: tuple[str, ...] = (
+        "rms_norm",
+        "layer_norm",
+        "glu_activation",
+        "activation",
+        "rope",
+        "rope_vision",
+        "causal_lm_loss",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("audio_config", "talker_config", "token2wav_config"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    @cached_property
+    def tokenizer(self) -> Any:
+        return tiny_omni_tokenizer()
+
+    def processor(self) -> ProcessorMixin:
+        """The model's own processor over the tiny tokenizer, the PIL image processor and Whisper's features."""
+        vision = self.vision_config
+        image_processor = self.image_processor_class(
+            patch_size=vision["patch_size"],
+            merge_size=vision["spatial_merge_size"],
+            temporal_patch_size=vision["temporal_patch_size"],
+            min_pixels=MIN_PIXELS,
+            max_pixels=MAX_PIXELS,
+        )
+        features = whisper_features(self.audio_config["num_mel_bins"])
+        return build_omni_processor(self.processor_class, image_processor, features, self.tokenizer)
+
+    def config(self, **overrides: Any) -> PreTrainedConfig:
+        """The tiny thinker config: fp32, eager attention, the tokenizer's vocabulary and special-token ids."""
+        ids = {name: self.token_id(token) for name, token in QWEN_OMNI_SPECIAL_TOKENS.items()}
+        text = {"vocab_size": len(self.tokenizer), "pad_token_id": 0, "bos_token_id": None, "eos_token_id": 2}
+        return self.config_class(
+            **{
+                "text_config": {**text, "attention_dropout": 0.0, **self.text_config},
+                "vision_config": dict(self.vision_config),
+                "audio_config": dict(self.audio_config),
+                "image_token_index": ids["image_token"],
+                "video_token_index": ids["video_token"],
+                "audio_token_index": ids["audio_token"],
+                "vision_start_token_id": ids["vision_bos_token"],
+                "vision_end_token_id": ids["vision_eos_token"],
+                "audio_start_token_id": ids["audio_bos_token"],
+                "audio_end_token_id": ids["audio_eos_token"],
+                "attn_implementation": "eager",
+                **self.sizes,
+                **overrides,
+            }
+        )
+
+    def whole_config(self, **overrides: Any) -> PreTrainedConfig:
+        """The top-level config over :meth:`config`'s thinker, with the tiny speech side and audio output on."""
+        assert self.top_level_config_class is not None
+        return self.top_level_config_class(
+            thinker_config=self.config().to_dict(),
+            talker_config=dict(self.talker_config),
+            token2wav_config=dict(self.token2wav_config),
+            enable_audio_output=True,
+            **overrides,
+        )
+
+    # -- batches through the processor ---------------------------------------------------------------
+    def omni_batch(self, rows: list[Row], *, labels: bool = True, use_audio_in_video: bool = False) -> dict[str, Any]:
+        """The processor's tensors for ``rows``, padded as the processor pads, with labels.
+
+        Labels ignore padding and every placeholder the processor expanded (what a trainer does). The video
+        metadata the processor returns is dropped: the model takes ``video_second_per_grid`` instead.
+        """
+        flat = [[item for row in rows for item in row[i]] for i in (1, 2, 3)]
+        features = self.processor()(
+            text=[row[0] for row in rows],
+            images=flat[0] or None,
+            videos=flat[1] or None,
+            audio=flat[2] or None,
+            return_tensors="pt",
+            padding=True,
+            use_audio_in_video=use_audio_in_video,
+        )
+        batch = {name: value for name, value in features.items() if name != "video_metadata"}
+        if use_audio_in_video:
+            batch["use_audio_in_video"] = True
+        if labels:
+            placeholders = [
+                self.token_id(QWEN_OMNI_SPECIAL_TOKENS[name]) for name in ("image_token", "video_token", "audio_token")
+            ]
+            ignored = (batch["attention_mask"] == 0) | torch.isin(batch["input_ids"], torch.tensor(placeholders))
+            batch["labels"] = batch["input_ids"].masked_fill(ignored, IGNORE_INDEX)
+        return batch
+
+    def batch(self, rows: list[tuple[str, list[Any], list[Any]]], *, labels: bool = True) -> dict[str, Any]:
+        return self.omni_batch([(text, images, videos, []) for text, images, videos in rows], labels=labels)
+
+    def sample_rows(self) -> dict[str, Row]:
+        """One sample of each kind, by name."""
+        return {
+            "text-only": ("w7 w8 w9", [], [], []),
+            "image": (f"w1 w2 {IMAGE} w3 w4", [synthetic_image(16, 24, seed=1)], [], []),
+            "video": (f"w5 {VIDEO} w6", [], [synthetic_video(16, 16, seed=2)], []),
+            "audio": (f"w13 {AUDIO} w14", [], [], [synthetic_audio(0.3, seed=7)]),
+            "mixed": (
+                f"w10 {IMAGE} w11 {AUDIO} {VIDEO} w12",
+                [synthetic_image(8, 16, seed=3)],
+                [synthetic_video(8, 8, seed=4)],
+                [synthetic_audio(0.2, seed=8)],
+            ),
+        }
+
+    def multimodal_batch(self, *, labels: bool = True) -> dict[str, Any]:
+        """An image row, a 2-frame video row, a padded text-only row, an audio row, and a row with all three."""
+        rows = self.sample_rows()
+        return self.omni_batch(
+            [rows[name] for name in ("image", "video", "text-only", "audio", "mixed")], labels=labels
+        )
+
+    def some_rows_with_images_batch(self) -> dict[str, Any]:
+        """Images in the first and third rows only (the Omni placeholders)."""
+        return self.batch(
+            [
+                (f"w1 {IMAGE} w2", [synthetic_image(16, 24, seed=5)], []),
+                ("w3 w4 w5 w6 w7", [], []),
+                (f"w8 w9 {IMAGE}", [synthetic_image(16, 16, seed=6)], []),
+                ("w10 w11", [], []),
+            ]
+        )
+
+    def audio_in_video_batch(self, *, labels: bool = True) -> dict[str, Any]:
+        """A 2-frame video whose audio track is interleaved with it (``use_audio_in_video``), and a text-only row."""
+        rows: list[Row] = [
+            (f"w1 {VIDEO} w2", [], [synthetic_video(16, 16, seed=5)], [synthetic_audio(0.3, seed=9)]),
+            ("w3 w4 w5", [], [], []),
+        ]
+        return self.omni_batch(rows, labels=labels, use_audio_in_video=True)
+
+
+def _rope_index_inputs(batch: Mapping[str, Any], *, attention_mask: bool = True) -> dict[str, Any]:
+    """get_rope_index's arguments for a processor batch (the audio lengths from the feature mask)."""
+    inputs: dict[str, Any] = {"input_ids": batch["input_ids"]}
+    if attention_mask:
+        inputs["attention_mask"] = batch["attention_mask"]
+    for ours, theirs in (
+        ("image_grid_thw", "image_grid_thw"),
+        ("video_grid_thw", "video_grid_thw"),
+        ("second_per_grids", "video_second_per_grid"),
+    ):
+        if theirs in batch:
+            inputs[ours] = batch[theirs]
+    if "feature_attention_mask" in batch:
+        inputs["audio_seqlens"] = batch["feature_attention_mask"].sum(-1)
+    if batch.get("use_audio_in_video"):
+        inputs["use_audio_in_video"] = True
+    return inputs
+
+
+def _run_in_worker(payload: bytes) -> tuple[torch.Tensor, torch.Tensor]:
+    """In a spawned process: unpickle the position-id function and its inputs, return its result."""
+    func, inputs = pickle.loads(payload)
+    return func(**inputs)
+
+
+def _equal(actual: tuple[torch.Tensor, ...], expected: tuple[torch.Tensor, ...]) -> bool:
+    return all(torch.equal(a, e) for a, e in zip(actual, expected, strict=True))
+
+
+def _noisy_state(model: torch.nn.Module) -> torch.nn.Module:
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.add_(0.02 * torch.randn(tensor.shape, generator=generator, dtype=tensor.dtype))
+    return model.eval()
+
+
+class OmniParitySuite(VlmParitySuite):
+    """Generated vs upstream ``transformers`` for one Omni thinker and its top-level class; subclasses set ``model``."""
+
+    model: Any  # OmniModel
+
+    # Upstream's thinker takes no logits_to_keep (its forward has no such parameter): nothing to compare.
+    test_chunked_loss_sees_only_the_positions_logits_to_keep_keeps = None
+    test_logits_to_keep_selects_the_same_positions_as_upstream = None
+    # The thinker's text model has no get_rope_index and no vision tower: only the thinker has the position-id
+    # function and the metadata collator step.
+    test_position_id_func_of_the_base_model_is_the_same_function = None
+    test_metadata_step_of_the_base_model_is_the_same_function = None
+
+    def _long_video_batch(self) -> dict[str, Any]:
+        """An image row and a 6-frame video (3 temporal patches), with the Omni placeholders."""
+        return self.model.batch(
+            [
+                (f"w1 {IMAGE} w2", [synthetic_image(16, 24, seed=7)], []),
+                (f"w3 {VIDEO} w4 w5", [], [synthetic_video(16, 8, frames=6, seed=8)]),
+            ]
+        )
+
+    # -- the processor ----------------------------------------------------------------------------
+    def test_processor_expands_an_image_and_a_two_frame_video_into_their_placeholders(self) -> None:
+        batch = self.model.multimodal_batch()
+        merge = self.model.vision_config["spatial_merge_size"]
+        image_grids, video_grids = batch["image_grid_thw"], batch["video_grid_thw"]
+        assert video_grids[:, 0].tolist() == [1, 1]  # 2 frames: one temporal patch
+        ids = batch["input_ids"]
+        assert int((ids == self.model.token_id("<|IMAGE|>")).sum()) == int(image_grids.prod(-1).sum()) // merge**2
+        assert int((ids == self.model.token_id("<|VIDEO|>")).sum()) == int(video_grids.prod(-1).sum()) // merge**2
+        assert batch["pixel_values_videos"].shape[0] == int(video_grids.prod(-1).sum())
+
+    def test_processor_expands_each_audio_clip_into_its_encoder_length(self) -> None:
+        batch = self.model.multimodal_batch()
+        lengths = batch["feature_attention_mask"].sum(-1)
+        encoded = ((lengths - 1) // 2 + 1 - 2) // 2 + 1  # the audio tower's two stride-2 reductions
+        assert len(lengths) == 2 and bool((lengths < batch["feature_attention_mask"].shape[1]).all())  # padded clips
+        assert int((batch["input_ids"] == self.model.token_id("<|AUDIO|>")).sum()) == int(encoded.sum())
+
+    # -- eager parity with audio ----------------------------------------------------------------------
+    @pytest.mark.parametrize("dtype", DTYPES)
+    def test_audio_in_video_batch_matches_upstream(self, backend: str, dtype: torch.dtype) -> None:
+        self._parity(backend, self.model.audio_in_video_batch(), dtype=dtype)
+
+    # -- the audio dummy_forward ----------------------------------------------------------------------
+    def _audio_step(
+        self, backend: str, batch: Mapping[str, Any], *, dummy: str = "", dtype: torch.dtype = torch.float32
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
+        """One training step of the thinker on ``batch``, plus ``<dummy>.dummy_forward()`` when named."""
+        seed_everything(0)
+        model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend).to(dtype).train()
+        loss = model(**batch).loss
+        if dummy:
+            loss = loss + getattr(model, dummy).dummy_forward()
+        loss.backward()
+        return loss.detach(), {name: param.grad for name, param in model.named_parameters()}
+
+    def test_audio_dummy_forward_adds_exactly_zero_to_the_loss_and_its_gradients(self, backend: str) -> None:
+        batch = self.model.text_only_batch()
+        plain_loss, plain_grads = self._audio_step(backend, batch)
+        loss, grads = self._audio_step(backend, batch, dummy=self.model.audio_attr)
+        assert torch.equal(loss, plain_loss)
+        for name, grad in plain_grads.items():
+            if grad is not None:
+                assert torch.equal(grads[name], grad), name
+
+    @pytest.mark.parametrize("dtype", DTYPES)
+    def test_audio_dummy_forward_reaches_every_audio_parameter_an_audio_batch_reaches(
+        self, backend: str, dtype: torch.dtype
+    ) -> None:
+        """The parameters a real audio batch trains, and only those, get a gradient from dummy_forward."""
+        prefix = self.model.audio_attr + "."
+        _, plain = self._audio_step(backend, self.model.text_only_batch(), dtype=dtype)
+        _, dummy = self._audio_step(backend, self.model.text_only_batch(), dummy=self.model.audio_attr, dtype=dtype)
+        _, real = self._audio_step(backend, self.model.multimodal_batch(), dtype=dtype)
+        audio = [name for name in real if name.startswith(prefix)]
+        assert audio and all(plain[name] is None for name in audio)  # without it, none would have one
+        reached = {name for name in audio if real[name] is not None}
+        assert len(reached) > len(audio) // 2
+        assert {name for name in audio if dummy[name] is not None} == reached
+
+    # -- position ids ---------------------------------------------------------------------------
+    def _upstream_rope_index(self, batch: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        upstream = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)(self.model.config())
+        return upstream.get_rope_index(**_rope_index_inputs(batch))
+
+    @pytest.mark.parametrize("sample", ["text-only", "image", "video", "audio", "mixed"])
+    def test_position_id_func_equals_upstream_get_rope_index(self, backend: str, sample: str) -> None:
+        batch = self.model.omni_batch([self.model.sample_rows()[sample]], labels=False)
+        expected = self._upstream_rope_index(batch)
+        assert _equal(self._position_id_func(backend)(**_rope_index_inputs(batch)), expected)
+
+    def test_position_id_func_of_a_batch_equals_upstream_get_rope_index(self, backend: str) -> None:
+        batch = self.model.multimodal_batch(labels=False)
+        expected = self._upstream_rope_index(batch)
+        assert _equal(self._position_id_func(backend)(**_rope_index_inputs(batch)), expected)
+
+    def test_position_id_func_with_audio_in_video_equals_upstream_get_rope_index(self, backend: str) -> None:
+        batch = self.model.audio_in_video_batch(labels=False)
+        expected = self._upstream_rope_index(batch)
+        assert _equal(self._position_id_func(backend)(**_rope_index_inputs(batch)), expected)
+
+    def test_position_id_func_takes_an_attention_mask_by_attention_type(self, backend: str) -> None:
+        batch = self.model.multimodal_batch(labels=False)
+        expected = self._upstream_rope_index(batch)
+        inputs = {**_rope_index_inputs(batch), "attention_mask": {"full_attention": batch["attention_mask"]}}
+        assert _equal(self._position_id_func(backend)(**inputs), expected)
+
+    def test_position_id_func_of_text_without_an_attention_mask_counts_every_token(self, backend: str) -> None:
+        """Upstream's text-only branch fails without a mask; the function gives the positions of an all-ones one."""
+        batch = self.model.omni_batch([self.model.sample_rows()["text-only"]], labels=False)
+        inputs = _rope_index_inputs(batch, attention_mask=False)
+        with pytest.raises(AttributeError):
+            get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)(
+                self.model.config()
+            ).get_rope_index(**inputs)
+        positions, deltas = self._position_id_func(backend)(**inputs)
+        length = batch["input_ids"].shape[1]
+        assert torch.equal(positions, torch.arange(length).expand(3, 1, length))
+        assert torch.equal(deltas, torch.zeros(1, 1, dtype=deltas.dtype))
+
+    def test_position_id_func_of_a_multimodal_sample_without_an_attention_mask_equals_upstream(
+        self, backend: str
+    ) -> None:
+        batch = self.model.omni_batch([self.model.sample_rows()["mixed"]], labels=False)
+        inputs = _rope_index_inputs(batch, attention_mask=False)
+        upstream = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)(self.model.config())
+        assert _equal(self._position_id_func(backend)(**inputs), upstream.get_rope_index(**inputs))
+
+    def test_position_id_func_pickles_and_runs_in_a_spawned_worker(self, backend: str) -> None:
+        batch = self.model.multimodal_batch(labels=False)
+        payload = pickle.dumps((self._position_id_func(backend), _rope_index_inputs(batch)))
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            actual = pool.apply(_run_in_worker, (payload,))
+        assert _equal(actual, self._upstream_rope_index(batch))
+
+    # -- the top-level class: thinker only --------------------------------------------------------------
+    def _top_level(self, backend: str) -> type:
+        return get_model_class(self.model.model_type, self.model.top_level, backend)
+
+    def test_the_module_defines_no_speech_class(self, backend: str) -> None:
+        module = MODELING_REGISTRY.get_module(self.model.model_type, backend)
+        assert [name for name in self.model.speech_classes if hasattr(module, name)] == []
+
+    def test_top_level_model_builds_the_thinker_alone_with_audio_output_configured(self, backend: str) -> None:
+        model = self._top_level(backend)(self.model.whole_config())
+        assert [name for name, _ in model.named_children()] == ["thinker"]
+        assert type(model.thinker) is get_model_class(self.model.model_type, self.model.causal_lm, backend)
+        assert model.has_talker is False
+
+    @pytest.mark.parametrize(
+        ("member", "what"),
+        [("generate", "generation"), ("enable_talker", "audio output"), ("load_speakers", "speaker loading")],
+    )
+    def test_top_level_refuses_what_only_audio_output_needs(self, backend: str, member: str, what: str) -> None:
+        model = self._top_level(backend)(self.model.whole_config())
+        with pytest.raises(NotImplementedError, match=f"{what} is refused.*training modeling of the thinker only"):
+            getattr(model, member)(torch.zeros(1, 3, dtype=torch.long))
+
+    def _whole_upstream(self) -> torch.nn.Module:
+        seed_everything(0)
+        upstream_cls = get_model_class(self.model.model_type, self.model.top_level, use_hf=True)
+        return _noisy_state(upstream_cls(self.model.whole_config()))
+
+    def _assert_thinker_equal(self, model: torch.nn.Module, upstream: torch.nn.Module) -> None:
+        ours, theirs = model.state_dict(), upstream.state_dict()
+        thinker = {key for key in theirs if key.startswith("thinker.")}
+        assert set(ours) == thinker
+        assert [key for key in thinker if not torch.equal(ours[key], theirs[key])] == []
+
+    def test_whole_upstream_checkpoint_loads_strictly_without_its_speech_weights(
+        self, backend: str, tmp_path: Path
+    ) -> None:
+        upstream = self._whole_upstream()
+        upstream.save_pretrained(tmp_path)
+        saved = load_file(str(tmp_path / "model.safetensors"))
+        assert any(key.startswith("talker.") for key in saved) and any(key.startswith("token2wav.") for key in saved)
+        model, info = self._top_level(backend).from_pretrained(
+            tmp_path, output_loading_info=True, attn_implementation="eager"
+        )
+        assert not info["missing_keys"] and not info["unexpected_keys"], info
+        self._assert_thinker_equal(model, upstream)
+
+    def test_whole_upstream_checkpoint_missing_a_thinker_weight_fails_naming_it(
+        self, backend: str, tmp_path: Path
+    ) -> None:
+        self._whole_upstream().save_pretrained(tmp_path)
+        file = tmp_path / "model.safetensors"
+        tensors = load_file(str(file))
+        dropped = min(key for key in tensors if key.startswith("thinker.") and key.endswith("norm.weight"))
+        del tensors[dropped]
+        save_file(tensors, str(file), metadata={"format": "pt"})
+        with pytest.raises(CheckpointError, match="missing from the checkpoint") as raised:
+            self._top_level(backend).from_pretrained(tmp_path, attn_implementation="eager")
+        assert dropped.split(".", 2)[2] in str(raised.value)
+
+    def test_whole_upstream_state_dict_loads_strictly_with_the_speech_keys_dropped(self, backend: str) -> None:
+        upstream = self._whole_upstream()
+        model = self._top_level(backend)(self.model.whole_config())
+        state = upstream.state_dict()
+        model.load_state_dict(state, strict=True)
+        assert any(key.startswith("talker.") for key in state)  # the caller's dict is read, not emptied
+        self._assert_thinker_equal(model, upstream)
+
+    def test_whole_upstream_state_dict_missing_a_thinker_weight_fails_naming_it(self, backend: str) -> None:
+        state = dict(self._whole_upstream().state_dict())
+        dropped = min(key for key in state if key.startswith("thinker.") and key.endswith("norm.weight"))
+        del state[dropped]
+        model = self._top_level(backend)(self.model.whole_config())
+        with pytest.raises(RuntimeError, match="Missing key") as raised:
+            model.load_state_dict(state, strict=True)
+        assert dropped in str(raised.value)
