@@ -10,7 +10,9 @@ The generated MoE block is untouched: it hands its fused expert tensors to ``moe
 the kernel bound there (:func:`moe_experts`, kernel ``ep_alltoall``) does what the local experts cannot:
 
 1. sort this rank's ``tokens x top_k`` (token, expert) pairs by expert, so each destination rank's
-   pairs are one contiguous block, and exchange the per-expert counts (``all_to_all_single``);
+   pairs are one contiguous block, and exchange the per-expert counts (``all_to_all_single``, on the
+   tokens' device as NCCL / HCCL need); then read the per-rank split sizes on the host, the dispatch's
+   one host sync (a single ``tolist`` of one small tensor: what ``all_to_all_single`` needs as ints);
 2. send every pair's hidden state to the rank holding its expert (``all_to_all_single``, uneven splits);
 3. run the received rows through the local experts with the pure-torch grouped kernel
    (``modelgraft.models.ops.kernels.grouped_experts``), each row a top-1 choice of weight 1;
@@ -222,20 +224,31 @@ def moe_experts(
 
     flat_experts = top_k_index.reshape(-1)
     order = torch.argsort(flat_experts, stable=True)  # pairs by global expert, hence by destination rank
-    send_counts = torch.bincount(flat_experts, minlength=num_experts)
-    if send_counts.numel() > num_experts:
+    # Counts on the tokens' device, without bincount (which reads its length on the host): an id out of
+    # range is clamped here and reported after the one host sync below, from ``bounds`` (largest, smallest).
+    if flat_experts.numel():
+        bounds = torch.stack([flat_experts.max(), flat_experts.min()])
+    else:
+        bounds = flat_experts.new_tensor([0, 0])
+    send_counts = torch.zeros(num_experts, dtype=torch.long, device=flat_experts.device)
+    send_counts.scatter_add_(0, flat_experts.clamp(0, num_experts - 1), torch.ones_like(flat_experts))
+    # recv_counts[s, e]: pairs rank s sends to this rank's local expert e (exchanged on the device).
+    recv_counts = all_to_all(send_counts.view(ep, local_experts), group).view(ep, local_experts)
+    # The one host sync of the dispatch: all_to_all_single takes its split sizes as host ints.
+    host = torch.cat([send_counts.view(ep, local_experts).sum(dim=1), recv_counts.sum(dim=1), bounds])
+    host_values = host.tolist()
+    send_splits, recv_splits, (top, bottom) = host_values[:ep], host_values[ep : 2 * ep], host_values[-2:]
+    if top >= num_experts or bottom < 0:
         raise ValueError(
-            f"top_k_index holds expert id {send_counts.numel() - 1}, but {ep} ranks x {local_experts} local "
+            f"top_k_index holds expert id {top if top >= num_experts else bottom}, but {ep} ranks x {local_experts} local "
             f"experts make {num_experts}; were the experts sharded with apply_expert_parallel?"
         )
-    # recv_counts[s, e]: pairs rank s sends to this rank's local expert e.
-    recv_counts = all_to_all(send_counts.view(ep, local_experts), group).view(ep, local_experts)
-    send_splits = send_counts.view(ep, local_experts).sum(dim=1).tolist()
-    recv_splits = recv_counts.sum(dim=1).tolist()  # with the line above: the host syncs of a call
 
     rows = all_to_all(hidden_states[order // top_k], group, output_splits=recv_splits, input_splits=send_splits)
-    local_ids = torch.repeat_interleave(
-        torch.arange(local_experts, device=rows.device).repeat(ep), recv_counts.reshape(-1)
+    local_ids = torch.repeat_interleave(  # output_size given: no second sync to size the result
+        torch.arange(local_experts, device=rows.device).repeat(ep),
+        recv_counts.reshape(-1),
+        output_size=sum(recv_splits),
     )
     # Biases are this rank's chunks too ([E/ep, 2I], [E/ep, H]); the routing weight is applied after the
     # return trip, so the local experts run at weight 1 and w * (a @ W + b) comes out as upstream's.

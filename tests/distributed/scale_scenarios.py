@@ -9,10 +9,11 @@ fell back to the plain path cannot pass. Module-level functions: ``launch.spawn`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 import torch
 from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from modelgraft.models.distributed import (
     ParallelState,
@@ -20,6 +21,7 @@ from modelgraft.models.distributed import (
     apply_expert_parallel,
     apply_fsdp,
     checkpointed_layers,
+    expert_parallel,
     expert_shards,
     full_state,
     parallel_ops,
@@ -153,3 +155,83 @@ def experts_shard_on_dim_1_when_dim_0_would_pad() -> None:
     model = train_step_matches_one_process("qwen3_moe", ep=2, experts=even)
     placements = {n: p.placements for n, p in model.named_parameters() if n in expert_shards(model)}
     assert placements and all(p == (Shard(0),) for p in placements.values()), placements
+
+
+# -- host syncs of the ep dispatch -------------------------------------------------------------------------
+#: aten ops that make the host wait for the device: a scalar read (``.item()``), or an output whose size
+#: depends on the data. ``repeat_interleave`` counts only without ``output_size``.
+SYNCING_OPS = ("aten._local_scalar_dense", "aten.nonzero", "aten.bincount", "aten.unique", "aten.masked_select")
+
+
+class HostSyncGuard(TorchDispatchMode):
+    """Records every host sync made while it is active: the syncing aten ops (``.item()`` reaches aten as
+    ``_local_scalar_dense``) and ``Tensor.tolist`` (which reads the data without an aten op, so it is patched).
+    ``paused`` stops the count, for a callee whose own syncs are not the ones under test."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.syncs: list[str] = []
+        self.paused = False
+        self._tolist = torch.Tensor.tolist
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = str(func.overloadpacket)
+        if not self.paused and (
+            name.startswith(SYNCING_OPS)
+            or (name == "aten.repeat_interleave" and kwargs.get("output_size") is None and len(args) < 3)
+        ):
+            self.syncs.append(name)
+        return func(*args, **kwargs)
+
+    def __enter__(self) -> Self:
+        guard = self
+
+        def tolist(tensor: torch.Tensor) -> Any:
+            if not guard.paused:
+                guard.syncs.append("Tensor.tolist")
+            return guard._tolist(tensor)
+
+        torch.Tensor.tolist = tolist  # type: ignore[method-assign]
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        torch.Tensor.tolist = self._tolist  # type: ignore[method-assign]
+        super().__exit__(*exc)
+
+
+def ep_dispatch_syncs_the_host_once() -> None:
+    """The ep_alltoall kernel's forward and backward make one host sync (the split sizes' ``tolist``), outside
+    the local experts' own kernel; the guard does see that kernel's sync when it is not paused."""
+    state = ParallelState.build(ep=2)
+    generator = torch.Generator().manual_seed(0)
+    tokens, hidden, inter, experts = 6, 8, 4, 4
+    x = torch.randn(tokens, hidden, generator=generator, requires_grad=True)
+    gate_up = torch.randn(experts // 2, 2 * inter, hidden, generator=generator, requires_grad=True)
+    down = torch.randn(experts // 2, hidden, inter, generator=generator, requires_grad=True)
+    index = torch.randint(0, experts, (tokens, 2), generator=generator)
+    weights = torch.rand(tokens, 2, generator=generator)
+
+    guard = HostSyncGuard()
+    local_experts = expert_parallel._local_experts
+
+    def unguarded_local_experts(*args: Any) -> torch.Tensor:
+        guard.paused = True
+        try:
+            return local_experts(*args)
+        finally:
+            guard.paused = False
+
+    expert_parallel._local_experts = unguarded_local_experts
+    try:
+        with guard:
+            out = expert_parallel.moe_experts(x, index, weights, gate_up, down, "silu", group=state.ep_group)
+            out.sum().backward()
+    finally:
+        expert_parallel._local_experts = local_experts
+    assert guard.syncs == ["Tensor.tolist"], guard.syncs
+    assert x.grad is not None and gate_up.grad is not None
+
+    with HostSyncGuard() as whole:  # not vacuous: the grouped kernel's own sync is seen
+        expert_parallel.moe_experts(x, index, weights, gate_up, down, "silu", group=state.ep_group)
+    assert len(whole.syncs) > 1, whole.syncs

@@ -84,3 +84,8 @@ def test_expert_shard_dim_is_1_only_when_dim_0_would_pad_and_dim_1_divides(
 
 def test_experts_shard_on_dim_1_when_dim_0_would_pad_and_match_one_process() -> None:
     spawn(scale_scenarios.experts_shard_on_dim_1_when_dim_0_would_pad, 4, timeout=TIMEOUT)
+
+
+# -- host syncs of the ep dispatch --------------------------------------------------------------------------------
+def test_ep_dispatch_makes_one_host_sync_per_moe_layer_forward_and_backward() -> None:
+    spawn(scale_scenarios.ep_dispatch_syncs_the_host_once, 2, timeout=TIMEOUT)
