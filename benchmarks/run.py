@@ -3,7 +3,9 @@
 Sections: ``generator`` (whole-process time and peak RSS of generate-all / patchgen --check),
 ``runtime`` (train step, generated vs upstream, per dense model), ``loss`` (chunked vs eager peak
 memory), ``moe`` (the grouped experts kernel vs upstream's experts implementations, per layer and
-per train step of each MoE model). Each budget row says met or MISSED; a missed budget is
+per train step of each MoE model). Optional, only with ``--only distributed``: ``distributed`` (per-rank
+memory and step time of FSDP2 / EP / SP / activation checkpointing on 1, 2 and 4 gloo ranks against one
+process; minutes, so neither in the default run nor in the smoke test). Each budget row says met or MISSED; a missed budget is
 reported, not fatal, unless ``--strict``. ``--smoke`` runs every section at toy sizes in well under a minute: it proves the
 script works, its figures mean nothing. See docs/performance.md for how to read the table.
 """
@@ -26,18 +28,23 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `benchmarks` and `models` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import loss_bench, moe_bench, runtime_bench
+from benchmarks import distributed_bench, loss_bench, moe_bench, runtime_bench
 from benchmarks.generator_bench import bench_generator
 from benchmarks.report import BAD_STATUSES, FAILED, Row, render_report
 
 SECTIONS = ("generator", "runtime", "loss", "moe")
+#: Sections run only when named with --only: too slow for the default run and the smoke test.
+OPTIONAL_SECTIONS = ("distributed",)
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "latest.md"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--only", action="append", choices=SECTIONS, help="run only this section (repeatable; default: all)"
+        "--only",
+        action="append",
+        choices=SECTIONS + OPTIONAL_SECTIONS,
+        help=f"run only this section (repeatable; default: all but {', '.join(OPTIONAL_SECTIONS)})",
     )
     parser.add_argument("--repeats", type=int, default=5, help="runs per timed measurement (default 5)")
     parser.add_argument(
@@ -148,6 +155,11 @@ def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
             )
             rows += section_rows
             setup += [line] if line else []
+        elif section == "distributed":
+            sizes = distributed_bench.SMOKE_SIZES if args.smoke else distributed_bench.DistSizes()
+            section_rows, line = distributed_bench.bench_distributed(sizes)
+            rows += section_rows
+            setup += [line]
         print(f"[benchmarks] {section} done in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return rows, setup
 
