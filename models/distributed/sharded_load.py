@@ -119,18 +119,32 @@ def _owner(converter: CheckpointConverter | None, key: str) -> CheckpointConvert
 
 
 def _expert_rows(converter: CheckpointConverter, placements: Mapping[str, Placement]) -> tuple[int, int] | None:
-    """The experts this rank holds of the fused tensors ``converter`` emits (their dim-0 rows); None when the
-    tensors disagree or are cut on another dim (then nothing is restricted: correct, only more is read)."""
+    """The experts this rank holds of the fused tensors ``converter`` emits (their dim-0 rows: the ep rank's
+    experts, cut further when FSDP shards dim 0); None when the tensors disagree (then nothing is restricted:
+    correct, only more is read). When FSDP cuts another dim (the experts' rows), whole experts are read and
+    the converter's output is cut on that dim."""
     rows = set()
     for name, placement in placements.items():
         if converter.can_handle(name) and converter.expert_of(name) is None:
-            if any(
-                s.start != 0 or s.stop != n
-                for s, n in zip(placement.index[1:], placement.global_shape[1:], strict=True)
-            ):
-                return None
             rows.add((placement.index[0].start, placement.index[0].stop))
     return rows.pop() if len(rows) == 1 else None
+
+
+def _cut(tensor: torch.Tensor, placement: Placement) -> torch.Tensor | None:
+    """``tensor`` cut to this rank's part: each dim of the whole size is cut to the placement, each dim of
+    the local size is taken as already cut (a restricted converter emits only this rank's experts);
+    None when a dim has neither size."""
+    index = []
+    for size, whole, part, cut in zip(
+        tensor.shape, placement.global_shape, placement.local_shape, placement.index, strict=True
+    ):
+        if size == whole:
+            index.append(cut)
+        elif size == part:
+            index.append(slice(None))
+        else:
+            return None
+    return tensor[tuple(index)]
 
 
 def _restricted(
@@ -233,15 +247,16 @@ def _load(model: nn.Module, path: Path, converter: CheckpointConverter | None, s
             if key in loaded:
                 raise CheckpointError(f"{key!r} is given twice by the checkpoint")
             shape = tuple(tensor.shape)
-            if not sliced and shape == placement.global_shape:
-                tensor = tensor[placement.index]
-            elif shape != placement.local_shape:
+            cut = tensor if sliced and shape == placement.local_shape else None
+            if not sliced and len(shape) == len(placement.global_shape):
+                cut = _cut(tensor, placement)
+            if cut is None:
                 raise CheckpointError(
                     f"{key!r}: checkpoint shape {list(shape)}, the model's whole shape {list(placement.global_shape)} "
                     f"(this rank's part {list(placement.local_shape)})"
                 )
             with torch.no_grad():
-                placement.local.copy_(tensor)
+                placement.local.copy_(cut)
             loaded[key] = None
 
     for file in files:

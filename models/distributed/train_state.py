@@ -10,9 +10,10 @@ generators. :func:`load_train_state` reads it back into a model sharded the same
 * Expert-parallel parameters are plain local tensors holding different experts on different ep ranks
   under one name, which DCP would take for replicas and save once. They are saved per expert instead
   (``experts.<name>.<e>``, and ``experts.<name>.<state>.<e>`` for the optimizer's moments): under EP, and
-  under EP x FSDP (FSDP splits the experts dim), each expert row lives on exactly one rank of an ep
+  under EP x FSDP when FSDP splits the experts dim, each expert lives on exactly one rank of an ep
   replica, so every rank writes the experts it holds and reads the ones it holds after loading, whatever
-  the ep size was.
+  the ep size was. When FSDP splits the experts' rows instead (dim 1: the local experts do not divide),
+  each expert is a DTensor of its own on FSDP's mesh, which DCP reshards like any other.
 * Step, data position and the saved world size: one pickled record, the same on every rank.
 * Random states (torch CPU and, when present, CUDA; Python's ``random``): one record per rank. NumPy's
   is not saved: numpy is no dependency of the runtime (a loader that draws from it saves its own state
@@ -37,7 +38,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Shard
 
 from modelgraft.models.distributed.expert_parallel import expert_shards
 from modelgraft.models.distributed.sharded_load import placements_of
@@ -99,6 +100,21 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def _one_expert(tensor: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+    """One expert's part of ``tensor`` held here (``row``, a view of the local storage), as DCP should see it.
+
+    FSDP shards an expert unit on dim 0 (whole experts: ``row`` is the whole expert, the same on every
+    replica) or, when the local experts do not divide, on dim 1: then several ranks hold parts of the same
+    expert, and ``row`` becomes a DTensor of the one expert on the same mesh, sharded one dim lower.
+    """
+    if not isinstance(tensor, DTensor) or any(isinstance(p, Shard) and p.dim == 0 for p in tensor.placements):
+        return row
+    placements = [Shard(p.dim - 1) if isinstance(p, Shard) else p for p in tensor.placements]
+    shape = tensor.shape[1:]
+    stride = torch.empty(shape, device="meta").stride()
+    return DTensor.from_local(row, tensor.device_mesh, placements, run_check=False, shape=shape, stride=stride)
+
+
 def _split_experts(
     model: nn.Module, model_sd: dict[str, Any], optim_sd: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
@@ -106,23 +122,17 @@ def _split_experts(
 
     The per-expert tensors are views of the local storage, so DCP's load writes straight into it.
     """
-    names = set(expert_shards(model))
-    if not names:
+    shards = expert_shards(model)
+    if not shards:
         return model_sd, optim_sd, {}
-    placements = placements_of(model)
-    cut_elsewhere = sorted(
-        name
-        for name in names
-        if any(
-            s.start != 0 or s.stop != n
-            for s, n in zip(placements[name].index[1:], placements[name].global_shape[1:], strict=True)
-        )
-    )
-    if cut_elsewhere:
+    other_dim = sorted(name for name, shard in shards.items() if shard.dim != 0)
+    if other_dim:
         raise ValueError(
-            f"save_train_state splits expert-parallel tensors into whole experts along dim 0, but "
-            f"{', '.join(cut_elsewhere)} are split on another dim on this rank"
+            f"save_train_state splits expert-parallel tensors into whole experts along dim 0, but the plan splits "
+            f"{', '.join(other_dim)} on another dim"
         )
+    names = set(shards)
+    placements = placements_of(model)
     experts: dict[str, torch.Tensor] = {}
 
     def rows(name: str, key: str, tensor: torch.Tensor) -> None:
@@ -131,7 +141,7 @@ def _split_experts(
         if local.shape[0] != stop - start:
             raise ValueError(f"{key}: {local.shape[0]} local rows, but this rank holds experts {start}-{stop - 1}")
         for offset, expert in enumerate(range(start, stop)):
-            experts[f"{key}.{expert}"] = local[offset]
+            experts[f"{key}.{expert}"] = _one_expert(tensor, local[offset])
 
     model_rest = {}
     for key, value in model_sd.items():

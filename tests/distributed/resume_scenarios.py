@@ -10,15 +10,20 @@ import json
 from pathlib import Path
 
 import torch
+from torch.distributed.tensor import Shard
 
-from modelgraft.models.distributed import ParallelState, full_state, parallel_ops
+from modelgraft.models.checkpoint import load_checkpoint
+from modelgraft.models.distributed import ParallelState, apply_expert_parallel, apply_fsdp, full_state, parallel_ops
 from modelgraft.models.distributed.materialize import materialize
 from modelgraft.models.distributed.sharded_load import load_sharded_checkpoint
 from modelgraft.models.distributed.train_state import load_train_state, save_train_state
+from modelgraft.models.loader import build_model
 from modelgraft.models.ops import bind_ops, unbind_ops
-from modelgraft.models.testing import causal_lm_batch
+from modelgraft.models.testing import causal_lm_batch, seed_everything
+from modelgraft.models.testing.moe_suite import _write_sharded, per_expert_state_dict
 
-from .scenarios import GROUPED, assert_close, rows_of
+from .checkpoint_scenarios import PER_EXPERT, recorded_reads
+from .scenarios import GROUPED, MODELS, assert_close, config_of, rows_of
 from .sharded_scenarios import model_config, sharded_from_meta
 
 NAME = "qwen3_moe"
@@ -131,4 +136,63 @@ def resume_on_two_ranks(saved: Path, record: Path) -> None:
     _same_params(end, params["end"], f"parameters after {AFTER} more steps on 2 ranks", exact=False)
     for step, (loss, reference) in enumerate(zip(losses, expected["losses"], strict=True), start=SAVED_AT):
         assert_close(loss, torch.tensor(reference), f"loss of step {step} resumed on 2 of 4 ranks")
+    unbind_ops()
+
+
+# -- experts FSDP-sharded on their rows (dim 1) -----------------------------------------------------------------
+#: 6 experts over ep 2: 3 local experts, which do not divide by ep_replicate 2, so FSDP shards their rows.
+ROW_SHARDED = {"num_experts": 6}
+
+
+def _row_sharded_model(state: ParallelState, weights: bool) -> torch.nn.Module:
+    model = build_model(config_of(NAME, **ROW_SHARDED), architecture=MODELS[NAME][1], device="meta")
+    apply_expert_parallel(model, state)
+    apply_fsdp(model, state)
+    return materialize(model, weights=weights)
+
+
+def write_row_sharded_hub(folder: Path) -> Path:
+    seed_everything(0)
+    model = build_model(config_of(NAME, **ROW_SHARDED), architecture=MODELS[NAME][1])
+    _write_sharded(per_expert_state_dict(model.state_dict()), folder)
+    return folder
+
+
+def experts_sharded_on_rows_load_and_resume(hub: Path, saved: Path) -> None:
+    """4 ranks, ep 2 x ep_replicate 2, experts FSDP-sharded on dim 1: the hub checkpoint loads each rank's
+    part (per-expert keys of its ep rank's experts only), and a save / resume gives the same parameters,
+    next loss and parameters after it, bitwise."""
+    state = ParallelState.build(ep=2)
+    seed_everything(1)
+    reference = build_model(config_of(NAME, **ROW_SHARDED), architecture=MODELS[NAME][1])
+    load_checkpoint(reference, hub)
+
+    model = _row_sharded_model(state, weights=False)
+    gate_up = model.model.layers[0].mlp.experts.gate_up_proj
+    assert gate_up.placements[-1] == Shard(1), f"experts not sharded on their rows: {gate_up.placements}"
+    with recorded_reads() as reads:
+        load_sharded_checkpoint(model, hub)
+    mine = range(state.ep_rank * 3, state.ep_rank * 3 + 3)
+    read = {int(m[1]) for key in reads.whole if (m := PER_EXPERT.search(key))}
+    assert read == set(mine), f"read experts {sorted(read)}, ep rank {state.ep_rank} holds {mine}"
+    loaded = full_state(model, state)
+    for key, param in reference.named_parameters():
+        assert torch.equal(loaded[key], param.detach()), f"{key} differs after loading"
+
+    bind_ops(parallel_ops(state, GROUPED))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    _train(model, state, optimizer, range(1))
+    save_train_state(saved, model, optimizer, step=1, data_position=1)
+    at_save = full_state(model, state)
+    (expected,) = _train(model, state, optimizer, range(1, 2))
+    expected_end = full_state(model, state)
+
+    fresh = _row_sharded_model(state, weights=True)
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
+    progress = load_train_state(saved, fresh, fresh_optimizer)
+    assert progress.step == 1
+    _same_params(full_state(fresh, state), at_save, "parameters loaded", exact=True)
+    (loss,) = _train(fresh, state, fresh_optimizer, range(1, 2))
+    assert torch.equal(loss, expected), f"resumed {loss.item()}, uninterrupted {expected.item()}"
+    _same_params(full_state(fresh, state), expected_end, "parameters after the next step", exact=True)
     unbind_ops()

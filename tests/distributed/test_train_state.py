@@ -31,3 +31,8 @@ def test_a_run_saved_on_four_ranks_resumes_on_two_with_the_same_next_losses(hub:
     record = tmp_path / "four_ranks.json"
     spawn(resume_scenarios.save_on_four_ranks, 4, hub, tmp_path / "step2", record, timeout=TIMEOUT)
     spawn(resume_scenarios.resume_on_two_ranks, 2, tmp_path / "step2", record, timeout=TIMEOUT)
+
+
+def test_experts_sharded_on_their_rows_load_from_the_hub_and_resume_bitwise(tmp_path: Path) -> None:
+    hub = resume_scenarios.write_row_sharded_hub(tmp_path / "hub")
+    spawn(resume_scenarios.experts_sharded_on_rows_load_and_resume, 4, hub, tmp_path / "step1", timeout=TIMEOUT)
