@@ -280,6 +280,25 @@ def renamed_keys_load_into_their_slices(paths: dict[str, Path]) -> None:
             assert torch.equal(params[key], param.detach()), f"rename announced={announce}: {key} differs"
 
 
+def hsdp_loads_each_ranks_slices(paths: dict[str, Path]) -> None:
+    """HSDP 2 x 2 (replicate 2), llama and qwen3_moe with EP=2: each rank reads its shard's slices (the
+    replicas read the same ones) and every parameter equals the whole model's."""
+    state = ParallelState.build(replicate=2, ep=2)
+    for name in ("llama", "qwen3_moe"):
+        reference = whole_model(name, 1)
+        load_checkpoint(reference, paths[name])
+        model = sharded_from_meta(name, state)
+        materialize(model, weights=False)
+        placements = placements_of(model)
+        assert model.model.norm.weight.device_mesh.ndim == 2, "not HSDP's 2-D mesh"
+        with recorded_reads() as reads:
+            load_sharded_checkpoint(model, paths[name])
+        assert_reads_only_own_slices(reads, placements, _expert_rows(placements))
+        params = full_state(model, state)
+        for key, param in reference.named_parameters():
+            assert torch.equal(params[key], param.detach()), f"HSDP {name}: {key} differs"
+
+
 def four_rank_meta_fsdp_x_ep(paths: dict[str, Path]) -> None:
     """ep 2, ep_replicate 2: each rank reads 2 of the 8 experts (FSDP's rows of its ep rank's 4)."""
     loaded_sharded_matches_whole("qwen3_moe", paths, ep=2)

@@ -51,6 +51,12 @@ def test_fsdp_x_ep_on_four_ranks_reads_only_each_ranks_experts_and_trains_like_o
     spawn(sharded_scenarios.four_rank_meta_fsdp_x_ep, 4, hub_checkpoints, timeout=TIMEOUT)
 
 
+def test_hsdp_ranks_read_their_shards_slices_and_load_the_whole_models_weights(
+    hub_checkpoints: dict[str, Path],
+) -> None:
+    spawn(sharded_scenarios.hsdp_loads_each_ranks_slices, 4, hub_checkpoints, timeout=TIMEOUT)
+
+
 def test_missing_unexpected_and_misshaped_keys_are_named_and_raise_on_every_rank(tmp_path: Path) -> None:
     spawn(sharded_scenarios.errors_raise_on_every_rank, 2, sharded_scenarios.write_broken_checkpoints(tmp_path))
 
