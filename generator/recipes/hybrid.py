@@ -15,6 +15,11 @@ functions are upstream's torch bodies, and those packages run only when bound as
 RMSNorm behind ``rms_norm`` with its offset, the gated MLP, the partial rotate-half RoPE, the vision tower, the
 towers rewrite), and ``<Prefix>ForCausalLM`` (the text-only model upstream also ships) gets the same loss head
 as the conditional-generation class.
+
+:func:`hybrid_moe` is the same over :func:`modelgraft.generator.recipes.vlm_moe.vlm_moe` (Qwen3.5-MoE): the MoE
+pieces on the text decoder, and the text-only head's aux-loss call behind its slot too. Both apply the guards
+through snippets, per model, rather than reusing Qwen3.5's patch bodies through ``name_map``: the MoE model's
+classes are no structural duplicates where it matters (its outputs carry router logits and the aux loss).
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from modelgraft.generator.dsl.config import PatchConfig
 from modelgraft.generator.recipes.dense import _named, apply_causal_lm
 from modelgraft.generator.recipes.parts import LossHead
 from modelgraft.generator.recipes.vlm import vlm
+from modelgraft.generator.recipes.vlm_moe import vlm_moe
 
-__all__ = ["HUB_FALLBACK_DECORATOR", "GatedDeltaNet", "apply_gated_delta_net", "hybrid"]
+__all__ = ["HUB_FALLBACK_DECORATOR", "GatedDeltaNet", "apply_gated_delta_net", "hybrid", "hybrid_moe"]
 
 #: Upstream's decorator that binds an installed FLA / causal-conv1d at import time; dropped from every guarded
 #: function so that only a bound kernel family changes what the model computes.
@@ -89,4 +95,21 @@ def hybrid(
     vlm(config, prefix=prefix, **vlm_options)
     if text_causal_lm is not None:
         apply_causal_lm(config, text_causal_lm, prefix=prefix)
+    return config
+
+
+def hybrid_moe(
+    config: PatchConfig,
+    *,
+    prefix: str,
+    mixer: GatedDeltaNet = GatedDeltaNet(),
+    text_causal_lm: LossHead | None = LossHead("{prefix}ForCausalLM"),
+    aux_loss: str = "load_balancing_loss_func",
+    **vlm_moe_options: Any,
+) -> PatchConfig:
+    """Apply the Gated DeltaNet guards, then :func:`vlm_moe`, then the text-only loss head with its aux loss."""
+    apply_gated_delta_net(config, mixer, prefix=prefix)
+    vlm_moe(config, prefix=prefix, aux_loss=aux_loss, **vlm_moe_options)
+    if text_causal_lm is not None:
+        apply_causal_lm(config, text_causal_lm, prefix=prefix, aux_loss=aux_loss)
     return config

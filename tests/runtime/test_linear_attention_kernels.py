@@ -79,6 +79,17 @@ def test_chunked_delta_rule_matches_upstream_outputs_state_and_gradients(
     _assert_close(_run_with_grads(kernel, inputs, **options), expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_reference_chunked_delta_rule_is_upstreams_bit_for_bit(dtype: torch.dtype) -> None:
+    """Upstream's order of operations: in bf16 a MoE router downstream would turn any rounding into other experts."""
+    inputs = {name: tensor.to(dtype) for name, tensor in _delta_inputs().items()}
+    initial = torch.randn(BATCH, HEADS, K_DIM, V_DIM, generator=torch.Generator().manual_seed(9))
+    options = {"initial_state": initial, "output_final_state": True, "use_qk_l2norm_in_kernel": True}
+    out, state = eager.chunk_gated_delta_rule(**inputs, **options)
+    want_out, want_state = UPSTREAM_CHUNK(**inputs, **options)
+    assert torch.equal(out, want_out) and torch.equal(state, want_state)
+
+
 def test_chunked_delta_rule_keeps_the_query_dtype_and_returns_no_state_unless_asked() -> None:
     inputs = {name: tensor.to(torch.bfloat16) for name, tensor in _delta_inputs().items()}
     out, final = delta_rule.chunk_gated_delta_rule(**inputs, use_qk_l2norm_in_kernel=True)

@@ -40,6 +40,7 @@ EAGER_WHERE_NPU_CANNOT = {
     "deepseek_v4": {"rms_norm": "eager"},  # an unweighted RMSNorm: npu_rms_norm needs a weight
     "gemma3": {"glu_activation": "eager"},  # a GELU GLU: npu_swiglu is SiLU only
     "qwen3_5": {"rope": "eager"},  # partial rotary: npu_rotary_mul rotates the whole head
+    "qwen3_5_moe": {"rope": "eager"},  # the same partial rotary
 }
 
 

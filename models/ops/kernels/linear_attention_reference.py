@@ -2,9 +2,8 @@
 
 Each recomputes upstream's torch formula from the arguments the guard hands its slot, so a dropped or swapped
 argument (the gate, eps, the activation, the conv bias, beta, the decay, the L2 norm switch, the initial state)
-changes the result. The gated delta rule is recomputed token by token, the recurrence both of upstream's torch
-functions compute (the chunked one regroups it into chunks): equal to upstream within fp32 rounding, and an
-independent check of the chunked kernels. Like upstream's torch path, these ignore ``cu_seqlens``
+changes the result. The chunked gated delta rule follows upstream's order of operations; the recurrent one is
+the token-by-token recurrence (:func:`gated_delta_recurrence`), which the chunked one regroups into chunks. Like upstream's torch path, these ignore ``cu_seqlens``
 (docs/design.md, "Where the code departs from the design contract").
 """
 
@@ -130,10 +129,56 @@ def chunk_gated_delta_rule(
     use_qk_l2norm_in_kernel: bool = False,
     cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Upstream's chunked gated delta rule, recomputed token by token (``chunk_size`` only regroups the sums)."""
-    del chunk_size, cu_seqlens  # the recurrence has no chunks; upstream's torch path reads no boundaries
-    out, state = gated_delta_recurrence(query, key, value, g, beta, initial_state, use_qk_l2norm_in_kernel)
-    return out.to(query.dtype), state if output_final_state else None
+    """Upstream's chunked gated delta rule, in upstream's order of operations (so its roundings too).
+
+    Per chunk of ``chunk_size`` tokens, in fp32: the within-chunk system ``(I + M)`` (M the strictly lower
+    ``beta k k^T`` times the decay between positions) inverted by forward substitution row by row, then the
+    chunk's outputs from the state carried in and the corrected values, and the state carried out. The
+    token-by-token recurrence (:func:`gated_delta_recurrence`) is the same function in another order; a model's
+    MoE router turns the rounding difference between the two into other experts in bf16, hence this order here.
+    """
+    del cu_seqlens  # upstream's torch path reads no document boundaries
+    input_dtype = query.dtype
+    if use_qk_l2norm_in_kernel:
+        query, key = l2_normalized(query), l2_normalized(key)
+    q, k, v, b, decay = (x.transpose(1, 2).contiguous().to(torch.float32) for x in (query, key, value, beta, g))
+    batch, heads, length, k_dim = k.shape
+    pad = (chunk_size - length % chunk_size) % chunk_size
+    q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+    b, decay = F.pad(b, (0, pad)), F.pad(decay, (0, pad))
+    q = q * (1 / (q.shape[-1] ** 0.5))
+    v_beta, k_beta = v * b.unsqueeze(-1), k * b.unsqueeze(-1)
+    q, k, v, k_beta, v_beta = (
+        x.reshape(x.shape[0], x.shape[1], -1, chunk_size, x.shape[-1]) for x in (q, k, v, k_beta, v_beta)
+    )
+    decay = decay.reshape(decay.shape[0], decay.shape[1], -1, chunk_size).cumsum(dim=-1)
+    decay_mask = ((decay.unsqueeze(-1) - decay.unsqueeze(-2)).tril().exp().float()).tril()
+    upper = torch.triu(torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device), diagonal=0)
+    system = -((k_beta @ k.transpose(-1, -2)) * decay_mask).masked_fill(upper, 0)
+    for row in range(1, chunk_size):
+        coefficients = system[..., row, :row].clone()
+        solved = system[..., :row, :row].clone()
+        system[..., row, :row] = coefficients + (coefficients.unsqueeze(-1) * solved).sum(-2)
+    system = system + torch.eye(chunk_size, dtype=system.dtype, device=system.device)
+    v = system @ v_beta
+    k_cumdecay = system @ (k_beta * decay.exp().unsqueeze(-1))
+    state = (
+        torch.zeros(batch, heads, k_dim, v.shape[-1], dtype=v.dtype, device=v.device)
+        if initial_state is None
+        else initial_state.to(v)
+    )
+    out = torch.zeros_like(v)
+    for i in range(q.shape[2]):
+        q_i, k_i, g_i = q[:, :, i], k[:, :, i], decay[:, :, i]
+        attn = q_i @ k_i.transpose(-1, -2) * decay_mask[:, :, i]
+        v_new = v[:, :, i] - k_cumdecay[:, :, i] @ state
+        out[:, :, i] = (q_i * g_i[:, :, :, None].exp()) @ state + attn @ v_new
+        state = (
+            state * g_i[:, :, -1, None, None].exp()
+            + (k_i * (g_i[:, :, -1, None] - g_i).exp()[..., None]).transpose(-1, -2) @ v_new
+        )
+    out = out.reshape(out.shape[0], out.shape[1], -1, out.shape[-1])[:, :, :length]
+    return out.transpose(1, 2).contiguous().to(input_dtype), state if output_final_state else None
 
 
 def recurrent_gated_delta_rule(
