@@ -12,6 +12,7 @@ at a time: their reference kernels are checked on a prefill then a decode step, 
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from typing import Any
@@ -215,3 +216,50 @@ def test_chunked_delta_kernels_match_upstream_loss_and_gradients(dtype: torch.dt
         check_parity(
             QWEN3_5.config(), QWEN3_5.causal_lm, batch=QWEN3_5.multimodal_batch(), ops=CHUNKED_DELTA, dtype=dtype
         )
+
+
+def _linear_attention_only_model() -> Any:
+    """The tiny model with both layers Gated DeltaNet: attention layers would mix packed documents anyway."""
+    text = {**QWEN3_5.config().text_config.to_dict(), "layer_types": ["linear_attention", "linear_attention"]}
+    return build_model(QWEN3_5.config(text_config=text), architecture=QWEN3_5.causal_lm).eval()
+
+
+def _packed_logits(model: Any, input_ids: torch.Tensor, bounds: list[int]) -> torch.Tensor:
+    cu_seqlens = torch.tensor(bounds, dtype=torch.int32)
+    longest = max(b - a for a, b in itertools.pairwise(bounds))
+    with torch.no_grad():
+        return model(
+            input_ids=input_ids,
+            use_cache=False,
+            cu_seq_lens_q=cu_seqlens,
+            cu_seq_lens_k=cu_seqlens,
+            max_length_q=longest,
+            max_length_k=longest,
+        ).logits
+
+
+def test_packed_documents_through_the_chunked_delta_kernels_give_each_documents_own_logits() -> None:
+    """With cu_seq_lens_q, each document's conv window and delta-rule state start afresh (as on GPU)."""
+    with eager_slots_on_one_thread():
+        model = _linear_attention_only_model()
+        input_ids = torch.randint(10, 40, (1, 12), generator=torch.Generator().manual_seed(0))
+        with bound_ops(CHUNKED_DELTA), torch.no_grad():
+            packed = _packed_logits(model, input_ids, [0, 5, 12])
+            first = model(input_ids=input_ids[:, :5], use_cache=False).logits
+            second = model(input_ids=input_ids[:, 5:], use_cache=False).logits
+        torch.testing.assert_close(packed[:, :5], first, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(packed[:, 5:], second, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_documents_on_the_eager_path_carry_state_across_the_boundary_as_upstream() -> None:
+    """The eager path is upstream's torch code, which ignores cu_seqlens (docs/design.md, "Where the code
+    departs from the design contract"): the second document sees the first."""
+    with eager_slots_on_one_thread():
+        model = _linear_attention_only_model()
+        input_ids = torch.randint(10, 40, (1, 12), generator=torch.Generator().manual_seed(0))
+        packed = _packed_logits(model, input_ids, [0, 5, 12])
+        with torch.no_grad():
+            whole = model(input_ids=input_ids, use_cache=False).logits
+            second = model(input_ids=input_ids[:, 5:], use_cache=False).logits
+        assert torch.equal(packed, whole)
+        assert not torch.allclose(packed[:, 5:], second, atol=1e-4)
