@@ -7,6 +7,8 @@ recompute it, gradients included; with ``cu_seqlens`` the chunked kernels keep p
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as upstream
 
+from modelgraft.models.ops import SLOTS, KernelUnavailableError, OpsConfig, bind_ops
 from modelgraft.models.ops.kernels import delta_rule, eager
 
 UPSTREAM_CHUNK = upstream.torch_chunk_gated_delta_rule.__wrapped__
@@ -219,3 +222,24 @@ def test_reference_gated_rms_norm_is_upstreams_module_bit_for_bit(dtype: torch.d
     hidden, gate = (torch.randn(10, 12, generator=generator).to(dtype) for _ in range(2))
     expected = norm(hidden, gate)
     assert torch.equal(eager.rms_norm_gated(hidden, gate, norm.weight, 1e-5, activation="silu"), expected)
+
+
+# -- the GPU families: named, never loaded on a machine that cannot run them -----------------------------------
+def test_importing_the_ops_loads_no_gpu_linear_attention_module() -> None:
+    code = (
+        "import sys, modelgraft.models.ops as ops\n"
+        "names = [ops.KERNEL_FAMILIES[f].module for f in ('fla', 'causal_conv1d')]\n"
+        "print(names, sorted(m for m in sys.modules if m in names or m in ('fla', 'causal_conv1d')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == (
+        "['modelgraft.models.ops.kernels.fla_delta', 'modelgraft.models.ops.kernels.causal_conv'] []"
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine may run the GPU families")
+@pytest.mark.parametrize(("slot", "family"), [("chunk_gated_delta_rule", "fla"), ("causal_conv1d", "causal_conv1d")])
+def test_binding_a_gpu_family_here_is_refused_naming_cuda(slot: str, family: str) -> None:
+    with pytest.raises(KernelUnavailableError, match="needs a CUDA device"):
+        bind_ops(OpsConfig({slot: family}))
+    assert not SLOTS[slot].use_non_eager_impl
