@@ -9,7 +9,10 @@ global batch (strong scaling), so each rank's share of the work is ``1/N``. Per 
 
 * parameters, gradients and AdamW state: the bytes of the tensors the rank holds (``DTensor.to_local()``),
   counted exactly after the step: what FSDP2 / EP shard, and what the design predicts at ``1/N``;
-* activations: the process's peak resident memory during the forward pass above its resident memory just
+* activations saved for backward: the bytes of the tensors autograd saves during the forward (counted once
+  per storage through ``saved_tensors_hooks``, parameters excluded; a checkpointed layer's kept input
+  counted by a pre-hook): what the design's ``1/N`` (rows or sequence split) and checkpointing act on;
+* forward peak RSS: the process's peak resident memory during the forward pass above its resident memory just
   before it (``benchmarks/peak_memory.py``: ``VmHWM`` reset through ``/proc/self/clear_refs``, the ranks
   started with its ``MALLOC_MMAP_THRESHOLD_``), so everything the forward keeps for backward plus its
   transient buffers (FSDP's all-gathered layer included);
@@ -29,6 +32,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +92,7 @@ class Measured:
     grads: int = 0
     optimizer: int = 0
     activations: int = 0
+    saved: int = 0
     step_s: float = 0.0
     loss: float = 0.0
     per_rank: list[dict[str, float]] = field(default_factory=list)
@@ -116,6 +122,60 @@ def _local_bytes(tensors: list[Any]) -> int:
         local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
         total += local.numel() * local.element_size()
     return total
+
+
+class SavedBytes:
+    """What one forward keeps for backward, in bytes: filled by :func:`saved_for_backward`."""
+
+    def __init__(self) -> None:
+        self.storages: dict[int, int] = {}
+
+    def add(self, tensor: Any) -> None:
+        storage = tensor.untyped_storage()
+        self.storages[storage.data_ptr()] = storage.nbytes()
+
+    @property
+    def total(self) -> int:
+        return sum(self.storages.values())
+
+
+@contextmanager
+def saved_for_backward(model: Any) -> Iterator[SavedBytes]:
+    """Count the activations autograd saves during the block, once per storage, parameters excluded (leaves
+    that require grad, and views of them: FSDP's all-gathered weights are counted by the RSS figure).
+
+    Inside a checkpointed layer the wrapper's own saved-tensor hooks take over, and what it keeps is the
+    layer's input, held by its closure: that input is counted by a pre-hook on every wrapper instead."""
+    import torch
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    saved = SavedBytes()
+
+    def is_parameter(tensor: torch.Tensor) -> bool:
+        base = tensor._base if tensor._base is not None else tensor
+        return base.is_leaf and base.requires_grad
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if not is_parameter(tensor) and tensor.device.type != "meta":
+            saved.add(tensor)
+        return tensor
+
+    def layer_input(module: Any, args: Any, kwargs: Any) -> None:
+        hidden = args[0] if args else kwargs.get("hidden_states")
+        if hidden is not None:
+            saved.add(hidden)
+
+    handles = [
+        m.register_forward_pre_hook(layer_input, with_kwargs=True)
+        for m in model.modules()
+        if isinstance(m, CheckpointWrapper)
+    ]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            yield saved
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _rank_main(setup: Setup, sizes: DistSizes, out_dir: str) -> None:
@@ -173,12 +233,13 @@ def _rank_main(setup: Setup, sizes: DistSizes, out_dir: str) -> None:
     if setup.sp > 1:
         batch = shard_sequence(batch, state, pad_token_id=0)
 
-    times, activations, loss = [], [], 0.0
+    times, activations, saved_bytes, loss = [], [], [], 0.0
     for step in range(sizes.steps + 1):
         torch.distributed.barrier() if state.world_size > 1 else None
         started = time.perf_counter()
-        with peak_memory() as forward:
+        with peak_memory() as forward, saved_for_backward(model) as saved:
             out = model(**batch)
+        saved_bytes.append(saved.total)
         activations.append(int(forward.peak_delta_mib * MIB))
         method = forward.method
         out.loss.backward()
@@ -195,6 +256,7 @@ def _rank_main(setup: Setup, sizes: DistSizes, out_dir: str) -> None:
         "grads": grads,
         "optimizer": _local_bytes([t for s in optimizer.state.values() for t in s.values() if t.dim() > 0]),
         "activations": min(activations[1:]),
+        "saved": saved_bytes[-1],
         "step_s": statistics.median(times),
         "loss": loss,
         "method": method,
@@ -219,7 +281,7 @@ def measure(setup: Setup, sizes: DistSizes, timeout: float = 900.0) -> Measured:
             else:
                 os.environ[key] = value
     out = Measured(per_rank=ranks)
-    for key in ("params", "grads", "optimizer", "activations", "step_s"):
+    for key in ("params", "grads", "optimizer", "activations", "saved", "step_s"):
         setattr(out, key, max(r[key] for r in ranks))
     out.loss = ranks[0]["loss"]
     return out
@@ -260,9 +322,10 @@ def render(measured: list[tuple[Setup, Measured]]) -> list[str]:
     lines = [
         (
             "| configuration | params MiB (ratio, predicted) | grads MiB (ratio) | AdamW state MiB (ratio) "
-            "| activations MiB (ratio, predicted) | step s (ratio, predicted) | loss |"
+            "| saved for backward MiB (ratio, predicted) | forward peak RSS MiB (ratio) "
+            "| step s (ratio, predicted) | loss |"
         ),
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for setup, m in measured:
         lines.append(
@@ -270,8 +333,8 @@ def render(measured: list[tuple[Setup, Measured]]) -> list[str]:
             f"| {m.params / MIB:.1f} ({_ratio(m.params, base.params)}, {predicted(setup, 'params')}) "
             f"| {m.grads / MIB:.1f} ({_ratio(m.grads, base.grads)}) "
             f"| {m.optimizer / MIB:.1f} ({_ratio(m.optimizer, base.optimizer)}) "
-            f"| {m.activations / MIB:.1f} ({_ratio(m.activations, base.activations)}, "
-            f"{predicted(setup, 'activations')}) "
+            f"| {m.saved / MIB:.1f} ({_ratio(m.saved, base.saved)}, {predicted(setup, 'activations')}) "
+            f"| {m.activations / MIB:.1f} ({_ratio(m.activations, base.activations)}) "
             f"| {m.step_s:.2f} ({_ratio(m.step_s, base.step_s)}, {predicted(setup, 'step_s')}) "
             f"| {m.loss:.4f} |"
         )
@@ -297,9 +360,12 @@ def bench_distributed(sizes: DistSizes) -> tuple[list[Row], str]:
         rows += [
             Row("distributed", f"{setup.label}: params+grads+AdamW per rank / 1 process",
                 f"{_ratio(state_bytes, base_state)} ({state_bytes / MIB:.0f} MiB)", notes=f"predicted {predicted(setup, 'params')}"),
-            Row("distributed", f"{setup.label}: forward activation peak per rank / 1 process",
-                f"{_ratio(m.activations, base.activations)} ({m.activations / MIB:.0f} MiB)",
+            Row("distributed", f"{setup.label}: activations saved for backward per rank / 1 process",
+                f"{_ratio(m.saved, base.saved)} ({m.saved / MIB:.0f} MiB)",
                 notes=f"predicted {predicted(setup, 'activations')}"),
+            Row("distributed", f"{setup.label}: forward peak RSS per rank / 1 process",
+                f"{_ratio(m.activations, base.activations)} ({m.activations / MIB:.0f} MiB)",
+                notes="activations + FSDP's all-gathered unit + transients"),
             Row("distributed", f"{setup.label}: step time / 1 process", f"{_ratio(m.step_s, base.step_s)} ({m.step_s:.2f} s)",
                 notes=f"predicted {predicted(setup, 'step_s')}"),
         ]  # fmt: skip
