@@ -21,6 +21,7 @@ from modelgraft.models.distributed import (
     apply_expert_parallel,
     apply_fsdp,
     checkpointed_layers,
+    clip_grad_norm,
     expert_parallel,
     expert_shards,
     full_state,
@@ -55,9 +56,11 @@ def train_step_matches_one_process(
     replicate: int = 1,
     checkpointing: bool = False,
     experts: dict[str, int] | None = None,
+    clip: bool = False,
 ) -> torch.nn.Module:
     """FSDP (HSDP when ``replicate`` > 1) with EP / Ulysses / activation checkpointing as asked, on the world's
-    ranks, against one process: loss, every gradient, the parameters after one AdamW step, the next loss.
+    ranks, against one process: loss, every gradient, the parameters after one AdamW step, the next loss;
+    with ``clip``, also ``clip_grad_norm``'s total norm (on every rank) and the clipped gradients.
 
     Routing is pinned without sp (one row per rank); with sp the run is fp32 and unpinned, as in
     ``training_scenarios``. Returns the sharded model for the caller's own checks of its layout."""
@@ -66,7 +69,7 @@ def train_step_matches_one_process(
     pin = sp == 1 and bool(sizes)
     config = config_of(name, **sizes, **({} if sp == 1 else {"attn_implementation": "sdpa"}))
     batch = causal_lm_batch(config, batch_size=2 * state.dp if sp > 1 else state.world_size, seq_len=SEQ_LEN)
-    ref = _reference(name, config, batch, False, None, pin)
+    ref = _reference(name, config, batch, clip, None, pin)
 
     if sp == 1:
         model = fresh_model(name, config)
@@ -98,6 +101,11 @@ def train_step_matches_one_process(
     assert grads.keys() == ref["grads"].keys(), sorted(set(grads) ^ set(ref["grads"]))
     for param_name, expected in ref["grads"].items():
         assert_near(grads[param_name], expected, f"gradient of {param_name}", None)
+    if clip:
+        assert_near(clip_grad_norm(model, state, ref["max_norm"]), ref["norm"], "total gradient norm", None)
+        clipped = full_state(model, state, grads=True)
+        for param_name, expected in ref["clipped"].items():
+            assert_near(clipped[param_name], expected, f"clipped gradient of {param_name}", None)
     optimizer.step()
     params = full_state(model, state)
     for param_name, expected in ref["params"].items():
@@ -133,10 +141,11 @@ def _assert_hsdp_layout(model: torch.nn.Module, state_replicate: int) -> None:
 
 
 def hsdp_2x2() -> None:
-    """HSDP on 4 ranks (2 replicas x 2 shards): llama, then qwen3_moe with ep=2 (experts on (replicate, 1))."""
+    """HSDP on 4 ranks (2 replicas x 2 shards): llama, qwen3_moe, then qwen3_moe with ep=2 (experts on
+    (replicate, 1)) and checkpointing; the MoE runs clip too (the norm over 2-D meshes)."""
     _assert_hsdp_layout(train_step_matches_one_process("llama", replicate=2), 2)
-    _assert_hsdp_layout(train_step_matches_one_process("qwen3_moe", replicate=2), 2)
-    model = train_step_matches_one_process("qwen3_moe", ep=2, replicate=2, checkpointing=True)
+    _assert_hsdp_layout(train_step_matches_one_process("qwen3_moe", replicate=2, clip=True), 2)
+    model = train_step_matches_one_process("qwen3_moe", ep=2, replicate=2, checkpointing=True, clip=True)
     _assert_hsdp_layout(model, 2)
 
 
