@@ -86,16 +86,21 @@ def _chunked(
     value = inverse @ v_beta
     k_cumdecay = inverse @ (k_beta * g.exp().unsqueeze(-1))
     state = query.new_zeros(batch, heads, k_dim, v_dim) if initial_state is None else initial_state.to(query.dtype)
+    # Everything that does not read the carried state, for all chunks at once; the loop keeps the rest.
+    attn = query @ key.transpose(-1, -2) * decay_mask  # decay_mask is zero above the diagonal
+    query_decayed = query * g.exp().unsqueeze(-1)
+    key_decayed = (key * (g[..., -1:] - g).exp().unsqueeze(-1)).transpose(-1, -2)
+    chunk_decay = g[..., -1].exp()[..., None, None]
+    # unbind, not indexing per chunk: the backward of t[:, :, i] writes into a zero tensor of t's whole size per
+    # chunk (quadratic in the length); unbind's backward stacks the chunks' gradients once
+    per_chunk = zip(
+        *(x.unbind(2) for x in (value, k_cumdecay, query_decayed, attn, chunk_decay, key_decayed)), strict=True
+    )
     outs = []
-    for i in range(chunks):
-        q_i, k_i, g_i = query[:, :, i], key[:, :, i], g[:, :, i]
-        attn = q_i @ k_i.transpose(-1, -2) * decay_mask[:, :, i]  # decay_mask is zero above the diagonal
-        v_new = value[:, :, i] - k_cumdecay[:, :, i] @ state
-        outs.append((q_i * g_i[..., None].exp()) @ state + attn @ v_new)
-        state = (
-            state * g_i[..., -1, None, None].exp()
-            + (k_i * (g_i[..., -1, None] - g_i).exp()[..., None]).transpose(-1, -2) @ v_new
-        )
+    for value_i, k_cumdecay_i, query_i, attn_i, decay_i, key_i in per_chunk:
+        v_new = value_i - k_cumdecay_i @ state
+        outs.append(query_i @ state + attn_i @ v_new)
+        state = state * decay_i + key_i @ v_new
     out = torch.cat(outs, dim=2)[:, :, :length]
     return out, state
 
