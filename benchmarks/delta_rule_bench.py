@@ -9,6 +9,12 @@ kernel solves it with one ``torch.linalg.solve_triangular``. Each (side, length)
 warm-up, and the peak RSS growth of one run with the inputs already in the baseline.
 
 ``python benchmarks/delta_rule_bench.py [--smoke] [--heads N]`` prints the table (not part of ``run.py``).
+
+Figures of 2026-12-02 (``--heads 16``, one thread on a shared 2-core machine), chunked_delta vs upstream,
+forward + backward: 310 ms vs 656 ms at 512 tokens (0.47x), 0.65 s vs 1.68 s at 1k, 1.24 s vs 4.11 s at 2k,
+2.86 s vs 12.4 s at 4k, 4.8 s vs 35.4 s at 8k (0.14x: upstream's per-chunk indexing costs its backward a
+whole-length zero tensor per chunk); peak memory 105 / 210 / 419 / 837 / 1673 MiB vs 132 / 266 / 538 / 1065 /
+2134 MiB (about a fifth less).
 """
 
 from __future__ import annotations
