@@ -30,6 +30,7 @@ IMPORT_NAMES = {
     "huggingface-hub": "huggingface_hub",
     "liger-kernel": "liger_kernel",
     "pillow": "PIL",
+    "flash-linear-attention": "fla",
 }
 
 #: Modules that no extra can install, with the reason they are imported anyway.
@@ -43,7 +44,7 @@ PLATFORM_PROVIDED = {
 PLUGINS = {"pytest-xdist": "-n"}
 
 #: Files of the shipped packages that belong to an extra rather than to the runtime.
-GPU_FILES = ("models/ops/kernels/liger.py",)
+GPU_FILES = ("models/ops/kernels/liger.py", "models/ops/kernels/fla_delta.py", "models/ops/kernels/causal_conv.py")
 
 
 def _is_test_file(rel: str) -> bool:
