@@ -44,10 +44,15 @@ from modelgraft.models.distributed.fsdp import (
     router_modules,
 )
 from modelgraft.models.distributed.gradients import accumulate, average_gradients, clip_grad_norm, grad_norm
+from modelgraft.models.distributed.guard import PeerFailedError, fail_together
 from modelgraft.models.distributed.losses import global_token_count
+from modelgraft.models.distributed.materialize import UninitializedBufferError, materialize
 from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState, hsdp_sizes, parallel_sizes
+from modelgraft.models.distributed.scope import attach_parallel
 from modelgraft.models.distributed.sequence import gather_sequence, scatter_sequence, sequence_slice, shard_sequence
+from modelgraft.models.distributed.sharded_load import load_sharded_checkpoint
 from modelgraft.models.distributed.sparse_indexer import INNER_INDEXERS
+from modelgraft.models.distributed.train_state import TrainProgress, load_train_state, save_train_state
 from modelgraft.models.distributed.ulysses import register_ulysses
 from modelgraft.models.ops import OpsConfig
 
@@ -55,16 +60,21 @@ __all__ = [
     "ExpertShard",
     "ParallelConfigError",
     "ParallelState",
+    "PeerFailedError",
+    "TrainProgress",
+    "UninitializedBufferError",
     "accumulate",
     "apply_activation_checkpointing",
     "apply_expert_parallel",
     "apply_fsdp",
+    "attach_parallel",
     "average_gradients",
     "checkpointed_layers",
     "clip_grad_norm",
     "decoder_layers",
     "expert_shard_dim",
     "expert_shards",
+    "fail_together",
     "full_state",
     "full_tensor",
     "gather_sequence",
@@ -72,11 +82,15 @@ __all__ = [
     "grad_norm",
     "hsdp_sizes",
     "load_expert_parallel_checkpoint",
+    "load_sharded_checkpoint",
+    "load_train_state",
+    "materialize",
     "mixed_precision",
     "parallel_ops",
     "parallel_sizes",
     "register_ulysses",
     "router_modules",
+    "save_train_state",
     "scatter_sequence",
     "sequence_slice",
     "shard_sequence",
