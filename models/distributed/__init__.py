@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from modelgraft.models.distributed import linear_attention
 from modelgraft.models.distributed.activation_checkpointing import (
     apply_activation_checkpointing,
     checkpointed_layers,
@@ -106,7 +107,11 @@ def parallel_ops(state: ParallelState, base: OpsConfig | None = None) -> OpsConf
     * ``causal_lm_loss`` and ``load_balancing_loss`` -> ``global_batch`` over the data group (when the
       world has more than one rank); a ``chunked`` loss in ``base`` is kept as the inner kernel;
     * ``dsa_indexer`` -> ``sp_gather`` over the sp group (when ``sp > 1``): the indexer scores the rank's
-      queries against every rank's keys; ``base``'s indexer kernel (eager or ``shared_keys``) runs inside.
+      queries against every rank's keys; ``base``'s indexer kernel (eager or ``shared_keys``) runs inside;
+    * ``causal_conv1d`` and ``chunk_gated_delta_rule`` -> ``sp_linear`` over the sp group (when ``sp > 1``):
+      Gated DeltaNet layers read the previous ranks' conv inputs and run the delta rule over the whole
+      sequence of the rank's heads (``modelgraft.models.distributed.linear_attention``); ``base``'s kernel of
+      each slot runs inside.
     """
     base = base or OpsConfig()
     kernels = dict(base.kernels)
@@ -133,6 +138,15 @@ def parallel_ops(state: ParallelState, base: OpsConfig | None = None) -> OpsConf
             )
         kernels["dsa_indexer"] = "sp_gather"
         options["dsa_indexer"] = {"group": state.sp_group, "inner": inner_indexer}
+        for slot in ("causal_conv1d", "chunk_gated_delta_rule"):
+            inner_linear = base.kernel_for(slot)
+            if inner_linear not in linear_attention.inner_kernels(slot):
+                raise ParallelConfigError(
+                    f"the sequence-parallel {slot} wraps one of {linear_attention.inner_kernels(slot)}, "
+                    f"not {inner_linear!r}"
+                )
+            kernels[slot] = linear_attention.FAMILY
+            options[slot] = {"group": state.sp_group, "inner": inner_linear}
     return OpsConfig(kernels, kernel_options=options)
 
 

@@ -77,6 +77,13 @@ def _sp_gather() -> ModuleType:
     return sparse_indexer
 
 
+def _sp_linear() -> ModuleType:
+    # Imported when bound, as _ep_alltoall.
+    from modelgraft.models.distributed import linear_attention
+
+    return linear_attention
+
+
 def _liger() -> ModuleType:
     # Imported when bound, after the CUDA and package checks: liger_kernel is an optional GPU-only package.
     from modelgraft.models.ops.kernels import liger
@@ -141,6 +148,11 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             name="sp_gather",
             load=_sp_gather,
             slots=frozenset({"dsa_indexer"}),
+        ),
+        "sp_linear": KernelFamily(
+            name="sp_linear",
+            load=_sp_linear,
+            slots=frozenset({"causal_conv1d", "chunk_gated_delta_rule"}),
         ),
         "liger": KernelFamily(
             name="liger",

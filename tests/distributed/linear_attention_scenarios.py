@@ -1,0 +1,182 @@
+"""What each rank runs in the hybrid linear-attention tests: Qwen3.5 under Ulysses sequence parallelism (its
+Gated DeltaNet layers through the ``sp_linear`` kernels) and Qwen3.5-MoE under expert parallelism, each against
+one process built from the same seed on every rank (``scenarios``' helpers and tolerances)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+import torch
+from transformers import PreTrainedConfig, Qwen3_5MoeConfig, Qwen3_5TextConfig
+
+from modelgraft.models.distributed import (
+    ParallelState,
+    apply_expert_parallel,
+    attach_parallel,
+    average_gradients,
+    full_state,
+    gather_sequence,
+    parallel_ops,
+    register_ulysses,
+    shard_sequence,
+)
+from modelgraft.models.loader import get_model_class
+from modelgraft.models.ops import OpsConfig, bind_ops, unbind_ops
+from modelgraft.models.testing import causal_lm_batch, seed_everything, tiny_config
+
+from .scenarios import GROUPED, assert_close, assert_same_grads, ops, rows_of
+
+#: A Gated DeltaNet layer then a full-attention one (the qwen3_5 parity sizes): 2 key heads repeated to 4 value
+#: heads (2 per sp rank), a width-4 conv (a 3-token halo across each slice boundary).
+HYBRID: dict[str, Any] = {
+    "hidden_size": 72,
+    "intermediate_size": 88,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "num_hidden_layers": 2,
+    "layer_types": ["linear_attention", "full_attention"],
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 12,
+    "linear_conv_kernel_dim": 4,
+    "use_cache": False,
+}
+#: The qwen3_5_moe parity sizes with 8 experts, so they split over 2 ranks.
+MOE: dict[str, Any] = {
+    **HYBRID,
+    "num_experts": 8,
+    "num_experts_per_tok": 4,
+    "moe_intermediate_size": 28,
+    "shared_expert_intermediate_size": 20,
+    "router_aux_loss_coef": 0.25,
+}
+VISION: dict[str, Any] = {
+    "hidden_size": 40,
+    "intermediate_size": 56,
+    "num_heads": 2,
+    "depth": 2,
+    "out_hidden_size": 72,
+    "patch_size": 4,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "num_position_embeddings": 36,
+}
+CHUNKED_DELTA = OpsConfig({"causal_conv1d": "chunked_delta", "chunk_gated_delta_rule": "chunked_delta"})
+
+
+def _text_model(attention: str) -> tuple[PreTrainedConfig, torch.nn.Module]:
+    config = tiny_config(Qwen3_5TextConfig, **HYBRID, attn_implementation=attention)
+    seed_everything(0)
+    return config, get_model_class("qwen3_5", "Qwen3_5ForCausalLM")(config)
+
+
+def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor | None]:
+    return {n: None if p.grad is None else p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def _linear_grads_nonzero(grads: dict[str, torch.Tensor]) -> None:
+    """The mixer's conv and decay parameters got a gradient: the sp_linear path was on the graph."""
+    for name in ("linear_attn.conv1d.weight", "linear_attn.A_log", "linear_attn.in_proj_a.weight"):
+        assert grads[f"model.layers.0.{name}"].abs().sum() > 0, name
+
+
+def sp2_hybrid_matches_one_process() -> None:
+    """SP=2 on qwen3_5's text model (ulysses_sdpa + sp_linear): logits at real tokens, loss and every gradient
+    equal to one process; 11 positions padded to 12, so rank 1's conv reads a 3-token halo of rank 0's."""
+    state = ParallelState.build(sp=2)
+    register_ulysses(state)
+    config, reference = _text_model("sdpa")
+    batch = causal_lm_batch(config, seq_len=11)
+    ref_out = reference(**batch)
+    ref_out.loss.backward()
+
+    _, model = _text_model("ulysses_sdpa")
+    bind_ops(parallel_ops(state))
+    out = model(**shard_sequence(batch, state, pad_token_id=config.pad_token_id))
+    real = batch["attention_mask"].bool()
+    assert_close(gather_sequence(out.logits, state, length=11)[real], ref_out.logits[real], "gathered logits")
+    assert_close(out.loss, ref_out.loss, "loss")
+    out.loss.backward()
+    average_gradients(model, state)
+    grads = full_state(model, state, grads=True)
+    assert_same_grads(grads, _grads(reference))
+    _linear_grads_nonzero(grads)
+    with pytest.raises(NotImplementedError, match="without a cache"):
+        model(**shard_sequence(batch, state, pad_token_id=config.pad_token_id), use_cache=True)
+    unbind_ops()
+
+
+def _packed_batch(config: PreTrainedConfig) -> dict[str, torch.Tensor]:
+    """One row of four documents, [0, 4) [4, 6) [6, 9) [9, 11): with sp=2 (6 positions a rank) one boundary
+    falls inside rank 1's conv halo, one on its slice start and one inside its slice."""
+    batch = causal_lm_batch(config, batch_size=1, seq_len=11)
+    del batch["attention_mask"]
+    bounds = [0, 4, 6, 9, 11]
+    batch["position_ids"] = torch.cat([torch.arange(b - a) for a, b in itertools.pairwise(bounds)])[None]
+    batch["cu_seq_lens_q"] = torch.tensor(bounds, dtype=torch.int32)
+    return batch
+
+
+def sp2_packed_documents_match_one_process() -> None:
+    """Packed documents (position ids that restart, cu_seq_lens_q) with chunked_delta inside sp_linear: each
+    document kept apart in the linear layers as one process keeps them; attention through attach_parallel."""
+    state = ParallelState.build(sp=2)
+    config, reference = _text_model("sdpa")
+    batch = _packed_batch(config)
+    with ops(CHUNKED_DELTA):
+        ref_out = reference(**batch)
+        ref_out.loss.backward()
+
+    _, model = _text_model("sdpa")
+    attach_parallel(model, state, CHUNKED_DELTA)
+    out = model(**shard_sequence(batch, state, pad_token_id=config.pad_token_id, packed=True))
+    assert_close(gather_sequence(out.logits, state, length=11), ref_out.logits, "gathered logits")
+    assert_close(out.loss, ref_out.loss, "loss")
+    out.loss.backward()
+    average_gradients(model, state)
+    assert_same_grads(full_state(model, state, grads=True), _grads(reference))
+
+    # Boundaries of this rank's slice instead of the whole sequence's: refused on every rank, before any exchange.
+    local = shard_sequence({**batch, "cu_seq_lens_q": torch.tensor([0, 4, 6, 9, 11, 13])}, state, packed=True)
+    with pytest.raises(ValueError, match="reach past the whole sequence"):
+        model(**local)
+
+
+def two_rank_sequence_parallel() -> None:
+    sp2_hybrid_matches_one_process()
+    sp2_packed_documents_match_one_process()
+
+
+def ep2_moe_matches_one_process() -> None:
+    """EP=2 on qwen3_5_moe's conditional-generation model (text only, its plan's experts split 4 + 4), each rank
+    its own rows: logits, aux loss, loss and every gradient equal to one process with grouped experts."""
+    state = ParallelState.build(ep=2)
+    config = tiny_config(Qwen3_5MoeConfig, text_config=MOE, vision_config=VISION)
+    config.text_config.pad_token_id = config.pad_token_id = 0
+    cls = get_model_class("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration")
+    batch = causal_lm_batch(config, batch_size=4)
+    kwargs = {"output_router_logits": True}
+    seed_everything(0)
+    reference = cls(config)
+    with ops(GROUPED):
+        ref_out = reference(**batch, **kwargs)
+        ref_out.loss.backward()
+
+    seed_everything(0)
+    model = cls(config)
+    shards = apply_expert_parallel(model, state)
+    assert shards and all(shard.global_shape[0] == 8 for shard in shards.values())
+    bind_ops(parallel_ops(state, GROUPED))
+    local = rows_of(batch, state.rank, state.world_size)
+    out = model(**local, **kwargs)
+    assert_close(out.logits, ref_out.logits[state.rank * 2 : state.rank * 2 + 2], "logits")
+    assert_close(out.aux_loss, ref_out.aux_loss, "aux loss")
+    assert_close(out.loss, ref_out.loss, "loss")
+    out.loss.backward()
+    average_gradients(model, state)
+    assert_same_grads(full_state(model, state, grads=True), _grads(reference))
+    unbind_ops()
