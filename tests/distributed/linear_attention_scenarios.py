@@ -146,11 +146,6 @@ def sp2_packed_documents_match_one_process() -> None:
         model(**local)
 
 
-def two_rank_sequence_parallel() -> None:
-    sp2_hybrid_matches_one_process()
-    sp2_packed_documents_match_one_process()
-
-
 def ep2_moe_matches_one_process() -> None:
     """EP=2 on qwen3_5_moe's conditional-generation model (text only, its plan's experts split 4 + 4), each rank
     its own rows: logits, aux loss, loss and every gradient equal to one process with grouped experts."""
@@ -180,3 +175,10 @@ def ep2_moe_matches_one_process() -> None:
     average_gradients(model, state)
     assert_same_grads(full_state(model, state, grads=True), _grads(reference))
     unbind_ops()
+
+
+def two_rank_hybrid_cases() -> None:
+    """One start of two ranks for all three (starting ranks is the slow part on 2 cores)."""
+    sp2_hybrid_matches_one_process()
+    sp2_packed_documents_match_one_process()
+    ep2_moe_matches_one_process()
