@@ -22,6 +22,12 @@ weights and the batch are in the baseline. No optimizer, so no optimizer state.
 Models are whatever ``modelgraft.models.MODELING_REGISTRY`` holds when the benchmark runs, so a new model joins
 without an edit here; sparse (MoE) and composite (VLM) configs are reported as skipped, as is a
 model whose generated module cannot be imported yet.
+
+Hybrid linear-attention models (:data:`HYBRID`, Qwen3.5) are composite but run on their text causal LM, three
+Gated DeltaNet layers then a full-attention one, and their row answers another question: what a user gets from
+the generated model with its CPU kernels bound (:data:`HYBRID_KERNELS`: ``chunked_delta`` for the conv and the
+chunked delta rule) against upstream's default (its torch fallbacks, where neither fla nor causal-conv1d is
+installed). Their first-step losses then differ by the kernels' reassociated sums.
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ VARIANTS = ("upstream", "generated")
 #: Config keys whose non-zero value marks a sparse (MoE) model, benchmarked elsewhere if at all.
 _SPARSE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
+#: Hybrid linear-attention models, benchmarked on this text causal LM and config class (transformers' names).
+HYBRID = {"qwen3_5": ("Qwen3_5ForCausalLM", "Qwen3_5TextConfig")}
+#: The CPU kernels a hybrid model's generated side runs (upstream never reads slots).
+HYBRID_KERNELS = {"causal_conv1d": "chunked_delta", "chunk_gated_delta_rule": "chunked_delta"}
+
 
 @dataclass(frozen=True)
 class RuntimeSizes:
@@ -62,20 +73,43 @@ class RuntimeSizes:
     seq_len: int = 256
     batch_size: int = 2
     warmup: int = 1
+    #: Gated DeltaNet layers of hybrid models (Qwen3.5's shape: twice as many value heads as key heads).
+    linear_num_key_heads: int = 4
+    linear_num_value_heads: int = 8
+    linear_head_dim: int = 64
 
     def config_overrides(self) -> dict[str, Any]:
         sizes = asdict(self)
-        for key in ("seq_len", "batch_size", "warmup"):
+        for key in ("seq_len", "batch_size", "warmup", *_LINEAR_FIELDS):
             sizes.pop(key)
         return {**sizes, "max_position_embeddings": max(self.seq_len, 64)}
+
+    def hybrid_overrides(self) -> dict[str, Any]:
+        """A hybrid model's text config: every fourth layer and the last full attention (Qwen3.5's pattern, with
+        both kinds at any depth), the rest Gated DeltaNet layers."""
+        depth = self.num_hidden_layers
+        layers = ["full_attention" if (i + 1) % 4 == 0 or i == depth - 1 else "linear_attention" for i in range(depth)]
+        return {
+            **self.config_overrides(),
+            "layer_types": layers,
+            "linear_num_key_heads": self.linear_num_key_heads,
+            "linear_num_value_heads": self.linear_num_value_heads,
+            "linear_key_head_dim": self.linear_head_dim,
+            "linear_value_head_dim": self.linear_head_dim,
+            "use_cache": False,
+        }
 
     def describe(self) -> str:
         return (
             f"hidden {self.hidden_size}, intermediate {self.intermediate_size}, {self.num_hidden_layers} layers, "
             f"heads {self.num_attention_heads}/kv {self.num_key_value_heads} x {self.head_dim}, "
-            f"vocab {self.vocab_size}, batch {self.batch_size} x seq {self.seq_len}, fp32, eager attention"
+            f"vocab {self.vocab_size}, batch {self.batch_size} x seq {self.seq_len}, fp32, eager attention; "
+            f"hybrid models' linear layers: {self.linear_num_key_heads} key / {self.linear_num_value_heads} value "
+            f"heads x {self.linear_head_dim}"
         )
 
+
+_LINEAR_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_head_dim")
 
 SMOKE_SIZES = RuntimeSizes(
     hidden_size=64,
@@ -87,6 +121,9 @@ SMOKE_SIZES = RuntimeSizes(
     vocab_size=512,
     seq_len=32,
     batch_size=2,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_head_dim=16,
 )
 
 
@@ -105,6 +142,16 @@ def _prepare(model_type: str, sizes: RuntimeSizes):
     from modelgraft.models.loader import get_model_class
     from modelgraft.models.testing import tiny_config
 
+    if model_type in HYBRID:
+        import transformers
+
+        architecture, config_class = HYBRID[model_type]
+        config = tiny_config(getattr(transformers, config_class), **sizes.hybrid_overrides())
+        return (
+            config,
+            get_model_class(model_type, architecture, use_hf=True),
+            get_model_class(model_type, architecture),
+        )
     architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
     if architecture is None:
         raise Skip(f"transformers has no causal-LM class for {model_type!r}")
@@ -136,8 +183,15 @@ def train_step(model, batch) -> float:
     return float(loss.detach())
 
 
+def _ops(model_type: str):
+    """Every slot eager (the generated side runs upstream numerics), or a hybrid model's CPU kernels."""
+    from modelgraft.models.ops import OpsConfig
+
+    return OpsConfig(HYBRID_KERNELS if model_type in HYBRID else {})
+
+
 def _time_model(model_type: str, sizes: RuntimeSizes, repeats: int) -> dict[str, Any]:
-    from modelgraft.models.ops import OpsConfig, bound_ops
+    from modelgraft.models.ops import bound_ops
     from modelgraft.models.testing import build_pair, causal_lm_batch
 
     config, upstream_cls, generated_cls = _prepare(model_type, sizes)
@@ -145,7 +199,7 @@ def _time_model(model_type: str, sizes: RuntimeSizes, repeats: int) -> dict[str,
     models = {"upstream": pair.upstream, "generated": pair.generated}
     batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    with bound_ops(OpsConfig()):  # every slot eager: the generated side runs upstream numerics
+    with bound_ops(_ops(model_type)):
         first = {name: train_step(model, batch) for name, model in models.items()}
         for _ in range(sizes.warmup - 1):
             for model in models.values():
@@ -181,14 +235,14 @@ def _child_timing(model_types: Sequence[str], sizes: RuntimeSizes, repeats: int)
 
 def _child_memory(model_type: str, variant: str, sizes: RuntimeSizes) -> dict[str, Any]:
     from benchmarks.peak_memory import peak_memory
-    from modelgraft.models.ops import OpsConfig, bound_ops
+    from modelgraft.models.ops import bound_ops
     from modelgraft.models.testing import causal_lm_batch, seed_everything
 
     config, upstream_cls, generated_cls = _prepare(model_type, sizes)
     seed_everything(0)
     model = (upstream_cls if variant == "upstream" else generated_cls)(config).float().train()
     batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
-    with bound_ops(OpsConfig()):
+    with bound_ops(_ops(model_type)):
         for _ in range(sizes.warmup):
             train_step(model, batch)
         model.zero_grad(set_to_none=True)
@@ -224,6 +278,13 @@ def registered_models() -> list[str]:
     return list(MODELING_REGISTRY)
 
 
+def _sides(model_type: str) -> str:
+    """What a row compares: the generated model's kernels, when it runs any, against upstream's default."""
+    if model_type not in HYBRID:
+        return "generated / upstream"
+    return f"generated ({'/'.join(sorted(set(HYBRID_KERNELS.values())))} kernels) / upstream default"
+
+
 def _timing_row(model_type: str, result: dict[str, Any]) -> Row:
     times = result["times"]
     ratios = [g / u for g, u in zip(times["generated"], times["upstream"], strict=True)]
@@ -232,7 +293,7 @@ def _timing_row(model_type: str, result: dict[str, Any]) -> Row:
     limit = budgets.TRAIN_STEP_RATIO
     return Row(
         SECTION,
-        f"{model_type}: train step time, generated / upstream",
+        f"{model_type}: train step time, {_sides(model_type)}",
         f"{ratio.median:.3f}x",
         ratio.spread(),
         f"<= {limit:g} (+{budgets.TRAIN_STEP_NOISE:g} noise)",
@@ -248,7 +309,7 @@ def _memory_child(model_type: str, variant: str, sizes: RuntimeSizes, threads: i
 
 
 def _memory_row(model_type: str, sizes: RuntimeSizes, threads: int) -> Row:
-    name = f"{model_type}: train step peak memory, generated / upstream"
+    name = f"{model_type}: train step peak memory, {_sides(model_type)}"
     # Peak RSS is per process, so the two sides may run side by side: CPU contention moves time, not memory.
     with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
         futures = {v: pool.submit(_memory_child, model_type, v, sizes, threads) for v in VARIANTS}

@@ -20,7 +20,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Rows each section must render, beyond one row of its own.
 EXPECTED_ROWS = {
     "generator": (),
-    "runtime": (),
+    # The hybrid model's row: its generated side with the CPU kernels of its Gated DeltaNet slots.
+    "runtime": (
+        "| runtime | qwen3_5: train step time, generated (chunked_delta kernels) / upstream default |",
+        "| runtime | qwen3_5: train step peak memory, generated (chunked_delta kernels) / upstream default |",
+    ),
     "loss": (),
     # The MoE section judges the grouped kernel against upstream's default and fastest experts
     # implementations, per layer and per train step of the reference MoE model.
