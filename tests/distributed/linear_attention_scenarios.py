@@ -13,17 +13,20 @@ from transformers import PreTrainedConfig, Qwen3_5MoeConfig, Qwen3_5TextConfig
 
 from modelgraft.models.distributed import (
     ParallelState,
+    PeerFailedError,
     apply_expert_parallel,
     attach_parallel,
     average_gradients,
     full_state,
     gather_sequence,
+    linear_attention,
     parallel_ops,
     register_ulysses,
     shard_sequence,
 )
 from modelgraft.models.loader import get_model_class
 from modelgraft.models.ops import OpsConfig, bind_ops, unbind_ops
+from modelgraft.models.ops.kernels import eager
 from modelgraft.models.testing import causal_lm_batch, seed_everything, tiny_config
 
 from .scenarios import GROUPED, assert_close, assert_same_grads, ops, rows_of
@@ -177,8 +180,43 @@ def ep2_moe_matches_one_process() -> None:
     unbind_ops()
 
 
+def conv_halo_spanning_a_whole_slice() -> None:
+    """The conv alone with slices shorter than its halo (2 positions a rank, width 4): rank 1 reads all of rank
+    0's slice and zeros before it, forward and backward equal to the whole sequence's conv."""
+    state = ParallelState.build(sp=2)
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 5, 4, generator=generator, requires_grad=True)
+    weight = torch.randn(5, 4, generator=generator, requires_grad=True)
+    bias = torch.randn(5, generator=generator, requires_grad=True)
+    probe = torch.randn(2, 5, 4, generator=generator)
+    expected = eager.causal_conv1d(x, weight, bias, "silu")
+    (expected * probe).sum().backward()
+    window = slice(state.sp_rank * 2, state.sp_rank * 2 + 2)
+    local = x.detach()[..., window].clone().requires_grad_()
+    local_weight, local_bias = (t.detach().clone().requires_grad_() for t in (weight, bias))
+    out = linear_attention.causal_conv1d(local, local_weight, local_bias, "silu", group=state.sp_group)
+    assert_close(out, expected.detach()[..., window], "conv output")
+    (out * probe[..., window]).sum().backward()
+    assert_close(local.grad, x.grad[..., window], "input gradient")
+    for what, grad, whole in (("weight", local_weight.grad, weight.grad), ("bias", local_bias.grad, bias.grad)):
+        torch.distributed.all_reduce(grad, group=state.sp_group)  # each rank's share of the sequence's gradient
+        assert_close(grad, whole, f"{what} gradient summed over the ranks")
+
+
+def boundaries_wrong_on_one_rank_stop_both() -> None:
+    """cu_seqlens that only rank 1 cannot use: rank 1 raises its error, rank 0 PeerFailedError, before the halo."""
+    state = ParallelState.build(sp=2)
+    x, weight = torch.zeros(1, 5, 6), torch.zeros(5, 4)
+    bounds = torch.tensor([0, 4, 12] if state.sp_rank == 0 else [0, 4, 13])
+    expected = ValueError if state.sp_rank == 1 else PeerFailedError
+    with pytest.raises(expected, match="reach past the whole sequence"):
+        linear_attention.causal_conv1d(x, weight, None, None, cu_seqlens=bounds, group=state.sp_group)
+
+
 def two_rank_hybrid_cases() -> None:
-    """One start of two ranks for all three (starting ranks is the slow part on 2 cores)."""
+    """One start of two ranks for all of them (starting ranks is the slow part on 2 cores)."""
+    conv_halo_spanning_a_whole_slice()
+    boundaries_wrong_on_one_rank_stop_both()
     sp2_hybrid_matches_one_process()
     sp2_packed_documents_match_one_process()
     ep2_moe_matches_one_process()
