@@ -4,8 +4,8 @@ Under sequence parallelism every rank of the sp group holds a contiguous slice o
 (``modelgraft.models.distributed.sequence.shard_sequence``). Everything in a decoder layer is per token except
 attention, so only attention needs the other slices (and, in hybrid models, the Gated DeltaNet layers' conv
 and delta rule: ``modelgraft.models.distributed.linear_attention``, bound by ``parallel_ops``).
-:func:`register_ulysses` registers, for a parallel state, the attention implementations ``"ulysses_sdpa"`` and ``"ulysses_eager"`` with
-transformers' ``AttentionInterface`` (and their mask builders with ``AttentionMaskInterface``). A model
+:func:`register_ulysses` registers, for a parallel state, the attention implementations ``"ulysses_sdpa"``
+and ``"ulysses_eager"`` with transformers' ``AttentionInterface`` (and their mask builders with ``AttentionMaskInterface``). A model
 built with ``attn_implementation="ulysses_sdpa"`` runs its generated attention code unchanged; when it
 reaches ``ALL_ATTENTION_FUNCTIONS.get_interface(...)`` it calls:
 
