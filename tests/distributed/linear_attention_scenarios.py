@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import PreTrainedConfig, Qwen3_5MoeConfig, Qwen3_5TextConfig
+from transformers import PreTrainedConfig, Qwen3_5MoeConfig, Qwen3_5MoeTextConfig, Qwen3_5TextConfig
 
 from modelgraft.models.distributed import (
     ParallelState,
@@ -31,24 +31,18 @@ from modelgraft.models.testing import causal_lm_batch, seed_everything, tiny_con
 
 from .scenarios import GROUPED, assert_close, assert_same_grads, ops, rows_of
 
-#: A Gated DeltaNet layer then a full-attention one (the qwen3_5 parity sizes): 2 key heads repeated to 4 value
-#: heads (2 per sp rank), a width-4 conv (a 3-token halo across each slice boundary).
+#: On the tiny sizes (hidden 48, 6 heads of 16, kv 2): a Gated DeltaNet layer then a full-attention one, 2 key
+#: heads repeated to 4 value heads (2 per sp rank), upstream's width-4 conv (a 3-token halo across a boundary).
 HYBRID: dict[str, Any] = {
-    "hidden_size": 72,
-    "intermediate_size": 88,
-    "num_attention_heads": 6,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
     "num_hidden_layers": 2,
     "layer_types": ["linear_attention", "full_attention"],
     "linear_num_key_heads": 2,
     "linear_num_value_heads": 4,
     "linear_key_head_dim": 8,
     "linear_value_head_dim": 12,
-    "linear_conv_kernel_dim": 4,
     "use_cache": False,
 }
-#: The qwen3_5_moe parity sizes with 8 experts, so they split over 2 ranks.
+#: 8 experts, so they split over 2 ranks, a shared expert, and a non-default aux-loss coefficient.
 MOE: dict[str, Any] = {
     **HYBRID,
     "num_experts": 8,
@@ -57,16 +51,13 @@ MOE: dict[str, Any] = {
     "shared_expert_intermediate_size": 20,
     "router_aux_loss_coef": 0.25,
 }
+#: Text-only batches never run the vision tower: the smallest one the config accepts, projecting to hidden 48.
 VISION: dict[str, Any] = {
-    "hidden_size": 40,
-    "intermediate_size": 56,
+    "depth": 1,
+    "hidden_size": 16,
     "num_heads": 2,
-    "depth": 2,
-    "out_hidden_size": 72,
-    "patch_size": 4,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "num_position_embeddings": 36,
+    "intermediate_size": 24,
+    "out_hidden_size": 48,
 }
 CHUNKED_DELTA = OpsConfig({"causal_conv1d": "chunked_delta", "chunk_gated_delta_rule": "chunked_delta"})
 
@@ -153,8 +144,9 @@ def ep2_moe_matches_one_process() -> None:
     """EP=2 on qwen3_5_moe's conditional-generation model (text only, its plan's experts split 4 + 4), each rank
     its own rows: logits, aux loss, loss and every gradient equal to one process with grouped experts."""
     state = ParallelState.build(ep=2)
-    config = tiny_config(Qwen3_5MoeConfig, text_config=MOE, vision_config=VISION)
-    config.text_config.pad_token_id = config.pad_token_id = 0
+    text = tiny_config(Qwen3_5MoeTextConfig, **MOE).to_dict()
+    config = tiny_config(Qwen3_5MoeConfig, text_config=text, vision_config=VISION)
+    assert config.text_config.hidden_size == 48 and config.text_config.vocab_size == 131
     cls = get_model_class("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration")
     batch = causal_lm_batch(config, batch_size=4)
     kwargs = {"output_router_logits": True}
