@@ -45,6 +45,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.tensor import DTensor, Shard
 from torch.optim.lr_scheduler import LRScheduler
 
+from modelgraft.models.distributed.activation_checkpointing import strip_checkpoint_prefix
 from modelgraft.models.distributed.expert_parallel import expert_shards
 from modelgraft.models.distributed.sharded_load import placements_of
 
@@ -125,9 +126,10 @@ def _split_experts(
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
     """The two state dicts without the expert-parallel tensors, and those tensors one expert per key.
 
-    The per-expert tensors are views of the local storage, so DCP's load writes straight into it.
+    The per-expert tensors are views of the local storage, so DCP's load writes straight into it. Names are
+    the unwrapped model's, as ``get_state_dict`` spells them (activation checkpointing's wrapper stripped).
     """
-    shards = expert_shards(model)
+    shards = {strip_checkpoint_prefix(name): shard for name, shard in expert_shards(model).items()}
     if not shards:
         return model_sd, optim_sd, {}
     other_dim = sorted(name for name, shard in shards.items() if shard.dim != 0)
@@ -137,7 +139,7 @@ def _split_experts(
             f"{', '.join(other_dim)} on another dim"
         )
     names = set(shards)
-    placements = placements_of(model)
+    placements = {strip_checkpoint_prefix(name): placement for name, placement in placements_of(model).items()}
     experts: dict[str, torch.Tensor] = {}
 
     def rows(name: str, key: str, tensor: torch.Tensor) -> None:
