@@ -11,10 +11,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 import transformers
 
-from modelgraft.models.distributed import ParallelState, apply_expert_parallel, apply_fsdp, attach_parallel
+from modelgraft.models.converters import ConversionError
+from modelgraft.models.distributed import (
+    ParallelState,
+    PeerFailedError,
+    apply_expert_parallel,
+    apply_fsdp,
+    attach_parallel,
+)
 from modelgraft.models.distributed.export import INDEX_NAME, export_hub_checkpoint
 from modelgraft.models.testing import causal_lm_batch
 
@@ -49,7 +57,18 @@ def _trained_sharded(name: str, state: ParallelState, batch: dict[str, torch.Ten
     return model
 
 
-def _exported_matches(name: str, state: ParallelState, folder: Path, expected_keys: dict[str, bool]) -> None:
+class RefusesNorms:
+    """A converter whose way back refuses the final norm: the writer fails in the middle of the export."""
+
+    def export(self, key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        if key == "model.norm.weight":
+            raise ConversionError(f"{key}: refused")
+        return [(key, tensor)]
+
+
+def _exported_matches(
+    name: str, state: ParallelState, folder: Path, expected_keys: dict[str, bool]
+) -> torch.nn.Module:
     batch = causal_lm_batch(model_config(name), batch_size=2 * state.world_size)
     model = _trained_sharded(name, state, batch)
     files = export_hub_checkpoint(model, state, folder, max_shard_size=SHARD_BYTES)
@@ -61,6 +80,7 @@ def _exported_matches(name: str, state: ParallelState, folder: Path, expected_ke
     with torch.no_grad():
         logits = model.eval()(input_ids=rows["input_ids"]).logits
     assert_close(upstream_logits(name, folder, rows), logits, f"{name}: upstream's logits of the export")
+    return model
 
 
 def export_fsdp_x_ep_and_dense(folder: Path) -> None:
@@ -75,6 +95,12 @@ def export_fsdp_x_ep_and_dense(folder: Path) -> None:
             "model.layers.0.mlp.experts.gate_up_proj": False,
         },
     )
-    _exported_matches(
-        "llama", ParallelState.build(), folder / "llama", {"model.embed_tokens.weight": True, "lm_head.weight": False}
+    state = ParallelState.build()
+    llama = _exported_matches(
+        "llama", state, folder / "llama", {"model.embed_tokens.weight": True, "lm_head.weight": False}
     )
+    # The writer's error reaches the other rank as an error, after it joined every gather: no rank hangs.
+    expected = ConversionError if state.rank == 0 else PeerFailedError
+    with pytest.raises(expected, match="model.norm.weight: refused"):
+        export_hub_checkpoint(llama, state, folder / "refused", converter=RefusesNorms())
+    torch.distributed.barrier()  # the next collective still runs
