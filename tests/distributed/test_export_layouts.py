@@ -47,3 +47,17 @@ def test_transposed_export_stores_experts_in_out_and_reads_back_through_the_conv
     ]
     back = dict(pair for key, tensor in exported for pair in FusedExpertsConverter(**sizes).convert(key, tensor))
     assert torch.equal(back["m.experts.gate_up_proj"], gate_up) and torch.equal(back["m.experts.down_proj"], down)
+
+
+def test_export_files_stay_within_max_shard_size_and_the_index_totals_their_bytes(tmp_path: Path) -> None:
+    model = fresh_model("llama", model_config("llama"))
+    files = export_hub_checkpoint(model, None, tmp_path, max_shard_size=SHARD_BYTES)
+    index = json.loads((tmp_path / INDEX_NAME).read_text())
+    sizes: dict[str, int] = {}
+    for key, file in index["weight_map"].items():
+        tensor = dict(model.state_dict())[key]
+        sizes[file] = sizes.get(file, 0) + tensor.numel() * tensor.element_size()
+    assert sorted(sizes) == sorted(f.name for f in files) and len(files) > 2, files
+    keys_per_file = {file: sum(f == file for f in index["weight_map"].values()) for file in sizes}
+    assert all(size <= SHARD_BYTES or keys_per_file[file] == 1 for file, size in sizes.items()), sizes
+    assert index["metadata"]["total_size"] == sum(sizes.values())
