@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ChainedConverter", "CheckpointConverter", "ConversionError"]
+__all__ = ["ChainedConverter", "CheckpointConverter", "ConversionError", "export_pairs"]
 
 
 class ConversionError(ValueError):
@@ -29,6 +29,19 @@ class CheckpointConverter(Protocol):
     def finalize(self) -> list[tuple[str, torch.Tensor]]:
         """What is still buffered once every tensor was seen; raises ``ConversionError`` if incomplete."""
         ...
+
+
+def export_pairs(
+    converter: CheckpointConverter | None, key: str, tensor: torch.Tensor
+) -> list[tuple[str, torch.Tensor]]:
+    """The way back: one whole entry of the modeling's state dict as the hub checkpoint stores it.
+
+    A converter may have ``export(key, tensor)``, the inverse of its ``convert`` for one whole entry (fused
+    experts split back into the hub's per-expert linears, renamed keys given their hub names); a converter
+    without it, or no converter, writes the entry unchanged (its hub layout is the modeling's).
+    """
+    export = getattr(converter, "export", None)
+    return [(key, tensor)] if export is None else export(key, tensor)
 
 
 class ChainedConverter:
@@ -54,3 +67,11 @@ class ChainedConverter:
 
     def finalize(self) -> list[tuple[str, torch.Tensor]]:
         return [pair for converter in self.converters for pair in converter.finalize()]
+
+    def export(self, key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        """The members' exports in reverse order: loading runs them first to last (a rename, then the fusing
+        of experts), so the way back unfuses first and renames after."""
+        pairs = [(key, tensor)]
+        for converter in reversed(self.converters):
+            pairs = [out for k, t in pairs for out in export_pairs(converter, k, t)]
+        return pairs

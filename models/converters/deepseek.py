@@ -88,6 +88,10 @@ class DeepseekCheckpointConverter:
     def finalize(self) -> list[tuple[str, torch.Tensor]]:
         return self.experts.finalize()
 
+    def export(self, key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        """The hub layout of one whole modeling entry: the routed experts one linear each, the rest unchanged."""
+        return self.experts.export(key, tensor)
+
 
 def per_expert_state_dict(
     state_dict: Mapping[str, torch.Tensor], projections: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")

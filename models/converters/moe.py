@@ -41,7 +41,11 @@ import torch
 from modelgraft.models.converters.base import ConversionError
 from modelgraft.models.converters.layout import LayoutEvidence
 
-__all__ = ["FusedExpertsConverter"]
+__all__ = ["EXPORT_LAYOUTS", "FusedExpertsConverter"]
+
+#: ``export_layout`` values: one ``nn.Linear`` per expert (Qwen3-MoE's hub), the modeling's fused tensors, or
+#: the fused tensors stored ``[in, out]`` (Qwen3-VL-MoE's hub).
+EXPORT_LAYOUTS = ("per_expert", "fused", "transposed")
 
 
 @dataclass
@@ -74,10 +78,15 @@ class FusedExpertsConverter:
         experts: str = "experts",
         expert_range: tuple[int, int] | None = None,
         layout: str | None = None,
+        export_layout: str = "per_expert",
     ) -> None:
         start, stop = (0, num_experts) if expert_range is None else expert_range
         if not 0 <= start < stop <= num_experts:
             raise ValueError(f"expert_range {expert_range} is not a non-empty range of the {num_experts} experts")
+        if export_layout not in EXPORT_LAYOUTS:
+            raise ValueError(f"export_layout must be one of {EXPORT_LAYOUTS}, got {export_layout!r}")
+        #: How :meth:`export` writes the experts: the layout the model's hub checkpoints use.
+        self.export_layout = export_layout
         self._settings = {"gate": gate, "up": up, "down": down, "experts": experts}
         #: The experts this converter emits, ``[start, stop)``: all of them unless built by ``for_experts``.
         self.expert_range = (start, stop)
@@ -105,6 +114,7 @@ class FusedExpertsConverter:
             intermediate_size=self.intermediate_size,
             expert_range=(start, stop),
             layout=self._layout.declared,
+            export_layout=self.export_layout,
             **self._settings,
         )
 
@@ -198,6 +208,33 @@ class FusedExpertsConverter:
         if undecided:
             raise ConversionError(undecided)
         return []
+
+    # -- the way back ------------------------------------------------------------------------------
+    def export(self, key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        """One whole entry of the modeling's state dict as the hub checkpoint stores it (``export_layout``).
+
+        Fused expert tensors become one linear per expert (``per_expert``: gate rows, then up rows, of each
+        expert's ``gate_up_proj``), stay as they are (``fused``) or are stored ``[in, out]``
+        (``transposed``); every other key passes unchanged. What :meth:`convert` reads back.
+        """
+        fused = self._fused.match(key)
+        if fused is None or self.export_layout == "fused":
+            return [(key, tensor)]
+        if tensor.dim() != 3 or tensor.shape[0] != self.num_experts:
+            raise ConversionError(
+                f"{key!r}: shape {list(tensor.shape)}, expected the whole tensor of {self.num_experts} experts"
+            )
+        if self.export_layout == "transposed":
+            return [(key, tensor.transpose(-2, -1).contiguous())]
+        module, proj = fused["module"], fused["proj"]
+        if proj == "down_proj":
+            return [(f"{module}.{e}.{self._names['down']}.weight", w.contiguous()) for e, w in enumerate(tensor)]
+        out = []
+        for expert, rows in enumerate(tensor):
+            gate, up = rows.chunk(2, dim=0)
+            out.append((f"{module}.{expert}.{self._names['gate']}.weight", gate.contiguous()))
+            out.append((f"{module}.{expert}.{self._names['up']}.weight", up.contiguous()))
+        return out
 
     # -- internals --------------------------------------------------------------------------------
     def _given_fused(self, key: str) -> bool:

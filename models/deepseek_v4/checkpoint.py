@@ -188,6 +188,10 @@ class DeepseekV4CheckpointConverter:
     def finalize(self) -> list[tuple[str, torch.Tensor]]:
         return self.experts.finalize()
 
+    def export(self, key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        """One whole modeling entry under the hub's names, its routed experts one ``w1``/``w3``/``w2`` each."""
+        return [(hub_key(name), value) for name, value in self.experts.export(key, tensor)]
+
 
 def checkpoint_converter(config: DeepseekV4Config) -> DeepseekV4CheckpointConverter:
     """A fresh converter for one checkpoint of a model built from ``config``."""

@@ -12,6 +12,7 @@ Everything is applied from outside the generated modeling, torchtitan-style, ove
     apply_activation_checkpointing(model)              # optional: recompute each decoder layer in backward
     apply_fsdp(model, state, param_dtype=torch.bfloat16)
     out = model(**shard_sequence(batch, state))        # out.loss: the loss of the global batch
+    export_hub_checkpoint(model, state, "out/")        # the hub layout, for upstream's from_pretrained
 
 See docs/distributed.md. Importing this package imports torch; ``import modelgraft.models`` does not import it.
 """
@@ -37,6 +38,7 @@ from modelgraft.models.distributed.expert_parallel import (
     full_tensor,
     validate_parallel_plan,
 )
+from modelgraft.models.distributed.export import export_hub_checkpoint
 from modelgraft.models.distributed.fsdp import (
     apply_fsdp,
     decoder_layers,
@@ -75,6 +77,7 @@ __all__ = [
     "decoder_layers",
     "expert_shard_dim",
     "expert_shards",
+    "export_hub_checkpoint",
     "fail_together",
     "full_state",
     "full_tensor",

@@ -3,6 +3,14 @@
     python -m modelgraft.models.distributed.example --nproc 4 --sp 2 --ep 2 --steps 5
     torchrun --nproc-per-node 4 -m modelgraft.models.distributed.example --sp 2 --ep 2 --steps 5
     python -m modelgraft.models.distributed.example --nproc 4 --hsdp 2 --activation-checkpointing
+    python -m modelgraft.models.distributed.example --nproc 4 --meta --steps 2 --checkpoint-dir ckpt
+    python -m modelgraft.models.distributed.example --nproc 2 --sp 1 --resume --checkpoint-dir ckpt --steps 4 --export out
+
+``--meta`` builds the model on the meta device and gives each rank storage for its own shards only.
+``--checkpoint-dir`` saves the training state (model, optimizer, LR scheduler, RNG, data position) there at
+the end, as ``step_<N>``; ``--resume`` continues the latest one up to ``--steps`` (on any parallel layout:
+the state reshards). ``--export`` writes the trained model as a hub checkpoint that upstream's
+``from_pretrained`` loads. See docs/distributed.md, "The example: save, resume, export".
 
 ``--hsdp`` alone replicates across the nodes torchrun started (``WORLD_SIZE / LOCAL_WORLD_SIZE``) and shards
 within each; ``--hsdp R`` sets the replica count. See docs/distributed.md, "Many nodes: torchrun".
@@ -16,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 import torch
 
@@ -24,17 +33,23 @@ from modelgraft.models.distributed import (
     apply_activation_checkpointing,
     apply_expert_parallel,
     apply_fsdp,
+    attach_parallel,
     clip_grad_norm,
-    parallel_ops,
-    register_ulysses,
+    export_hub_checkpoint,
+    load_train_state,
+    materialize,
+    save_train_state,
     shard_sequence,
 )
 from modelgraft.models.distributed.launch import spawn
 from modelgraft.models.loader import build_model
-from modelgraft.models.ops import OpsConfig, bind_ops
+from modelgraft.models.ops import OpsConfig
+
+#: The training state folders under ``--checkpoint-dir``: ``step_<N>``.
+STEP_PREFIX = "step_"
 
 
-def tiny_qwen3_moe(attn_implementation: str) -> torch.nn.Module:
+def tiny_qwen3_moe(attn_implementation: str, device: str | None = None) -> torch.nn.Module:
     from transformers import Qwen3MoeConfig
 
     config = Qwen3MoeConfig(
@@ -53,7 +68,9 @@ def tiny_qwen3_moe(attn_implementation: str) -> torch.nn.Module:
         use_cache=False,
         pad_token_id=0,
     )
-    return build_model(config, architecture="Qwen3MoeForCausalLM", attn_implementation=attn_implementation)
+    return build_model(
+        config, architecture="Qwen3MoeForCausalLM", attn_implementation=attn_implementation, device=device
+    )
 
 
 def hsdp_replicas(requested: int | None) -> int:
@@ -66,22 +83,40 @@ def hsdp_replicas(requested: int | None) -> int:
     return int(os.environ.get("WORLD_SIZE", "1")) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
+def latest_state(folder: Path) -> Path:
+    """The ``step_<N>`` folder of ``folder`` with the largest N (what ``--resume`` continues)."""
+    saved = [path for path in folder.glob(f"{STEP_PREFIX}*") if path.name[len(STEP_PREFIX) :].isdigit()]
+    if not saved:
+        raise FileNotFoundError(f"--resume: no {STEP_PREFIX}<N> training state in {folder}")
+    return max(saved, key=lambda path: int(path.name[len(STEP_PREFIX) :]))
+
+
 def train(args: argparse.Namespace) -> None:
     state = ParallelState.build(sp=args.sp, ep=args.ep, replicate=hsdp_replicas(args.hsdp))
-    register_ulysses(state)
-    bind_ops(parallel_ops(state, OpsConfig({"moe_experts": "grouped"})))
     torch.manual_seed(0)  # the same initial weights on every rank
-    model = tiny_qwen3_moe("ulysses_sdpa")
-    # torchtitan's order: parallelism plans, then activation checkpointing, then fully_shard.
+    model = tiny_qwen3_moe("sdpa", device="meta" if args.meta else None)
+    # torchtitan's order: parallelism plans, then activation checkpointing, then fully_shard. The parallel
+    # settings belong to this model alone (attach_parallel): nothing process-wide is bound.
     apply_expert_parallel(model, state)
+    attach_parallel(model, state, OpsConfig({"moe_experts": "grouped"}))
     if args.activation_checkpointing:
         apply_activation_checkpointing(model)
     apply_fsdp(model, state)
+    if args.meta:  # storage for this rank's shards only; a resumed state fills the weights
+        materialize(model, weights=not args.resume)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / args.warmup))
 
-    data = torch.Generator().manual_seed(1)
-    for step in range(1, args.steps + 1):
-        # The global batch: every rank draws it, keeps its dp rows and its sp slice of each row.
+    done = 0
+    if args.resume:
+        saved = latest_state(Path(args.checkpoint_dir))
+        done = load_train_state(saved, model, optimizer, scheduler=scheduler).data_position
+        if state.rank == 0:
+            print(f"resumed {saved} at step {done}  [{state}]", flush=True)
+    for step in range(done + 1, args.steps + 1):
+        # The global batch of a step (a function of the step, so a resumed run draws what it would have):
+        # every rank draws it, keeps its dp rows and its sp slice of each row.
+        data = torch.Generator().manual_seed(step)
         input_ids = torch.randint(1, model.config.vocab_size, (args.batch * state.dp, args.seq_len), generator=data)
         rows = slice(state.dp_rank * args.batch, (state.dp_rank + 1) * args.batch)
         batch = {"input_ids": input_ids[rows], "labels": input_ids[rows].clone()}
@@ -90,6 +125,7 @@ def train(args: argparse.Namespace) -> None:
         out.loss.backward()
         norm = clip_grad_norm(model, state, args.max_norm)  # every rank's norm: the one-process norm
         optimizer.step()
+        scheduler.step()
         optimizer.zero_grad()
         if state.rank == 0:
             print(
@@ -97,6 +133,16 @@ def train(args: argparse.Namespace) -> None:
                 f"{time.perf_counter() - started:.2f}s  [{state}]",
                 flush=True,
             )
+    last = max(done, args.steps)
+    if args.checkpoint_dir and last > done:
+        saved = Path(args.checkpoint_dir) / f"{STEP_PREFIX}{last}"
+        save_train_state(saved, model, optimizer, step=last, data_position=last, scheduler=scheduler)
+        if state.rank == 0:
+            print(f"saved {saved}", flush=True)
+    if args.export:
+        files = export_hub_checkpoint(model, state, args.export)
+        if state.rank == 0:
+            print(f"exported {len(files)} file(s) to {args.export}", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,7 +167,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="recompute every decoder layer's forward in backward (less activation memory, about 1/3 more compute)",
     )
-    parser.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
+    memory.add_argument(
+        "--meta", action="store_true", help="build on the meta device; each rank allocates only its own shards"
+    )
+    checkpoints = parser.add_argument_group("checkpoints")
+    checkpoints.add_argument(
+        "--checkpoint-dir", metavar="DIR", help="save the training state to DIR/step_<N> at the end of the run"
+    )
+    checkpoints.add_argument(
+        "--resume", action="store_true", help="continue the latest state in --checkpoint-dir, up to --steps"
+    )
+    checkpoints.add_argument(
+        "--export", metavar="DIR", help="write the trained model to DIR as a hub checkpoint (from_pretrained loads it)"
+    )
+    parser.add_argument("--steps", type=int, default=5, help="train up to this optimizer step (default 5)")
+    parser.add_argument("--warmup", type=int, default=2, help="steps of linear learning-rate warmup (default 2)")
     parser.add_argument("--batch", type=int, default=2, help="sequences per dp rank (default 2)")
     parser.add_argument("--seq-len", type=int, default=32, help="tokens per sequence (default 32)")
     parser.add_argument("--max-norm", type=float, default=1.0, help="gradient clipping norm (default 1.0)")
@@ -130,7 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.resume and not args.checkpoint_dir:
+        parser.error("--resume needs --checkpoint-dir")
     if "RANK" in os.environ:  # started by torchrun: this process is one rank
         train(args)
     else:

@@ -11,11 +11,13 @@ the kernel bound there (:func:`moe_experts`, kernel ``ep_alltoall``) does what t
 
 1. sort this rank's ``tokens x top_k`` (token, expert) pairs by expert, so each destination rank's
    pairs are one contiguous block, and exchange the per-expert counts (``all_to_all_single``, on the
-   tokens' device as NCCL / HCCL need); then read the per-rank split sizes on the host, the dispatch's
-   one host sync (a single ``tolist`` of one small tensor: what ``all_to_all_single`` needs as ints);
+   tokens' device as NCCL / HCCL need); then read the per-rank split sizes and the rows per local expert
+   on the host, the dispatch's one host sync (a single ``tolist`` of one small tensor: what
+   ``all_to_all_single`` and the grouped kernel need as ints);
 2. send every pair's hidden state to the rank holding its expert (``all_to_all_single``, uneven splits);
 3. run the received rows through the local experts with the pure-torch grouped kernel
-   (``modelgraft.models.ops.kernels.grouped_experts``), each row a top-1 choice of weight 1;
+   (``modelgraft.models.ops.kernels.grouped_experts``), each row a top-1 choice of weight 1, given the
+   counts read in step 1 (so the kernel syncs no more: one host sync per MoE layer in all);
 4. send the results back (the inverse all-to-all), weight them by the router and sum each token's K.
 
 Gradients follow the same path backwards, exactly: a local expert's gradient sums the contributions
@@ -167,12 +169,14 @@ def full_tensor(local: torch.Tensor, shard: ExpertShard, state: ParallelState) -
 def _local_experts(
     rows: torch.Tensor,
     local_ids: torch.Tensor,
+    counts: list[int],
     gate_up_proj: torch.Tensor,
     down_proj: torch.Tensor,
     activation: str,
     options: dict[str, Any],
 ) -> torch.Tensor:
-    """Each received row through its local expert (grouped kernel, top-1, weight 1)."""
+    """Each received row through its local expert (grouped kernel, top-1, weight 1). ``counts``: the rows
+    per local expert, already on the host, so the grouped kernel makes no host sync of its own."""
     if rows.shape[0] == 0:
         # Nothing arrived: still run an (empty) expert so every rank's graph reaches the weights and the
         # dispatch all-to-all, and the collectives of the backward pass stay matched across ranks.
@@ -186,7 +190,7 @@ def _local_experts(
         return out if options.get("down_bias") is None else out + options["down_bias"][0]
     ones = torch.ones(rows.shape[0], 1, dtype=rows.dtype, device=rows.device)
     return grouped_experts.moe_experts(
-        rows, local_ids.unsqueeze(1), ones, gate_up_proj, down_proj, activation, **options
+        rows, local_ids.unsqueeze(1), ones, gate_up_proj, down_proj, activation, counts=counts, **options
     )
 
 
@@ -234,10 +238,14 @@ def moe_experts(
     send_counts.scatter_add_(0, flat_experts.clamp(0, num_experts - 1), torch.ones_like(flat_experts))
     # recv_counts[s, e]: pairs rank s sends to this rank's local expert e (exchanged on the device).
     recv_counts = all_to_all(send_counts.view(ep, local_experts), group).view(ep, local_experts)
-    # The one host sync of the dispatch: all_to_all_single takes its split sizes as host ints.
-    host = torch.cat([send_counts.view(ep, local_experts).sum(dim=1), recv_counts.sum(dim=1), bounds])
+    # The one host sync of the dispatch: all_to_all_single takes its split sizes as host ints, and the local
+    # experts' grouped kernel takes its rows per expert the same way (so it reads none itself).
+    host = torch.cat(
+        [send_counts.view(ep, local_experts).sum(dim=1), recv_counts.sum(dim=1), recv_counts.sum(dim=0), bounds]
+    )
     host_values = host.tolist()
-    send_splits, recv_splits, (top, bottom) = host_values[:ep], host_values[ep : 2 * ep], host_values[-2:]
+    send_splits, recv_splits = host_values[:ep], host_values[ep : 2 * ep]
+    local_counts, (top, bottom) = host_values[2 * ep : 2 * ep + local_experts], host_values[-2:]
     if top >= num_experts or bottom < 0:
         raise ValueError(
             f"top_k_index holds expert id {top if top >= num_experts else bottom}, but {ep} ranks x {local_experts} local "
@@ -254,7 +262,7 @@ def moe_experts(
     # return trip, so the local experts run at weight 1 and w * (a @ W + b) comes out as upstream's.
     options = {"layout": layout, "interleaved": interleaved, "gate_up_bias": gate_up_bias, "down_bias": down_bias}
     outputs = _local_experts(
-        rows, local_ids, gate_up_proj, down_proj, activation, {**options, "limit": limit, "alpha": alpha}
+        rows, local_ids, local_counts, gate_up_proj, down_proj, activation, {**options, "limit": limit, "alpha": alpha}
     )
     returned = all_to_all(outputs, group, output_splits=send_splits, input_splits=recv_splits)
 

@@ -1,8 +1,8 @@
 """Resumable sharded training checkpoints with ``torch.distributed.checkpoint`` (DCP).
 
 :func:`save_train_state` writes, from every rank at once, what a run needs to continue as if it had never
-stopped: the model, the optimizer state, the step, the data position and each rank's random number
-generators. :func:`load_train_state` reads it back into a model sharded the same way or differently
+stopped: the model, the optimizer state, the learning-rate scheduler, the step, the data position and each
+rank's random number generators. :func:`load_train_state` reads it back into a model sharded the same way or differently
 (another world size, other ep sizes): DCP reads each rank's part of every tensor, whatever layout wrote it.
 
 * Model and optimizer: ``torch.distributed.checkpoint.state_dict.get_state_dict`` /
@@ -14,7 +14,11 @@ generators. :func:`load_train_state` reads it back into a model sharded the same
   replica, so every rank writes the experts it holds and reads the ones it holds after loading, whatever
   the ep size was. When FSDP splits the experts' rows instead (dim 1: the local experts do not divide),
   each expert is a DTensor of its own on FSDP's mesh, which DCP reshards like any other.
-* Step, data position and the saved world size: one pickled record, the same on every rank.
+* Step, data position and the saved world size: one pickled record, the same on every rank. The LR
+  scheduler's ``state_dict`` (its step count and last learning rates; the optimizer's own ``lr`` is in the
+  optimizer state) is a second one: it is the same on every rank, however the model is sharded.
+* HSDP: the replicas' DTensors carry a ``Replicate`` placement on the replicate dim, which DCP writes once
+  and reads into every replica, so an HSDP run saves and resumes like an FSDP one, and reshards to either.
 * Random states (torch CPU and, when present, CUDA; Python's ``random``): one record per rank. NumPy's
   is not saved: numpy is no dependency of the runtime (a loader that draws from it saves its own state
   in ``data_position``).
@@ -39,7 +43,9 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.tensor import DTensor, Shard
+from torch.optim.lr_scheduler import LRScheduler
 
+from modelgraft.models.distributed.activation_checkpointing import strip_checkpoint_prefix
 from modelgraft.models.distributed.expert_parallel import expert_shards
 from modelgraft.models.distributed.sharded_load import placements_of
 
@@ -120,9 +126,10 @@ def _split_experts(
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
     """The two state dicts without the expert-parallel tensors, and those tensors one expert per key.
 
-    The per-expert tensors are views of the local storage, so DCP's load writes straight into it.
+    The per-expert tensors are views of the local storage, so DCP's load writes straight into it. Names are
+    the unwrapped model's, as ``get_state_dict`` spells them (activation checkpointing's wrapper stripped).
     """
-    shards = expert_shards(model)
+    shards = {strip_checkpoint_prefix(name): shard for name, shard in expert_shards(model).items()}
     if not shards:
         return model_sd, optim_sd, {}
     other_dim = sorted(name for name, shard in shards.items() if shard.dim != 0)
@@ -132,7 +139,7 @@ def _split_experts(
             f"{', '.join(other_dim)} on another dim"
         )
     names = set(shards)
-    placements = placements_of(model)
+    placements = {strip_checkpoint_prefix(name): placement for name, placement in placements_of(model).items()}
     experts: dict[str, torch.Tensor] = {}
 
     def rows(name: str, key: str, tensor: torch.Tensor) -> None:
@@ -165,13 +172,20 @@ def _split_experts(
 
 
 def save_train_state(
-    path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, *, step: int, data_position: Any = None
+    path: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    step: int,
+    data_position: Any = None,
+    scheduler: LRScheduler | None = None,
 ) -> None:
-    """Save model, optimizer, ``step``, ``data_position`` and every rank's RNG states to the folder ``path``."""
+    """Save model, optimizer, ``scheduler``, ``step``, ``data_position`` and every rank's RNG states to the
+    folder ``path``."""
     rank, world = _rank_world()
     model_sd, optim_sd = get_state_dict(model, optimizer)
     model_rest, optim_rest, experts = _split_experts(model, model_sd, optim_sd)
-    progress = {"step": step, "data_position": data_position, "world_size": world}
+    progress = {"step": step, "data_position": data_position, "world_size": world, "scheduler": scheduler is not None}
     payload = {
         "model": model_rest,
         "optim": optim_rest,
@@ -179,21 +193,36 @@ def save_train_state(
         "progress": _Pickled(progress),
         f"rng.{rank}": _Pickled(_rng_state()),
     }
+    if scheduler is not None:
+        payload["scheduler"] = _Pickled(scheduler.state_dict())
     dcp.save(payload, checkpoint_id=str(path))
 
 
-def load_train_state(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainProgress:
-    """Restore what :func:`save_train_state` wrote into ``model`` and ``optimizer`` (sharded like the saving
-    run or otherwise) and this rank's RNG states; returns the step and data position to continue from."""
+def load_train_state(
+    path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, *, scheduler: LRScheduler | None = None
+) -> TrainProgress:
+    """Restore what :func:`save_train_state` wrote into ``model``, ``optimizer`` and ``scheduler`` (sharded
+    like the saving run or otherwise) and this rank's RNG states; returns the step and data position to
+    continue from. A scheduler given here that was not saved, or saved and not given, is refused before
+    anything is loaded (on every rank alike: the record read first is the same everywhere)."""
     rank, _ = _rank_world()
     record = _Pickled()
     dcp.load({"progress": record}, checkpoint_id=str(path))
     progress = record.value
+    saved_scheduler = progress.get("scheduler", False)
+    if saved_scheduler != (scheduler is not None):
+        raise ValueError(
+            f"{path}: saved {'with' if saved_scheduler else 'without'} an LR scheduler, loaded "
+            f"{'with' if scheduler is not None else 'without'} one; pass scheduler= to both or to neither"
+        )
     model_sd, optim_sd = get_state_dict(model, optimizer)  # creates the optimizer's state to load into
     model_rest, optim_rest, experts = _split_experts(model, model_sd, optim_sd)
     rng_key = f"rng.{rank % progress['world_size']}"
     rng = _Pickled()
+    scheduler_state = _Pickled()
     payload = {"model": model_rest, "optim": optim_rest, "experts": experts, rng_key: rng}
+    if scheduler is not None:
+        payload["scheduler"] = scheduler_state
     dcp.load(payload, checkpoint_id=str(path))
     # DCP loads tensors in place but replaces other values (param groups' lr, ...) in the dicts it was given.
     model_sd.update(model_rest)
@@ -201,6 +230,8 @@ def load_train_state(path: str | Path, model: nn.Module, optimizer: torch.optim.
         optim_sd["state"][name].update(states)
     optim_sd.update({key: value for key, value in optim_rest.items() if key != "state"})
     set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
+    if scheduler is not None:
+        scheduler.load_state_dict(scheduler_state.value)
     _set_rng_state(rng.value)
     return TrainProgress(
         step=progress["step"], data_position=progress["data_position"], world_size=progress["world_size"]

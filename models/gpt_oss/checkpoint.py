@@ -14,8 +14,13 @@ its quantizer, not through a conversion. This converter does not dequantize; it 
 key, naming it, and says how to obtain the bf16 layout.
 
 Registered for model_type "gpt_oss" in ``models/gpt_oss/__init__.py``; ``load_checkpoint`` uses it. The
-reverse direction needs no converter: ``save_pretrained`` of the generated class writes this same layout,
-which upstream ``from_pretrained`` loads.
+reverse direction is the identity (``export``): ``save_pretrained`` of the generated
+class writes this same layout, which upstream ``from_pretrained`` loads.
+
+Expert parallelism: every expert tensor holds the experts on dim 0, so ``for_experts(start, stop)`` is a
+converter that checks (and, given whole tensors, keeps) experts ``[start, stop)`` only, and ``expert_of``
+is None for every key (no key holds one expert alone). With these hooks the sharded loaders
+(``modelgraft.models.distributed.sharded_load``, ``.checkpoint``) read only a rank's experts of each tensor.
 """
 
 from __future__ import annotations
@@ -38,8 +43,21 @@ _MARKER = ".experts."
 class GptOssExpertsConverter:
     """Streamed pass-through of gpt_oss's fused expert tensors, checked against the config's sizes."""
 
-    def __init__(self, *, num_experts: int, hidden_size: int, intermediate_size: int) -> None:
-        e, h, i = num_experts, hidden_size, intermediate_size
+    def __init__(
+        self,
+        *,
+        num_experts: int,
+        hidden_size: int,
+        intermediate_size: int,
+        expert_range: tuple[int, int] | None = None,
+    ) -> None:
+        start, stop = (0, num_experts) if expert_range is None else expert_range
+        if not 0 <= start < stop <= num_experts:
+            raise ValueError(f"expert_range {expert_range} is not a non-empty range of the {num_experts} experts")
+        self.sizes = {"num_experts": num_experts, "hidden_size": hidden_size, "intermediate_size": intermediate_size}
+        #: The experts this converter emits, ``[start, stop)``: all of them unless built by ``for_experts``.
+        self.expert_range = (start, stop)
+        e, h, i = stop - start, hidden_size, intermediate_size
         self.expected = {
             "gate_up_proj": (e, h, 2 * i),
             "gate_up_proj_bias": (e, 2 * i),
@@ -48,8 +66,20 @@ class GptOssExpertsConverter:
         }
         self._seen: dict[str, set[str]] = {}
 
+    def for_experts(self, start: int, stop: int) -> GptOssExpertsConverter:
+        """A fresh converter that emits experts ``[start, stop)`` of each tensor (one rank's share)."""
+        return GptOssExpertsConverter(**self.sizes, expert_range=(start, stop))
+
+    def expert_of(self, key: str) -> int | None:
+        """None: gpt_oss stores every layer's experts in one tensor per projection, never one key per expert."""
+        return None
+
     def can_handle(self, key: str) -> bool:
         return _MARKER in key
+
+    def export(self, key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        """The hub layout is the modeling's: every entry is written as the model holds it."""
+        return [(key, tensor)]
 
     def convert(self, key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         module, _, name = key.rpartition(".")
@@ -65,6 +95,9 @@ class GptOssExpertsConverter:
                 "); gpt_oss checkpoints store the experts fused, never one module per expert"
             )
         expected = self.expected[name]
+        start, stop = self.expert_range
+        if stop - start != self.sizes["num_experts"] and tensor.dim() and tensor.shape[0] == self.sizes["num_experts"]:
+            tensor = tensor[start:stop]  # a whole tensor: keep this range's experts
         if tuple(tensor.shape) != expected:
             layout = {
                 "gate_up_proj": "[E, H, 2I]",

@@ -32,4 +32,5 @@ def checkpoint_converter(config: Qwen3VLMoeConfig) -> FusedExpertsConverter:
         num_experts=text.num_experts,
         hidden_size=text.hidden_size,
         intermediate_size=text.moe_intermediate_size,
+        export_layout="transposed",  # the hub's layout, which upstream's from_pretrained transposes on load
     )

@@ -1,7 +1,9 @@
 """Saving a sharded run with ``save_train_state`` at step k and resuming it, on the same ranks or on fewer.
 
 Module-level scenarios (spawned by name). The data loader of these runs is a function of the position:
-the global batch of step ``s`` is ``causal_lm_batch(config, seed=s)``, and each rank takes its rows.
+the global batch of step ``s`` is ``causal_lm_batch(config, seed=s)``, and each rank takes its rows. Every
+run steps an LR scheduler that halves the learning rate each step, so a scheduler restored wrongly
+changes the parameters after the next step.
 """
 
 from __future__ import annotations
@@ -31,33 +33,42 @@ NAME = "qwen3_moe"
 SAVED_AT, AFTER = 2, 2
 
 
-def _train(
-    model: torch.nn.Module, state: ParallelState, optimizer: torch.optim.Optimizer, steps: range
-) -> list[torch.Tensor]:
-    """One AdamW step per position: the global batch of that position, this rank's rows; the losses."""
+Trainer = tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]
+
+
+def _trainer(model: torch.nn.Module) -> Trainer:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5**step)
+
+
+def _train(model: torch.nn.Module, state: ParallelState, trainer: Trainer, steps: range) -> list[torch.Tensor]:
+    """One AdamW step and one scheduler step per position: the global batch of that position, this rank's
+    rows; the losses."""
+    optimizer, scheduler = trainer
     losses = []
     for position in steps:
         batch = causal_lm_batch(model_config(NAME), batch_size=8, seed=position)
         out = model(**rows_of(batch, state.rank, state.world_size), output_router_logits=True)
         out.loss.backward()
         optimizer.step()
+        scheduler.step()
         optimizer.zero_grad()
         losses.append(out.loss.detach())
     return losses
 
 
-def _from_hub(state: ParallelState, path: Path) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+def _from_hub(state: ParallelState, path: Path) -> tuple[torch.nn.Module, Trainer]:
     model = sharded_from_meta(NAME, state)
     materialize(model, weights=False)
     load_sharded_checkpoint(model, path)
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+    return model, _trainer(model)
 
 
-def _fresh(state: ParallelState) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """Another model (random init) and optimizer: everything must come from the saved state."""
+def _fresh(state: ParallelState) -> tuple[torch.nn.Module, Trainer]:
+    """Another model (random init), optimizer and scheduler: everything must come from the saved state."""
     model = sharded_from_meta(NAME, state)
     materialize(model, weights=True)
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+    return model, _trainer(model)
 
 
 Run = tuple[list[torch.Tensor], torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]
@@ -68,24 +79,30 @@ def _uninterrupted(state: ParallelState, hub: Path, saved: Path) -> Run:
     parameters at the save and at the end (the end tells wrong optimizer moments apart, as the losses of this
     tiny model barely feel its experts)."""
     bind_ops(parallel_ops(state, GROUPED))
-    model, optimizer = _from_hub(state, hub)
-    _train(model, state, optimizer, range(SAVED_AT))
-    save_train_state(saved, model, optimizer, step=SAVED_AT, data_position=SAVED_AT)
+    model, trainer = _from_hub(state, hub)
+    _train(model, state, trainer, range(SAVED_AT))
+    optimizer, scheduler = trainer
+    save_train_state(saved, model, optimizer, step=SAVED_AT, data_position=SAVED_AT, scheduler=scheduler)
     draw = torch.rand(3)
     at_save = full_state(model, state)
-    losses = _train(model, state, optimizer, range(SAVED_AT, SAVED_AT + AFTER))
+    losses = _train(model, state, trainer, range(SAVED_AT, SAVED_AT + AFTER))
     return losses, draw, at_save, full_state(model, state)
 
 
 def _resumed(state: ParallelState, saved: Path, world: int) -> Run:
     bind_ops(parallel_ops(state, GROUPED))
-    model, optimizer = _fresh(state)
-    progress = load_train_state(saved, model, optimizer)
+    model, trainer = _fresh(state)
+    optimizer, scheduler = trainer
+    progress = load_train_state(saved, model, optimizer, scheduler=scheduler)
     assert (progress.step, progress.data_position, progress.world_size) == (SAVED_AT, SAVED_AT, world)
+    assert scheduler.last_epoch == SAVED_AT and scheduler.get_last_lr() == [1e-2 * 0.5**SAVED_AT], (
+        f"scheduler restored at step {scheduler.last_epoch}, lr {scheduler.get_last_lr()}"
+    )
+    assert all(group["lr"] == 1e-2 * 0.5**SAVED_AT for group in optimizer.param_groups), optimizer.param_groups
     draw = torch.rand(3)
     at_load = full_state(model, state)
     position = progress.data_position
-    losses = _train(model, state, optimizer, range(position, position + AFTER))
+    losses = _train(model, state, trainer, range(position, position + AFTER))
     return losses, draw, at_load, full_state(model, state)
 
 
@@ -98,10 +115,9 @@ def _same_params(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
             assert_close(got[name], tensor, f"{what}: {name}")
 
 
-def resume_on_the_same_ranks(hub: Path, saved: Path) -> None:
-    """EP=2 x FSDP on 2 ranks: the resumed run's next losses and RNG draws are the uninterrupted run's, bitwise."""
-    state = ParallelState.build(ep=2)
-    expected, expected_draw, at_save, expected_end = _uninterrupted(state, hub, saved)
+def _resumes_bitwise(state: ParallelState, uninterrupted: Run, saved: Path) -> None:
+    """A fresh model on the same ranks, loaded from ``saved``: draws, parameters and losses bitwise."""
+    expected, expected_draw, at_save, expected_end = uninterrupted
     got, draw, at_load, end = _resumed(state, saved, state.world_size)
     assert torch.equal(draw, expected_draw), "the RNG state was not restored"
     _same_params(at_load, at_save, "parameters loaded", exact=True)
@@ -110,13 +126,22 @@ def resume_on_the_same_ranks(hub: Path, saved: Path) -> None:
         assert torch.equal(loss, reference), (
             f"loss of step {step}: resumed {loss.item()}, uninterrupted {reference.item()}"
         )
+
+
+def resume_on_the_same_ranks(hub: Path, saved: Path) -> None:
+    """EP=2 x FSDP on 2 ranks: the resumed run's next losses and RNG draws are the uninterrupted run's, bitwise."""
+    state = ParallelState.build(ep=2)
+    _resumes_bitwise(state, _uninterrupted(state, hub, saved), saved)
     unbind_ops()
 
 
 def save_on_four_ranks(hub: Path, saved: Path, record: Path) -> None:
-    """ep 2 x ep_replicate 2: trains, saves, trains on; rank 0 records the losses, every rank its draw."""
-    state = ParallelState.build(ep=2)
-    losses, draw, at_save, end = _uninterrupted(state, hub, saved)
+    """HSDP (2 replicas x 2 shards) with ep 2 x ep_replicate 2: trains, saves, trains on, and resumes bitwise
+    on the same 4 ranks; rank 0 records the losses, every rank its draw, for the resume on 2 ranks."""
+    state = ParallelState.build(ep=2, replicate=2)
+    uninterrupted = _uninterrupted(state, hub, saved)
+    losses, draw, at_save, end = uninterrupted
+    _resumes_bitwise(state, uninterrupted, saved)
     draws = [None] * state.world_size
     torch.distributed.all_gather_object(draws, draw.tolist())
     if state.rank == 0:
@@ -180,19 +205,19 @@ def experts_sharded_on_rows_load_and_resume(hub: Path, saved: Path) -> None:
         assert torch.equal(loaded[key], param.detach()), f"{key} differs after loading"
 
     bind_ops(parallel_ops(state, GROUPED))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    _train(model, state, optimizer, range(1))
-    save_train_state(saved, model, optimizer, step=1, data_position=1)
+    trainer = _trainer(model)
+    _train(model, state, trainer, range(1))
+    save_train_state(saved, model, trainer[0], step=1, data_position=1, scheduler=trainer[1])
     at_save = full_state(model, state)
-    (expected,) = _train(model, state, optimizer, range(1, 2))
+    (expected,) = _train(model, state, trainer, range(1, 2))
     expected_end = full_state(model, state)
 
     fresh = _row_sharded_model(state, weights=True)
-    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
-    progress = load_train_state(saved, fresh, fresh_optimizer)
+    fresh_trainer = _trainer(fresh)
+    progress = load_train_state(saved, fresh, fresh_trainer[0], scheduler=fresh_trainer[1])
     assert progress.step == 1
     _same_params(full_state(fresh, state), at_save, "parameters loaded", exact=True)
-    (loss,) = _train(fresh, state, fresh_optimizer, range(1, 2))
+    (loss,) = _train(fresh, state, fresh_trainer, range(1, 2))
     assert torch.equal(loss, expected), f"resumed {loss.item()}, uninterrupted {expected.item()}"
     _same_params(full_state(fresh, state), expected_end, "parameters after the next step", exact=True)
     unbind_ops()

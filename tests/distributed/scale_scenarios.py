@@ -30,6 +30,7 @@ from modelgraft.models.distributed import (
     shard_sequence,
 )
 from modelgraft.models.ops import bind_ops, unbind_ops
+from modelgraft.models.ops.kernels import grouped_experts
 from modelgraft.models.testing import causal_lm_batch
 
 from .scenarios import GROUPED, config_of, fresh_model, rows_of
@@ -210,8 +211,9 @@ class HostSyncGuard(TorchDispatchMode):
 
 
 def ep_dispatch_syncs_the_host_once() -> None:
-    """The ep_alltoall kernel's forward and backward make one host sync (the split sizes' ``tolist``), outside
-    the local experts' own kernel; the guard does see that kernel's sync when it is not paused."""
+    """The ep_alltoall kernel's forward and backward, local experts' grouped kernel included, make one host
+    sync (the split sizes' and per-expert counts' ``tolist``); the guard does see the grouped kernel's own
+    sync when it is called without the counts."""
     state = ParallelState.build(ep=2)
     generator = torch.Generator().manual_seed(0)
     tokens, hidden, inter, experts = 6, 8, 4, 4
@@ -221,26 +223,13 @@ def ep_dispatch_syncs_the_host_once() -> None:
     index = torch.randint(0, experts, (tokens, 2), generator=generator)
     weights = torch.rand(tokens, 2, generator=generator)
 
-    guard = HostSyncGuard()
-    local_experts = expert_parallel._local_experts
-
-    def unguarded_local_experts(*args: Any) -> torch.Tensor:
-        guard.paused = True
-        try:
-            return local_experts(*args)
-        finally:
-            guard.paused = False
-
-    expert_parallel._local_experts = unguarded_local_experts
-    try:
-        with guard:
-            out = expert_parallel.moe_experts(x, index, weights, gate_up, down, "silu", group=state.ep_group)
-            out.sum().backward()
-    finally:
-        expert_parallel._local_experts = local_experts
+    with HostSyncGuard() as guard:
+        out = expert_parallel.moe_experts(x, index, weights, gate_up, down, "silu", group=state.ep_group)
+        out.sum().backward()
     assert guard.syncs == ["Tensor.tolist"], guard.syncs
-    assert x.grad is not None and gate_up.grad is not None
+    assert x.grad is not None and gate_up.grad is not None and gate_up.grad.abs().sum() > 0
 
-    with HostSyncGuard() as whole:  # not vacuous: the grouped kernel's own sync is seen
-        expert_parallel.moe_experts(x, index, weights, gate_up, down, "silu", group=state.ep_group)
-    assert len(whole.syncs) > 1, whole.syncs
+    local_index = index[:, :1] % (experts // 2)
+    with HostSyncGuard() as alone:  # not vacuous: the grouped kernel counts by itself when not given counts
+        grouped_experts.moe_experts(x, local_index, weights[:, :1], gate_up, down, "silu")
+    assert alone.syncs, alone.syncs

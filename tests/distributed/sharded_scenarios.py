@@ -212,9 +212,10 @@ def fused_layouts_load_only_own_rows(paths: dict[str, Path]) -> None:
                 assert torch.equal(params[key], param.detach()), f"{layout}, ep={ep}: {key} differs"
 
 
-def converter_without_expert_hooks_loads_every_slice(paths: dict[str, Path]) -> None:
-    """gpt_oss's converter checks whole expert tensors (no ``for_experts``): each rank reads those whole and
-    keeps its slice (FSDP rows, ep experts, biases included); every other key is read as its slice only."""
+def gpt_oss_reads_only_own_experts(paths: dict[str, Path]) -> None:
+    """gpt_oss's converter has the expert hooks (``for_experts``; no key holds one expert alone): each rank
+    reads only its rows of every expert tensor, biases included (FSDP's rows with ep=1, the ep rank's experts
+    with ep=2), and every other key as its slice; every parameter equals the whole model's."""
     for ep in (1, 2):
         state = ParallelState.build(ep=ep)
         reference = whole_model("gpt_oss", 1)
@@ -225,9 +226,10 @@ def converter_without_expert_hooks_loads_every_slice(paths: dict[str, Path]) -> 
         with recorded_reads() as reads:
             result = load_sharded_checkpoint(model, paths["gpt_oss"])
         assert not result.missing and not result.unexpected
-        assert reads.whole and all(".experts." in key or placements[key].whole for key in reads.whole), reads.whole
-        for key, index in reads.sliced:
-            assert ".experts." not in key and index == placements[key].index, (key, index)
+        rows = _expert_rows(placements)
+        assert rows is not None and rows[1] - rows[0] == 4, rows  # 8 experts, half on each rank
+        assert_reads_only_own_slices(reads, placements, rows)
+        assert sum(".experts." in key for key, _ in reads.sliced) == 4 * model.config.num_hidden_layers
         params = full_state(model, state)
         for key, param in reference.named_parameters():
             assert torch.equal(params[key], param.detach()), f"gpt_oss, ep={ep}: {key} differs"

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import transformers
+
 from modelgraft.models.distributed.launch import spawn
 
 from . import scenarios
@@ -57,16 +59,21 @@ def run_example(*flags: str) -> list[str]:
     return [line for line in result.stdout.splitlines() if line.startswith("step ")]
 
 
-def test_example_trains_a_tiny_qwen3_moe_with_sp_and_ep() -> None:
-    losses = run_example("--nproc", "2", "--sp", "2", "--ep", "2", "--steps", "2", "--seq-len", "12")
-    assert [line.split(":")[0] for line in losses] == ["step 1", "step 2"], losses
-    assert all(float(line.split("loss ")[1].split()[0]) > 0 for line in losses)
+def test_example_trains_saves_resumes_on_another_layout_and_exports_what_upstream_loads(tmp_path: Path) -> None:
+    """Two runs of the example: SP x EP built on meta, saved at step 2; then resumed under HSDP with
+    activation checkpointing (the state reshards), trained to step 3 and exported for from_pretrained."""
+    common = ("--nproc", "2", "--seq-len", "12", "--checkpoint-dir", str(tmp_path / "ckpt"))
+    first = run_example(*common, "--sp", "2", "--ep", "2", "--meta", "--steps", "2")
+    assert [line.split(":")[0] for line in first] == ["step 1", "step 2"], first
+    assert all(float(line.split("loss ")[1].split()[0]) > 0 for line in first)
+    assert (tmp_path / "ckpt" / "step_2").is_dir()
 
-
-def test_example_trains_with_hsdp_and_activation_checkpointing() -> None:
-    losses = run_example(
-        "--nproc", "2", "--sp", "1", "--ep", "1", "--hsdp", "2", "--activation-checkpointing",
-        "--steps", "2", "--seq-len", "12",
+    resumed = run_example(
+        *common, "--sp", "1", "--ep", "1", "--hsdp", "2", "--activation-checkpointing", "--meta",
+        "--resume", "--steps", "3", "--export", str(tmp_path / "hub"),
     )  # fmt: skip
-    assert [line.split(":")[0] for line in losses] == ["step 1", "step 2"], losses
-    assert all("replicate=2" in line for line in losses), losses
+    assert [line.split(":")[0] for line in resumed] == ["step 3"], resumed
+    assert all("replicate=2" in line for line in resumed), resumed
+    model, info = transformers.Qwen3MoeForCausalLM.from_pretrained(tmp_path / "hub", output_loading_info=True)
+    assert not any(info.values()), info
+    assert model.model.layers[0].mlp.experts.gate_up_proj.shape[0] == model.config.num_experts

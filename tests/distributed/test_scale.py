@@ -87,5 +87,5 @@ def test_experts_shard_on_dim_1_when_dim_0_would_pad_and_match_one_process() -> 
 
 
 # -- host syncs of the ep dispatch --------------------------------------------------------------------------------
-def test_ep_dispatch_makes_one_host_sync_per_moe_layer_forward_and_backward() -> None:
+def test_ep_dispatch_with_its_local_grouped_experts_makes_one_host_sync_per_moe_layer_forward_and_backward() -> None:
     spawn(scale_scenarios.ep_dispatch_syncs_the_host_once, 2, timeout=TIMEOUT)

@@ -39,10 +39,10 @@ def test_renamed_keys_land_in_each_ranks_slice_and_a_rename_hook_keeps_reads_to_
     spawn(sharded_scenarios.renamed_keys_load_into_their_slices, 2, hub_checkpoints, timeout=TIMEOUT)
 
 
-def test_a_converter_without_expert_hooks_reads_expert_tensors_whole_and_keeps_each_ranks_slice(
+def test_gpt_oss_ranks_read_only_their_rows_of_every_expert_tensor_biases_included(
     hub_checkpoints: dict[str, Path],
 ) -> None:
-    spawn(sharded_scenarios.converter_without_expert_hooks_loads_every_slice, 2, hub_checkpoints, timeout=TIMEOUT)
+    spawn(sharded_scenarios.gpt_oss_reads_only_own_experts, 2, hub_checkpoints, timeout=TIMEOUT)
 
 
 def test_fsdp_x_ep_on_four_ranks_reads_only_each_ranks_experts_and_trains_like_one_process(

@@ -1,5 +1,6 @@
 """save_train_state / load_train_state (torch.distributed.checkpoint): a run saved at step k and resumed
-continues as the run that never stopped, on the same ranks and resharded from 4 ranks to 2.
+(model, optimizer, LR scheduler, RNG, data position) continues as the run that never stopped, on the same
+ranks (FSDP, and HSDP) and resharded from 4 ranks under HSDP to 2 under FSDP.
 
 Scenarios in ``tests/distributed/resume_scenarios.py``; the model is the meta-built qwen3_moe under EP x FSDP,
 loaded from the hub checkpoint of ``test_sharded_load.py``'s scenarios.
@@ -27,7 +28,9 @@ def test_resumed_run_gives_the_uninterrupted_runs_next_losses_and_random_draws(h
     spawn(resume_scenarios.resume_on_the_same_ranks, 2, hub, tmp_path / "step2", timeout=TIMEOUT)
 
 
-def test_a_run_saved_on_four_ranks_resumes_on_two_with_the_same_next_losses(hub: Path, tmp_path: Path) -> None:
+def test_an_hsdp_run_saved_on_four_ranks_resumes_there_bitwise_and_on_two_with_the_same_next_losses(
+    hub: Path, tmp_path: Path
+) -> None:
     record = tmp_path / "four_ranks.json"
     spawn(resume_scenarios.save_on_four_ranks, 4, hub, tmp_path / "step2", record, timeout=TIMEOUT)
     spawn(resume_scenarios.resume_on_two_ranks, 2, tmp_path / "step2", record, timeout=TIMEOUT)

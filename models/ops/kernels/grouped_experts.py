@@ -39,6 +39,7 @@ tests/runtime/test_grouped_experts_layouts.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -63,8 +64,15 @@ def moe_experts(
     down_bias: torch.Tensor | None = None,
     limit: float | None = None,
     alpha: float | None = None,
+    counts: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """``moe_experts`` slot contract (see ``modelgraft.models.ops.kernels.eager.moe_experts``), grouped by expert."""
+    """``moe_experts`` slot contract (see ``modelgraft.models.ops.kernels.eager.moe_experts``), grouped by expert.
+
+    ``counts`` (not part of the slot contract): the (token, expert) pairs per expert, as host ints, when the
+    caller already has them on the host. The kernel then makes no host sync of its own; expert parallelism
+    passes them, read in the dispatch's one sync (``modelgraft.models.distributed.expert_parallel``).
+    Without them the kernel counts on the device and reads the counts in one sync.
+    """
     check_moe_experts_options(
         hidden_states,
         gate_up_proj,
@@ -78,9 +86,16 @@ def moe_experts(
     num_tokens, top_k = top_k_index.shape
     num_experts = gate_up_proj.shape[0]
     flat_experts = top_k_index.reshape(-1)
-    counts = torch.bincount(flat_experts, minlength=num_experts).tolist()  # the one host sync per call
-    if len(counts) > num_experts:
-        raise ValueError(f"top_k_index holds expert id {len(counts) - 1}, but there are {num_experts} experts")
+    if counts is None:
+        counts = torch.bincount(flat_experts, minlength=num_experts).tolist()  # the one host sync per call
+        if len(counts) > num_experts:
+            raise ValueError(f"top_k_index holds expert id {len(counts) - 1}, but there are {num_experts} experts")
+    else:
+        counts = list(counts)
+        if len(counts) != num_experts or sum(counts) != flat_experts.numel():
+            raise ValueError(
+                f"counts {counts} do not describe {flat_experts.numel()} (token, expert) pairs over {num_experts} experts"
+            )
     if num_tokens == 0:
         return torch.zeros_like(hidden_states)
 
