@@ -77,6 +77,13 @@ def _sp_gather() -> ModuleType:
     return sparse_indexer
 
 
+def _sp_placeholders() -> ModuleType:
+    # Imported when bound, as _ep_alltoall.
+    from modelgraft.models.distributed import multimodal
+
+    return multimodal
+
+
 def _liger() -> ModuleType:
     # Imported when bound, after the CUDA and package checks: liger_kernel is an optional GPU-only package.
     from modelgraft.models.ops.kernels import liger
@@ -141,6 +148,11 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             name="sp_gather",
             load=_sp_gather,
             slots=frozenset({"dsa_indexer"}),
+        ),
+        "sp_placeholders": KernelFamily(
+            name="sp_placeholders",
+            load=_sp_placeholders,
+            slots=frozenset({"placeholder_features"}),
         ),
         "liger": KernelFamily(
             name="liger",
