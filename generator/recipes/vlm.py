@@ -58,7 +58,14 @@ if TYPE_CHECKING:
 
     from modelgraft.models.ops.slots import placeholder_features_slot
 
-__all__ = ["VisionTower", "placeholder_outputs", "rope_index_without_model", "vlm", "with_tower_dummies"]
+__all__ = [
+    "VisionTower",
+    "apply_sequence_parallel_forward",
+    "placeholder_outputs",
+    "rope_index_without_model",
+    "vlm",
+    "with_tower_dummies",
+]
 
 
 @dataclass(frozen=True)
@@ -135,7 +142,7 @@ def apply_sequence_parallel_forward(
         "vlm_sequence_parallel_forward",
         target,
         towers=[list(pair) for pair in towers],
-        head=bool(head),
+        with_loss_head=bool(head),
         **head,
         description="sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks"
         + ("; logits and loss behind the causal_lm_loss slot" if head else ""),

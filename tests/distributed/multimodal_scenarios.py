@@ -27,6 +27,9 @@ from modelgraft.models.loader import build_model
 from modelgraft.models.ops import OpsConfig
 from modelgraft.models.testing import seed_everything
 from modelgraft.models.testing.declarations import parity_declaration
+from modelgraft.models.testing.omni_processor import synthetic_audio
+from modelgraft.models.testing.omni_suite import AUDIO
+from modelgraft.models.testing.omni_suite import IMAGE as OMNI_IMAGE
 from modelgraft.models.testing.vlm_processor import synthetic_image, synthetic_video
 from modelgraft.models.testing.vlm_suite import IMAGE, VIDEO
 
@@ -48,12 +51,15 @@ def _fresh(spec: Any, config: Any) -> torch.nn.Module:
     return build_model(config, architecture=spec.causal_lm)
 
 
-def _reference(spec: Any, config: Any, batch: dict[str, Any], base: OpsConfig) -> tuple[Any, dict[str, torch.Tensor]]:
+def _reference(
+    spec: Any, config: Any, batch: dict[str, Any], base: OpsConfig
+) -> tuple[Any, dict[str, torch.Tensor | None]]:
     model = _fresh(spec, config)
     with ops(base):
         out = model(**batch)
         out.loss.backward()
-    return out, {name: param.grad.detach().clone() for name, param in model.named_parameters()}
+    # None where one process gives a parameter no gradient (the parallel run must then give it none, or zero).
+    return out, {n: None if p.grad is None else p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
 def _words(first: int, last: int) -> str:
@@ -158,4 +164,44 @@ def data_parallel_vlm_matches_one_process(package: str, mode: str) -> None:
     out.loss.backward()
     if mode == "ep":
         average_gradients(model, state)
+    assert_same_grads(full_state(model, state, grads=True), ref_grads)
+
+
+def sequence_parallel_omni_thinker_matches_one_process() -> None:
+    """SP=2 on the Qwen2.5-Omni thinker, left-padded as its processor pads: row 0's audio in sp rank 0's slice and
+    its image straddling the two slices, row 1's image in rank 1's; the audio features are scattered too."""
+    state = ParallelState.build(sp=2)
+    spec = parity_declaration("qwen2_5_omni")
+    config = spec.config()
+    batch = spec.omni_batch(
+        [
+            (
+                f"{AUDIO} {_words(1, 4)} {OMNI_IMAGE} {_words(4, 12)}",
+                [synthetic_image(16, 16, seed=1)],
+                [],
+                [synthetic_audio(0.2, seed=2)],
+            ),
+            (f"{_words(1, 12)} {OMNI_IMAGE} {_words(12, 14)}", [synthetic_image(8, 8, seed=3)], [], []),
+        ]
+    )
+    ref_out, ref_grads = _reference(spec, config, batch, OpsConfig())
+
+    model = _fresh(spec, config)
+    positions, _ = model.get_position_id_func()(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        image_grid_thw=batch["image_grid_thw"],
+        audio_seqlens=batch["feature_attention_mask"].sum(-1),
+    )
+    attach_parallel(model, state)
+    local = shard_multimodal({**batch, "position_ids": positions}, state, pad_token_id=config.text_config.pad_token_id)
+    audio_here = bool((local["input_ids"] == spec.token_id("<|AUDIO|>")).any())
+    assert audio_here == (state.sp_rank == 0) and bool((local["input_ids"] == spec.token_id("<|IMAGE|>")).any())
+    out = model(**local)
+    real = batch["attention_mask"].bool()
+    logits = gather_sequence(out.logits, state, length=real.shape[1])
+    assert_close(logits[real], ref_out.logits[real], "logits at real tokens")
+    assert_close(out.loss, ref_out.loss, "loss")
+    out.loss.backward()
+    average_gradients(model, state)
     assert_same_grads(full_state(model, state, grads=True), ref_grads)

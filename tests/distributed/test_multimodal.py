@@ -1,4 +1,4 @@
-"""VLMs under Ulysses, expert parallelism and FSDP2, each equal to one process (gloo, CPU ranks).
+"""VLMs and the Omni thinker under Ulysses, expert parallelism and FSDP2, each equal to one process (gloo, CPU ranks).
 
 The scenarios are in ``tests/distributed/multimodal_scenarios.py``; each test starts its 2 ranks once
 (``launch.spawn``) and fails with the traceback of the first rank that fails, or at the timeout when a rank
@@ -41,3 +41,7 @@ def test_ep2_on_qwen3_vl_moe_with_a_rank_without_images_matches_one_process() ->
 
 def test_fsdp2_on_qwen2_5_vl_with_a_rank_without_images_matches_one_process() -> None:
     spawn(multimodal_scenarios.data_parallel_vlm_matches_one_process, 2, "qwen2_5_vl", "fsdp", timeout=TIMEOUT)
+
+
+def test_sp2_on_the_qwen2_5_omni_thinker_with_audio_and_images_matches_one_process() -> None:
+    spawn(multimodal_scenarios.sequence_parallel_omni_thinker_matches_one_process, 2, timeout=TIMEOUT)
