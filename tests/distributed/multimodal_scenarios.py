@@ -91,6 +91,20 @@ def _images_across_both_sp_ranks(spec: Any) -> dict[str, Any]:
 LAYOUTS = {"images_on_sp_rank_0": _images_on_sp_rank_0, "images_across_both_sp_ranks": _images_across_both_sp_ranks}
 
 
+def _check_sequence_parallel_step(
+    model: Any, local: dict[str, Any], state: ParallelState, batch: dict[str, Any], ref_out: Any, ref_grads: Any
+) -> None:
+    """The sharded step's gathered logits at real tokens, loss and every averaged gradient are one process's."""
+    out = model(**local)
+    real = batch["attention_mask"].bool()
+    logits = gather_sequence(out.logits, state, length=real.shape[1])
+    assert_close(logits[real], ref_out.logits[real], "logits at real tokens")
+    assert_close(out.loss, ref_out.loss, "loss")
+    out.loss.backward()
+    average_gradients(model, state)
+    assert_same_grads(full_state(model, state, grads=True), ref_grads)
+
+
 def sequence_parallel_vlm_matches_one_process(package: str, layout: str) -> None:
     """SP=2 (Ulysses on the text decoder, the towers on every rank) equals one process on the whole batch."""
     state = ParallelState.build(sp=2)
@@ -106,14 +120,7 @@ def sequence_parallel_vlm_matches_one_process(package: str, layout: str) -> None
     assert local["position_ids"].shape == (3, 2, -(-batch["input_ids"].shape[1] // 2))
     images_here = bool((local["mm_token_type_ids"] == 1).any())
     assert images_here == (state.sp_rank == 0 or layout == "images_across_both_sp_ranks"), layout
-    out = model(**local)
-    real = batch["attention_mask"].bool()
-    logits = gather_sequence(out.logits, state, length=real.shape[1])
-    assert_close(logits[real], ref_out.logits[real], "logits at real tokens")
-    assert_close(out.loss, ref_out.loss, "loss")
-    out.loss.backward()
-    average_gradients(model, state)
-    assert_same_grads(full_state(model, state, grads=True), ref_grads)
+    _check_sequence_parallel_step(model, local, state, batch, ref_out, ref_grads)
 
 
 def _split_rows(spec: Any, rows: list[Any], rank: int, world: int) -> dict[str, Any]:
@@ -197,11 +204,4 @@ def sequence_parallel_omni_thinker_matches_one_process() -> None:
     local = shard_multimodal({**batch, "position_ids": positions}, state, pad_token_id=config.text_config.pad_token_id)
     audio_here = bool((local["input_ids"] == spec.token_id("<|AUDIO|>")).any())
     assert audio_here == (state.sp_rank == 0) and bool((local["input_ids"] == spec.token_id("<|IMAGE|>")).any())
-    out = model(**local)
-    real = batch["attention_mask"].bool()
-    logits = gather_sequence(out.logits, state, length=real.shape[1])
-    assert_close(logits[real], ref_out.logits[real], "logits at real tokens")
-    assert_close(out.loss, ref_out.loss, "loss")
-    out.loss.backward()
-    average_gradients(model, state)
-    assert_same_grads(full_state(model, state, grads=True), ref_grads)
+    _check_sequence_parallel_step(model, local, state, batch, ref_out, ref_grads)
