@@ -28,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `benchmarks` and `models` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import distributed_bench, loss_bench, moe_bench, runtime_bench
+from benchmarks import distributed_bench, loss_bench, moe_bench, runtime_bench, vlm_bench
 from benchmarks.generator_bench import bench_generator
 from benchmarks.report import BAD_STATUSES, FAILED, Row, render_report
 
@@ -139,7 +139,7 @@ def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
             if args.smoke and models is None:  # the hybrid model: the dense path, and its kernels on top
                 models = list(runtime_bench.HYBRID)
             section_rows, line = runtime_bench.bench_runtime(repeats, sizes, models, threads=args.threads)
-            rows += section_rows
+            rows += section_rows + vlm_bench.bench_vlm(repeats, threads=args.threads)
             setup += [line] if line else []
         elif section == "moe":
             sizes = moe_bench.SMOKE_SIZES if args.smoke else moe_bench.MoeSizes()

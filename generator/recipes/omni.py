@@ -32,13 +32,12 @@ from modelgraft.generator.dsl.config import PatchConfig
 from modelgraft.generator.recipes.dense import (
     _named,
     apply_call_sites,
-    apply_causal_lm,
     apply_mlps,
     apply_norms,
     apply_pretrained_model,
 )
 from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm
-from modelgraft.generator.recipes.vlm import VisionTower
+from modelgraft.generator.recipes.vlm import VisionTower, apply_sequence_parallel_forward
 
 __all__ = ["REFUSED", "AudioTower", "drop_speech_weights", "omni", "omni_rope_index_without_model"]
 
@@ -148,7 +147,22 @@ def omni(
         frames=audio.frames,
         description="a zero loss term through the audio tower, for ranks without audio",
     )
-    thinker = apply_causal_lm(config, causal_lm, prefix=prefix)
+    # The thinker's forward scatters the towers' features and is its head: one snippet does both.
+    thinker = _named(causal_lm.cls, prefix)
+    apply_sequence_parallel_forward(
+        config,
+        f"{thinker}.forward",
+        [
+            ("self.audio_tower", "input_features"),
+            ("self.visual", "pixel_values"),
+            ("self.visual", "pixel_values_videos"),
+        ],
+        softcap=causal_lm.softcap,
+        scale=tuple(causal_lm.scale),
+        head=causal_lm.head,
+        bias=causal_lm.bias,
+        aux_loss="",
+    )
     config.add_import("inspect", is_from_import=False)
     config.add_helper(
         omni_rope_index_without_model, description="upstream's get_rope_index without a model (picklable)"

@@ -25,6 +25,10 @@ registered attention implementations, its patch merger, the placeholder scatter 
 - ``vlm_metadata_collate_func``: an added ``get_metadata_collate_func`` on the same two classes, returning a
   picklable collator step that adds the vision tower's ``cu_seqlens``, ``max_seqlen`` and position ids of a batch
   (``modelgraft.models.vision_metadata``), which transformers accepts precomputed;
+- ``vlm_sequence_parallel_forward`` on ``<Prefix>Model.forward``, with the helpers :func:`placeholder_outputs` and
+  :func:`with_tower_dummies`: under the ``placeholder_features`` slot (sequence parallelism,
+  ``modelgraft.models.distributed.multimodal``) the towers' features of this rank's placeholders are scattered
+  into its slice, deepstack included, and a rank without images runs ``dummy_forward``; unbound, upstream's;
 - the base class's checkpoint conversions, strict loading and attention on request, as for a dense model
   (:func:`modelgraft.generator.recipes.dense.apply_pretrained_model`).
 """
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelgraft.generator.dsl.config import PatchConfig
 from modelgraft.generator.recipes.dense import (
@@ -47,7 +51,21 @@ from modelgraft.generator.recipes.dense import (
 )
 from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm, Rope
 
-__all__ = ["VisionTower", "rope_index_without_model", "vlm"]
+# Names the helpers' bodies use, for readers and linters only: a helper runs in the generated module, which has
+# its own imports, and recipes never import torch.
+if TYPE_CHECKING:
+    import torch
+
+    from modelgraft.models.ops.slots import placeholder_features_slot
+
+__all__ = [
+    "VisionTower",
+    "apply_sequence_parallel_forward",
+    "placeholder_outputs",
+    "rope_index_without_model",
+    "vlm",
+    "with_tower_dummies",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +97,56 @@ def rope_index_without_model(model_class: Any, config: Any, *args: Any, **kwargs
     owner = object.__new__(model_class)
     owner.__dict__["config"] = config
     return model_class.get_rope_index(owner, *args, **kwargs)
+
+
+def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | None = None) -> Any:
+    """A tower's ``outputs`` with ``features`` (and the per-layer ``layers``) cut to the placeholders of ``mask``.
+
+    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, or a tuple
+    of one per image, concatenated here); the ``placeholder_features`` slot keeps those of this process's
+    positions, so upstream's statements that follow (the count check, the scatter, Qwen3-VL's deepstack merge)
+    run unchanged on this rank's slice of the sequence.
+    """
+    value = getattr(outputs, features)
+    if isinstance(value, (tuple, list)):
+        setattr(outputs, features, (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),))
+    else:
+        setattr(outputs, features, placeholder_features_slot(mask, value))
+    if layers is not None and getattr(outputs, layers, None) is not None:
+        setattr(outputs, layers, [placeholder_features_slot(mask, layer) for layer in getattr(outputs, layers)])
+    return outputs
+
+
+def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
+    """``inputs_embeds`` plus exactly zero from each given tower's ``dummy_forward`` (None: that call ran).
+
+    A rank whose batch lacks an input of a tower call (no image, no video, no audio) runs the tower once in its
+    place, so every rank makes the same tower calls (FSDP's collectives of the tower's blocks stay in step) and
+    every tower parameter gets a gradient, zero, instead of None.
+    """
+    for tower in towers:
+        if tower is not None:
+            inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
+    return inputs_embeds
+
+
+def apply_sequence_parallel_forward(
+    config: PatchConfig, target: str, towers: Sequence[tuple[str, str]], **head: Any
+) -> None:
+    """``vlm_sequence_parallel_forward`` on ``target`` (the forward that scatters the towers' features), with its
+    helpers. ``towers``: (tower, forward parameter feeding one call of it), one per tower call; ``head``:
+    causal_lm_loss_guard's variables, where that forward is also the head (an Omni thinker)."""
+    config.add_helper(placeholder_outputs, description="a tower's features of this rank's placeholders")
+    config.add_helper(with_tower_dummies, description="zero from the towers a batch does not feed")
+    config.apply_snippet(
+        "vlm_sequence_parallel_forward",
+        target,
+        towers=[list(pair) for pair in towers],
+        with_loss_head=bool(head),
+        **head,
+        description="sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks"
+        + ("; logits and loss behind the causal_lm_loss slot" if head else ""),
+    )
 
 
 def vlm(
@@ -130,6 +198,9 @@ def vlm(
             towers={attribute: _named(cls, prefix) for attribute, cls in towers.items()},
             description="the towers are this module's classes, not AutoModel's",
         )
+    apply_sequence_parallel_forward(
+        config, f"{model_cls}.forward", [("self.visual", "pixel_values"), ("self.visual", "pixel_values_videos")]
+    )
     causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss)
     config.add_helper(rope_index_without_model, description="upstream's get_rope_index without a model (picklable)")
     for cls in (model_cls, causal_lm_cls):

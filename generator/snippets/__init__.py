@@ -59,6 +59,7 @@ def render(
     upstream's own code for the eager path.
     """
     import jinja2
+    import jinja2.meta
 
     path = snippet_path(ref.name)
     if not path.is_file():
@@ -71,4 +72,6 @@ def render(
         raise SnippetError(f"snippet {ref.name!r} needs a variable that was not given: {exc.message}") from exc
     except jinja2.TemplateError as exc:
         raise SnippetError(f"snippet {ref.name!r} cannot be rendered: {exc}") from exc
-    return text, (path,)
+    # A template that includes another (an Omni thinker's forward includes the loss head's) depends on both.
+    included = jinja2.meta.find_referenced_templates(templates.parse(path.read_text(encoding="utf-8")))
+    return text, (path, *(snippet_path(name.removesuffix(SUFFIX)) for name in sorted(n for n in included if n)))

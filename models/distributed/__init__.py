@@ -51,6 +51,7 @@ from modelgraft.models.distributed.guard import PeerFailedError, fail_together
 from modelgraft.models.distributed.losses import global_token_count
 from modelgraft.models.distributed.materialize import UninitializedBufferError, materialize
 from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState, hsdp_sizes, parallel_sizes
+from modelgraft.models.distributed.multimodal import shard_multimodal
 from modelgraft.models.distributed.scope import attach_parallel
 from modelgraft.models.distributed.sequence import gather_sequence, scatter_sequence, sequence_slice, shard_sequence
 from modelgraft.models.distributed.sharded_load import load_sharded_checkpoint
@@ -97,6 +98,7 @@ __all__ = [
     "save_train_state",
     "scatter_sequence",
     "sequence_slice",
+    "shard_multimodal",
     "shard_sequence",
     "strip_checkpoint_prefix",
     "validate_parallel_plan",
@@ -109,6 +111,9 @@ def parallel_ops(state: ParallelState, base: OpsConfig | None = None) -> OpsConf
     * ``moe_experts`` -> ``ep_alltoall`` over the ep group (when ``ep > 1``);
     * ``causal_lm_loss`` and ``load_balancing_loss`` -> ``global_batch`` over the data group (when the
       world has more than one rank); a ``chunked`` loss in ``base`` is kept as the inner kernel;
+    * ``placeholder_features`` -> ``sp_placeholders`` over the sp group (when the world has more than one
+      rank): a VLM or Omni forward keeps the tower features of its slice's placeholders, and a rank without
+      images or audio runs the towers' ``dummy_forward`` (``modelgraft.models.distributed.multimodal``);
     * ``dsa_indexer`` -> ``sp_gather`` over the sp group (when ``sp > 1``): the indexer scores the rank's
       queries against every rank's keys; ``base``'s indexer kernel (eager or ``shared_keys``) runs inside;
     * ``causal_conv1d`` and ``chunk_gated_delta_rule`` -> ``sp_linear`` over the sp group (when ``sp > 1``):
@@ -133,6 +138,8 @@ def parallel_ops(state: ParallelState, base: OpsConfig | None = None) -> OpsConf
         options["causal_lm_loss"] = loss_options
         kernels["load_balancing_loss"] = "global_batch"
         options["load_balancing_loss"] = {"group": state.data_group, "sp_group": state.sp_group}
+        kernels["placeholder_features"] = "sp_placeholders"
+        options["placeholder_features"] = {"group": state.sp_group}
     if state.sp > 1:
         inner_indexer = base.kernel_for("dsa_indexer")
         if inner_indexer not in INNER_INDEXERS:

@@ -128,6 +128,14 @@ def _refuse_packed(documents: torch.Tensor, sp: int) -> None:
 def _shard_sequence(
     batch: Mapping[str, Any], state: ParallelState, *, pad_token_id: int, ignore_index: int, packed: bool
 ) -> dict[str, Any]:
+    towers = [
+        name for name in ("pixel_values", "pixel_values_videos", "input_features") if batch.get(name) is not None
+    ]
+    if towers and state.sp > 1:
+        raise ValueError(
+            f"a multimodal batch ({', '.join(towers)}) needs its multimodal position ids and placeholder types sliced "
+            "too: shard it with modelgraft.models.distributed.shard_multimodal"
+        )
     reference = batch["input_ids"] if batch.get("input_ids") is not None else batch["inputs_embeds"]
     batch_size, length = reference.shape[:2]
     total = padded_length(length, state.sp)

@@ -414,7 +414,10 @@ def attach_ulysses(model: nn.Module, state: ParallelState) -> str:
             f"{model.config._attn_implementation!r}"
         )
     name = wrapped if state.sp == 1 else ulysses_implementation(state, wrapped)
-    model.set_attn_implementation(name)
+    # A multimodal model's towers (vision, audio) attend within each image or clip, which every sp rank holds
+    # whole: only the text decoder (text_config) exchanges heads, the towers keep their implementation.
+    sub_configs = getattr(model.config, "sub_configs", None) or {}
+    model.set_attn_implementation({"": name, "text_config": name} if "text_config" in sub_configs else name)
     _take_documents(model, state)
     return name
 

@@ -37,6 +37,7 @@ __all__ = [
     "lightning_indexer_slot",
     "load_balancing_loss_slot",
     "moe_experts_slot",
+    "placeholder_features_slot",
     "recurrent_gated_delta_rule_slot",
     "rms_norm_gated_slot",
     "rms_norm_slot",
@@ -240,3 +241,10 @@ recurrent_gated_delta_rule_slot = _define("recurrent_gated_delta_rule")
 
 #: Every slot by name, in definition order.
 SLOTS: Mapping[str, OpSlot] = MappingProxyType(_slots)
+
+# placeholder_features_slot(mask [B, S] or [B, S, 1] bool, features [N, ...]) -> features [n, ...]: the features of
+#     the placeholders this process holds. ``features`` are a tower's outputs for every placeholder of the batch,
+#     in the order of the whole batch's flattened [B, S] positions; ``mask`` marks the placeholders of this
+#     process's positions. With one process holding every position (the reference), that is ``features`` itself;
+#     under sequence parallelism, the rows of the placeholders in this rank's slice (VLM and Omni forwards).
+placeholder_features_slot = _define("placeholder_features")

@@ -9,7 +9,7 @@ What is checked, against upstream ``transformers`` with the same weights: logits
 every gradient within the eager tolerance, fp32 and bf16, with every slot eager; each guarded slot's reference
 kernel bound alone (fp32 and bf16) and all at once, each called (``check_parity``'s call counter); the chunked
 loss and ``logits_to_keep``; ``from_pretrained`` / ``save_pretrained`` both ways; the vision ``dummy_forward``;
-the position-id function against upstream's ``get_rope_index``, pickled into a spawned worker; the collator step
+the position-id function against upstream's ``get_rope_index`` (per document of a packed row too), pickled into a spawned worker; the collator step
 of ``get_metadata_collate_func`` (``vlm_metadata_checks``); and the module tree of the built model, every module
 a generated class or one the config leaves as upstream's on purpose.
 """
@@ -552,6 +552,36 @@ class VlmParitySuite(VisionMetadataChecks):
         model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend)
         ours, base = model.get_position_id_func(), model.model.get_position_id_func()
         assert (ours.func, ours.args) == (base.func, base.args)
+
+    def _packed_documents(self, backend: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The text-only, image, video and mixed samples, each trimmed to its real tokens, and one row packing
+        them: tokens, pixels and grids concatenated, position ids ``[4, 1, total]`` (row 0 the text positions,
+        restarting per document; rows 1-3 the position-id function's, run per document)."""
+        rows = self.model.multimodal_batch(labels=False)
+        documents = []
+        for row in (2, 0, 1, 3):
+            sample = self._sample(rows, row)
+            real = int(sample["attention_mask"].sum())
+            for name in ("input_ids", "mm_token_type_ids", "attention_mask"):
+                sample[name] = sample[name][:, :real]
+            documents.append(sample)
+        func = self._position_id_func(backend)
+        rope = torch.cat([func(**_rope_index_inputs(doc))[0] for doc in documents], dim=-1)
+        text = torch.cat([torch.arange(doc["input_ids"].shape[1]) for doc in documents]).view(1, 1, -1)
+        packed: dict[str, Any] = {"position_ids": torch.cat((text, rope), dim=0)}
+        packed["input_ids"] = torch.cat([doc["input_ids"] for doc in documents], dim=1)
+        for name in ("pixel_values", "pixel_values_videos"):
+            packed[name] = rows[name]  # the samples keep the batch's order of images and videos
+        for name in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts"):
+            parts = [doc[name] for doc in documents if name in doc]
+            if parts:
+                packed[name] = torch.cat(parts)
+        return documents, packed
+
+    def test_position_ids_of_packed_documents_equal_upstream_get_rope_index_per_document(self, backend: str) -> None:
+        documents, packed = self._packed_documents(backend)
+        expected = torch.cat([self._upstream_rope_index(doc)[0] for doc in documents], dim=-1)
+        assert torch.equal(packed["position_ids"][1:], expected)
 
     def _sample(self, batch: Mapping[str, Any], row: int) -> dict[str, Any]:
         """Row ``row`` of the multimodal batch alone, with the grids of its own images and videos."""

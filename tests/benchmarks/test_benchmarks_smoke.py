@@ -20,10 +20,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Rows each section must render, beyond one row of its own.
 EXPECTED_ROWS = {
     "generator": (),
-    # The hybrid model's row: its generated side with the CPU kernels of its Gated DeltaNet slots.
+    # The hybrid model's rows (its Gated DeltaNet slots' CPU kernels) and the VLM row (qwen2_5_vl with its CPU
+    # kernels), each against upstream's default.
     "runtime": (
         "| runtime | qwen3_5: train step time, generated (chunked_delta kernels) / upstream default |",
         "| runtime | qwen3_5: train step peak memory, generated (chunked_delta kernels) / upstream default |",
+        "| runtime | qwen2_5_vl: train step, generated with its CPU kernels / upstream default |",
     ),
     "loss": (),
     # The MoE section judges the grouped kernel against upstream's default and fastest experts

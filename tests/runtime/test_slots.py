@@ -41,6 +41,7 @@ GENERATED_CODE_SLOT_NAMES = {
     "causal_conv1d_update_slot": "causal_conv1d_update",
     "chunk_gated_delta_rule_slot": "chunk_gated_delta_rule",
     "recurrent_gated_delta_rule_slot": "recurrent_gated_delta_rule",
+    "placeholder_features_slot": "placeholder_features",
 }
 
 

@@ -84,6 +84,13 @@ def _sp_linear() -> ModuleType:
     return linear_attention
 
 
+def _sp_placeholders() -> ModuleType:
+    # Imported when bound, as _ep_alltoall.
+    from modelgraft.models.distributed import multimodal
+
+    return multimodal
+
+
 def _liger() -> ModuleType:
     # Imported when bound, after the CUDA and package checks: liger_kernel is an optional GPU-only package.
     from modelgraft.models.ops.kernels import liger
@@ -153,6 +160,11 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             name="sp_linear",
             load=_sp_linear,
             slots=frozenset({"causal_conv1d", "chunk_gated_delta_rule"}),
+        ),
+        "sp_placeholders": KernelFamily(
+            name="sp_placeholders",
+            load=_sp_placeholders,
+            slots=frozenset({"placeholder_features"}),
         ),
         "liger": KernelFamily(
             name="liger",

@@ -680,3 +680,10 @@ def topk_softmax_router(
     logits = F.linear(hidden_states, weight, bias)
     top, indices = torch.topk(logits, top_k, dim=-1)
     return logits, F.softmax(top, dim=1, dtype=top.dtype), indices
+
+
+def placeholder_features(mask: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """``placeholder_features`` slot contract with one process: it holds every placeholder, so every feature."""
+    if int(mask.sum()) != features.shape[0]:
+        raise ValueError(f"{int(mask.sum())} placeholders for {features.shape[0]} features")
+    return features

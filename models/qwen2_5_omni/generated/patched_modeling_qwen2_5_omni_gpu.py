@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_omni.modeling_qwen2_5_omni (transformers==5.16.1)
 # Config: models.qwen2_5_omni.qwen2_5_omni_gpu_patch_gen_config
 # Description: Qwen2.5-Omni thinker with op-slot guards (text, vision, audio), the fused-loss head and training helpers; the talker and token2wav left out
-# Fingerprint: 17fc29d55a0977a8fc06
+# Fingerprint: 6a7ce54870125d641eaa
 # Patches:
 #   - override_method Qwen2_5OmniRMSNorm.forward: rms_norm slot guard
 #   - modify_init Qwen2MLP: record the activation's name for the slot guard
@@ -17,7 +17,7 @@
 #   - replace_function apply_rotary_pos_emb_vision: vision RoPE behind the rope_vision slot
 #   - override_method Qwen2_5OmniVisionEncoder.dummy_forward: a zero loss term through the vision tower, for ranks without images
 #   - override_method Qwen2_5OmniAudioEncoder.dummy_forward: a zero loss term through the audio tower, for ranks without audio
-#   - override_method Qwen2_5OmniThinkerForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
+#   - override_method Qwen2_5OmniThinkerForConditionalGeneration.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks; logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen2_5OmniThinkerForConditionalGeneration.get_position_id_func: picklable multimodal position ids (audio included) for the data pipeline
 #   - override_method Qwen2_5OmniThinkerForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
 #   - replace_class Qwen2_5OmniForConditionalGeneration: the thinker alone; audio output refused; the speech side's checkpoint keys dropped on load
@@ -91,12 +91,46 @@ from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
     layer_norm_slot,
+    placeholder_features_slot,
     rms_norm_slot,
     rope_slot,
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
 from modelgraft.models.vision_metadata import vision_metadata
+
+
+# [HELPERS]: a tower's features of this rank's placeholders
+def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | None = None) -> Any:
+    """A tower's ``outputs`` with ``features`` (and the per-layer ``layers``) cut to the placeholders of ``mask``.
+
+    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, or a tuple
+    of one per image, concatenated here); the ``placeholder_features`` slot keeps those of this process's
+    positions, so upstream's statements that follow (the count check, the scatter, Qwen3-VL's deepstack merge)
+    run unchanged on this rank's slice of the sequence.
+    """
+    value = getattr(outputs, features)
+    if isinstance(value, (tuple, list)):
+        setattr(outputs, features, (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),))
+    else:
+        setattr(outputs, features, placeholder_features_slot(mask, value))
+    if layers is not None and getattr(outputs, layers, None) is not None:
+        setattr(outputs, layers, [placeholder_features_slot(mask, layer) for layer in getattr(outputs, layers)])
+    return outputs
+
+
+# [HELPERS]: zero from the towers a batch does not feed
+def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
+    """``inputs_embeds`` plus exactly zero from each given tower's ``dummy_forward`` (None: that call ran).
+
+    A rank whose batch lacks an input of a tower call (no image, no video, no audio) runs the tower once in its
+    place, so every rank makes the same tower calls (FSDP's collectives of the tower's blocks stay in step) and
+    every tower parameter gets a gradient, zero, instead of None.
+    """
+    for tower in towers:
+        if tower is not None:
+            inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
+    return inputs_embeds
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -2055,7 +2089,7 @@ class Qwen2_5OmniThinkerForConditionalGeneration(Qwen2_5OmniPreTrainedModelForCo
             position_ids = None
         return position_ids
 
-    # [PATCHED METHOD] Qwen2_5OmniThinkerForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
+    # [PATCHED METHOD] Qwen2_5OmniThinkerForConditionalGeneration.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks; logits and loss behind the causal_lm_loss slot
     @can_return_tuple
     @auto_docstring
     def forward(
@@ -2130,17 +2164,33 @@ class Qwen2_5OmniThinkerForConditionalGeneration(Qwen2_5OmniPreTrainedModelForCo
 
         # 2. Merge text , audios , image and video
         if input_features is not None:
-            audio_features = self.get_audio_features(
-                input_features, feature_attention_mask, audio_feature_lengths, return_dict=True, **kwargs
-            ).last_hidden_state
+            if placeholder_features_slot.use_non_eager_impl:
+                audio_features = placeholder_outputs(
+                    self.get_audio_features(
+                        input_features, feature_attention_mask, audio_feature_lengths, return_dict=True, **kwargs
+                    ),
+                    self.get_placeholder_mask(input_ids, inputs_embeds=inputs_embeds)[2],
+                    "last_hidden_state",
+                ).last_hidden_state
+            else:
+                audio_features = self.get_audio_features(
+                    input_features, feature_attention_mask, audio_feature_lengths, return_dict=True, **kwargs
+                ).last_hidden_state
             audio_features = audio_features.to(inputs_embeds.device, inputs_embeds.dtype)
             _, _, audio_mask = self.get_placeholder_mask(input_ids, inputs_embeds=inputs_embeds)
             inputs_embeds = inputs_embeds.masked_scatter(audio_mask, audio_features)
 
         if pixel_values is not None:
-            image_embeds = self.get_image_features(
-                pixel_values, image_grid_thw, return_dict=True, **kwargs
-            ).pooler_output
+            if placeholder_features_slot.use_non_eager_impl:
+                image_embeds = placeholder_outputs(
+                    self.get_image_features(pixel_values, image_grid_thw, return_dict=True, **kwargs),
+                    self.get_placeholder_mask(input_ids, inputs_embeds=inputs_embeds)[0],
+                    "pooler_output",
+                ).pooler_output
+            else:
+                image_embeds = self.get_image_features(
+                    pixel_values, image_grid_thw, return_dict=True, **kwargs
+                ).pooler_output
             image_embeds = torch.cat(image_embeds, dim=0).to(inputs_embeds.device, inputs_embeds.dtype)
             image_mask, _, _ = self.get_placeholder_mask(
                 input_ids, inputs_embeds=inputs_embeds, image_features=image_embeds
@@ -2148,9 +2198,16 @@ class Qwen2_5OmniThinkerForConditionalGeneration(Qwen2_5OmniPreTrainedModelForCo
             inputs_embeds = inputs_embeds.masked_scatter(image_mask, image_embeds)
 
         if pixel_values_videos is not None:
-            video_embeds = self.get_video_features(
-                pixel_values_videos, video_grid_thw, return_dict=True, **kwargs
-            ).pooler_output
+            if placeholder_features_slot.use_non_eager_impl:
+                video_embeds = placeholder_outputs(
+                    self.get_video_features(pixel_values_videos, video_grid_thw, return_dict=True, **kwargs),
+                    self.get_placeholder_mask(input_ids, inputs_embeds=inputs_embeds)[1],
+                    "pooler_output",
+                ).pooler_output
+            else:
+                video_embeds = self.get_video_features(
+                    pixel_values_videos, video_grid_thw, return_dict=True, **kwargs
+                ).pooler_output
             video_embeds = torch.cat(video_embeds, dim=0).to(inputs_embeds.device, inputs_embeds.dtype)
             _, video_mask, _ = self.get_placeholder_mask(
                 input_ids, inputs_embeds=inputs_embeds, video_features=video_embeds
@@ -2163,27 +2220,56 @@ class Qwen2_5OmniThinkerForConditionalGeneration(Qwen2_5OmniPreTrainedModelForCo
             audio_feature_lengths = None
 
         if position_ids is None:
-            position_ids = self.compute_3d_position_ids(
-                input_ids=input_ids,
-                image_grid_thw=image_grid_thw,
-                video_grid_thw=video_grid_thw,
-                inputs_embeds=inputs_embeds,
-                attention_mask=attention_mask,
-                past_key_values=past_key_values,
-                use_audio_in_video=use_audio_in_video,
-                audio_feature_lengths=audio_feature_lengths,
-                video_second_per_grid=video_second_per_grid,
-            )
+            if isinstance(attention_mask, dict):
+                position_ids = self.compute_3d_position_ids(
+                    input_ids=input_ids,
+                    image_grid_thw=image_grid_thw,
+                    video_grid_thw=video_grid_thw,
+                    inputs_embeds=inputs_embeds,
+                    attention_mask=attention_mask.get("full_attention"),
+                    past_key_values=past_key_values,
+                    use_audio_in_video=use_audio_in_video,
+                    audio_feature_lengths=audio_feature_lengths,
+                    video_second_per_grid=video_second_per_grid,
+                )
+            else:
+                position_ids = self.compute_3d_position_ids(
+                    input_ids=input_ids,
+                    image_grid_thw=image_grid_thw,
+                    video_grid_thw=video_grid_thw,
+                    inputs_embeds=inputs_embeds,
+                    attention_mask=attention_mask,
+                    past_key_values=past_key_values,
+                    use_audio_in_video=use_audio_in_video,
+                    audio_feature_lengths=audio_feature_lengths,
+                    video_second_per_grid=video_second_per_grid,
+                )
 
-        outputs = self.model(
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            return_dict=True,
-            **kwargs,
-        )
+        if placeholder_features_slot.use_non_eager_impl:
+            outputs = self.model(
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                inputs_embeds=with_tower_dummies(
+                    inputs_embeds,
+                    self.audio_tower if input_features is None else None,
+                    self.visual if pixel_values is None else None,
+                    self.visual if pixel_values_videos is None else None,
+                ),
+                use_cache=use_cache,
+                return_dict=True,
+                **kwargs,
+            )
+        else:
+            outputs = self.model(
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                inputs_embeds=inputs_embeds,
+                use_cache=use_cache,
+                return_dict=True,
+                **kwargs,
+            )
 
         hidden_states = outputs[0]
         if labels is not None and causal_lm_loss_slot.use_non_eager_impl:

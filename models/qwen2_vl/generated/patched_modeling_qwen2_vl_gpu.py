@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_vl.modeling_qwen2_vl (transformers==5.16.1)
 # Config: models.qwen2_vl.qwen2_vl_gpu_patch_gen_config
 # Description: Qwen2-VL with op-slot guards (text and vision), the fused-loss head and training helpers
-# Fingerprint: 36b49a57980144918c2b
+# Fingerprint: 5bdc5b759bf22e6c4460
 # Patches:
 #   - override_method Qwen2VLRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard
@@ -14,6 +14,7 @@
 #   - replace_function apply_multimodal_rotary_pos_emb: multimodal RoPE behind the rope slot
 #   - replace_function apply_rotary_pos_emb_vision: vision RoPE behind the rope_vision slot
 #   - override_method Qwen2VisionTransformerPretrainedModel.dummy_forward: a zero loss term through the vision tower, for ranks without images
+#   - override_method Qwen2VLModel.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
 #   - override_method Qwen2VLForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen2VLModel.get_position_id_func: picklable multimodal position ids for the data pipeline
 #   - override_method Qwen2VLModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
@@ -85,12 +86,46 @@ from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
     layer_norm_slot,
+    placeholder_features_slot,
     rms_norm_slot,
     rope_slot,
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
 from modelgraft.models.vision_metadata import vision_metadata
+
+
+# [HELPERS]: a tower's features of this rank's placeholders
+def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | None = None) -> Any:
+    """A tower's ``outputs`` with ``features`` (and the per-layer ``layers``) cut to the placeholders of ``mask``.
+
+    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, or a tuple
+    of one per image, concatenated here); the ``placeholder_features`` slot keeps those of this process's
+    positions, so upstream's statements that follow (the count check, the scatter, Qwen3-VL's deepstack merge)
+    run unchanged on this rank's slice of the sequence.
+    """
+    value = getattr(outputs, features)
+    if isinstance(value, (tuple, list)):
+        setattr(outputs, features, (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),))
+    else:
+        setattr(outputs, features, placeholder_features_slot(mask, value))
+    if layers is not None and getattr(outputs, layers, None) is not None:
+        setattr(outputs, layers, [placeholder_features_slot(mask, layer) for layer in getattr(outputs, layers)])
+    return outputs
+
+
+# [HELPERS]: zero from the towers a batch does not feed
+def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
+    """``inputs_embeds`` plus exactly zero from each given tower's ``dummy_forward`` (None: that call ran).
+
+    A rank whose batch lacks an input of a tower call (no image, no video, no audio) runs the tower once in its
+    place, so every rank makes the same tower calls (FSDP's collectives of the tower's blocks stay in step) and
+    every tower parameter gets a gradient, zero, instead of None.
+    """
+    for tower in towers:
+        if tower is not None:
+            inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
+    return inputs_embeds
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1307,6 +1342,7 @@ class Qwen2VLModel(Qwen2VLPreTrainedModel):
             position_ids = None
         return position_ids
 
+    # [PATCHED METHOD] Qwen2VLModel.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
     @can_return_tuple
     @auto_docstring
     def forward(
@@ -1328,7 +1364,14 @@ class Qwen2VLModel(Qwen2VLPreTrainedModel):
             inputs_embeds = self.get_input_embeddings()(input_ids)
 
         if pixel_values is not None:
-            image_embeds = self.get_image_features(pixel_values, image_grid_thw, **kwargs).pooler_output
+            if placeholder_features_slot.use_non_eager_impl:
+                image_embeds = placeholder_outputs(
+                    self.get_image_features(pixel_values, image_grid_thw, **kwargs),
+                    self.get_placeholder_mask(input_ids, inputs_embeds=inputs_embeds)[0],
+                    "pooler_output",
+                ).pooler_output
+            else:
+                image_embeds = self.get_image_features(pixel_values, image_grid_thw, **kwargs).pooler_output
             image_embeds = torch.cat(image_embeds, dim=0).to(inputs_embeds.device, inputs_embeds.dtype)
             image_mask, _ = self.get_placeholder_mask(
                 input_ids, inputs_embeds=inputs_embeds, image_features=image_embeds
@@ -1336,7 +1379,14 @@ class Qwen2VLModel(Qwen2VLPreTrainedModel):
             inputs_embeds = inputs_embeds.masked_scatter(image_mask, image_embeds)
 
         if pixel_values_videos is not None:
-            video_embeds = self.get_video_features(pixel_values_videos, video_grid_thw, **kwargs).pooler_output
+            if placeholder_features_slot.use_non_eager_impl:
+                video_embeds = placeholder_outputs(
+                    self.get_video_features(pixel_values_videos, video_grid_thw, **kwargs),
+                    self.get_placeholder_mask(input_ids, inputs_embeds=inputs_embeds)[1],
+                    "pooler_output",
+                ).pooler_output
+            else:
+                video_embeds = self.get_video_features(pixel_values_videos, video_grid_thw, **kwargs).pooler_output
             video_embeds = torch.cat(video_embeds, dim=0).to(inputs_embeds.device, inputs_embeds.dtype)
             _, video_mask = self.get_placeholder_mask(
                 input_ids, inputs_embeds=inputs_embeds, video_features=video_embeds
@@ -1344,25 +1394,51 @@ class Qwen2VLModel(Qwen2VLPreTrainedModel):
             inputs_embeds = inputs_embeds.masked_scatter(video_mask, video_embeds)
 
         if position_ids is None:
-            position_ids = self.compute_3d_position_ids(
-                input_ids=input_ids,
-                image_grid_thw=image_grid_thw,
-                video_grid_thw=video_grid_thw,
-                inputs_embeds=inputs_embeds,
+            if isinstance(attention_mask, dict):
+                position_ids = self.compute_3d_position_ids(
+                    input_ids=input_ids,
+                    image_grid_thw=image_grid_thw,
+                    video_grid_thw=video_grid_thw,
+                    inputs_embeds=inputs_embeds,
+                    attention_mask=attention_mask.get("full_attention"),
+                    past_key_values=past_key_values,
+                    mm_token_type_ids=mm_token_type_ids,
+                )
+            else:
+                position_ids = self.compute_3d_position_ids(
+                    input_ids=input_ids,
+                    image_grid_thw=image_grid_thw,
+                    video_grid_thw=video_grid_thw,
+                    inputs_embeds=inputs_embeds,
+                    attention_mask=attention_mask,
+                    past_key_values=past_key_values,
+                    mm_token_type_ids=mm_token_type_ids,
+                )
+
+        if placeholder_features_slot.use_non_eager_impl:
+            outputs = self.language_model(
+                input_ids=None,
+                position_ids=position_ids,
                 attention_mask=attention_mask,
                 past_key_values=past_key_values,
-                mm_token_type_ids=mm_token_type_ids,
+                inputs_embeds=with_tower_dummies(
+                    inputs_embeds,
+                    self.visual if pixel_values is None else None,
+                    self.visual if pixel_values_videos is None else None,
+                ),
+                use_cache=use_cache,
+                **kwargs,
             )
-
-        outputs = self.language_model(
-            input_ids=None,
-            position_ids=position_ids,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
+        else:
+            outputs = self.language_model(
+                input_ids=None,
+                position_ids=position_ids,
+                attention_mask=attention_mask,
+                past_key_values=past_key_values,
+                inputs_embeds=inputs_embeds,
+                use_cache=use_cache,
+                **kwargs,
+            )
         return Qwen2VLModelOutputWithPast(
             last_hidden_state=outputs.last_hidden_state,
             past_key_values=outputs.past_key_values,

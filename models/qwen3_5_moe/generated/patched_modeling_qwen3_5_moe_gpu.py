@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_5_moe.modeling_qwen3_5_moe (transformers==5.16.1)
 # Config: models.qwen3_5_moe.qwen3_5_moe_gpu_patch_gen_config
 # Description: Qwen3.5-MoE with op-slot guards (Gated DeltaNet, text, vision, experts, router), its own towers, the fused-loss heads with the aux loss, the expert-parallel plan and training helpers
-# Fingerprint: b70519bbf612f0e9e42c
+# Fingerprint: 88d86a844c8e21d4050f
 # Patches:
 #   - override_method Qwen3_5MoeRMSNormGated.forward: rms_norm_gated slot guard
 #   - replace_function causal_conv1d_fn: causal_conv1d slot guard; the torch body, without the hub decorator
@@ -21,6 +21,7 @@
 #   - replace_function apply_rotary_pos_emb_vision: vision RoPE behind the rope_vision slot
 #   - override_method Qwen3_5MoeVisionModel.dummy_forward: a zero loss term through the vision tower, for ranks without images
 #   - override_method Qwen3_5MoeModel.__init__: the towers are this module's classes, not AutoModel's
+#   - override_method Qwen3_5MoeModel.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
 #   - override_method Qwen3_5MoeForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
 #   - override_method Qwen3_5MoeModel.get_position_id_func: picklable multimodal position ids for the data pipeline
 #   - override_method Qwen3_5MoeModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
@@ -110,6 +111,7 @@ from modelgraft.models.ops.slots import (
     layer_norm_slot,
     load_balancing_loss_slot,
     moe_experts_slot,
+    placeholder_features_slot,
     recurrent_gated_delta_rule_slot,
     rms_norm_gated_slot,
     rms_norm_slot,
@@ -119,6 +121,39 @@ from modelgraft.models.ops.slots import (
 )
 from modelgraft.models.pretrained import require_complete_load
 from modelgraft.models.vision_metadata import vision_metadata
+
+
+# [HELPERS]: a tower's features of this rank's placeholders
+def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | None = None) -> Any:
+    """A tower's ``outputs`` with ``features`` (and the per-layer ``layers``) cut to the placeholders of ``mask``.
+
+    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, or a tuple
+    of one per image, concatenated here); the ``placeholder_features`` slot keeps those of this process's
+    positions, so upstream's statements that follow (the count check, the scatter, Qwen3-VL's deepstack merge)
+    run unchanged on this rank's slice of the sequence.
+    """
+    value = getattr(outputs, features)
+    if isinstance(value, (tuple, list)):
+        setattr(outputs, features, (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),))
+    else:
+        setattr(outputs, features, placeholder_features_slot(mask, value))
+    if layers is not None and getattr(outputs, layers, None) is not None:
+        setattr(outputs, layers, [placeholder_features_slot(mask, layer) for layer in getattr(outputs, layers)])
+    return outputs
+
+
+# [HELPERS]: zero from the towers a batch does not feed
+def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
+    """``inputs_embeds`` plus exactly zero from each given tower's ``dummy_forward`` (None: that call ran).
+
+    A rank whose batch lacks an input of a tower call (no image, no video, no audio) runs the tower once in its
+    place, so every rank makes the same tower calls (FSDP's collectives of the tower's blocks stay in step) and
+    every tower parameter gets a gradient, zero, instead of None.
+    """
+    for tower in towers:
+        if tower is not None:
+            inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
+    return inputs_embeds
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1852,6 +1887,7 @@ class Qwen3_5MoeModel(Qwen3_5MoePreTrainedModel):
             position_ids = None
         return position_ids
 
+    # [PATCHED METHOD] Qwen3_5MoeModel.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
     @auto_docstring
     @can_return_tuple
     def forward(
@@ -1875,9 +1911,16 @@ class Qwen3_5MoeModel(Qwen3_5MoePreTrainedModel):
             inputs_embeds = self.get_input_embeddings()(input_ids)
 
         if pixel_values is not None:
-            image_outputs: BaseModelOutputWithPooling = self.get_image_features(
-                pixel_values, image_grid_thw, return_dict=True, **kwargs
-            )
+            if placeholder_features_slot.use_non_eager_impl:
+                image_outputs: BaseModelOutputWithPooling = placeholder_outputs(
+                    self.get_image_features(pixel_values, image_grid_thw, return_dict=True, **kwargs),
+                    self.get_placeholder_mask(input_ids, inputs_embeds=inputs_embeds)[0],
+                    "pooler_output",
+                )
+            else:
+                image_outputs: BaseModelOutputWithPooling = self.get_image_features(
+                    pixel_values, image_grid_thw, return_dict=True, **kwargs
+                )
             image_embeds = image_outputs.pooler_output
             image_embeds = torch.cat(image_embeds, dim=0).to(inputs_embeds.device, inputs_embeds.dtype)
             image_mask, _ = self.get_placeholder_mask(
@@ -1886,9 +1929,16 @@ class Qwen3_5MoeModel(Qwen3_5MoePreTrainedModel):
             inputs_embeds = inputs_embeds.masked_scatter(image_mask, image_embeds)
 
         if pixel_values_videos is not None:
-            video_outputs: BaseModelOutputWithPooling = self.get_video_features(
-                pixel_values_videos, video_grid_thw, return_dict=True, **kwargs
-            )
+            if placeholder_features_slot.use_non_eager_impl:
+                video_outputs: BaseModelOutputWithPooling = placeholder_outputs(
+                    self.get_video_features(pixel_values_videos, video_grid_thw, return_dict=True, **kwargs),
+                    self.get_placeholder_mask(input_ids, inputs_embeds=inputs_embeds)[1],
+                    "pooler_output",
+                )
+            else:
+                video_outputs: BaseModelOutputWithPooling = self.get_video_features(
+                    pixel_values_videos, video_grid_thw, return_dict=True, **kwargs
+                )
             video_embeds = video_outputs.pooler_output
             video_embeds = torch.cat(video_embeds, dim=0).to(inputs_embeds.device, inputs_embeds.dtype)
             _, video_mask = self.get_placeholder_mask(
@@ -1897,24 +1947,49 @@ class Qwen3_5MoeModel(Qwen3_5MoePreTrainedModel):
             inputs_embeds = inputs_embeds.masked_scatter(video_mask, video_embeds)
 
         if position_ids is None:
-            position_ids = self.compute_3d_position_ids(
-                input_ids=input_ids,
-                image_grid_thw=image_grid_thw,
-                video_grid_thw=video_grid_thw,
-                inputs_embeds=inputs_embeds,
+            if isinstance(attention_mask, dict):
+                position_ids = self.compute_3d_position_ids(
+                    input_ids=input_ids,
+                    image_grid_thw=image_grid_thw,
+                    video_grid_thw=video_grid_thw,
+                    inputs_embeds=inputs_embeds,
+                    attention_mask=attention_mask.get("full_attention"),
+                    past_key_values=past_key_values,
+                    mm_token_type_ids=mm_token_type_ids,
+                )
+            else:
+                position_ids = self.compute_3d_position_ids(
+                    input_ids=input_ids,
+                    image_grid_thw=image_grid_thw,
+                    video_grid_thw=video_grid_thw,
+                    inputs_embeds=inputs_embeds,
+                    attention_mask=attention_mask,
+                    past_key_values=past_key_values,
+                    mm_token_type_ids=mm_token_type_ids,
+                )
+
+        if placeholder_features_slot.use_non_eager_impl:
+            outputs = self.language_model(
+                input_ids=None,
+                position_ids=position_ids,
                 attention_mask=attention_mask,
                 past_key_values=past_key_values,
-                mm_token_type_ids=mm_token_type_ids,
+                inputs_embeds=with_tower_dummies(
+                    inputs_embeds,
+                    self.visual if pixel_values is None else None,
+                    self.visual if pixel_values_videos is None else None,
+                ),
+                **kwargs,
             )
-
-        outputs = self.language_model(
-            input_ids=None,
-            position_ids=position_ids,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
+        else:
+            outputs = self.language_model(
+                input_ids=None,
+                position_ids=position_ids,
+                attention_mask=attention_mask,
+                past_key_values=past_key_values,
+                inputs_embeds=inputs_embeds,
+                **kwargs,
+            )
 
         return Qwen3_5MoeModelOutputWithPast(
             **outputs,

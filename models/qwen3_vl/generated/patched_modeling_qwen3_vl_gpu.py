@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_vl.modeling_qwen3_vl (transformers==5.16.1)
 # Config: models.qwen3_vl.qwen3_vl_gpu_patch_gen_config
 # Description: Qwen3-VL with op-slot guards (text and vision), its own towers, the fused-loss head and training helpers
-# Fingerprint: c3a34535493e06b0f490
+# Fingerprint: cbab191e39ccf63f9835
 # Patches:
 #   - override_method Qwen3VLTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3VLTextMLP.forward: glu_activation slot guard
@@ -16,6 +16,7 @@
 #   - replace_function apply_rotary_pos_emb_vision: vision RoPE behind the rope_vision slot
 #   - override_method Qwen3VLVisionModel.dummy_forward: a zero loss term through the vision tower, for ranks without images
 #   - override_method Qwen3VLModel.__init__: the towers are this module's classes, not AutoModel's
+#   - override_method Qwen3VLModel.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
 #   - override_method Qwen3VLForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen3VLModel.get_position_id_func: picklable multimodal position ids for the data pipeline
 #   - override_method Qwen3VLModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
@@ -83,12 +84,46 @@ from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
     layer_norm_slot,
+    placeholder_features_slot,
     rms_norm_slot,
     rope_slot,
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
 from modelgraft.models.vision_metadata import vision_metadata
+
+
+# [HELPERS]: a tower's features of this rank's placeholders
+def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | None = None) -> Any:
+    """A tower's ``outputs`` with ``features`` (and the per-layer ``layers``) cut to the placeholders of ``mask``.
+
+    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, or a tuple
+    of one per image, concatenated here); the ``placeholder_features`` slot keeps those of this process's
+    positions, so upstream's statements that follow (the count check, the scatter, Qwen3-VL's deepstack merge)
+    run unchanged on this rank's slice of the sequence.
+    """
+    value = getattr(outputs, features)
+    if isinstance(value, (tuple, list)):
+        setattr(outputs, features, (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),))
+    else:
+        setattr(outputs, features, placeholder_features_slot(mask, value))
+    if layers is not None and getattr(outputs, layers, None) is not None:
+        setattr(outputs, layers, [placeholder_features_slot(mask, layer) for layer in getattr(outputs, layers)])
+    return outputs
+
+
+# [HELPERS]: zero from the towers a batch does not feed
+def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
+    """``inputs_embeds`` plus exactly zero from each given tower's ``dummy_forward`` (None: that call ran).
+
+    A rank whose batch lacks an input of a tower call (no image, no video, no audio) runs the tower once in its
+    place, so every rank makes the same tower calls (FSDP's collectives of the tower's blocks stay in step) and
+    every tower parameter gets a gradient, zero, instead of None.
+    """
+    for tower in towers:
+        if tower is not None:
+            inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
+    return inputs_embeds
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1313,6 +1348,7 @@ class Qwen3VLModel(Qwen3VLPreTrainedModel):
             position_ids = None
         return position_ids
 
+    # [PATCHED METHOD] Qwen3VLModel.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
     @auto_docstring
     @can_return_tuple
     def forward(
@@ -1339,9 +1375,17 @@ class Qwen3VLModel(Qwen3VLPreTrainedModel):
         video_mask = None
 
         if pixel_values is not None:
-            image_outputs: BaseModelOutputWithDeepstackFeatures = self.get_image_features(
-                pixel_values, image_grid_thw, return_dict=True, **kwargs
-            )
+            if placeholder_features_slot.use_non_eager_impl:
+                image_outputs: BaseModelOutputWithDeepstackFeatures = placeholder_outputs(
+                    self.get_image_features(pixel_values, image_grid_thw, return_dict=True, **kwargs),
+                    self.get_placeholder_mask(input_ids, inputs_embeds=inputs_embeds)[0],
+                    "pooler_output",
+                    "deepstack_features",
+                )
+            else:
+                image_outputs: BaseModelOutputWithDeepstackFeatures = self.get_image_features(
+                    pixel_values, image_grid_thw, return_dict=True, **kwargs
+                )
             image_embeds = image_outputs.pooler_output
             deepstack_image_embeds = image_outputs.deepstack_features
             image_embeds = torch.cat(image_embeds, dim=0).to(inputs_embeds.device, inputs_embeds.dtype)
@@ -1351,9 +1395,17 @@ class Qwen3VLModel(Qwen3VLPreTrainedModel):
             inputs_embeds = inputs_embeds.masked_scatter(image_mask, image_embeds)
 
         if pixel_values_videos is not None:
-            video_outputs: BaseModelOutputWithDeepstackFeatures = self.get_video_features(
-                pixel_values_videos, video_grid_thw, return_dict=True, **kwargs
-            )
+            if placeholder_features_slot.use_non_eager_impl:
+                video_outputs: BaseModelOutputWithDeepstackFeatures = placeholder_outputs(
+                    self.get_video_features(pixel_values_videos, video_grid_thw, return_dict=True, **kwargs),
+                    self.get_placeholder_mask(input_ids, inputs_embeds=inputs_embeds)[1],
+                    "pooler_output",
+                    "deepstack_features",
+                )
+            else:
+                video_outputs: BaseModelOutputWithDeepstackFeatures = self.get_video_features(
+                    pixel_values_videos, video_grid_thw, return_dict=True, **kwargs
+                )
             video_embeds = video_outputs.pooler_output
             deepstack_video_embeds = video_outputs.deepstack_features
             video_embeds = torch.cat(video_embeds, dim=0).to(inputs_embeds.device, inputs_embeds.dtype)
@@ -1387,26 +1439,53 @@ class Qwen3VLModel(Qwen3VLPreTrainedModel):
             deepstack_visual_embeds = deepstack_video_embeds
 
         if position_ids is None:
-            position_ids = self.compute_3d_position_ids(
-                input_ids=input_ids,
-                image_grid_thw=image_grid_thw,
-                video_grid_thw=video_grid_thw,
-                inputs_embeds=inputs_embeds,
+            if isinstance(attention_mask, dict):
+                position_ids = self.compute_3d_position_ids(
+                    input_ids=input_ids,
+                    image_grid_thw=image_grid_thw,
+                    video_grid_thw=video_grid_thw,
+                    inputs_embeds=inputs_embeds,
+                    attention_mask=attention_mask.get("full_attention"),
+                    past_key_values=past_key_values,
+                    mm_token_type_ids=mm_token_type_ids,
+                )
+            else:
+                position_ids = self.compute_3d_position_ids(
+                    input_ids=input_ids,
+                    image_grid_thw=image_grid_thw,
+                    video_grid_thw=video_grid_thw,
+                    inputs_embeds=inputs_embeds,
+                    attention_mask=attention_mask,
+                    past_key_values=past_key_values,
+                    mm_token_type_ids=mm_token_type_ids,
+                )
+
+        if placeholder_features_slot.use_non_eager_impl:
+            outputs = self.language_model(
+                input_ids=None,
+                position_ids=position_ids,
                 attention_mask=attention_mask,
                 past_key_values=past_key_values,
-                mm_token_type_ids=mm_token_type_ids,
+                inputs_embeds=with_tower_dummies(
+                    inputs_embeds,
+                    self.visual if pixel_values is None else None,
+                    self.visual if pixel_values_videos is None else None,
+                ),
+                visual_pos_masks=visual_pos_masks,
+                deepstack_visual_embeds=deepstack_visual_embeds,
+                **kwargs,
             )
-
-        outputs = self.language_model(
-            input_ids=None,
-            position_ids=position_ids,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            visual_pos_masks=visual_pos_masks,
-            deepstack_visual_embeds=deepstack_visual_embeds,
-            **kwargs,
-        )
+        else:
+            outputs = self.language_model(
+                input_ids=None,
+                position_ids=position_ids,
+                attention_mask=attention_mask,
+                past_key_values=past_key_values,
+                inputs_embeds=inputs_embeds,
+                visual_pos_masks=visual_pos_masks,
+                deepstack_visual_embeds=deepstack_visual_embeds,
+                **kwargs,
+            )
 
         return Qwen3VLModelOutputWithPast(
             **outputs,

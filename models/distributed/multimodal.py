@@ -1,0 +1,125 @@
+"""Sequence parallelism for VLM and Omni models: the rank's placeholder features, and its slice of a batch.
+
+A Qwen-VL (or Omni thinker) forward embeds the text, runs its towers (vision, audio) on the batch's images,
+videos and audio clips, and scatters their features into the placeholder positions of the text. Under Ulysses
+sequence parallelism each sp rank holds a contiguous slice of every row (:func:`shard_multimodal`), while the
+towers' inputs (``pixel_values``, ``pixel_values_videos``, ``input_features`` and their grids) stay whole on every
+sp rank. Every sp rank therefore runs each tower on the same whole images, which also keeps FSDP's collectives
+of the towers in step; the generated forward then hands the tower's features to the ``placeholder_features``
+slot, whose kernel here (family ``sp_placeholders``, bound by ``modelgraft.models.distributed.parallel_ops``
+whenever the world has more than one rank) keeps the features of the placeholders in this rank's slice:
+
+1. all-gather of the rank's placeholder mask ``[B, s]`` over the sp group: the whole sequence's mask ``[B, S]``;
+2. the ordinal of every placeholder in the whole batch's flattened order (the order of the tower's features);
+3. the features at the ordinals of this rank's placeholders, in this rank's order.
+
+The gradient of a tower's parameters on one rank is then the share of its slice's tokens, and their sum over the
+sp ranks (``average_gradients``, FSDP) the one-process gradient. A rank whose slice holds no placeholder gets an
+empty selection (zero gradients, not None). A rank whose batch holds no image, video or audio at all runs the
+tower's ``dummy_forward`` instead (the generated forward does, when this slot is bound), so data-parallel ranks
+stay in step too.
+
+Position ids cannot be computed from a slice: the multimodal RoPE (``get_rope_index``) numbers an image's
+placeholders by its grid and the text after it by the image's extent. :func:`shard_multimodal` therefore takes
+the position ids of the whole sequence, computed first (``model.get_position_id_func()``, in the data pipeline),
+and slices them along their last dimension whatever the leading ones: ``[B, L]`` (text only), ``[3, B, L]``
+(upstream's layout) or the packed ``[4, B, L]`` layout whose row 0 holds the text positions that transformers
+reads packed documents from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed import ProcessGroup
+
+from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState
+from modelgraft.models.distributed.sequence import IGNORE_INDEX, padded_length, sequence_slice, shard_sequence
+
+__all__ = ["TOWER_INPUTS", "placeholder_features", "shard_multimodal"]
+
+#: Batch entries that mean a tower runs: their placeholders' positions need the whole sequence's position ids.
+TOWER_INPUTS = ("pixel_values", "pixel_values_videos", "input_features")
+
+
+def placeholder_features(
+    mask: torch.Tensor, features: torch.Tensor, *, group: ProcessGroup | None = None
+) -> torch.Tensor:
+    """``placeholder_features`` slot contract for an sp rank: ``mask`` ``[B, s]`` (or ``[B, s, 1]``) marks the
+    placeholders of this rank's slice, ``features`` ``[N, ...]`` are the tower's outputs for every placeholder of
+    the whole batch (the same on every sp rank); returns the rows of this rank's placeholders. Collective."""
+    if group is None:
+        raise ParallelConfigError(
+            "kernel 'sp_placeholders' of slot 'placeholder_features' needs the sp process group: bind it with "
+            "modelgraft.models.distributed.parallel_ops(state)"
+        )
+    local = mask[..., 0] if mask.dim() == 3 else mask
+    mine = local.to(torch.uint8).contiguous()
+    pieces = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(pieces, mine, group=group)
+    whole = torch.cat(pieces, dim=1).bool()
+    # Every sp rank sees the same whole mask and the same features: a mismatch fails on every rank alike.
+    if int(whole.sum()) != features.shape[0]:
+        raise ValueError(
+            f"{int(whole.sum())} placeholders in the whole sequence for {features.shape[0]} tower features: the "
+            "towers' inputs must be the whole batch's on every sp rank (shard_multimodal passes them through)"
+        )
+    ordinals = whole.flatten().cumsum(0).view(whole.shape) - 1
+    window = sequence_slice(whole.shape[1], len(pieces), dist.get_rank(group))
+    return features[ordinals[:, window][local.bool()].to(features.device)]
+
+
+def _slice_last(x: torch.Tensor, total: int, window: slice) -> torch.Tensor:
+    """``x`` (sequence last) padded to ``total`` positions with counts continuing ``L, L + 1, ...``, then sliced."""
+    length = x.shape[-1]
+    extra = torch.arange(length, total, device=x.device, dtype=x.dtype).expand(*x.shape[:-1], -1)
+    return torch.cat((x, extra), dim=-1)[..., window]
+
+
+def shard_multimodal(
+    batch: Mapping[str, Any],
+    state: ParallelState,
+    *,
+    pad_token_id: int = 0,
+    ignore_index: int = IGNORE_INDEX,
+    packed: bool = False,
+) -> dict[str, Any]:
+    """This sp rank's slice of a VLM or Omni batch: :func:`~modelgraft.models.distributed.sequence.shard_sequence`
+    for the text (ids, masks, labels), plus ``position_ids`` of any layout and ``mm_token_type_ids`` sliced the
+    same way; the towers' inputs and grids pass through whole.
+
+    A batch with images, videos or audio must bring the position ids of the whole sequence (the model's
+    ``get_position_id_func()``, run before sharding): refused otherwise, on every rank (a slice cannot number its
+    placeholders). A ``[4, B, L]`` layout's text row decides packed documents as one process does
+    (``packed=True``: they are described to the attention, as for a text model).
+    """
+    positions = batch.get("position_ids")
+    if positions is None and any(batch.get(name) is not None for name in TOWER_INPUTS):
+        raise ValueError(
+            "a multimodal batch needs the position ids of the whole sequence before it is sharded: compute them "
+            "with model.get_position_id_func() (get_rope_index) and pass them as position_ids"
+        )
+    text = dict(batch)
+    types = text.pop("mm_token_type_ids", None)
+    whole = {name: text.pop(name) for name in TOWER_INPUTS if name in text}  # shard_sequence refuses them
+    rows = None
+    if positions is not None and positions.dim() == 3:
+        rows = positions
+        # The text positions, where the layout has them (row 0 of 4), are what one process reads documents from.
+        text["position_ids"] = positions[0] if positions.shape[0] == 4 else None
+        if text["position_ids"] is None:
+            del text["position_ids"]
+    out = shard_sequence(text, state, pad_token_id=pad_token_id, ignore_index=ignore_index, packed=packed)
+    length = batch["input_ids"].shape[1] if batch.get("input_ids") is not None else batch["inputs_embeds"].shape[1]
+    total = padded_length(length, state.sp)
+    window = sequence_slice(length, state.sp, state.sp_rank)
+    out.update(whole)
+    if rows is not None:
+        out["position_ids"] = _slice_last(rows, total, window)
+    if types is not None:
+        out["mm_token_type_ids"] = F.pad(types, (0, total - length))[:, window]
+    return out

@@ -1,0 +1,47 @@
+"""VLMs and the Omni thinker under Ulysses, expert parallelism and FSDP2, each equal to one process (gloo, CPU ranks).
+
+The scenarios are in ``tests/distributed/multimodal_scenarios.py``; each test starts its 2 ranks once
+(``launch.spawn``) and fails with the traceback of the first rank that fails, or at the timeout when a rank
+waits in a collective the other never enters.
+"""
+
+from __future__ import annotations
+
+from modelgraft.models.distributed.launch import spawn
+
+from . import multimodal_scenarios
+
+TIMEOUT = 150.0
+
+
+def test_sp2_on_qwen2_5_vl_with_the_images_on_one_rank_matches_one_process() -> None:
+    spawn(
+        multimodal_scenarios.sequence_parallel_vlm_matches_one_process,
+        2,
+        "qwen2_5_vl",
+        "images_on_sp_rank_0",
+        timeout=TIMEOUT,
+    )
+
+
+def test_sp2_on_qwen3_vl_with_images_across_both_ranks_and_deepstack_matches_one_process() -> None:
+    """Each rank's image features are not the batch's first: the kernel must find them by their ordinals."""
+    spawn(
+        multimodal_scenarios.sequence_parallel_vlm_matches_one_process,
+        2,
+        "qwen3_vl",
+        "images_across_both_sp_ranks",
+        timeout=TIMEOUT,
+    )
+
+
+def test_ep2_on_qwen3_vl_moe_with_a_rank_without_images_matches_one_process() -> None:
+    spawn(multimodal_scenarios.data_parallel_vlm_matches_one_process, 2, "qwen3_vl_moe", "ep", timeout=TIMEOUT)
+
+
+def test_fsdp2_on_qwen2_5_vl_with_a_rank_without_images_matches_one_process() -> None:
+    spawn(multimodal_scenarios.data_parallel_vlm_matches_one_process, 2, "qwen2_5_vl", "fsdp", timeout=TIMEOUT)
+
+
+def test_sp2_on_the_qwen2_5_omni_thinker_with_audio_and_images_matches_one_process() -> None:
+    spawn(multimodal_scenarios.sequence_parallel_omni_thinker_matches_one_process, 2, timeout=TIMEOUT)
