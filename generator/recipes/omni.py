@@ -36,8 +36,9 @@ from modelgraft.generator.recipes.dense import (
     apply_mlps,
     apply_norms,
     apply_pretrained_model,
+    apply_rope,
 )
-from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm
+from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm, Rope
 from modelgraft.generator.recipes.vlm import VisionTower
 
 __all__ = ["REFUSED", "AudioTower", "drop_speech_weights", "omni", "omni_rope_index_without_model"]
@@ -47,12 +48,15 @@ __all__ = ["REFUSED", "AudioTower", "drop_speech_weights", "omni", "omni_rope_in
 class AudioTower:
     """The audio encoder of an Omni thinker: the class that gets ``dummy_forward``.
 
-    ``input_weight`` is the expression, inside the encoder, of its first convolution's weight (dtype, device and
-    mel bins of the blank clip); ``frames`` the expression of the clip's length in mel frames.
+    ``input_weight`` is the expression, inside the encoder, of its first convolution's weight (dtype and device of
+    the blank clip); ``mel_bins`` the expression of the clip's mel bins (the Conv1d weight's input channels for
+    Qwen2.5-Omni; ``self.num_mel_bins`` where the first convolution is a one-channel Conv2d, Qwen3-Omni);
+    ``frames`` the expression of the clip's length in mel frames.
     """
 
     cls: str
     input_weight: str = "self.conv1.weight"
+    mel_bins: str = "weight.shape[1]"
     frames: str = "2 * self.n_window"
 
 
@@ -108,8 +112,10 @@ def omni(
     norms: Sequence[Norm] = (Norm(),),
     mlps: Sequence[Mlp] = (Mlp(),),
     call_sites: Sequence[CallSites] = (),
+    rope: str | Rope | None = None,
     mrope: str | None = "apply_multimodal_rotary_pos_emb",
     causal_lm: LossHead = LossHead("{prefix}ThinkerForConditionalGeneration"),
+    aux_loss: str = "",
     top_level: str = "{prefix}ForConditionalGeneration",
     speech: Sequence[str] = ("talker", "token2wav"),
     refused: Mapping[str, str] = REFUSED,
@@ -121,12 +127,16 @@ def omni(
     The defaults are Qwen2.5-Omni's. ``speech_classes`` are excluded with whatever only they used; ``speech``
     names the top-level attributes that held them (their checkpoint keys are dropped on load); ``refused`` maps
     each top-level member that only serves audio output to what it does, for its error. ``causal_lm`` is the
-    thinker, whose ``get_rope_index`` the position-id function runs with ``rope_index_attributes``.
+    thinker, whose ``get_rope_index`` the position-id function runs with ``rope_index_attributes``. ``rope`` and
+    ``mrope`` mean what they mean for :func:`modelgraft.generator.recipes.vlm.vlm` (Qwen3-Omni interleaves the
+    sections in its rotary embedding and calls a plain ``rope`` function); ``aux_loss`` names the MoE auxiliary-loss
+    function the thinker calls ("" for a dense text decoder; :func:`modelgraft.generator.recipes.omni_moe.omni_moe`).
     """
     config.exclude_from_output(*(_named(cls, prefix) for cls in speech_classes))
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
     apply_call_sites(config, call_sites, prefix=prefix)
+    apply_rope(config, rope)
     if mrope is not None:
         config.apply_snippet("vlm_mrope_guard", mrope, description="multimodal RoPE behind the rope slot")
     if vision.rope is not None:
@@ -145,10 +155,11 @@ def omni(
         f"{_named(audio.cls, prefix)}.dummy_forward",
         add=True,
         input_weight=audio.input_weight,
+        mel_bins=audio.mel_bins,
         frames=audio.frames,
         description="a zero loss term through the audio tower, for ranks without audio",
     )
-    thinker = apply_causal_lm(config, causal_lm, prefix=prefix)
+    thinker = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss)
     config.add_import("inspect", is_from_import=False)
     config.add_helper(
         omni_rope_index_without_model, description="upstream's get_rope_index without a model (picklable)"
@@ -198,6 +209,7 @@ def _apply_thinker_only(
         speech=list(speech),
         hook=drop_speech_weights.__name__,
         refused=dict(refused),
+        speech_side=" and ".join(("the " if i == 0 else "") + name for i, name in enumerate(speech)),
         keep_decorators=False,
         description="the thinker alone; audio output refused; the speech side's checkpoint keys dropped on load",
     )

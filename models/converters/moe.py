@@ -59,7 +59,9 @@ class FusedExpertsConverter:
     ``up`` and ``down`` name the per-expert projections as the checkpoint spells them (Mixtral-style
     checkpoints use ``w1``, ``w3``, ``w2``); ``experts`` is the name of the experts module. ``layout``
     declares which way round the checkpoint stores the expert matrices (``"fused"``: ``nn.Linear``'s
-    ``[out, in]``; ``"transposed"``: ``[in, out]``); None leaves it to the checkpoint's tensors.
+    ``[out, in]``; ``"transposed"``: ``[in, out]``); None leaves it to the checkpoint's tensors. ``ignore``
+    lists key prefixes whose experts are not this model's to fuse (a whole Omni checkpoint's ``talker.``, whose
+    experts have other sizes and which the thinker-only model drops on load): such keys are not handled.
     """
 
     def __init__(
@@ -74,11 +76,13 @@ class FusedExpertsConverter:
         experts: str = "experts",
         expert_range: tuple[int, int] | None = None,
         layout: str | None = None,
+        ignore: tuple[str, ...] = (),
     ) -> None:
         start, stop = (0, num_experts) if expert_range is None else expert_range
         if not 0 <= start < stop <= num_experts:
             raise ValueError(f"expert_range {expert_range} is not a non-empty range of the {num_experts} experts")
         self._settings = {"gate": gate, "up": up, "down": down, "experts": experts}
+        self._ignore = tuple(ignore)
         #: The experts this converter emits, ``[start, stop)``: all of them unless built by ``for_experts``.
         self.expert_range = (start, stop)
         self.num_experts = num_experts
@@ -105,6 +109,7 @@ class FusedExpertsConverter:
             intermediate_size=self.intermediate_size,
             expert_range=(start, stop),
             layout=self._layout.declared,
+            ignore=self._ignore,
             **self._settings,
         )
 
@@ -125,6 +130,8 @@ class FusedExpertsConverter:
 
     # -- the protocol ---------------------------------------------------------------------------
     def can_handle(self, key: str) -> bool:
+        if key.startswith(self._ignore):
+            return False
         return bool(self._per_expert.match(key) or self._fused.match(key))
 
     def convert(self, key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_omni.modeling_qwen2_5_omni (transformers==5.16.1)
 # Config: models.qwen2_5_omni.qwen2_5_omni_gpu_patch_gen_config
 # Description: Qwen2.5-Omni thinker with op-slot guards (text, vision, audio), the fused-loss head and training helpers; the talker and token2wav left out
-# Fingerprint: 17fc29d55a0977a8fc06
+# Fingerprint: b830366164f1b699a730
 # Patches:
 #   - override_method Qwen2_5OmniRMSNorm.forward: rms_norm slot guard
 #   - modify_init Qwen2MLP: record the activation's name for the slot guard
@@ -2313,7 +2313,7 @@ class Qwen2_5OmniThinkerForConditionalGeneration(Qwen2_5OmniPreTrainedModelForCo
 
 # [PATCHED CLASS] Qwen2_5OmniForConditionalGeneration: the thinker alone; audio output refused; the speech side's checkpoint keys dropped on load
 class Qwen2_5OmniForConditionalGeneration(Qwen2_5OmniPreTrainedModel, GenerationMixin):
-    """The thinker alone: training modeling, no talker and no token2wav (they are not in this module).
+    """The thinker alone: training modeling, without the talker and token2wav (they are not in this module).
 
     ``config.enable_audio_output`` is not acted on, and what only audio output needs raises:
     generate, enable_talker, load_speakers. A checkpoint of the whole model loads all the same, strictly: its
