@@ -10,8 +10,9 @@ generation with audio output. This module keeps the thinker and builds on the VL
 - ``omni_audio_dummy_forward`` on the audio tower: a zero loss term through it, for ranks without audio;
 - ``omni_position_id_func`` plus :func:`omni_rope_index_without_model`: upstream's ``get_rope_index`` (audio and
   audio-in-video included) as a picklable function, also for text-only batches without an attention mask;
-- ``vlm_metadata_collate_func`` on the thinker: the VLM collator step precomputing the vision tower's packing
-  metadata (``modelgraft.models.vision_metadata``);
+- ``omni_metadata_collate_func`` on the thinker: the VLM collator step precomputing the vision tower's packing
+  metadata, plus what the audio tower computes per forward from the clips and takes precomputed through the
+  thinker (``modelgraft.models.vision_metadata.omni_metadata``);
 - ``exclude_from_output`` of the speech classes (``speech_classes``) and everything only they used; a kept member
   that names one (an ``_init_weights`` branch) must be patched by the config, or check 1 stops generation;
 - ``omni_thinker_only_model`` replaces the top-level class: the thinker alone, a load_state_dict pre-hook
@@ -174,10 +175,11 @@ def omni(
         description="picklable multimodal position ids (audio included) for the data pipeline",
     )
     config.apply_snippet(
-        "vlm_metadata_collate_func",
+        "omni_metadata_collate_func",
         f"{thinker}.get_metadata_collate_func",
         add=True,
-        description="picklable collator step precomputing the vision tower's packing metadata",
+        module=config.source_module,
+        description="picklable collator step precomputing the vision and audio towers' metadata",
     )
     _apply_thinker_only(
         config, _named(top_level, prefix), thinker=thinker, speech=speech, refused=refused, prefix=prefix

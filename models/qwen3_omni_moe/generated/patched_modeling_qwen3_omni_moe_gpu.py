@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe (transformers==5.16.1)
 # Config: models.qwen3_omni_moe.qwen3_omni_moe_gpu_patch_gen_config
 # Description: Qwen3-Omni-MoE thinker with op-slot guards (text, vision, audio, experts, router), the fused-loss head with the aux loss, the expert-parallel plan and training helpers; the talker and code2wav left out
-# Fingerprint: b5d5949dd77b1608c558
+# Fingerprint: 16edbe199dfd04f9bfa6
 # Patches:
 #   - override_method Qwen3OmniMoeThinkerTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3OmniMoeTextRMSNorm.forward: rms_norm slot guard
@@ -20,7 +20,7 @@
 #   - override_method Qwen3OmniMoeAudioEncoder.dummy_forward: a zero loss term through the audio tower, for ranks without audio
 #   - override_method Qwen3OmniMoeThinkerForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
 #   - override_method Qwen3OmniMoeThinkerForConditionalGeneration.get_position_id_func: picklable multimodal position ids (audio included) for the data pipeline
-#   - override_method Qwen3OmniMoeThinkerForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+#   - override_method Qwen3OmniMoeThinkerForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision and audio towers' metadata
 #   - replace_class Qwen3OmniMoeForConditionalGeneration: the thinker alone; audio output refused; the speech side's checkpoint keys dropped on load
 #   - override_method Qwen3OmniMoePreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
 #   - override_method Qwen3OmniMoePreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
@@ -113,7 +113,7 @@ from modelgraft.models.ops.slots import (
     softmax_topk_router_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
-from modelgraft.models.vision_metadata import vision_metadata
+from modelgraft.models.vision_metadata import omni_metadata
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -2620,16 +2620,22 @@ class Qwen3OmniMoeThinkerForConditionalGeneration(
             },
         )
 
-    # [ADDED METHOD] Qwen3OmniMoeThinkerForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    # [ADDED METHOD] Qwen3OmniMoeThinkerForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision and audio towers' metadata
     def get_metadata_collate_func(self):
-        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+        """A collator step, ``step(batch) -> batch``, adding the vision and audio towers' precomputed metadata.
 
         For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
-        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
-        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
-        for data-loader workers.
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``; for clips (``input_features`` with
+        ``feature_attention_mask``) the chunked, padded features and the indices the audio tower would compute
+        (``padded_feature``, ``chunk_lengths``, ``valid_indices``, ...). The model then takes them instead of
+        computing them in its forward (same result). It is picklable, for data-loader workers.
         """
-        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
+        return partial(
+            omni_metadata,
+            self.config.vision_config.spatial_merge_size,
+            "transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe",
+            self.config.audio_config.n_window,
+        )
 
     # [ADDED METHOD] Qwen3OmniMoeThinkerForConditionalGeneration.get_parallel_plan: expert-parallel plan of the fused expert tensors
     def get_parallel_plan(self):
