@@ -14,6 +14,7 @@ complete. By default the converter registered for ``model.config.model_type`` is
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,7 +123,8 @@ def load_checkpoint(
     model lacks, or a model entry the checkpoint does not fill (tied weights count as filled when the
     tensor they share is), raises after reading everything, naming the keys. ``read`` replaces how a
     key is read (default :func:`read_whole`); a key it returns None for is skipped, neither loaded nor
-    reported unexpected.
+    reported unexpected. Keys matching the model's ``_keys_to_ignore_on_load_unexpected`` patterns (what
+    ``from_pretrained`` ignores on purpose: an Omni checkpoint's speech side) are skipped unread too.
     """
     if converter == "auto":
         config = getattr(model, "config", None)
@@ -148,7 +150,14 @@ def load_checkpoint(
                 target.copy_(tensor)
             loaded[key] = None
 
-    for key, tensor in _stream(files, read or read_whole):
+    reader = read or read_whole
+    ignored = [re.compile(pattern) for pattern in getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ()]
+    if ignored:
+
+        def reader(handle: Any, key: str, read_key: TensorReader = reader) -> torch.Tensor | None:
+            return None if any(pattern.search(key) for pattern in ignored) else read_key(handle, key)
+
+    for key, tensor in _stream(files, reader):
         if converter is not None and converter.can_handle(key):
             assign(converter.convert(key, tensor))
         else:

@@ -3,7 +3,7 @@
 Untouched upstream statements are copied byte-for-byte by their AST
 positions (comments and blank lines between them included); patched members
 are emitted from their patch sources under a banner.  Small in-statement edits
-(absolute imports, dropped import names, ``__all__``) are exact span edits.
+(absolute imports, dropped import names, ``__all__``, class-name lists) are exact span edits.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import ast
 import textwrap
 from dataclasses import dataclass, field
 
+from modelgraft.generator.codegen.exclusion import name_lists
 from modelgraft.generator.codegen.patch_source import PatchSource, decorator_text, leading_comment_start
 from modelgraft.generator.codegen.plan import Plan, ResolvedPatch
 from modelgraft.generator.codegen.tokens import apply_edits, reindent, rename_definition
@@ -106,6 +107,24 @@ def _all_edit(index: ModuleIndex, dropped: set[str]) -> list[Edit]:
     return [(value.lineno, value.col_offset, value.end_lineno, value.end_col_offset, ast.unparse(new))]
 
 
+def _name_list_edits(index: ModuleIndex, dropped: set[str]) -> list[Edit]:
+    """Remove dropped classes from the class-name lists (``_no_split_modules``) of the classes that stay."""
+    if not dropped:
+        return []
+    edits = []
+    for node in index.tree.body:
+        if not isinstance(node, ast.ClassDef) or node.name in dropped:
+            continue
+        for value in name_lists(node):
+            kept = [e for e in value.elts if not (isinstance(e, ast.Constant) and e.value in dropped)]
+            if len(kept) < len(value.elts):
+                new = type(value)(elts=kept, ctx=ast.Load())
+                edits.append(
+                    (value.lineno, value.col_offset, value.end_lineno, value.end_col_offset, ast.unparse(new))
+                )
+    return edits
+
+
 def _same_decorator(a: str, b: str) -> bool:
     try:
         return ast.dump(ast.parse(a.lstrip("@").strip(), mode="eval")) == ast.dump(
@@ -180,6 +199,7 @@ class Assembler:
         drop_edits, touched = _drop_import_edits(self.index, plan.dropped_imports)
         # Upstream's "edit the modular file" banner is left out: our header says where this file comes from.
         edits = drop_edits + _absolute_import_edits(self.index, touched) + _all_edit(self.index, self.dropped)
+        edits += _name_list_edits(self.index, self.dropped)
         self.emitter = _Emitter(self.index, edits + modular_banner_edits(self.index.source))
 
     def _preamble_block(self) -> str:

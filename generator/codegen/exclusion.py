@@ -20,12 +20,38 @@ if TYPE_CHECKING:
 
 ROOTS = "<module statements>"
 
+#: Class attributes that list module classes by name for transformers' device-map and FSDP wrapping
+#: (``_no_split_modules``): a name there does not keep its class alive. Like ``__all__``, such a list loses the
+#: names of dropped classes in the output (``modelgraft.generator.codegen.assemble``), so a base class that
+#: lists the talker's layers does not hold the talker in the module.
+NAME_LISTS = ("_no_split_modules",)
+
+
+def name_lists(node: ast.AST) -> list[ast.List | ast.Tuple]:
+    """The literal list or tuple values of every ``NAME_LISTS`` assignment inside ``node``."""
+    found = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Assign):
+            targets, value = sub.targets, sub.value
+        elif isinstance(sub, ast.AnnAssign):
+            targets, value = [sub.target], sub.value
+        else:
+            continue
+        if isinstance(value, (ast.List, ast.Tuple)) and any(
+            isinstance(t, ast.Name) and t.id in NAME_LISTS for t in targets
+        ):
+            found.append(value)
+    return found
+
 
 def _references(node: ast.AST) -> set[str]:
+    listed = {id(element) for value in name_lists(node) for element in value.elts}
     names = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
             names.add(sub.id)
+        elif id(sub) in listed:
+            continue
         elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.isidentifier():
             # Forward references in annotations and string-keyed registries.
             names.add(sub.value)

@@ -3,6 +3,7 @@
 from modelgraft.generator.recipes.dense import dense_text
 from modelgraft.generator.recipes.moe import moe_text
 from modelgraft.generator.recipes.omni import AudioTower, omni
+from modelgraft.generator.recipes.omni_moe import omni_moe
 from modelgraft.generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
 from modelgraft.generator.recipes.vlm import VisionTower, vlm
 from modelgraft.generator.recipes.vlm_moe import vlm_moe
@@ -20,6 +21,7 @@ __all__ = [
     "dense_text",
     "moe_text",
     "omni",
+    "omni_moe",
     "vlm",
     "vlm_moe",
 ]

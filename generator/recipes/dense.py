@@ -128,6 +128,7 @@ def apply_causal_lm(config: PatchConfig, head: LossHead, *, prefix: str, aux_los
         scale=tuple(head.scale),
         head=head.head,
         bias=head.bias,
+        router_logits=tuple(head.router_logits),
         aux_loss=aux_loss,
         description="logits and loss behind the causal_lm_loss slot"
         + ("; aux loss behind the load_balancing_loss slot" if aux_loss else ""),

@@ -10,8 +10,9 @@ generation with audio output. This module keeps the thinker and builds on the VL
 - ``omni_audio_dummy_forward`` on the audio tower: a zero loss term through it, for ranks without audio;
 - ``omni_position_id_func`` plus :func:`omni_rope_index_without_model`: upstream's ``get_rope_index`` (audio and
   audio-in-video included) as a picklable function, also for text-only batches without an attention mask;
-- ``vlm_metadata_collate_func`` on the thinker: the VLM collator step precomputing the vision tower's packing
-  metadata (``modelgraft.models.vision_metadata``);
+- ``omni_metadata_collate_func`` on the thinker: the VLM collator step precomputing the vision tower's packing
+  metadata, plus what the audio tower computes per forward from the clips and takes precomputed through the
+  thinker (``modelgraft.models.vision_metadata.omni_metadata``);
 - ``exclude_from_output`` of the speech classes (``speech_classes``) and everything only they used; a kept member
   that names one (an ``_init_weights`` branch) must be patched by the config, or check 1 stops generation;
 - ``omni_thinker_only_model`` replaces the top-level class: the thinker alone, a load_state_dict pre-hook
@@ -35,8 +36,9 @@ from modelgraft.generator.recipes.dense import (
     apply_mlps,
     apply_norms,
     apply_pretrained_model,
+    apply_rope,
 )
-from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm
+from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm, Rope
 from modelgraft.generator.recipes.vlm import VisionTower, apply_sequence_parallel_forward
 
 __all__ = ["REFUSED", "AudioTower", "drop_speech_weights", "omni", "omni_rope_index_without_model"]
@@ -46,12 +48,15 @@ __all__ = ["REFUSED", "AudioTower", "drop_speech_weights", "omni", "omni_rope_in
 class AudioTower:
     """The audio encoder of an Omni thinker: the class that gets ``dummy_forward``.
 
-    ``input_weight`` is the expression, inside the encoder, of its first convolution's weight (dtype, device and
-    mel bins of the blank clip); ``frames`` the expression of the clip's length in mel frames.
+    ``input_weight`` is the expression, inside the encoder, of its first convolution's weight (dtype and device of
+    the blank clip); ``mel_bins`` the expression of the clip's mel bins (the Conv1d weight's input channels for
+    Qwen2.5-Omni; ``self.num_mel_bins`` where the first convolution is a one-channel Conv2d, Qwen3-Omni);
+    ``frames`` the expression of the clip's length in mel frames.
     """
 
     cls: str
     input_weight: str = "self.conv1.weight"
+    mel_bins: str = "weight.shape[1]"
     frames: str = "2 * self.n_window"
 
 
@@ -107,8 +112,10 @@ def omni(
     norms: Sequence[Norm] = (Norm(),),
     mlps: Sequence[Mlp] = (Mlp(),),
     call_sites: Sequence[CallSites] = (),
+    rope: str | Rope | None = None,
     mrope: str | None = "apply_multimodal_rotary_pos_emb",
     causal_lm: LossHead = LossHead("{prefix}ThinkerForConditionalGeneration"),
+    aux_loss: str = "",
     top_level: str = "{prefix}ForConditionalGeneration",
     speech: Sequence[str] = ("talker", "token2wav"),
     refused: Mapping[str, str] = REFUSED,
@@ -120,12 +127,16 @@ def omni(
     The defaults are Qwen2.5-Omni's. ``speech_classes`` are excluded with whatever only they used; ``speech``
     names the top-level attributes that held them (their checkpoint keys are dropped on load); ``refused`` maps
     each top-level member that only serves audio output to what it does, for its error. ``causal_lm`` is the
-    thinker, whose ``get_rope_index`` the position-id function runs with ``rope_index_attributes``.
+    thinker, whose ``get_rope_index`` the position-id function runs with ``rope_index_attributes``. ``rope`` and
+    ``mrope`` mean what they mean for :func:`modelgraft.generator.recipes.vlm.vlm` (Qwen3-Omni interleaves the
+    sections in its rotary embedding and calls a plain ``rope`` function); ``aux_loss`` names the MoE auxiliary-loss
+    function the thinker calls ("" for a dense text decoder; :func:`modelgraft.generator.recipes.omni_moe.omni_moe`).
     """
     config.exclude_from_output(*(_named(cls, prefix) for cls in speech_classes))
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
     apply_call_sites(config, call_sites, prefix=prefix)
+    apply_rope(config, rope)
     if mrope is not None:
         config.apply_snippet("vlm_mrope_guard", mrope, description="multimodal RoPE behind the rope slot")
     if vision.rope is not None:
@@ -144,6 +155,7 @@ def omni(
         f"{_named(audio.cls, prefix)}.dummy_forward",
         add=True,
         input_weight=audio.input_weight,
+        mel_bins=audio.mel_bins,
         frames=audio.frames,
         description="a zero loss term through the audio tower, for ranks without audio",
     )
@@ -161,7 +173,8 @@ def omni(
         scale=tuple(causal_lm.scale),
         head=causal_lm.head,
         bias=causal_lm.bias,
-        aux_loss="",
+        router_logits=tuple(causal_lm.router_logits),
+        aux_loss=aux_loss,
     )
     config.add_import("inspect", is_from_import=False)
     config.add_helper(
@@ -177,10 +190,11 @@ def omni(
         description="picklable multimodal position ids (audio included) for the data pipeline",
     )
     config.apply_snippet(
-        "vlm_metadata_collate_func",
+        "omni_metadata_collate_func",
         f"{thinker}.get_metadata_collate_func",
         add=True,
-        description="picklable collator step precomputing the vision tower's packing metadata",
+        module=config.source_module,
+        description="picklable collator step precomputing the vision and audio towers' metadata",
     )
     _apply_thinker_only(
         config, _named(top_level, prefix), thinker=thinker, speech=speech, refused=refused, prefix=prefix
@@ -212,6 +226,7 @@ def _apply_thinker_only(
         speech=list(speech),
         hook=drop_speech_weights.__name__,
         refused=dict(refused),
+        speech_side=" and ".join(("the " if i == 0 else "") + name for i, name in enumerate(speech)),
         keep_decorators=False,
         description="the thinker alone; audio output refused; the speech side's checkpoint keys dropped on load",
     )

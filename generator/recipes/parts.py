@@ -60,6 +60,8 @@ class LossHead:
     ``softcap`` is the expression of the final-logit soft-cap upstream applies ("" for none); ``scale``
     is ("div" | "mul", expression) when upstream scales the logits before the loss, else (); ``head`` is the
     output projection's attribute and ``bias`` says it has a bias (handed to the kernel as lm_head_bias).
+    ``router_logits`` is (output class, expression) where upstream builds its MoE output without the router
+    logits it has (Qwen3-Omni-MoE's thinker): the generated forward passes ``router_logits=<expression>``.
     """
 
     cls: str = "{prefix}ForCausalLM"
@@ -67,6 +69,7 @@ class LossHead:
     scale: tuple[str, ...] = ()
     head: str = "lm_head"
     bias: bool = False
+    router_logits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from modelgraft.generator.recipes.moe import apply_router
 from modelgraft.generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
 from modelgraft.generator.recipes.vlm import VisionTower, vlm
 
-__all__ = ["vlm_moe"]
+__all__ = ["apply_moe_decoder", "vlm_moe"]
 
 
 def vlm_moe(
@@ -70,6 +70,33 @@ def vlm_moe(
         towers=towers,
         aux_loss=aux_loss,
     )
+    apply_moe_decoder(
+        config,
+        experts=experts,
+        router=router,
+        causal_lm=_named(causal_lm.cls, prefix),
+        prefix=prefix,
+        layers=layers,
+        sparse_block_attr=sparse_block_attr,
+    )
+    return config
+
+
+def apply_moe_decoder(
+    config: PatchConfig,
+    *,
+    experts: Experts,
+    router: Router,
+    causal_lm: str,
+    prefix: str,
+    layers: str,
+    sparse_block_attr: str,
+) -> None:
+    """The MoE pieces of a multimodal model's text decoder: experts and router behind their slots, and the
+    expert-parallel plan on ``causal_lm`` (a class name) over the fused expert tensors under ``layers``.
+
+    The aux-loss call is the head's (its ``aux_loss`` argument); shared by the VLM + MoE and Omni + MoE recipes.
+    """
     config.apply_snippet(
         "moe_experts_guard",
         f"{_named(experts.sparse_block, prefix)}.forward",
@@ -85,7 +112,7 @@ def vlm_moe(
     apply_router(config, router, prefix=prefix)
     config.apply_snippet(
         "moe_parallel_plan",
-        f"{_named(causal_lm.cls, prefix)}.get_parallel_plan",
+        f"{causal_lm}.get_parallel_plan",
         add=True,
         prefix=prefix,
         layers=layers,
@@ -93,4 +120,3 @@ def vlm_moe(
         biases=[bias for bias in (experts.gate_up_bias, experts.down_bias) if bias],
         description="expert-parallel plan of the fused expert tensors",
     )
-    return config

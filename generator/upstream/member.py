@@ -195,6 +195,36 @@ class UpstreamMember:
         guarded = self._reindent(edited, statement.col_offset, 0)
         return self.wrapping(pattern, condition, guarded)
 
+    def adding_keyword(self, pattern: str, name: str, value: str) -> UpstreamMember:
+        """The function with ``name=value`` (``value``: source of an expression) added to the one call of
+        ``pattern``, which must not pass ``name`` already; every other token stays upstream's.
+
+        This is how a patch hands on what upstream computes and then leaves out of a call (Qwen3-Omni-MoE's
+        thinker builds its MoE output without the ``router_logits`` its text model returned).
+        """
+        whole = self._derived(self.source)
+        _, call = whole._find(pattern)
+        if any(keyword.arg == name for keyword in call.keywords):
+            raise self._fail(f"its call of {pattern}(...) already passes {name}=")
+        arguments = [*call.args, *call.keywords]
+        positions = whole.index.source_lines
+        if arguments:
+            last = max(arguments, key=lambda node: (node.end_lineno, node.end_col_offset))
+            at, text = positions.offset(last.end_lineno, last.end_col_offset), f", {name}={value}"
+        else:
+            at, text = positions.offset(call.end_lineno, call.end_col_offset) - 1, f"{name}={value}"
+        source = whole.index.source
+        try:
+            derived = self._derived(source[:at] + text + source[at:])
+        except SyntaxError as exc:
+            raise self._fail(f"adding {name}= to its call of {pattern}(...) gave invalid Python ({exc.msg})") from exc
+        _, added = derived._find(pattern)
+        if [k.arg for k in added.keywords] != [*(k.arg for k in call.keywords), name] or not same_syntax(
+            added.args, call.args
+        ):
+            raise self._fail(f"adding {name}= changed its call of {pattern}(...) otherwise")  # pragma: no cover
+        return derived
+
     def wrapping(self, first: str, condition: str, guarded: str, *, last: str | None = None) -> UpstreamMember:
         """The whole function with the statements from the one calling ``first`` to the one calling ``last``
         (the same statement when ``last`` is None) under ``else:`` of ``if condition: guarded``.

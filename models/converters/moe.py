@@ -63,7 +63,9 @@ class FusedExpertsConverter:
     ``up`` and ``down`` name the per-expert projections as the checkpoint spells them (Mixtral-style
     checkpoints use ``w1``, ``w3``, ``w2``); ``experts`` is the name of the experts module. ``layout``
     declares which way round the checkpoint stores the expert matrices (``"fused"``: ``nn.Linear``'s
-    ``[out, in]``; ``"transposed"``: ``[in, out]``); None leaves it to the checkpoint's tensors.
+    ``[out, in]``; ``"transposed"``: ``[in, out]``); None leaves it to the checkpoint's tensors. ``ignore``
+    lists key prefixes whose experts are not this model's to fuse (a whole Omni checkpoint's ``talker.``, whose
+    experts have other sizes and which the thinker-only model drops on load): such keys are not handled.
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class FusedExpertsConverter:
         expert_range: tuple[int, int] | None = None,
         layout: str | None = None,
         export_layout: str = "per_expert",
+        ignore: tuple[str, ...] = (),
     ) -> None:
         start, stop = (0, num_experts) if expert_range is None else expert_range
         if not 0 <= start < stop <= num_experts:
@@ -88,6 +91,7 @@ class FusedExpertsConverter:
         #: How :meth:`export` writes the experts: the layout the model's hub checkpoints use.
         self.export_layout = export_layout
         self._settings = {"gate": gate, "up": up, "down": down, "experts": experts}
+        self._ignore = tuple(ignore)
         #: The experts this converter emits, ``[start, stop)``: all of them unless built by ``for_experts``.
         self.expert_range = (start, stop)
         self.num_experts = num_experts
@@ -115,6 +119,7 @@ class FusedExpertsConverter:
             expert_range=(start, stop),
             layout=self._layout.declared,
             export_layout=self.export_layout,
+            ignore=self._ignore,
             **self._settings,
         )
 
@@ -135,6 +140,8 @@ class FusedExpertsConverter:
 
     # -- the protocol ---------------------------------------------------------------------------
     def can_handle(self, key: str) -> bool:
+        if key.startswith(self._ignore):
+            return False
         return bool(self._per_expert.match(key) or self._fused.match(key))
 
     def convert(self, key: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:

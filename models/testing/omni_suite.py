@@ -48,8 +48,10 @@ from modelgraft.models.testing.omni_processor import (
     whisper_features,
 )
 from modelgraft.models.testing.seed import seed_everything
+from modelgraft.models.testing.vlm_metadata_checks import metadata_keys, same_value
 from modelgraft.models.testing.vlm_processor import synthetic_image, synthetic_video
 from modelgraft.models.testing.vlm_suite import DTYPES, MAX_PIXELS, MIN_PIXELS, VlmModel, VlmParitySuite
+from modelgraft.models.vision_metadata import AUDIO_METADATA_KEYS
 
 __all__ = ["OmniModel", "OmniParitySuite"]
 
@@ -66,14 +68,38 @@ class OmniModel(VlmModel):
     """A VLM declaration plus the audio tower's sizes and the top-level class that wraps the thinker."""
 
     audio_config: Mapping[str, Any] = field(default_factory=dict)
-    #: The top-level class (thinker, and upstream's talker and token2wav) and its config class.
+    #: The top-level class (thinker, and upstream's speech side) and its config class.
     top_level: str = ""
     top_level_config_class: type[PreTrainedConfig] | None = None
-    #: Tiny sizes of upstream's speech side, to write a whole-model checkpoint.
-    talker_config: Mapping[str, Any] = field(default_factory=dict)
-    token2wav_config: Mapping[str, Any] = field(default_factory=dict)
+    #: Tiny sizes of upstream's speech side by top-level attribute ("talker", "token2wav" or "code2wav"; the
+    #: config key is ``<attribute>_config``), to write a whole-model checkpoint.
+    speech: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: Upstream classes of the speech side, none of which the generated module may define.
     speech_classes: tuple[str, ...] = ()
+    #: The top-level members that only serve audio output, and how their error names what they do.
+    refused: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "generate": "generation",
+            "enable_talker": "audio output",
+            "load_speakers": "speaker loading",
+        }
+    )
+    #: The thinker config's key for each special token's id (Qwen2.5-Omni's ``*_token_index``).
+    token_id_keys: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "image_token": "image_token_index",
+            "video_token": "video_token_index",
+            "audio_token": "audio_token_index",
+            "vision_bos_token": "vision_start_token_id",
+            "vision_eos_token": "vision_end_token_id",
+            "audio_bos_token": "audio_start_token_id",
+            "audio_eos_token": "audio_end_token_id",
+        }
+    )
+    #: Lengths of the sample clips (the audio row, the mixed row, the audio-in-video row) and the seconds the
+    #: feature extractor pads every clip to.
+    clip_seconds: tuple[float, float, float] = (0.3, 0.2, 0.3)
+    audio_padding_seconds: int = 1
     audio_attr: str = "audio_tower"
     vision_attr: str = "visual"
     guarded: tuple[str, ...] = (
@@ -88,7 +114,7 @@ class OmniModel(VlmModel):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("audio_config", "talker_config", "token2wav_config"):
+        for name in ("audio_config", "speech", "refused", "token_id_keys"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     @cached_property
@@ -105,25 +131,19 @@ class OmniModel(VlmModel):
             min_pixels=MIN_PIXELS,
             max_pixels=MAX_PIXELS,
         )
-        features = whisper_features(self.audio_config["num_mel_bins"])
+        features = whisper_features(self.audio_config["num_mel_bins"], seconds=self.audio_padding_seconds)
         return build_omni_processor(self.processor_class, image_processor, features, self.tokenizer)
 
     def config(self, **overrides: Any) -> PreTrainedConfig:
         """The tiny thinker config: fp32, eager attention, the tokenizer's vocabulary and special-token ids."""
-        ids = {name: self.token_id(token) for name, token in QWEN_OMNI_SPECIAL_TOKENS.items()}
+        ids = {self.token_id_keys[name]: self.token_id(token) for name, token in QWEN_OMNI_SPECIAL_TOKENS.items()}
         text = {"vocab_size": len(self.tokenizer), "pad_token_id": 0, "bos_token_id": None, "eos_token_id": 2}
         return self.config_class(
             **{
                 "text_config": {**text, "attention_dropout": 0.0, **self.text_config},
                 "vision_config": dict(self.vision_config),
                 "audio_config": dict(self.audio_config),
-                "image_token_index": ids["image_token"],
-                "video_token_index": ids["video_token"],
-                "audio_token_index": ids["audio_token"],
-                "vision_start_token_id": ids["vision_bos_token"],
-                "vision_end_token_id": ids["vision_eos_token"],
-                "audio_start_token_id": ids["audio_bos_token"],
-                "audio_end_token_id": ids["audio_eos_token"],
+                **ids,
                 "attn_implementation": "eager",
                 **self.sizes,
                 **overrides,
@@ -135,8 +155,7 @@ class OmniModel(VlmModel):
         assert self.top_level_config_class is not None
         return self.top_level_config_class(
             thinker_config=self.config().to_dict(),
-            talker_config=dict(self.talker_config),
-            token2wav_config=dict(self.token2wav_config),
+            **{f"{name}_config": dict(sizes) for name, sizes in self.speech.items()},
             enable_audio_output=True,
             **overrides,
         )
@@ -174,16 +193,17 @@ class OmniModel(VlmModel):
 
     def sample_rows(self) -> dict[str, Row]:
         """One sample of each kind, by name."""
+        audio, mixed, _ = self.clip_seconds
         return {
             "text-only": ("w7 w8 w9", [], [], []),
             "image": (f"w1 w2 {IMAGE} w3 w4", [synthetic_image(16, 24, seed=1)], [], []),
             "video": (f"w5 {VIDEO} w6", [], [synthetic_video(16, 16, seed=2)], []),
-            "audio": (f"w13 {AUDIO} w14", [], [], [synthetic_audio(0.3, seed=7)]),
+            "audio": (f"w13 {AUDIO} w14", [], [], [synthetic_audio(audio, seed=7)]),
             "mixed": (
                 f"w10 {IMAGE} w11 {AUDIO} {VIDEO} w12",
                 [synthetic_image(8, 16, seed=3)],
                 [synthetic_video(8, 8, seed=4)],
-                [synthetic_audio(0.2, seed=8)],
+                [synthetic_audio(mixed, seed=8)],
             ),
         }
 
@@ -208,7 +228,7 @@ class OmniModel(VlmModel):
     def audio_in_video_batch(self, *, labels: bool = True) -> dict[str, Any]:
         """A 2-frame video whose audio track is interleaved with it (``use_audio_in_video``), and a text-only row."""
         rows: list[Row] = [
-            (f"w1 {VIDEO} w2", [], [synthetic_video(16, 16, seed=5)], [synthetic_audio(0.3, seed=9)]),
+            (f"w1 {VIDEO} w2", [], [synthetic_video(16, 16, seed=5)], [synthetic_audio(self.clip_seconds[2], seed=9)]),
             ("w3 w4 w5", [], [], []),
         ]
         return self.omni_batch(rows, labels=labels, use_audio_in_video=True)
@@ -274,6 +294,44 @@ class OmniParitySuite(VlmParitySuite):
             ]
         )
 
+    # -- the collator step: audio metadata too --------------------------------------------------------
+    def _audio_keys(self) -> set[str]:
+        """What upstream's audio tower of this model takes precomputed through its thinker."""
+        upstream = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)
+        return set(AUDIO_METADATA_KEYS[upstream.__module__])
+
+    def test_metadata_step_adds_the_vision_keys_of_the_modalities_in_the_batch(self, backend: str) -> None:
+        """The vision keys of the modalities present, and the audio keys where the batch has clips."""
+        step = self._collate_func(backend)
+        batch = self.model.multimodal_batch()
+        collated = step(batch)
+        assert set(collated) - set(batch) == metadata_keys("image", "video") | self._audio_keys()
+        assert all(same_value(collated[key], value) for key, value in batch.items())
+        images_only = self.model.some_rows_with_images_batch()
+        assert set(step(images_only)) - set(images_only) == metadata_keys("image")
+        text_only = self.model.text_only_batch()
+        assert set(step(text_only)) == set(text_only)
+
+    def test_model_fed_the_metadata_gives_the_same_step_on_audio_in_video(self, backend: str) -> None:
+        self._assert_same_step(backend, self.model.audio_in_video_batch())
+
+    def test_model_reads_the_precomputed_audio_metadata(self, backend: str) -> None:
+        """Wrong audio metadata changes the logits: the equal steps are the metadata's doing, not keys ignored."""
+        batch = self.model.multimodal_batch(labels=False)
+        seed_everything(0)
+        model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend).eval()
+        collated = model.get_metadata_collate_func()(batch)
+        wrong = {
+            "padded_feature": torch.zeros_like(collated["padded_feature"]),
+            "valid_indices": collated["valid_indices"].flip(0),
+        }
+        if "pool_indices" in collated:
+            wrong["pool_indices"] = collated["pool_indices"].flip(0)
+        with torch.no_grad():
+            expected = model(**collated).logits
+            for key, value in wrong.items():
+                assert not torch.equal(model(**{**collated, key: value}).logits, expected), f"{key} unread"
+
     # -- the processor ----------------------------------------------------------------------------
     def test_processor_expands_an_image_and_a_two_frame_video_into_their_placeholders(self) -> None:
         batch = self.model.multimodal_batch()
@@ -286,11 +344,16 @@ class OmniParitySuite(VlmParitySuite):
         assert batch["pixel_values_videos"].shape[0] == int(video_grids.prod(-1).sum())
 
     def test_processor_expands_each_audio_clip_into_its_encoder_length(self) -> None:
+        """One placeholder per feature upstream's audio tower gives the clips (padded, of different lengths)."""
         batch = self.model.multimodal_batch()
-        lengths = batch["feature_attention_mask"].sum(-1)
-        encoded = ((lengths - 1) // 2 + 1 - 2) // 2 + 1  # the audio tower's two stride-2 reductions
-        assert len(lengths) == 2 and bool((lengths < batch["feature_attention_mask"].shape[1]).all())  # padded clips
-        assert int((batch["input_ids"] == self.model.token_id("<|AUDIO|>")).sum()) == int(encoded.sum())
+        mask = batch["feature_attention_mask"]
+        lengths = mask.sum(-1).tolist()
+        assert len(set(lengths)) == 2 and min(lengths) < mask.shape[1]  # two clip lengths, the shorter one padded
+        seed_everything(0)
+        upstream = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)(self.model.config())
+        with torch.no_grad():
+            features = upstream.get_audio_features(batch["input_features"], mask).last_hidden_state
+        assert int((batch["input_ids"] == self.model.token_id("<|AUDIO|>")).sum()) == features.shape[0]
 
     # -- eager parity with audio ----------------------------------------------------------------------
     @pytest.mark.parametrize("dtype", DTYPES)
@@ -374,13 +437,15 @@ class OmniParitySuite(VlmParitySuite):
         assert torch.equal(positions, torch.arange(length).expand(3, 1, length))
         assert torch.equal(deltas, torch.zeros(1, 1, dtype=deltas.dtype))
 
-    def test_position_id_func_of_a_multimodal_sample_without_an_attention_mask_equals_upstream(
+    def test_position_id_func_of_a_multimodal_sample_without_an_attention_mask_counts_every_token(
         self, backend: str
     ) -> None:
+        """Upstream's positions with an all-ones mask (some upstream versions of the multimodal branch need one)."""
         batch = self.model.omni_batch([self.model.sample_rows()["mixed"]], labels=False)
         inputs = _rope_index_inputs(batch, attention_mask=False)
         upstream = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)(self.model.config())
-        assert _equal(self._position_id_func(backend)(**inputs), upstream.get_rope_index(**inputs))
+        expected = upstream.get_rope_index(**inputs, attention_mask=torch.ones_like(batch["input_ids"]))
+        assert _equal(self._position_id_func(backend)(**inputs), expected)
 
     def test_position_id_func_pickles_and_runs_in_a_spawned_worker(self, backend: str) -> None:
         batch = self.model.multimodal_batch(labels=False)
@@ -412,14 +477,12 @@ class OmniParitySuite(VlmParitySuite):
         assert type(model.thinker) is get_model_class(self.model.model_type, self.model.causal_lm, backend)
         assert model.has_talker is False
 
-    @pytest.mark.parametrize(
-        ("member", "what"),
-        [("generate", "generation"), ("enable_talker", "audio output"), ("load_speakers", "speaker loading")],
-    )
-    def test_top_level_refuses_what_only_audio_output_needs(self, backend: str, member: str, what: str) -> None:
+    def test_top_level_refuses_what_only_audio_output_needs(self, backend: str) -> None:
         model = self._top_level(backend)(self.model.whole_config())
-        with pytest.raises(NotImplementedError, match=f"{what} is refused.*training modeling of the thinker only"):
-            getattr(model, member)(torch.zeros(1, 3, dtype=torch.long))
+        assert self.model.refused
+        for member, what in self.model.refused.items():
+            with pytest.raises(NotImplementedError, match=f"{what} is refused.*training modeling of the thinker only"):
+                getattr(model, member)(torch.zeros(1, 3, dtype=torch.long))
 
     def _whole_upstream(self) -> torch.nn.Module:
         seed_everything(0)
@@ -438,7 +501,7 @@ class OmniParitySuite(VlmParitySuite):
         upstream = self._whole_upstream()
         upstream.save_pretrained(tmp_path)
         saved = load_file(str(tmp_path / "model.safetensors"))
-        assert any(key.startswith("talker.") for key in saved) and any(key.startswith("token2wav.") for key in saved)
+        assert all(any(key.startswith(f"{name}.") for key in saved) for name in self.model.speech), list(saved)
         model, info = self._top_level(backend).from_pretrained(
             tmp_path, output_loading_info=True, attn_implementation="eager"
         )
@@ -463,7 +526,7 @@ class OmniParitySuite(VlmParitySuite):
         model = self._top_level(backend)(self.model.whole_config())
         state = upstream.state_dict()
         model.load_state_dict(state, strict=True)
-        assert any(key.startswith("talker.") for key in state)  # the caller's dict is read, not emptied
+        assert all(any(key.startswith(f"{name}.") for key in state) for name in self.model.speech)  # read, not emptied
         self._assert_thinker_equal(model, upstream)
 
     def test_whole_upstream_state_dict_missing_a_thinker_weight_fails_naming_it(self, backend: str) -> None:

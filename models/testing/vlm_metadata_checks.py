@@ -32,7 +32,7 @@ from modelgraft.models.vision_metadata import GRIDS, METADATA_KEYS
 if TYPE_CHECKING:
     from modelgraft.models.testing.vlm_suite import VlmModel
 
-__all__ = ["VisionMetadataChecks", "metadata_keys"]
+__all__ = ["VisionMetadataChecks", "metadata_keys", "same_value"]
 
 _IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 _VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
@@ -49,7 +49,8 @@ def _collate_in_worker(payload: bytes) -> dict[str, Any]:
     return step(batch)
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
+    """Equal tensors (torch.equal) or equal plain values."""
     return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
 
 
@@ -84,14 +85,14 @@ class VisionMetadataChecks:
         assert torch.equal(precomputed.logits, plain.logits)
         assert torch.equal(precomputed.loss, plain.loss)
         for name, grad in plain.grads.items():
-            assert _same(precomputed.grads[name], grad), name
+            assert same_value(precomputed.grads[name], grad), name
 
     def test_metadata_step_adds_the_vision_keys_of_the_modalities_in_the_batch(self, backend: str) -> None:
         step = self._collate_func(backend)
         batch = self.model.multimodal_batch()
         collated = step(batch)
         assert set(collated) - set(batch) == metadata_keys("image", "video")
-        assert all(_same(collated[key], value) for key, value in batch.items())
+        assert all(same_value(collated[key], value) for key, value in batch.items())
         images_only = self.model.some_rows_with_images_batch()
         assert set(step(images_only)) - set(images_only) == metadata_keys("image")
         text_only = self.model.text_only_batch()
@@ -149,7 +150,7 @@ class VisionMetadataChecks:
             actual = pool.apply(_collate_in_worker, (payload,))
         expected = step(batch)
         assert set(actual) == set(expected)
-        assert all(_same(actual[key], value) for key, value in expected.items())
+        assert all(same_value(actual[key], value) for key, value in expected.items())
 
     def test_metadata_step_of_the_base_model_is_the_same_function(self, backend: str) -> None:
         model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend)

@@ -54,6 +54,7 @@ REFUSED_BY_THE_SCAFFOLD = {
     "qwen2_vl": "vlm models have no scaffold yet",
     "qwen3_5": "linear-attention mixer Qwen3_5GatedDeltaNet",
     "qwen3_5_moe": "linear-attention mixer Qwen3_5MoeGatedDeltaNet",
+    "qwen3_omni_moe": "omni_moe models have no scaffold yet",
     "qwen3_vl": "vlm models have no scaffold yet",
     "qwen3_vl_moe": "vlm_moe models have no scaffold yet",
 }

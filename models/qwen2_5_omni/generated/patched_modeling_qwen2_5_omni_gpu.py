@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_omni.modeling_qwen2_5_omni (transformers==5.16.1)
 # Config: models.qwen2_5_omni.qwen2_5_omni_gpu_patch_gen_config
 # Description: Qwen2.5-Omni thinker with op-slot guards (text, vision, audio), the fused-loss head and training helpers; the talker and token2wav left out
-# Fingerprint: 6a7ce54870125d641eaa
+# Fingerprint: efb4bb24a7606a815835
 # Patches:
 #   - override_method Qwen2_5OmniRMSNorm.forward: rms_norm slot guard
 #   - modify_init Qwen2MLP: record the activation's name for the slot guard
@@ -19,7 +19,7 @@
 #   - override_method Qwen2_5OmniAudioEncoder.dummy_forward: a zero loss term through the audio tower, for ranks without audio
 #   - override_method Qwen2_5OmniThinkerForConditionalGeneration.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks; logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen2_5OmniThinkerForConditionalGeneration.get_position_id_func: picklable multimodal position ids (audio included) for the data pipeline
-#   - override_method Qwen2_5OmniThinkerForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+#   - override_method Qwen2_5OmniThinkerForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision and audio towers' metadata
 #   - replace_class Qwen2_5OmniForConditionalGeneration: the thinker alone; audio output refused; the speech side's checkpoint keys dropped on load
 #   - override_method Qwen2_5OmniPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
 #   - override_method Qwen2_5OmniPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
@@ -97,7 +97,7 @@ from modelgraft.models.ops.slots import (
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
-from modelgraft.models.vision_metadata import vision_metadata
+from modelgraft.models.vision_metadata import omni_metadata
 
 
 # [HELPERS]: a tower's features of this rank's placeholders
@@ -2375,16 +2375,22 @@ class Qwen2_5OmniThinkerForConditionalGeneration(Qwen2_5OmniPreTrainedModelForCo
             },
         )
 
-    # [ADDED METHOD] Qwen2_5OmniThinkerForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
+    # [ADDED METHOD] Qwen2_5OmniThinkerForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision and audio towers' metadata
     def get_metadata_collate_func(self):
-        """A collator step, ``step(batch) -> batch``, adding the vision tower's precomputed metadata.
+        """A collator step, ``step(batch) -> batch``, adding the vision and audio towers' precomputed metadata.
 
         For each of ``image_grid_thw`` / ``video_grid_thw`` in the batch it adds ``<modality>_cu_seqlens``,
-        ``<modality>_max_seqlen`` and ``<modality>_position_ids``, computed with upstream's ``vision_utils`` on the
-        CPU, which the model then takes instead of computing them in its forward (same result). It is picklable,
-        for data-loader workers.
+        ``<modality>_max_seqlen`` and ``<modality>_position_ids``; for clips (``input_features`` with
+        ``feature_attention_mask``) the chunked, padded features and the indices the audio tower would compute
+        (``padded_feature``, ``chunk_lengths``, ``valid_indices``, ...). The model then takes them instead of
+        computing them in its forward (same result). It is picklable, for data-loader workers.
         """
-        return partial(vision_metadata, self.config.vision_config.spatial_merge_size)
+        return partial(
+            omni_metadata,
+            self.config.vision_config.spatial_merge_size,
+            "transformers.models.qwen2_5_omni.modeling_qwen2_5_omni",
+            self.config.audio_config.n_window,
+        )
 
 
 ############################
@@ -2399,7 +2405,7 @@ class Qwen2_5OmniThinkerForConditionalGeneration(Qwen2_5OmniPreTrainedModelForCo
 
 # [PATCHED CLASS] Qwen2_5OmniForConditionalGeneration: the thinker alone; audio output refused; the speech side's checkpoint keys dropped on load
 class Qwen2_5OmniForConditionalGeneration(Qwen2_5OmniPreTrainedModel, GenerationMixin):
-    """The thinker alone: training modeling, no talker and no token2wav (they are not in this module).
+    """The thinker alone: training modeling, without the talker and token2wav (they are not in this module).
 
     ``config.enable_audio_output`` is not acted on, and what only audio output needs raises:
     generate, enable_talker, load_speakers. A checkpoint of the whole model loads all the same, strictly: its
