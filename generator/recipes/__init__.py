@@ -1,6 +1,7 @@
 """Category recipes: one call that applies every snippet a model category shares, and the parts they guard."""
 
 from modelgraft.generator.recipes.dense import dense_text
+from modelgraft.generator.recipes.hybrid import GatedDeltaNet, gated_delta_net_moe_text, gated_delta_net_text
 from modelgraft.generator.recipes.moe import moe_text
 from modelgraft.generator.recipes.omni import AudioTower, omni
 from modelgraft.generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
@@ -11,6 +12,7 @@ __all__ = [
     "AudioTower",
     "CallSites",
     "Experts",
+    "GatedDeltaNet",
     "LossHead",
     "Mlp",
     "Norm",
@@ -18,6 +20,8 @@ __all__ = [
     "Router",
     "VisionTower",
     "dense_text",
+    "gated_delta_net_moe_text",
+    "gated_delta_net_text",
     "moe_text",
     "omni",
     "vlm",

@@ -16,6 +16,9 @@ RMSNorm behind ``rms_norm`` with its offset, the gated MLP, the partial rotate-h
 towers rewrite), and ``<Prefix>ForCausalLM`` (the text-only model upstream also ships) gets the same loss head
 as the conditional-generation class.
 
+:func:`gated_delta_net_text` and :func:`gated_delta_net_moe_text` are the scaffold's recipes for text-only Gated
+DeltaNet hybrids (olmo_hybrid, qwen3_next): the same mixer guards, then :func:`dense_text` or :func:`moe_text`.
+
 :func:`hybrid_moe` is the same over :func:`modelgraft.generator.recipes.vlm_moe.vlm_moe` (Qwen3.5-MoE): the MoE
 pieces on the text decoder, and the text-only head's aux-loss call behind its slot too. Both apply the guards
 through snippets, per model, rather than reusing Qwen3.5's patch bodies through ``name_map``: the MoE model's
@@ -28,12 +31,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelgraft.generator.dsl.config import PatchConfig
-from modelgraft.generator.recipes.dense import _named, apply_causal_lm
+from modelgraft.generator.recipes.dense import _named, apply_causal_lm, dense_text
+from modelgraft.generator.recipes.moe import moe_text
 from modelgraft.generator.recipes.parts import LossHead
 from modelgraft.generator.recipes.vlm import vlm
 from modelgraft.generator.recipes.vlm_moe import vlm_moe
 
-__all__ = ["HUB_FALLBACK_DECORATOR", "GatedDeltaNet", "apply_gated_delta_net", "hybrid", "hybrid_moe"]
+__all__ = [
+    "HUB_FALLBACK_DECORATOR",
+    "GatedDeltaNet",
+    "apply_gated_delta_net",
+    "gated_delta_net_moe_text",
+    "gated_delta_net_text",
+    "hybrid",
+    "hybrid_moe",
+]
 
 #: Upstream's decorator that binds an installed FLA / causal-conv1d at import time; dropped from every guarded
 #: function so that only a bound kernel family changes what the model computes.
@@ -42,7 +54,10 @@ HUB_FALLBACK_DECORATOR = "use_kernel_func_from_hub_with_fallback"
 
 @dataclass(frozen=True)
 class GatedDeltaNet:
-    """Where a Gated DeltaNet mixer's operations live: its gated norm class and the four module-level functions."""
+    """Where a Gated DeltaNet mixer's operations live: its gated norm class and the four module-level functions.
+
+    ``norm=""`` leaves the gated norm upstream's (a forward the rms_norm_gated slot does not recompute).
+    """
 
     norm: str = "{prefix}RMSNormGated"
     norm_eps: str = "variance_epsilon"
@@ -55,13 +70,14 @@ class GatedDeltaNet:
 
 def apply_gated_delta_net(config: PatchConfig, mixer: GatedDeltaNet, *, prefix: str) -> None:
     """The mixer's gated norm, causal conv1d (whole and decode step) and gated delta rule behind their slots."""
-    config.apply_snippet(
-        "rms_norm_gated_guard",
-        f"{_named(mixer.norm, prefix)}.forward",
-        eps=mixer.norm_eps,
-        activation=mixer.norm_activation,
-        description="rms_norm_gated slot guard",
-    )
+    if mixer.norm:
+        config.apply_snippet(
+            "rms_norm_gated_guard",
+            f"{_named(mixer.norm, prefix)}.forward",
+            eps=mixer.norm_eps,
+            activation=mixer.norm_activation,
+            description="rms_norm_gated slot guard",
+        )
     undecorated = (HUB_FALLBACK_DECORATOR,)
     for function, update in ((mixer.conv, False), (mixer.conv_update, True)):
         config.apply_snippet(
@@ -113,3 +129,20 @@ def hybrid_moe(
     if text_causal_lm is not None:
         apply_causal_lm(config, text_causal_lm, prefix=prefix, aux_loss=aux_loss)
     return config
+
+
+def gated_delta_net_text(
+    config: PatchConfig, *, prefix: str, gated_delta_net: GatedDeltaNet, **dense_options: Any
+) -> PatchConfig:
+    """A text-only Gated DeltaNet hybrid (olmo_hybrid): the mixer's guards, then :func:`dense_text`."""
+    apply_gated_delta_net(config, gated_delta_net, prefix=prefix)
+    return dense_text(config, prefix=prefix, **dense_options)
+
+
+def gated_delta_net_moe_text(
+    config: PatchConfig, *, prefix: str, gated_delta_net: GatedDeltaNet, **moe_options: Any
+) -> PatchConfig:
+    """A text-only Gated DeltaNet hybrid with routed experts (qwen3_next): the mixer's guards, then
+    :func:`moe_text`."""
+    apply_gated_delta_net(config, gated_delta_net, prefix=prefix)
+    return moe_text(config, prefix=prefix, **moe_options)

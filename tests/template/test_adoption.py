@@ -52,8 +52,8 @@ REFUSED_BY_THE_SCAFFOLD = {
     "qwen2_5_omni": "omni models have no scaffold yet",
     "qwen2_5_vl": "vlm models have no scaffold yet",
     "qwen2_vl": "vlm models have no scaffold yet",
-    "qwen3_5": "linear-attention mixer Qwen3_5GatedDeltaNet",
-    "qwen3_5_moe": "linear-attention mixer Qwen3_5MoeGatedDeltaNet",
+    "qwen3_5": "vlm models have no scaffold yet",
+    "qwen3_5_moe": "vlm_moe models have no scaffold yet",
     "qwen3_vl": "vlm models have no scaffold yet",
     "qwen3_vl_moe": "vlm_moe models have no scaffold yet",
 }
