@@ -25,7 +25,7 @@ from modelgraft.models.testing.batches import causal_lm_batch
 from modelgraft.models.testing.parity import build_pair
 from modelgraft.models.testing.reference import reference_kernel
 
-__all__ = ["CHUNKED_DELTA", "DECODE_SLOTS", "GatedDeltaNetSuite"]
+__all__ = ["CHUNKED_DELTA", "DECODE_SLOTS", "GatedDeltaNetSuite", "decode_logits", "decode_logits_with_reference"]
 
 #: The slots only a cached one-token decode step calls.
 DECODE_SLOTS = ("causal_conv1d_update", "recurrent_gated_delta_rule")
@@ -34,7 +34,7 @@ DECODE_SLOTS = ("causal_conv1d_update", "recurrent_gated_delta_rule")
 CHUNKED_DELTA = OpsConfig({"chunk_gated_delta_rule": "chunked_delta", "causal_conv1d": "chunked_delta"})
 
 
-def _decode_logits(model: Any, batch: dict[str, torch.Tensor], next_tokens: torch.Tensor) -> torch.Tensor:
+def decode_logits(model: Any, batch: dict[str, torch.Tensor], next_tokens: torch.Tensor) -> torch.Tensor:
     """Logits of one cached decode step after a prefill of ``batch``."""
     with torch.no_grad():
         prefill = model(**batch, use_cache=True)
@@ -43,6 +43,23 @@ def _decode_logits(model: Any, batch: dict[str, torch.Tensor], next_tokens: torc
             input_ids=next_tokens, attention_mask=mask, past_key_values=prefill.past_key_values, use_cache=True
         )
     return step.logits
+
+
+def decode_logits_with_reference(
+    model: Any, slot: str, batch: dict[str, torch.Tensor], next_tokens: torch.Tensor
+) -> tuple[torch.Tensor, int]:
+    """:func:`decode_logits` with ``slot``'s reference kernel bound alone, and how often it was called."""
+    calls = 0
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return reference_kernel(slot)(*args, **kwargs)
+
+    with bound_ops(OpsConfig()):
+        SLOTS[slot].bind(counted, name=f"reference.{slot}")
+        logits = decode_logits(model, batch, next_tokens)
+    return logits, calls
 
 
 class GatedDeltaNetSuite:
@@ -75,17 +92,8 @@ class GatedDeltaNetSuite:
         del batch["labels"]
         batch["attention_mask"] = torch.ones_like(batch["input_ids"])
         next_tokens = batch["input_ids"][:, :1].flip(0)
-        expected = _decode_logits(pair.upstream, batch, next_tokens)
-        calls = 0
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            return reference_kernel(slot)(*args, **kwargs)
-
-        with bound_ops(OpsConfig()):
-            SLOTS[slot].bind(counted, name=f"reference.{slot}")
-            actual = _decode_logits(pair.generated, batch, next_tokens)
+        expected = decode_logits(pair.upstream, batch, next_tokens)
+        actual, calls = decode_logits_with_reference(pair.generated, slot, batch, next_tokens)
         assert calls > 0
         torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
 
