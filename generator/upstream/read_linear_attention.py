@@ -60,11 +60,12 @@ _REFUSED_KINDS: tuple[tuple[str, re.Pattern[str], str], ...] = (
 
 
 def _dump(function: ast.FunctionDef) -> str:
-    """The function without its docstring and comments, as ``ast.dump`` spells it (formatting-blind)."""
+    """The function's parameters and body without its docstring, as ``ast.dump`` spells them (formatting-blind,
+    comments are not in the tree)."""
     body = function.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
-    return ast.dump(ast.Module(body=list(body), type_ignores=[]))
+    return ast.dump(function.args) + ast.dump(ast.Module(body=list(body), type_ignores=[]))
 
 
 def _delta_rules(source: ModelSource) -> tuple[str, str] | None:
