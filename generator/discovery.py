@@ -126,14 +126,19 @@ def _parent_packages(module_name: str, path: Path) -> None:
     """Stand-ins for the config's parent packages, so its relative imports resolve to its own folder.
 
     Each is a bare module whose ``__path__`` is the folder; the folder's ``__init__.py`` is not run (a
-    training repository's package may import torch there, which generation never does).
+    training repository's package may import torch there, which generation never does). The sibling folders
+    that hold a config get one too, so ``from ..qwen3_5.qwen3_5_gpu_patch_gen_config import config`` reuses a
+    sibling's patches without running that model package's ``__init__.py``.
     """
     parts = module_name.split(".")[:-1]
     folders = [path.parent]
     for _ in parts[1:]:
         folders.insert(0, folders[0].parent)
-    for depth, folder in enumerate(folders, start=1):
-        name = ".".join(parts[:depth])
+    packages = list(zip((".".join(parts[:depth]) for depth in range(1, len(parts) + 1)), folders))
+    if len(parts) > 1:
+        siblings = sorted({config.parent for config in path.parent.parent.glob(f"*/*{CONFIG_SUFFIX}")})
+        packages += [(".".join([*parts[:-1], folder.name]), folder) for folder in siblings if folder != path.parent]
+    for name, folder in packages:
         present = sys.modules.get(name)
         if present is not None and list(getattr(present, "__path__", [])) == [str(folder)]:
             continue

@@ -122,6 +122,12 @@ def render(s: ModelStructure) -> str:
         add(f"  hub weights    conversion={moe.hf_conversion or 'none'} gate/up/down={projections}")
         if moe.reason:
             add(f"  note           {moe.reason}")
+    gdn = s.linear_attention
+    if gdn is not None:
+        add(f"gated deltanet   {gdn.mixer} (line {gdn.line}) calls {gdn.chunk}, {gdn.recurrent}")
+        add(f"  conv           {gdn.conv} / decode step {gdn.conv_update}  packed={gdn.packed}")
+        norm = f"{gdn.norm} (line {gdn.norm_line}) eps={gdn.norm_eps_attr}" if gdn.norm else "none guardable"
+        add(f"  gated norm     {norm}" + (f"  -- {gdn.reason}" if gdn.reason else ""))
     if s.vlm is not None:
         out.extend(render_vlm(s.vlm))
     add(f"config defaults  {len(s.config_defaults)} fields")

@@ -1,6 +1,7 @@
 """Category recipes: one call that applies every snippet a model category shares, and the parts they guard."""
 
 from modelgraft.generator.recipes.dense import dense_text
+from modelgraft.generator.recipes.hybrid import GatedDeltaNet, gated_delta_net_moe_text, gated_delta_net_text
 from modelgraft.generator.recipes.moe import moe_text
 from modelgraft.generator.recipes.omni import AudioTower, omni
 from modelgraft.generator.recipes.omni_moe import omni_moe
@@ -12,6 +13,7 @@ __all__ = [
     "AudioTower",
     "CallSites",
     "Experts",
+    "GatedDeltaNet",
     "LossHead",
     "Mlp",
     "Norm",
@@ -19,6 +21,8 @@ __all__ = [
     "Router",
     "VisionTower",
     "dense_text",
+    "gated_delta_net_moe_text",
+    "gated_delta_net_text",
     "moe_text",
     "omni",
     "omni_moe",

@@ -356,6 +356,46 @@ def _clamped_swiglu_experts(structure: ModelStructure) -> dict[str, Any]:
     }
 
 
+def _gated_delta_net(structure: ModelStructure, skipped: list[Finding], refusals: list[Finding]) -> dict[str, str]:
+    """The hybrid recipe's mixer guards for a Gated DeltaNet hybrid (``GatedDeltaNet`` part, as plain data).
+
+    The delta rule and both causal convs always go behind their slots (a mixer without a conv of the slots'
+    signature is refused: its layers would run unguarded); the gated norm only when the reader matched its
+    forward to the formulation rms_norm_gated recomputes, else it stays upstream's and is listed as skipped.
+    ``packed`` records whether the model hands packed documents' boundaries to the delta rule, so its tests
+    check that the chunked_delta kernels keep them apart.
+    """
+    info = structure.linear_attention
+    assert info is not None
+    if info.reason or not info.conv or not info.conv_update:
+        remedy = "guard its calls by hand (replace_function)"
+        refusals.append(Finding("linear_attention", info.mixer, info.line, info.reason, remedy))
+        return {}
+    if info.norm is None:
+        reason = "the mixer's gated output norm is not the formulation rms_norm_gated recomputes"
+        skipped.append(Finding("linear_attention", info.mixer, info.line, reason, "override its forward by hand"))
+    return {
+        "mixer": info.mixer,
+        "norm": info.norm or "",
+        "norm_eps": info.norm_eps_attr or "",
+        "norm_activation": info.norm_activation or "",
+        "conv": info.conv,
+        "conv_update": info.conv_update,
+        "chunk": info.chunk,
+        "recurrent": info.recurrent,
+        "packed": info.packed,
+    }
+
+
+#: The slots a Gated DeltaNet mixer's guards take, the gated norm's first (when it is guarded).
+GATED_DELTA_NET_SLOTS = (
+    "causal_conv1d",
+    "causal_conv1d_update",
+    "chunk_gated_delta_rule",
+    "recurrent_gated_delta_rule",
+)
+
+
 #: Slots of the loss heads: the coverage floor counts the others.
 LOSS_SLOTS = ("causal_lm_loss", "load_balancing_loss", "sequence_classification_loss")
 
@@ -384,6 +424,9 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
         guarded.append("moe_experts")
     if arguments.get("router"):
         guarded.append(f"{arguments['router'].get('kind', 'group_limited')}_router")
+    mixer = arguments.get("gated_delta_net")
+    if mixer:
+        guarded += (["rms_norm_gated"] if mixer.get("norm") else []) + list(GATED_DELTA_NET_SLOTS)
     if arguments.get("causal_lm"):
         guarded.append("causal_lm_loss")
     if arguments.get("aux_loss"):
@@ -500,6 +543,8 @@ def _fit_scaffold(structure: ModelStructure, category: str) -> Fit:
         if router is not None:  # recorded only where there is one: other scaffolds' answers stay as they were
             arguments["router"] = router
         arguments["aux_loss"] = (structure.causal_lm.aux_loss_function if structure.causal_lm else None) or ""
+    if structure.linear_attention is not None:  # recorded only for a hybrid: other scaffolds' answers stay
+        arguments["gated_delta_net"] = _gated_delta_net(structure, skipped, refusals)
 
     guarded = list(guarded_slots(arguments))
     slots = len([slot for slot in guarded if slot not in LOSS_SLOTS])

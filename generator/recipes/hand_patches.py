@@ -53,6 +53,13 @@ def hand_written_patches(arguments: dict[str, Any]) -> tuple[str, ...]:
         )
         option = f" (formulation={formulation})" if formulation else ""
         lines.append(f"{function}: rope_guard{option}, behind the rope slot")
+    mixer = arguments.get("gated_delta_net")
+    if mixer:
+        lines.append(
+            f"{mixer['mixer']}'s gated norm, causal convs and gated delta rules: apply_gated_delta_net "
+            "(generator/recipes/hybrid.py), behind the rms_norm_gated, causal_conv1d(_update) and "
+            "chunk/recurrent_gated_delta_rule slots"
+        )
     experts = arguments.get("experts")
     if experts:
         lines.append(f"{experts['sparse_block']}.forward: moe_experts_guard, behind the moe_experts slot")

@@ -16,24 +16,42 @@ RMSNorm behind ``rms_norm`` with its offset, the gated MLP, the partial rotate-h
 towers rewrite), and ``<Prefix>ForCausalLM`` (the text-only model upstream also ships) gets the same loss head
 as the conditional-generation class.
 
+:func:`gated_delta_net_text` and :func:`gated_delta_net_moe_text` are the scaffold's recipes for text-only Gated
+DeltaNet hybrids (olmo_hybrid, qwen3_next): the same mixer guards, then :func:`dense_text` or :func:`moe_text`.
+
 :func:`hybrid_moe` is the same over :func:`modelgraft.generator.recipes.vlm_moe.vlm_moe` (Qwen3.5-MoE): the MoE
-pieces on the text decoder, and the text-only head's aux-loss call behind its slot too. Both apply the guards
-through snippets, per model, rather than reusing Qwen3.5's patch bodies through ``name_map``: the MoE model's
-classes are no structural duplicates where it matters (its outputs carry router logits and the aux loss).
+pieces on the text decoder, and the text-only head's aux-loss call behind its slot too. Its mixer is a structural
+duplicate of Qwen3.5's (the gated norm class, the four functions, byte for byte but the prefix), so it reuses
+Qwen3.5's mixer patches through ``name_map`` (:func:`reuse_gated_delta_net`); everything whose output dataclass
+differs (the MoE fields: router logits, the aux loss) stays per model, through snippets, and the dataclass check
+(docs/dsl.md, check 5) rejects a reused body that would build the MoE dataclass without them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from modelgraft.generator.codegen.tokens import rename_identifiers
 from modelgraft.generator.dsl.config import PatchConfig
-from modelgraft.generator.recipes.dense import _named, apply_causal_lm
+from modelgraft.generator.errors import PatchApiError
+from modelgraft.generator.recipes.dense import _named, apply_causal_lm, dense_text
+from modelgraft.generator.recipes.moe import moe_text
 from modelgraft.generator.recipes.parts import LossHead
 from modelgraft.generator.recipes.vlm import vlm
 from modelgraft.generator.recipes.vlm_moe import vlm_moe
 
-__all__ = ["HUB_FALLBACK_DECORATOR", "GatedDeltaNet", "apply_gated_delta_net", "hybrid", "hybrid_moe"]
+__all__ = [
+    "HUB_FALLBACK_DECORATOR",
+    "GatedDeltaNet",
+    "apply_gated_delta_net",
+    "gated_delta_net_moe_text",
+    "gated_delta_net_text",
+    "hybrid",
+    "hybrid_moe",
+    "reuse_gated_delta_net",
+]
 
 #: Upstream's decorator that binds an installed FLA / causal-conv1d at import time; dropped from every guarded
 #: function so that only a bound kernel family changes what the model computes.
@@ -42,7 +60,10 @@ HUB_FALLBACK_DECORATOR = "use_kernel_func_from_hub_with_fallback"
 
 @dataclass(frozen=True)
 class GatedDeltaNet:
-    """Where a Gated DeltaNet mixer's operations live: its gated norm class and the four module-level functions."""
+    """Where a Gated DeltaNet mixer's operations live: its gated norm class and the four module-level functions.
+
+    ``norm=""`` leaves the gated norm upstream's (a forward the rms_norm_gated slot does not recompute).
+    """
 
     norm: str = "{prefix}RMSNormGated"
     norm_eps: str = "variance_epsilon"
@@ -55,13 +76,14 @@ class GatedDeltaNet:
 
 def apply_gated_delta_net(config: PatchConfig, mixer: GatedDeltaNet, *, prefix: str) -> None:
     """The mixer's gated norm, causal conv1d (whole and decode step) and gated delta rule behind their slots."""
-    config.apply_snippet(
-        "rms_norm_gated_guard",
-        f"{_named(mixer.norm, prefix)}.forward",
-        eps=mixer.norm_eps,
-        activation=mixer.norm_activation,
-        description="rms_norm_gated slot guard",
-    )
+    if mixer.norm:
+        config.apply_snippet(
+            "rms_norm_gated_guard",
+            f"{_named(mixer.norm, prefix)}.forward",
+            eps=mixer.norm_eps,
+            activation=mixer.norm_activation,
+            description="rms_norm_gated slot guard",
+        )
     undecorated = (HUB_FALLBACK_DECORATOR,)
     for function, update in ((mixer.conv, False), (mixer.conv_update, True)):
         config.apply_snippet(
@@ -79,6 +101,39 @@ def apply_gated_delta_net(config: PatchConfig, mixer: GatedDeltaNet, *, prefix: 
             slot=slot,
             keep_decorators=undecorated,
             description=f"{slot} slot guard; the torch body, without the hub decorator",
+        )
+
+
+def gated_delta_net_targets(mixer: GatedDeltaNet, *, prefix: str) -> tuple[str, ...]:
+    """The members :func:`apply_gated_delta_net` patches: the gated norm's forward (when guarded), then the functions."""
+    norm = (f"{_named(mixer.norm, prefix)}.forward",) if mixer.norm else ()
+    return (*norm, mixer.conv, mixer.conv_update, mixer.chunk, mixer.recurrent)
+
+
+def reuse_gated_delta_net(
+    config: PatchConfig, sibling: PatchConfig, *, prefix: str, name_map: Mapping[str, str], mixer: GatedDeltaNet
+) -> None:
+    """Apply the mixer patches of ``sibling`` (a config that called :func:`apply_gated_delta_net`) to ``config``.
+
+    For a model whose mixer is a structural duplicate of the sibling's: each body is reused as it is, its targets
+    and identifiers renamed by ``name_map`` (``{"Qwen3_5": "Qwen3_5Moe"}``), so the two models' mixer patches
+    cannot drift apart. ``prefix`` is this model's; the sibling's is the key ``name_map`` maps to it.
+    """
+    sibling_prefix = next((old for old, new in name_map.items() if new == prefix), None)
+    if sibling_prefix is None:
+        raise PatchApiError(f"name_map {dict(name_map)!r} maps no sibling prefix to {prefix!r}", target=prefix)
+    patches = {patch.target: patch for patch in sibling.patches}
+    for target in gated_delta_net_targets(mixer, prefix=sibling_prefix):
+        patch = patches.get(target)
+        if patch is None:
+            raise PatchApiError(f"{sibling.source_module} has no mixer patch of {target} to reuse", target=target)
+        register = config.override_method if "." in target else config.replace_function
+        register(
+            rename_identifiers(target, name_map),
+            replacement=patch.body,
+            name_map=dict(name_map),
+            description=patch.description,
+            keep_decorators=patch.keep_decorators,
         )
 
 
@@ -105,11 +160,37 @@ def hybrid_moe(
     mixer: GatedDeltaNet = GatedDeltaNet(),
     text_causal_lm: LossHead | None = LossHead("{prefix}ForCausalLM"),
     aux_loss: str = "load_balancing_loss_func",
+    mixer_from: PatchConfig | None = None,
+    name_map: Mapping[str, str] | None = None,
     **vlm_moe_options: Any,
 ) -> PatchConfig:
-    """Apply the Gated DeltaNet guards, then :func:`vlm_moe`, then the text-only loss head with its aux loss."""
-    apply_gated_delta_net(config, mixer, prefix=prefix)
+    """Apply the Gated DeltaNet guards, then :func:`vlm_moe`, then the text-only loss head with its aux loss.
+
+    With ``mixer_from`` (Qwen3.5's config) the mixer's patches are that config's, reused through ``name_map``
+    (:func:`reuse_gated_delta_net`); else they are rendered for this model.
+    """
+    if mixer_from is not None:
+        reuse_gated_delta_net(config, mixer_from, prefix=prefix, name_map=name_map or {}, mixer=mixer)
+    else:
+        apply_gated_delta_net(config, mixer, prefix=prefix)
     vlm_moe(config, prefix=prefix, aux_loss=aux_loss, **vlm_moe_options)
     if text_causal_lm is not None:
         apply_causal_lm(config, text_causal_lm, prefix=prefix, aux_loss=aux_loss)
     return config
+
+
+def gated_delta_net_text(
+    config: PatchConfig, *, prefix: str, gated_delta_net: GatedDeltaNet, **dense_options: Any
+) -> PatchConfig:
+    """A text-only Gated DeltaNet hybrid (olmo_hybrid): the mixer's guards, then :func:`dense_text`."""
+    apply_gated_delta_net(config, gated_delta_net, prefix=prefix)
+    return dense_text(config, prefix=prefix, **dense_options)
+
+
+def gated_delta_net_moe_text(
+    config: PatchConfig, *, prefix: str, gated_delta_net: GatedDeltaNet, **moe_options: Any
+) -> PatchConfig:
+    """A text-only Gated DeltaNet hybrid with routed experts (qwen3_next): the mixer's guards, then
+    :func:`moe_text`."""
+    apply_gated_delta_net(config, gated_delta_net, prefix=prefix)
+    return moe_text(config, prefix=prefix, **moe_options)

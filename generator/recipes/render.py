@@ -60,11 +60,27 @@ def _router_fields(router: Mapping[str, Any]) -> dict[str, Any]:
     return {name: router[name] for name in ROUTER_FIELDS if name in router and router[name] != getattr(defaults, name)}
 
 
+#: The GatedDeltaNet part's fields, in its order (every one written: the mixer's functions are named upstream).
+GATED_DELTA_NET_FIELDS = ("norm", "norm_eps", "norm_activation", "conv", "conv_update", "chunk", "recurrent")
+
+
+def _gated_delta_net_line(mixer: Mapping[str, Any]) -> str:
+    """The ``gated_delta_net=GatedDeltaNet(...)`` argument of a hybrid's recipe call."""
+    fields = ", ".join(f"{name}={mixer[name]!r}" for name in GATED_DELTA_NET_FIELDS)
+    return f"    gated_delta_net=GatedDeltaNet({fields}),"
+
+
 def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
     """(import line, call) of the recipe for ``arguments`` (see :func:`modelgraft.generator.recipes.fit.fit_model`)."""
     recipe = "moe_text" if category == "moe" else "dense_text"
     parts = {"LossHead"}
+    mixer = arguments.get("gated_delta_net")
+    if mixer:  # a Gated DeltaNet hybrid: the same recipe after the mixer's guards (generator/recipes/hybrid.py)
+        recipe = "gated_delta_net_moe_text" if category == "moe" else "gated_delta_net_text"
+        parts.add("GatedDeltaNet")
     lines = [f"{recipe}(", "    config,", f"    prefix={prefix!r},"]
+    if mixer:
+        lines.append(_gated_delta_net_line(mixer))
     norms = [
         _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
         for n in arguments.get("norms") or []

@@ -10,9 +10,12 @@ from __future__ import annotations
 import ast
 import re
 
+from modelgraft.generator.upstream.read_linear_attention import gated_delta_net_classes, mixer_kind
 from modelgraft.generator.upstream.source import ModelSource, called_name
+from modelgraft.generator.upstream.structure import GatedDeltaNetInfo
 
-# Class names that only state-space / recurrent / convolutional mixers carry.
+# Class names that only state-space / recurrent / convolutional mixers carry (a Gated DeltaNet mixer, which
+# the hybrid guards cover, and the classes holding it are not matched: see read_linear_attention).
 # Matched against the class name with the model's own prefix removed (recurrent_gemma's "RecurrentGemmaRMSNorm"
 # says nothing; its "RecurrentGemmaRecurrentBlock" does). Mixers first: they name the reason best.
 _RECURRENT_NAMES = (
@@ -55,6 +58,7 @@ def classify(
     lm_class: str | None,
     decoder_layer: str | None,
     is_moe: bool,
+    gated_delta_net: GatedDeltaNetInfo | None = None,
 ) -> tuple[str, str]:
     model = source.model
     if model in OVERRIDES:
@@ -74,12 +78,17 @@ def classify(
         if cross:
             return "out_of_category", f"{cls} (line {classes[cls].lineno}) has cross-attention (self.{cross[0]})"
     prefix = _common_prefix(source)
+    covered = gated_delta_net_classes(source, gated_delta_net) if gated_delta_net else set()
     for pattern in _RECURRENT_NAMES:
-        recurrent = [c for c in classes if pattern.search(c[len(prefix) :]) and not _VISION_NAME.search(c)]
+        recurrent = [
+            c for c in classes if pattern.search(c[len(prefix) :]) and not _VISION_NAME.search(c) and c not in covered
+        ]
         if recurrent:
+            mixer = recurrent[0]
             return (
                 "out_of_category",
-                f"recurrent / state-space / linear-attention mixer {recurrent[0]} (line {classes[recurrent[0]].lineno})",
+                f"recurrent / state-space / linear-attention mixer {mixer} (line {classes[mixer].lineno}): "
+                + mixer_kind(source, mixer, prefix),
             )
     caches = [c for c in classes if c.endswith("Cache")]
     if caches:
@@ -89,6 +98,8 @@ def classify(
         )
     text_path = reachable(source, decoder_layer) if decoder_layer else []
     for cls in text_path:
+        if cls in covered:  # the Gated DeltaNet's depthwise conv: its causal_conv1d call is guarded
+            continue
         for attr, values in source.init_assigns(cls).items():
             if any("Conv1d" in _text(v) for v in values):
                 return (

@@ -25,6 +25,7 @@ from modelgraft.generator.upstream.read_heads import (
     read_multipliers,
     read_sequence_classification,
 )
+from modelgraft.generator.upstream.read_linear_attention import read_gated_delta_net
 from modelgraft.generator.upstream.read_mlps import read_mlps
 from modelgraft.generator.upstream.read_moe import experts_holders, read_moe
 from modelgraft.generator.upstream.read_norms import read_norms
@@ -77,7 +78,8 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
     base_model = _base_model(source, lm_class) if lm_class else None
     decoder_layer = _decoder_layer(source, base_model)
     holders = experts_holders(source)
-    category, category_reason = classify(source, heads, lm_class, decoder_layer, bool(holders))
+    gated_delta_net = read_gated_delta_net(source)
+    category, category_reason = classify(source, heads, lm_class, decoder_layer, bool(holders), gated_delta_net)
     config = read_config(source, lm_class)
 
     causal_lm = read_causal_lm(source, lm_class) if lm_class else None
@@ -129,6 +131,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         instantiated=source.instantiated,
         conditional=source.conditionally_instantiated,
         vlm=vlm,
+        linear_attention=gated_delta_net if category != "out_of_category" else None,
         call_sites=read_call_sites(
             source,
             {n.cls for n in norms if n.kind != "unknown"}

@@ -226,6 +226,31 @@ class MoeInfo:
 
 
 @dataclass(frozen=True)
+class GatedDeltaNetInfo:
+    """A Gated DeltaNet mixer (``read_linear_attention``): the class calling both gated delta rules, and the
+    module-level functions and gated norm class around it that the hybrid recipe's guards take."""
+
+    mixer: str  # "Qwen3NextGatedDeltaNet"
+    line: int
+    chunk: str  # "torch_chunk_gated_delta_rule"
+    recurrent: str  # "torch_recurrent_gated_delta_rule"
+    #: The whole-sequence and decode-step causal conv the mixer calls (None: none of the slots' signature).
+    conv: str | None = None
+    conv_update: str | None = None
+    #: The gated output norm, when its forward is the formulation rms_norm_gated recomputes (else None), with
+    #: the attribute holding eps and the expression naming the gate's activation.
+    norm: str | None = None
+    norm_line: int = 0
+    norm_eps_attr: str | None = None
+    norm_activation: str | None = None
+    #: The mixer hands ``cu_seq_lens_q`` of packed documents on to the delta rule, and its decoder layer hands
+    #: the mixer its ``**kwargs``: a kernel that honours the boundaries keeps the documents apart.
+    packed: bool = False
+    #: Why a piece cannot be guarded ("" when all can).
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Multipliers:
     """Scalars some models apply around the decoder (granite, minicpm, gemma): expressions as in upstream."""
 
@@ -273,6 +298,8 @@ class ModelStructure:
     #: For a VLM (categories vlm, vlm_moe): its towers, mergers, get_rope_index, placeholder masks, processors
     #: and the Qwen-VL contract (``read_vlm``); None for every other category.
     vlm: VlmInfo | None = None
+    #: For a Gated DeltaNet hybrid (qwen3_next, olmo_hybrid): its mixer (``read_linear_attention``); else None.
+    linear_attention: GatedDeltaNetInfo | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (patchgen-inspect --json, Copier answers)."""

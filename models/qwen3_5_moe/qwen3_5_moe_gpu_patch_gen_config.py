@@ -1,9 +1,12 @@
 """Qwen3.5-MoE (hybrid linear attention, VLM, MoE), GPU backend: Qwen3.5's guards plus the routed experts of its
 text decoder.
 
-The Gated DeltaNet and VLM sides are Qwen3.5's (models/qwen3_5), applied by the same recipe pieces: the mixer's
-gated norm, causal conv1d and gated delta rule behind their slots as upstream's torch bodies without the hub
-decorator, the 1+weight RMSNorm, the partial rotate-half RoPE, the vision tower's guards and the towers built as
+The Gated DeltaNet mixer is a structural duplicate of Qwen3.5's (its gated norm class and the four module-level
+functions are Qwen3.5's but the prefix), so its patches are Qwen3.5's own (models/qwen3_5), reused through
+name_map: the gated norm, causal conv1d and gated delta rule behind their slots as upstream's torch bodies without
+the hub decorator. The VLM side is applied by the same recipe pieces as Qwen3.5's, per model (its output
+dataclasses carry the MoE fields, which a reused body would drop: the dataclass check rejects that): the 1+weight
+RMSNorm, the partial rotate-half RoPE, the vision tower's guards and the towers built as
 this module's classes. The MoE side is Qwen3-VL-MoE's (the vlm_moe recipe): the sparse block's call of its fused
 experts behind moe_experts, the always-renormalising router behind softmax_topk_router, the shared expert's gated
 MLP behind glu_activation (its sigmoid gate stays upstream's), the aux-loss call of both heads behind
@@ -18,6 +21,8 @@ from modelgraft.generator import PatchConfig
 from modelgraft.generator.recipes import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router, VisionTower
 from modelgraft.generator.recipes.hybrid import hybrid_moe
 
+from ..qwen3_5.qwen3_5_gpu_patch_gen_config import config as qwen3_5_config
+
 config = PatchConfig(
     source_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
     target_file="patched_modeling_qwen3_5_moe_gpu.py",
@@ -29,6 +34,8 @@ config = PatchConfig(
 hybrid_moe(
     config,
     prefix="Qwen3_5Moe",
+    mixer_from=qwen3_5_config,
+    name_map={"Qwen3_5": "Qwen3_5Moe"},
     vision=VisionTower("Qwen3_5MoeVisionModel"),
     norms=[Norm("Qwen3_5MoeRMSNorm", formulation="rms_one_plus_weight", eps="eps", weight="weight")],
     mlps=[

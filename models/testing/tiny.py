@@ -81,6 +81,11 @@ TINY: MappingProxyType[str, Any] = MappingProxyType(
         "per_layer_input": 18,  # gemma3n / gemma4 per-layer input embeddings
         "low_rank": 22,  # gemma3n LAuReL rank
         "num_labels": 5,
+        # Gated DeltaNet mixers: key_dim 2*10=20, value_dim 4*18=72, conv channels 2*20+72=112
+        "linear_key_heads": 2,
+        "linear_value_heads": 4,
+        "linear_key_head_dim": 10,
+        "linear_value_head_dim": 18,
     }
 )
 
@@ -157,12 +162,27 @@ _ROLE_NAMES: dict[str, tuple[str, ...]] = {
     "o_lora_rank": ("o_lora_rank",),
     "o_groups": ("o_groups",),
     "low_rank": ("laurel_rank",),
+    "linear_key_heads": ("linear_num_key_heads",),
+    "linear_value_heads": ("linear_num_value_heads",),
+    "linear_key_head_dim": ("linear_key_head_dim",),
+    "linear_value_head_dim": ("linear_value_head_dim",),
 }
 _NAME_ROLE: dict[str, str] = {name: role for role, names in _ROLE_NAMES.items() for name in names}
 
 #: Roles set even when the default is ``None`` (there ``None`` means "derive it"); for every other role a
 #: default ``None`` means "off" (no sliding window, no q compression, no experts) and stays ``None``.
-_SET_WHEN_NONE = {"head_dim", "intermediate", "dense_intermediate", "kv_heads", "max_positions", "top_k"}
+_SET_WHEN_NONE = {
+    "head_dim",
+    "intermediate",
+    "dense_intermediate",
+    "kv_heads",
+    "max_positions",
+    "top_k",
+    "linear_key_heads",
+    "linear_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+}
 
 #: Config attributes holding an epsilon a slot receives; tiny configs give each a non-default value.
 EPS_NAMES = (

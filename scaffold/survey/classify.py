@@ -61,6 +61,12 @@ SLOT_ORDER = (
     "layer_norm",
     "glu_activation",
     "rope",
+    # a Gated DeltaNet mixer: its gated norm, whole and decode-step conv, chunked and recurrent delta rule
+    "rms_norm_gated",
+    "causal_conv1d",
+    "causal_conv1d_update",
+    "chunk_gated_delta_rule",
+    "recurrent_gated_delta_rule",
     "moe_experts",
     "load_balancing_loss",
     "causal_lm_loss",

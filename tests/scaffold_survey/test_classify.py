@@ -388,6 +388,19 @@ def test_guarded_slots_in_canonical_order_then_unknown_ones() -> None:
     assert guarded_slots(GENERATED_MODULE) == ("rms_norm", "glu_activation", "rope", "causal_lm_loss", "custom_thing")
 
 
+def test_guarded_slots_list_a_gated_delta_net_mixers_slots_in_slot_order_not_in_order_of_appearance() -> None:
+    source = "\n".join(
+        f"{slot}_slot.use_non_eager_impl"
+        for slot in ("causal_conv1d_update", "rms_norm_gated", "recurrent_gated_delta_rule", "causal_conv1d")
+    )
+    assert guarded_slots(source) == (
+        "rms_norm_gated",
+        "causal_conv1d",
+        "causal_conv1d_update",
+        "recurrent_gated_delta_rule",
+    )
+
+
 def test_guarded_slots_of_a_module_that_does_not_parse() -> None:
     assert guarded_slots("def f(:\n    rope_slot.use_non_eager_impl\n") == ("rope",)
     assert guarded_slots("") == ()

@@ -35,3 +35,11 @@ def test_reader_bug_exits_3_with_traceback(
     monkeypatch.setattr(inspect_cli, "read_model", broken)
     assert inspect_cli.main(["llama"]) == 3
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_report_of_a_gated_deltanet_hybrid_names_its_mixer_and_the_functions_it_calls(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert inspect_cli.main(["olmo_hybrid"]) == 0
+    out = capsys.readouterr().out
+    assert "gated deltanet   OlmoHybridGatedDeltaNet" in out and "torch_chunk_gated_delta_rule" in out

@@ -23,11 +23,15 @@ from transformers import Qwen3_5Config, Qwen3VLProcessor
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from modelgraft.models.loader import build_model, get_model_class
-from modelgraft.models.ops import SLOTS, bound_ops
-from modelgraft.models.ops.config import OpsConfig
+from modelgraft.models.ops import bound_ops
 from modelgraft.models.registry import MODELING_REGISTRY
+from modelgraft.models.testing.gated_delta_net_suite import (
+    CHUNKED_DELTA,
+    DECODE_SLOTS,
+    decode_logits,
+    decode_logits_with_reference,
+)
 from modelgraft.models.testing.parity import build_pair, check_parity, eager_slots_on_one_thread
-from modelgraft.models.testing.reference import reference_kernel
 from modelgraft.models.testing.vlm_suite import VlmModel, VlmParitySuite
 
 QWEN3_5 = VlmModel(
@@ -86,9 +90,6 @@ QWEN3_5 = VlmModel(
     ),
 )
 
-#: The slots only a cached one-token decode step calls.
-DECODE_SLOTS = ("causal_conv1d_update", "recurrent_gated_delta_rule")
-
 
 class TestQwen3_5Parity(VlmParitySuite):
     model = QWEN3_5
@@ -110,17 +111,6 @@ def test_the_tiny_model_has_a_gated_deltanet_layer_and_an_attention_layer() -> N
     assert type(layers[1].self_attn) is module.Qwen3_5Attention
 
 
-def _decode_logits(model: Any, batch: dict[str, torch.Tensor], next_tokens: torch.Tensor) -> torch.Tensor:
-    """Logits of one cached decode step after a prefill of ``batch``."""
-    with torch.no_grad():
-        prefill = model(**batch, use_cache=True)
-        mask = torch.cat([batch["attention_mask"], torch.ones_like(next_tokens)], dim=1)
-        step = model(
-            input_ids=next_tokens, attention_mask=mask, past_key_values=prefill.past_key_values, use_cache=True
-        )
-    return step.logits
-
-
 @pytest.mark.parametrize("slot", DECODE_SLOTS)
 def test_reference_decode_kernel_matches_upstreams_cached_decode_step(slot: str) -> None:
     """Prefill then one token from the cache: the decode-step slot's reference kernel, bound alone and called."""
@@ -132,17 +122,8 @@ def test_reference_decode_kernel_matches_upstreams_cached_decode_step(slot: str)
         batch = QWEN3_5.batch([("w1 w2 w3 w4 w5", [], []), ("w6 w7 w8 w9 w10", [], [])], labels=False)
         batch.pop("mm_token_type_ids")
         next_tokens = torch.tensor([[QWEN3_5.token_id("w11")], [QWEN3_5.token_id("w12")]])
-        expected = _decode_logits(pair.upstream, batch, next_tokens)
-        calls = 0
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            nonlocal calls
-            calls += 1
-            return reference_kernel(slot)(*args, **kwargs)
-
-        with bound_ops(OpsConfig()):
-            SLOTS[slot].bind(counted, name=f"reference.{slot}")
-            actual = _decode_logits(pair.generated, batch, next_tokens)
+        expected = decode_logits(pair.upstream, batch, next_tokens)
+        actual, calls = decode_logits_with_reference(pair.generated, slot, batch, next_tokens)
         assert calls > 0
         torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
 
@@ -158,7 +139,7 @@ def test_eager_decode_step_is_upstreams_exactly() -> None:
         batch.pop("mm_token_type_ids")
         next_tokens = torch.tensor([[QWEN3_5.token_id("w4")]])
         assert torch.equal(
-            _decode_logits(pair.generated, batch, next_tokens), _decode_logits(pair.upstream, batch, next_tokens)
+            decode_logits(pair.generated, batch, next_tokens), decode_logits(pair.upstream, batch, next_tokens)
         )
 
 
@@ -204,10 +185,6 @@ def test_an_installed_fla_or_causal_conv1d_changes_upstream_but_not_the_generate
     done = subprocess.run([sys.executable, "-c", _INSTALLED_STAND_INS], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:2] == ["upstream: stand-in", "generated: (1, 5, 2, 4) (1, 6, 5)"]
-
-
-#: The chunked_delta CPU family on both slots it serves.
-CHUNKED_DELTA = OpsConfig({"chunk_gated_delta_rule": "chunked_delta", "causal_conv1d": "chunked_delta"})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

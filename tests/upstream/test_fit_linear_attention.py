@@ -1,0 +1,104 @@
+"""Gated DeltaNet hybrids are a structure of the dense and MoE categories; other linear mixers are refused.
+
+The reader keys on the gated delta rule and the mixer class that calls it, never on the causal conv alone; the
+fit plans the hybrid recipe's mixer guards for a text-only hybrid and refuses, with the kind, a short
+convolution alone, a Mamba-style state space, lightning attention and Kimi-delta attention. Fit level only: the
+copy of one hybrid is tests/template/test_copy_gated_delta_net.py, the others are in the survey's table
+(docs/scaffolding.md, "How far the scaffold reaches").
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+from modelgraft.generator.recipes.fit import Fit, fit_model
+from modelgraft.generator.upstream.index import UpstreamSources
+from modelgraft.generator.upstream.reader import modeling_module, read_model
+from modelgraft.generator.upstream.structure import ModelStructure
+
+#: The slots the mixer's guards take, for every Gated DeltaNet model of transformers 5.16.
+MIXER_SLOTS = (
+    "rms_norm_gated",
+    "causal_conv1d",
+    "causal_conv1d_update",
+    "chunk_gated_delta_rule",
+    "recurrent_gated_delta_rule",
+)
+
+
+@cache
+def structure(model: str) -> ModelStructure:
+    return read_model(model)
+
+
+def fit(model: str) -> Fit:
+    return fit_model(structure(model))
+
+
+def test_the_mixer_is_the_class_that_calls_both_gated_delta_rules_with_the_functions_around_it() -> None:
+    mixer = structure("olmo_hybrid").linear_attention
+    assert mixer is not None
+    assert (mixer.mixer, mixer.chunk, mixer.recurrent) == (
+        "OlmoHybridGatedDeltaNet",
+        "torch_chunk_gated_delta_rule",
+        "torch_recurrent_gated_delta_rule",
+    )
+    assert (mixer.conv, mixer.conv_update) == ("causal_conv1d_fn", "causal_conv1d_update")
+    assert (mixer.norm, mixer.norm_eps_attr, mixer.norm_activation) == (
+        "OlmoHybridRMSNormGated",
+        "variance_epsilon",
+        "self.activation",
+    )
+
+
+def test_a_mixer_that_hands_cu_seq_lens_q_to_the_delta_rule_is_recorded_as_packed() -> None:
+    assert structure("qwen3_next").linear_attention.packed
+
+
+def test_a_causal_conv_without_a_gated_delta_rule_is_no_gated_delta_net() -> None:
+    """GLM-5-Next's module defines causal_conv1d_fn for its Kimi-delta attention: the conv proves nothing."""
+    assert "causal_conv1d_fn" in UpstreamSources(None).get(modeling_module("glm5_next")).members
+    assert structure("glm5_next").linear_attention is None
+
+
+@pytest.mark.parametrize(("model", "category"), [("olmo_hybrid", "dense"), ("qwen3_next", "moe")])
+def test_a_text_only_hybrid_fits_its_text_category_with_every_mixer_slot_guarded(model: str, category: str) -> None:
+    result = fit(model)
+    assert not result.refused, result.refusal_message()
+    assert result.category == category
+    assert set(MIXER_SLOTS) <= set(result.guarded)
+    assert result.arguments["gated_delta_net"]["mixer"] == structure(model).linear_attention.mixer
+
+
+def test_a_model_without_a_gated_delta_net_records_no_mixer_answer() -> None:
+    """Other scaffolds' answers stay as they were: the key exists only for a hybrid."""
+    assert "gated_delta_net" not in fit("mistral").arguments
+
+
+def test_a_hybrid_with_a_vision_tower_is_its_vlm_category_not_out_of_category() -> None:
+    assert structure("qwen3_5").category == "vlm"
+
+
+def test_a_hybrid_with_a_second_convolutional_state_is_refused_for_it() -> None:
+    """qwen4_exp's per-layer embeddings run a dilated short conv with a cached state of its own."""
+    result = fit("qwen4_exp")
+    assert result.refused
+    assert "Qwen4ExpTextPLELayer.conv1d" in result.refusal_message()
+
+
+@pytest.mark.parametrize(
+    ("model", "kind"),
+    [
+        ("lfm2", "a short convolution alone, without a gated delta rule"),
+        ("jamba", "a Mamba-style state space"),
+        ("minimax", "lightning attention"),
+        ("glm5_next", "Kimi-delta attention"),
+    ],
+    ids=["short-convolution", "state-space", "lightning", "kimi-delta"],
+)
+def test_other_linear_mixers_are_refused_naming_their_kind(model: str, kind: str) -> None:
+    result = fit(model)
+    assert result.refused and result.category == "out_of_category"
+    assert kind in result.refusal_message()
