@@ -284,6 +284,9 @@ class OmniParitySuite(VlmParitySuite):
     # function and the metadata collator step.
     test_position_id_func_of_the_base_model_is_the_same_function = None
     test_metadata_step_of_the_base_model_is_the_same_function = None
+    # The packed-row check splits rows by mm_token_type_ids and calls the VLM get_rope_index; an Omni row's audio
+    # placeholders and use_audio_in_video need a packing of their own, which this suite does not build yet.
+    test_position_ids_of_packed_documents_equal_upstream_get_rope_index_per_document = None
 
     def _long_video_batch(self) -> dict[str, Any]:
         """An image row and a 6-frame video (3 temporal patches), with the Omni placeholders."""
