@@ -10,6 +10,8 @@ generation with audio output. This module keeps the thinker and builds on the VL
 - ``omni_audio_dummy_forward`` on the audio tower: a zero loss term through it, for ranks without audio;
 - ``omni_position_id_func`` plus :func:`omni_rope_index_without_model`: upstream's ``get_rope_index`` (audio and
   audio-in-video included) as a picklable function, also for text-only batches without an attention mask;
+- ``vlm_packed_documents_guard`` on the thinker's text model, as for a VLM: packed documents kept apart on eager
+  and sdpa attention;
 - ``omni_metadata_collate_func`` on the thinker: the VLM collator step precomputing the vision tower's packing
   metadata, plus what the audio tower computes per forward from the clips and takes precomputed through the
   thinker (``modelgraft.models.vision_metadata.omni_metadata``);
@@ -39,7 +41,7 @@ from modelgraft.generator.recipes.dense import (
     apply_rope,
 )
 from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm, Rope
-from modelgraft.generator.recipes.vlm import VisionTower, apply_sequence_parallel_forward
+from modelgraft.generator.recipes.vlm import VisionTower, apply_packed_documents, apply_sequence_parallel_forward
 
 __all__ = ["REFUSED", "AudioTower", "drop_speech_weights", "omni", "omni_rope_index_without_model"]
 
@@ -115,6 +117,7 @@ def omni(
     rope: str | Rope | None = None,
     mrope: str | None = "apply_multimodal_rotary_pos_emb",
     causal_lm: LossHead = LossHead("{prefix}ThinkerForConditionalGeneration"),
+    text_model: str = "{prefix}ThinkerTextModel",
     aux_loss: str = "",
     top_level: str = "{prefix}ForConditionalGeneration",
     speech: Sequence[str] = ("talker", "token2wav"),
@@ -127,7 +130,8 @@ def omni(
     The defaults are Qwen2.5-Omni's. ``speech_classes`` are excluded with whatever only they used; ``speech``
     names the top-level attributes that held them (their checkpoint keys are dropped on load); ``refused`` maps
     each top-level member that only serves audio output to what it does, for its error. ``causal_lm`` is the
-    thinker, whose ``get_rope_index`` the position-id function runs with ``rope_index_attributes``. ``rope`` and
+    thinker, whose ``get_rope_index`` the position-id function runs with ``rope_index_attributes``, and
+    ``text_model`` its text decoder, whose forward reads the packed ``[4, B, L]`` layout. ``rope`` and
     ``mrope`` mean what they mean for :func:`modelgraft.generator.recipes.vlm.vlm` (Qwen3-Omni interleaves the
     sections in its rotary embedding and calls a plain ``rope`` function); ``aux_loss`` names the MoE auxiliary-loss
     function the thinker calls ("" for a dense text decoder; :func:`modelgraft.generator.recipes.omni_moe.omni_moe`).
@@ -176,6 +180,7 @@ def omni(
         router_logits=tuple(causal_lm.router_logits),
         aux_loss=aux_loss,
     )
+    apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
     config.add_import("inspect", is_from_import=False)
     config.add_helper(
         omni_rope_index_without_model, description="upstream's get_rope_index without a model (picklable)"

@@ -29,6 +29,10 @@ registered attention implementations, its patch merger, the placeholder scatter 
   :func:`with_tower_dummies`: under the ``placeholder_features`` slot (sequence parallelism,
   ``modelgraft.models.distributed.multimodal``) the towers' features of this rank's placeholders are scattered
   into its slice, deepstack included, and a rank without images runs ``dummy_forward``; unbound, upstream's;
+- ``vlm_packed_documents_guard`` on the text model's forward, with the helper :func:`packs_documents`: a packed
+  row (``[4, B, L]`` position ids whose text row restarts, no attention mask) keeps its documents apart on eager
+  and sdpa attention as flash attention does, where upstream's default cache hides them from the mask builder
+  (docs/distributed.md, "Packed documents in a VLM or Omni row");
 - the base class's checkpoint conversions, strict loading and attention on request, as for a dense model
   (:func:`modelgraft.generator.recipes.dense.apply_pretrained_model`).
 """
@@ -55,12 +59,15 @@ from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm, R
 # its own imports, and recipes never import torch.
 if TYPE_CHECKING:
     import torch
+    from transformers.masking_utils import find_packed_sequence_indices
 
     from modelgraft.models.ops.slots import placeholder_features_slot
 
 __all__ = [
     "VisionTower",
+    "apply_packed_documents",
     "apply_sequence_parallel_forward",
+    "packs_documents",
     "placeholder_outputs",
     "rope_index_without_model",
     "vlm",
@@ -130,6 +137,33 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
     return inputs_embeds
 
 
+def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any) -> bool:
+    """Whether a text model's call packs documents that upstream's mask builder would not see.
+
+    True for the ``[4, B, L]`` layout whose row 0 (the text positions) restarts somewhere, called with no attention
+    mask and no cache: transformers' mask builder separates those documents only when it gets no cache, so the
+    text model's forward must not create one (``vlm_packed_documents_guard``). The restarts are found by
+    transformers' own ``find_packed_sequence_indices``, the function the mask builder then applies.
+    """
+    if attention_mask is not None or past_key_values is not None or position_ids is None:
+        return False
+    if position_ids.ndim != 3 or position_ids.shape[0] != 4:
+        return False
+    return find_packed_sequence_indices(position_ids[0]) is not None
+
+
+def apply_packed_documents(config: PatchConfig, target: str) -> None:
+    """``vlm_packed_documents_guard`` on ``target`` (a text model's forward), with its helper and import."""
+    config.add_import("transformers.masking_utils", ["find_packed_sequence_indices"])
+    config.add_helper(packs_documents, description="a call whose packed documents need the mask builder")
+    config.apply_snippet(
+        "vlm_packed_documents_guard",
+        target,
+        helper=packs_documents.__name__,
+        description="packed documents of the [4, B, L] layout kept apart on eager and sdpa attention",
+    )
+
+
 def apply_sequence_parallel_forward(
     config: PatchConfig, target: str, towers: Sequence[tuple[str, str]], **head: Any
 ) -> None:
@@ -161,6 +195,7 @@ def vlm(
     mrope: str | None = "apply_multimodal_rotary_pos_emb",
     causal_lm: LossHead = LossHead("{prefix}ForConditionalGeneration"),
     model: str = "{prefix}Model",
+    text_model: str = "{prefix}TextModel",
     towers: Mapping[str, str] | None = None,
     pretrained_model: str | None = "{prefix}PreTrainedModel",
     aux_loss: str = "",
@@ -201,6 +236,7 @@ def vlm(
     apply_sequence_parallel_forward(
         config, f"{model_cls}.forward", [("self.visual", "pixel_values"), ("self.visual", "pixel_values_videos")]
     )
+    apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
     causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss)
     config.add_helper(rope_index_without_model, description="upstream's get_rope_index without a model (picklable)")
     for cls in (model_cls, causal_lm_cls):

@@ -225,12 +225,18 @@ class OmniModel(VlmModel):
             ]
         )
 
+    def audio_in_video_row(self) -> Row:
+        """A 2-frame video with its audio track, for ``use_audio_in_video``."""
+        return (
+            f"w1 {VIDEO} w2",
+            [],
+            [synthetic_video(16, 16, seed=5)],
+            [synthetic_audio(self.clip_seconds[2], seed=9)],
+        )
+
     def audio_in_video_batch(self, *, labels: bool = True) -> dict[str, Any]:
         """A 2-frame video whose audio track is interleaved with it (``use_audio_in_video``), and a text-only row."""
-        rows: list[Row] = [
-            (f"w1 {VIDEO} w2", [], [synthetic_video(16, 16, seed=5)], [synthetic_audio(self.clip_seconds[2], seed=9)]),
-            ("w3 w4 w5", [], [], []),
-        ]
+        rows: list[Row] = [self.audio_in_video_row(), ("w3 w4 w5", [], [], [])]
         return self.omni_batch(rows, labels=labels, use_audio_in_video=True)
 
 
@@ -284,9 +290,44 @@ class OmniParitySuite(VlmParitySuite):
     # function and the metadata collator step.
     test_position_id_func_of_the_base_model_is_the_same_function = None
     test_metadata_step_of_the_base_model_is_the_same_function = None
-    # The packed-row check splits rows by mm_token_type_ids and calls the VLM get_rope_index; an Omni row's audio
-    # placeholders and use_audio_in_video need a packing of their own, which this suite does not build yet.
-    test_position_ids_of_packed_documents_equal_upstream_get_rope_index_per_document = None
+    # Packed rows: every kind of sample, audio and audio inside a video included; through the model, an audio
+    # document and an image document, with the clips' features and feature masks concatenated as the pixels are.
+    packed_kinds = ("text-only", "image", "video", "audio", "mixed", "audio-in-video")
+    packed_pair = ("audio", "image")
+    packed_inputs = (
+        "input_features",
+        "feature_attention_mask",
+        "pixel_values",
+        "pixel_values_videos",
+        "image_grid_thw",
+        "video_grid_thw",
+        "video_second_per_grid",
+    )
+
+    def _rope_index_arguments(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        return _rope_index_inputs(batch)
+
+    def _documents(self, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+        """One sample of each of ``kinds``, each through the processor alone (no padding to trim); the
+        ``audio-in-video`` sample with ``use_audio_in_video``."""
+        rows = {**self.model.sample_rows(), "audio-in-video": self.model.audio_in_video_row()}
+        return [
+            self.model.omni_batch([rows[kind]], labels=False, use_audio_in_video=kind == "audio-in-video")
+            for kind in kinds
+        ]
+
+    def _packed(self, backend: str, documents: list[dict[str, Any]]) -> dict[str, Any]:
+        """The VLM suite's packed row, each document's clips first padded to the longest clip's frames (the
+        feature mask marks the frames the audio tower reads, so the padding is read by nothing)."""
+        frames = max((doc["input_features"].shape[-1] for doc in documents if "input_features" in doc), default=0)
+        padded = []
+        for doc in documents:
+            doc = dict(doc)
+            for name in ("input_features", "feature_attention_mask"):
+                if name in doc:
+                    doc[name] = torch.nn.functional.pad(doc[name], (0, frames - doc[name].shape[-1]))
+            padded.append(doc)
+        return super()._packed(backend, padded)
 
     def _long_video_batch(self) -> dict[str, Any]:
         """An image row and a 6-frame video (3 temporal patches), with the Omni placeholders."""

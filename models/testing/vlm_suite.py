@@ -34,9 +34,11 @@ from transformers import PreTrainedConfig, PreTrainedModel, ProcessorMixin
 
 from modelgraft.models.checkpoint import CheckpointError
 from modelgraft.models.loader import build_model, get_model_class
+from modelgraft.models.ops import OpsConfig, bound_ops
 from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
 from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.dense_suite import CHUNKED_LOSS
+from modelgraft.models.testing.gated_delta_net_suite import CHUNKED_DELTA
 from modelgraft.models.testing.parity import (
     ModelPair,
     Tolerance,
@@ -200,6 +202,9 @@ def module_classes_outside(model: torch.nn.Module, module_name: str) -> set[str]
         if type(sub).__module__ != module_name
     }
 
+
+#: The towers' pixel inputs of a batch: images, then videos.
+_PIXELS = ("pixel_values", "pixel_values_videos")
 
 #: A tensor no model has, added to a checkpoint (no conversion mapping renames it).
 PROBE_KEY = "model.interop_probe.weight"
@@ -520,8 +525,7 @@ class VlmParitySuite(VisionMetadataChecks):
     @pytest.mark.parametrize("sample", ["text-only", "image", "video", "mixed"])
     def test_position_id_func_equals_upstream_get_rope_index(self, backend: str, sample: str) -> None:
         rows = self.model.multimodal_batch(labels=False)
-        row = {"text-only": 2, "image": 0, "video": 1, "mixed": 3}[sample]
-        batch = self._sample(rows, row)
+        batch = self._sample(rows, self._rows[sample])
         expected = self._upstream_rope_index(batch)
         actual = self._position_id_func(backend)(**_rope_index_inputs(batch))
         assert all(torch.equal(a, e) for a, e in zip(actual, expected, strict=True))
@@ -553,35 +557,102 @@ class VlmParitySuite(VisionMetadataChecks):
         ours, base = model.get_position_id_func(), model.model.get_position_id_func()
         assert (ours.func, ours.args) == (base.func, base.args)
 
-    def _packed_documents(self, backend: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The text-only, image, video and mixed samples, each trimmed to its real tokens, and one row packing
-        them: tokens, pixels and grids concatenated, position ids ``[4, 1, total]`` (row 0 the text positions,
-        restarting per document; rows 1-3 the position-id function's, run per document)."""
+    #: The rows of :meth:`VlmModel.multimodal_batch` by the kind of sample each holds.
+    _rows: ClassVar[Mapping[str, int]] = MappingProxyType({"text-only": 2, "image": 0, "video": 1, "mixed": 3})
+    #: The kinds of document the packed-row position-id check packs.
+    packed_kinds: ClassVar[tuple[str, ...]] = ("text-only", "image", "video", "mixed")
+    #: The two documents the packed row through the model holds.
+    packed_pair: ClassVar[tuple[str, str]] = ("text-only", "image")
+    #: The inputs a packed row concatenates over its documents (the towers' inputs and their grids).
+    packed_inputs: ClassVar[tuple[str, ...]] = (*_PIXELS, "image_grid_thw", "video_grid_thw", "second_per_grid_ts")
+
+    def _rope_index_arguments(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """The position-id function's (and get_rope_index's) arguments for a processor batch."""
+        return _rope_index_inputs(batch)
+
+    def _documents(self, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+        """One sample of each of ``kinds``, from the multimodal batch, trimmed to its real tokens, with its own
+        pixels and grids."""
         rows = self.model.multimodal_batch(labels=False)
         documents = []
-        for row in (2, 0, 1, 3):
+        for kind in kinds:
+            row = self._rows[kind]
             sample = self._sample(rows, row)
             real = int(sample["attention_mask"].sum())
             for name in ("input_ids", "mm_token_type_ids", "attention_mask"):
                 sample[name] = sample[name][:, :real]
-            documents.append(sample)
+            documents.append({**sample, **self._pixels(rows, row)})
+        return documents
+
+    def _packed(self, backend: str, documents: list[dict[str, Any]]) -> dict[str, Any]:
+        """One row packing ``documents``: tokens and the towers' inputs concatenated, no attention mask, position
+        ids ``[4, 1, total]`` (row 0 the text positions, restarting per document; rows 1-3 the position-id
+        function's, run per document)."""
         func = self._position_id_func(backend)
-        rope = torch.cat([func(**_rope_index_inputs(doc))[0] for doc in documents], dim=-1)
+        rope = torch.cat([func(**self._rope_index_arguments(doc))[0] for doc in documents], dim=-1)
         text = torch.cat([torch.arange(doc["input_ids"].shape[1]) for doc in documents]).view(1, 1, -1)
         packed: dict[str, Any] = {"position_ids": torch.cat((text, rope), dim=0)}
         packed["input_ids"] = torch.cat([doc["input_ids"] for doc in documents], dim=1)
-        for name in ("pixel_values", "pixel_values_videos"):
-            packed[name] = rows[name]  # the samples keep the batch's order of images and videos
-        for name in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts"):
+        for name in self.packed_inputs:
             parts = [doc[name] for doc in documents if name in doc]
             if parts:
                 packed[name] = torch.cat(parts)
-        return documents, packed
+        return packed
 
     def test_position_ids_of_packed_documents_equal_upstream_get_rope_index_per_document(self, backend: str) -> None:
-        documents, packed = self._packed_documents(backend)
+        documents = self._documents(self.packed_kinds)
+        packed = self._packed(backend, documents)
         expected = torch.cat([self._upstream_rope_index(doc)[0] for doc in documents], dim=-1)
         assert torch.equal(packed["position_ids"][1:], expected)
+
+    def _packed_kwargs(self, documents: list[dict[str, Any]]) -> dict[str, Any]:
+        """What a packed row also hands the model: the documents' boundaries where a Gated DeltaNet layer reads
+        them (``cu_seq_lens_q``; attention layers read the text positions)."""
+        if "linear_attention" not in getattr(self.model.config().get_text_config(), "layer_types", ()):
+            return {}
+        lengths = torch.tensor([0] + [doc["input_ids"].shape[1] for doc in documents])
+        cu_seqlens = lengths.cumsum(0).to(torch.int32)
+        return {"cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens}
+
+    def _packed_ops(self) -> OpsConfig:
+        """Eager slots, and for a Gated DeltaNet hybrid the chunked_delta kernels: upstream's torch fallbacks
+        ignore ``cu_seq_lens_q`` (docs/design.md, "Where the code departs from the design contract")."""
+        if "linear_attention" in getattr(self.model.config().get_text_config(), "layer_types", ()):
+            return CHUNKED_DELTA
+        return OpsConfig()
+
+    def test_packed_documents_give_each_document_its_logits_alone(self, backend: str) -> None:
+        """Two documents, one with an image, in one row (``[4, 1, L]`` position ids, no attention mask, the
+        config's default cache) keep apart: each one's logits are upstream's for it alone."""
+        pair = self._pair(backend)
+        documents = self._documents(self.packed_pair)
+        packed = self._packed(backend, documents)
+        with torch.no_grad():
+            alone = torch.cat([pair.upstream(**doc).logits for doc in documents], dim=1)
+            with bound_ops(self._packed_ops()):
+                logits = pair.generated(**packed, **self._packed_kwargs(documents)).logits
+        torch.testing.assert_close(logits, alone, rtol=1e-4, atol=1e-5)
+
+    def test_four_row_position_ids_of_one_document_give_upstreams_logits(self, backend: str) -> None:
+        """Nothing packed, nothing changed: the layout's text row counting on through one document is upstream's."""
+        pair = self._pair(backend)
+        packed = self._packed(backend, self._documents(self.packed_pair[-1:]))
+        with torch.no_grad():
+            assert torch.equal(pair.generated(**packed).logits, pair.upstream(**packed).logits)
+
+    def _pixels(self, batch: Mapping[str, Any], row: int) -> dict[str, Any]:
+        """The patches of row ``row``'s own images and videos (``pixel_values``, ``pixel_values_videos``)."""
+        pixels = {}
+        for kind, grids, name in ((1, "image_grid_thw", _PIXELS[0]), (2, "video_grid_thw", _PIXELS[1])):
+            if batch.get(grids) is None:
+                continue
+            counts = self._items_per_row(batch["mm_token_type_ids"], kind, batch[grids])
+            patches = batch[grids].prod(-1).tolist()
+            first = sum(counts[:row])
+            start = sum(patches[:first])
+            if counts[row]:
+                pixels[name] = batch[name][start : start + sum(patches[first : first + counts[row]])]
+        return pixels
 
     def _sample(self, batch: Mapping[str, Any], row: int) -> dict[str, Any]:
         """Row ``row`` of the multimodal batch alone, with the grids of its own images and videos."""

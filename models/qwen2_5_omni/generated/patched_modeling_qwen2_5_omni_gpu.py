@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_omni.modeling_qwen2_5_omni (transformers==5.16.1)
 # Config: models.qwen2_5_omni.qwen2_5_omni_gpu_patch_gen_config
 # Description: Qwen2.5-Omni thinker with op-slot guards (text, vision, audio), the fused-loss head and training helpers; the talker and token2wav left out
-# Fingerprint: efb4bb24a7606a815835
+# Fingerprint: 023dc2c2c3b4921a96cd
 # Patches:
 #   - override_method Qwen2_5OmniRMSNorm.forward: rms_norm slot guard
 #   - modify_init Qwen2MLP: record the activation's name for the slot guard
@@ -18,6 +18,7 @@
 #   - override_method Qwen2_5OmniVisionEncoder.dummy_forward: a zero loss term through the vision tower, for ranks without images
 #   - override_method Qwen2_5OmniAudioEncoder.dummy_forward: a zero loss term through the audio tower, for ranks without audio
 #   - override_method Qwen2_5OmniThinkerForConditionalGeneration.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks; logits and loss behind the causal_lm_loss slot
+#   - override_method Qwen2_5OmniThinkerTextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
 #   - override_method Qwen2_5OmniThinkerForConditionalGeneration.get_position_id_func: picklable multimodal position ids (audio included) for the data pipeline
 #   - override_method Qwen2_5OmniThinkerForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision and audio towers' metadata
 #   - replace_class Qwen2_5OmniForConditionalGeneration: the thinker alone; audio output refused; the speech side's checkpoint keys dropped on load
@@ -59,7 +60,11 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.integrations import use_kernel_forward_from_hub
-from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+from transformers.masking_utils import (
+    create_causal_mask,
+    create_sliding_window_causal_mask,
+    find_packed_sequence_indices,
+)
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, BaseModelOutputWithPooling, CausalLMOutputWithPast
@@ -131,6 +136,22 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
         if tower is not None:
             inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
     return inputs_embeds
+
+
+# [HELPERS]: a call whose packed documents need the mask builder
+def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any) -> bool:
+    """Whether a text model's call packs documents that upstream's mask builder would not see.
+
+    True for the ``[4, B, L]`` layout whose row 0 (the text positions) restarts somewhere, called with no attention
+    mask and no cache: transformers' mask builder separates those documents only when it gets no cache, so the
+    text model's forward must not create one (``vlm_packed_documents_guard``). The restarts are found by
+    transformers' own ``find_packed_sequence_indices``, the function the mask builder then applies.
+    """
+    if attention_mask is not None or past_key_values is not None or position_ids is None:
+        return False
+    if position_ids.ndim != 3 or position_ids.shape[0] != 4:
+        return False
+    return find_packed_sequence_indices(position_ids[0]) is not None
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1777,6 +1798,7 @@ class Qwen2_5OmniDecoderLayer(GradientCheckpointingLayer):
         return hidden_states
 
 
+# [MODIFIED CLASS] Qwen2_5OmniThinkerTextModel
 @auto_docstring
 class Qwen2_5OmniThinkerTextModel(Qwen2_5OmniPreTrainedModel):
     config: Qwen2_5OmniTextConfig
@@ -1805,6 +1827,7 @@ class Qwen2_5OmniThinkerTextModel(Qwen2_5OmniPreTrainedModel):
         # Initialize weights and apply final processing
         self.post_init()
 
+    # [PATCHED METHOD] Qwen2_5OmniThinkerTextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
     @merge_with_config_defaults
     @capture_outputs
     @auto_docstring
@@ -1818,6 +1841,8 @@ class Qwen2_5OmniThinkerTextModel(Qwen2_5OmniPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> BaseModelOutputWithPast:
+        if packs_documents(position_ids, attention_mask, past_key_values):
+            use_cache = False
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
 

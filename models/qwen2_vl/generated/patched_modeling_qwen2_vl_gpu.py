@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_vl.modeling_qwen2_vl (transformers==5.16.1)
 # Config: models.qwen2_vl.qwen2_vl_gpu_patch_gen_config
 # Description: Qwen2-VL with op-slot guards (text and vision), the fused-loss head and training helpers
-# Fingerprint: ce70c25039d18b285acc
+# Fingerprint: 03061d2cee6cfe08ba47
 # Patches:
 #   - override_method Qwen2VLRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard
@@ -15,6 +15,7 @@
 #   - replace_function apply_rotary_pos_emb_vision: vision RoPE behind the rope_vision slot
 #   - override_method Qwen2VisionTransformerPretrainedModel.dummy_forward: a zero loss term through the vision tower, for ranks without images
 #   - override_method Qwen2VLModel.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
+#   - override_method Qwen2VLTextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
 #   - override_method Qwen2VLForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen2VLModel.get_position_id_func: picklable multimodal position ids for the data pipeline
 #   - override_method Qwen2VLModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
@@ -60,7 +61,11 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.integrations import use_kernel_forward_from_hub
-from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+from transformers.masking_utils import (
+    create_causal_mask,
+    create_sliding_window_causal_mask,
+    find_packed_sequence_indices,
+)
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, BaseModelOutputWithPooling, CausalLMOutputWithPast
@@ -126,6 +131,22 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
         if tower is not None:
             inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
     return inputs_embeds
+
+
+# [HELPERS]: a call whose packed documents need the mask builder
+def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any) -> bool:
+    """Whether a text model's call packs documents that upstream's mask builder would not see.
+
+    True for the ``[4, B, L]`` layout whose row 0 (the text positions) restarts somewhere, called with no attention
+    mask and no cache: transformers' mask builder separates those documents only when it gets no cache, so the
+    text model's forward must not create one (``vlm_packed_documents_guard``). The restarts are found by
+    transformers' own ``find_packed_sequence_indices``, the function the mask builder then applies.
+    """
+    if attention_mask is not None or past_key_values is not None or position_ids is None:
+        return False
+    if position_ids.ndim != 3 or position_ids.shape[0] != 4:
+        return False
+    return find_packed_sequence_indices(position_ids[0]) is not None
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -931,6 +952,7 @@ class Qwen2VisionTransformerPretrainedModel(Qwen2VLPreTrainedModel):
         return total
 
 
+# [MODIFIED CLASS] Qwen2VLTextModel
 @auto_docstring
 class Qwen2VLTextModel(Qwen2VLPreTrainedModel):
     config: Qwen2VLTextConfig
@@ -958,6 +980,7 @@ class Qwen2VLTextModel(Qwen2VLPreTrainedModel):
         # Initialize weights and apply final processing
         self.post_init()
 
+    # [PATCHED METHOD] Qwen2VLTextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
     @merge_with_config_defaults
     @capture_outputs
     @auto_docstring
@@ -971,6 +994,8 @@ class Qwen2VLTextModel(Qwen2VLPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> BaseModelOutputWithPast:
+        if packs_documents(position_ids, attention_mask, past_key_values):
+            use_cache = False
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
 

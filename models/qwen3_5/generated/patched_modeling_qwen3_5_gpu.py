@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_5.modeling_qwen3_5 (transformers==5.16.1)
 # Config: models.qwen3_5.qwen3_5_gpu_patch_gen_config
 # Description: Qwen3.5 with op-slot guards (Gated DeltaNet, text and vision), its own towers, the fused-loss heads and training helpers
-# Fingerprint: e169e866133b626cba66
+# Fingerprint: a4ba43068fbead9819ae
 # Patches:
 #   - override_method Qwen3_5RMSNormGated.forward: rms_norm_gated slot guard
 #   - replace_function causal_conv1d_fn: causal_conv1d slot guard; the torch body, without the hub decorator
@@ -22,6 +22,7 @@
 #   - override_method Qwen3_5VisionModel.dummy_forward: a zero loss term through the vision tower, for ranks without images
 #   - override_method Qwen3_5Model.__init__: the towers are this module's classes, not AutoModel's
 #   - override_method Qwen3_5Model.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
+#   - override_method Qwen3_5TextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
 #   - override_method Qwen3_5ForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method Qwen3_5Model.get_position_id_func: picklable multimodal position ids for the data pipeline
 #   - override_method Qwen3_5Model.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
@@ -62,7 +63,11 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.integrations import use_kernel_forward_from_hub, use_kernelized_func
 from transformers.integrations.accelerate import force_accelerate_hooks
-from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
+from transformers.masking_utils import (
+    create_causal_mask,
+    create_recurrent_attention_mask,
+    find_packed_sequence_indices,
+)
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_layers import (
     GenericForSequenceClassification,
@@ -146,6 +151,22 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
         if tower is not None:
             inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
     return inputs_embeds
+
+
+# [HELPERS]: a call whose packed documents need the mask builder
+def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any) -> bool:
+    """Whether a text model's call packs documents that upstream's mask builder would not see.
+
+    True for the ``[4, B, L]`` layout whose row 0 (the text positions) restarts somewhere, called with no attention
+    mask and no cache: transformers' mask builder separates those documents only when it gets no cache, so the
+    text model's forward must not create one (``vlm_packed_documents_guard``). The restarts are found by
+    transformers' own ``find_packed_sequence_indices``, the function the mask builder then applies.
+    """
+    if attention_mask is not None or past_key_values is not None or position_ids is None:
+        return False
+    if position_ids.ndim != 3 or position_ids.shape[0] != 4:
+        return False
+    return find_packed_sequence_indices(position_ids[0]) is not None
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1386,6 +1407,7 @@ class Qwen3_5ModelOutputWithPast(BaseModelOutputWithPast):
     rope_deltas: torch.LongTensor | None = None
 
 
+# [MODIFIED CLASS] Qwen3_5TextModel
 class Qwen3_5TextModel(Qwen3_5PreTrainedModel):
     config: Qwen3_5TextConfig
 
@@ -1401,6 +1423,7 @@ class Qwen3_5TextModel(Qwen3_5PreTrainedModel):
         # Initialize weights and apply final processing
         self.post_init()
 
+    # [PATCHED METHOD] Qwen3_5TextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
     @merge_with_config_defaults
     @capture_outputs
     @auto_docstring
@@ -1414,6 +1437,8 @@ class Qwen3_5TextModel(Qwen3_5PreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPast:
+        if packs_documents(position_ids, attention_mask, past_key_values):
+            use_cache = False
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
 

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_5_moe.modeling_qwen3_5_moe (transformers==5.16.1)
 # Config: models.qwen3_5_moe.qwen3_5_moe_gpu_patch_gen_config
 # Description: Qwen3.5-MoE with op-slot guards (Gated DeltaNet, text, vision, experts, router), its own towers, the fused-loss heads with the aux loss, the expert-parallel plan and training helpers
-# Fingerprint: cfbe7c0049e845bd929f
+# Fingerprint: 51567c2d6a7f2b2fd928
 # Patches:
 #   - override_method Qwen3_5MoeRMSNormGated.forward: rms_norm_gated slot guard
 #   - replace_function causal_conv1d_fn: causal_conv1d slot guard; the torch body, without the hub decorator
@@ -22,6 +22,7 @@
 #   - override_method Qwen3_5MoeVisionModel.dummy_forward: a zero loss term through the vision tower, for ranks without images
 #   - override_method Qwen3_5MoeModel.__init__: the towers are this module's classes, not AutoModel's
 #   - override_method Qwen3_5MoeModel.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
+#   - override_method Qwen3_5MoeTextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
 #   - override_method Qwen3_5MoeForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
 #   - override_method Qwen3_5MoeModel.get_position_id_func: picklable multimodal position ids for the data pipeline
 #   - override_method Qwen3_5MoeModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
@@ -65,7 +66,11 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.integrations import use_experts_implementation, use_kernel_forward_from_hub
 from transformers.integrations.accelerate import force_accelerate_hooks
-from transformers.masking_utils import create_causal_mask, create_recurrent_attention_mask
+from transformers.masking_utils import (
+    create_causal_mask,
+    create_recurrent_attention_mask,
+    find_packed_sequence_indices,
+)
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -154,6 +159,22 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
         if tower is not None:
             inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
     return inputs_embeds
+
+
+# [HELPERS]: a call whose packed documents need the mask builder
+def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any) -> bool:
+    """Whether a text model's call packs documents that upstream's mask builder would not see.
+
+    True for the ``[4, B, L]`` layout whose row 0 (the text positions) restarts somewhere, called with no attention
+    mask and no cache: transformers' mask builder separates those documents only when it gets no cache, so the
+    text model's forward must not create one (``vlm_packed_documents_guard``). The restarts are found by
+    transformers' own ``find_packed_sequence_indices``, the function the mask builder then applies.
+    """
+    if attention_mask is not None or past_key_values is not None or position_ids is None:
+        return False
+    if position_ids.ndim != 3 or position_ids.shape[0] != 4:
+        return False
+    return find_packed_sequence_indices(position_ids[0]) is not None
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1514,6 +1535,7 @@ class Qwen3_5MoeCausalLMOutputWithPast(CausalLMOutputWithPast):
     aux_loss: torch.FloatTensor | None = None
 
 
+# [MODIFIED CLASS] Qwen3_5MoeTextModel
 class Qwen3_5MoeTextModel(Qwen3_5MoePreTrainedModel):
     config: Qwen3_5MoeTextConfig
 
@@ -1529,6 +1551,7 @@ class Qwen3_5MoeTextModel(Qwen3_5MoePreTrainedModel):
         # Initialize weights and apply final processing
         self.post_init()
 
+    # [PATCHED METHOD] Qwen3_5MoeTextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
     @merge_with_config_defaults
     @capture_outputs
     @auto_docstring
@@ -1542,6 +1565,8 @@ class Qwen3_5MoeTextModel(Qwen3_5MoePreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPast:
+        if packs_documents(position_ids, attention_mask, past_key_values):
+            use_cache = False
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
 

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe (transformers==5.16.1)
 # Config: models.qwen3_omni_moe.qwen3_omni_moe_gpu_patch_gen_config
 # Description: Qwen3-Omni-MoE thinker with op-slot guards (text, vision, audio, experts, router), the fused-loss head with the aux loss, the expert-parallel plan and training helpers; the talker and code2wav left out
-# Fingerprint: 9dadc1805705bcf1297e
+# Fingerprint: 18a2a2e69eb718e47a1a
 # Patches:
 #   - override_method Qwen3OmniMoeThinkerTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3OmniMoeTextRMSNorm.forward: rms_norm slot guard
@@ -19,6 +19,7 @@
 #   - override_method Qwen3OmniMoeVisionEncoder.dummy_forward: a zero loss term through the vision tower, for ranks without images
 #   - override_method Qwen3OmniMoeAudioEncoder.dummy_forward: a zero loss term through the audio tower, for ranks without audio
 #   - override_method Qwen3OmniMoeThinkerForConditionalGeneration.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks; logits and loss behind the causal_lm_loss slot
+#   - override_method Qwen3OmniMoeThinkerTextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
 #   - override_method Qwen3OmniMoeThinkerForConditionalGeneration.get_position_id_func: picklable multimodal position ids (audio included) for the data pipeline
 #   - override_method Qwen3OmniMoeThinkerForConditionalGeneration.get_metadata_collate_func: picklable collator step precomputing the vision and audio towers' metadata
 #   - replace_class Qwen3OmniMoeForConditionalGeneration: the thinker alone; audio output refused; the speech side's checkpoint keys dropped on load
@@ -67,7 +68,7 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.integrations import use_experts_implementation, use_kernel_forward_from_hub, use_kernelized_func
-from transformers.masking_utils import create_causal_mask
+from transformers.masking_utils import create_causal_mask, find_packed_sequence_indices
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, MoeCausalLMOutputWithPast, MoeModelOutputWithPast
@@ -148,6 +149,22 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
         if tower is not None:
             inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
     return inputs_embeds
+
+
+# [HELPERS]: a call whose packed documents need the mask builder
+def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any) -> bool:
+    """Whether a text model's call packs documents that upstream's mask builder would not see.
+
+    True for the ``[4, B, L]`` layout whose row 0 (the text positions) restarts somewhere, called with no attention
+    mask and no cache: transformers' mask builder separates those documents only when it gets no cache, so the
+    text model's forward must not create one (``vlm_packed_documents_guard``). The restarts are found by
+    transformers' own ``find_packed_sequence_indices``, the function the mask builder then applies.
+    """
+    if attention_mask is not None or past_key_values is not None or position_ids is None:
+        return False
+    if position_ids.ndim != 3 or position_ids.shape[0] != 4:
+        return False
+    return find_packed_sequence_indices(position_ids[0]) is not None
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1937,6 +1954,7 @@ class Qwen3OmniMoeTextRMSNorm(nn.Module):
         return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
 
 
+# [MODIFIED CLASS] Qwen3OmniMoeThinkerTextModel
 @auto_docstring(
     custom_intro=(
         "Text part of Qwen3OmniMoeThinker, "
@@ -1969,6 +1987,7 @@ class Qwen3OmniMoeThinkerTextModel(Qwen3OmniMoePreTrainedModel):
         # Initialize weights and apply final processing
         self.post_init()
 
+    # [PATCHED METHOD] Qwen3OmniMoeThinkerTextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
     @merge_with_config_defaults
     @capture_outputs
     @auto_docstring
@@ -1993,6 +2012,8 @@ class Qwen3OmniMoeThinkerTextModel(Qwen3OmniMoePreTrainedModel):
             The feature is extracted from the different visual encoder layers, and fed to the decoder
             hidden states. It's from the paper DeepStack(https://arxiv.org/abs/2406.04334).
         """
+        if packs_documents(position_ids, attention_mask, past_key_values):
+            use_cache = False
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
 

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe (transformers==5.16.1)
 # Config: models.qwen3_vl_moe.qwen3_vl_moe_gpu_patch_gen_config
 # Description: Qwen3-VL-MoE with op-slot guards (text, vision, experts, router), its own towers, the fused-loss head with the aux loss, the expert-parallel plan and training helpers
-# Fingerprint: c944718451c03de3837e
+# Fingerprint: ecebb48302272b34ca46
 # Patches:
 #   - override_method Qwen3VLMoeTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3VLMoeTextMLP.forward: glu_activation slot guard
@@ -17,6 +17,7 @@
 #   - override_method Qwen3VLMoeVisionModel.dummy_forward: a zero loss term through the vision tower, for ranks without images
 #   - override_method Qwen3VLMoeModel.__init__: the towers are this module's classes, not AutoModel's
 #   - override_method Qwen3VLMoeModel.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
+#   - override_method Qwen3VLMoeTextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
 #   - override_method Qwen3VLMoeForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
 #   - override_method Qwen3VLMoeModel.get_position_id_func: picklable multimodal position ids for the data pipeline
 #   - override_method Qwen3VLMoeModel.get_metadata_collate_func: picklable collator step precomputing the vision tower's packing metadata
@@ -58,7 +59,7 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.integrations import use_experts_implementation, use_kernel_forward_from_hub, use_kernelized_func
-from transformers.masking_utils import create_causal_mask
+from transformers.masking_utils import create_causal_mask, find_packed_sequence_indices
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -141,6 +142,22 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
         if tower is not None:
             inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
     return inputs_embeds
+
+
+# [HELPERS]: a call whose packed documents need the mask builder
+def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any) -> bool:
+    """Whether a text model's call packs documents that upstream's mask builder would not see.
+
+    True for the ``[4, B, L]`` layout whose row 0 (the text positions) restarts somewhere, called with no attention
+    mask and no cache: transformers' mask builder separates those documents only when it gets no cache, so the
+    text model's forward must not create one (``vlm_packed_documents_guard``). The restarts are found by
+    transformers' own ``find_packed_sequence_indices``, the function the mask builder then applies.
+    """
+    if attention_mask is not None or past_key_values is not None or position_ids is None:
+        return False
+    if position_ids.ndim != 3 or position_ids.shape[0] != 4:
+        return False
+    return find_packed_sequence_indices(position_ids[0]) is not None
 
 
 # [HELPERS]: upstream's get_rope_index without a model (picklable)
@@ -1052,6 +1069,7 @@ class Qwen3VLMoeTextRotaryEmbedding(nn.Module):
         return freqs_t
 
 
+# [MODIFIED CLASS] Qwen3VLMoeTextModel
 @auto_docstring(
     custom_intro=(
         "Text part of Qwen3VLMoe, "
@@ -1078,6 +1096,7 @@ class Qwen3VLMoeTextModel(Qwen3VLMoePreTrainedModel):
         # Initialize weights and apply final processing
         self.post_init()
 
+    # [PATCHED METHOD] Qwen3VLMoeTextModel.forward: packed documents of the [4, B, L] layout kept apart on eager and sdpa attention
     @merge_with_config_defaults
     @capture_outputs
     @auto_docstring
@@ -1102,6 +1121,8 @@ class Qwen3VLMoeTextModel(Qwen3VLMoePreTrainedModel):
             The feature is extracted from the different visual encoder layers, and fed to the decoder
             hidden states. It's from the paper DeepStack(https://arxiv.org/abs/2406.04334).
         """
+        if packs_documents(position_ids, attention_mask, past_key_values):
+            use_cache = False
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
 
