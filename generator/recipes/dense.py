@@ -118,9 +118,16 @@ def apply_rope(config: PatchConfig, rope: str | Rope | None) -> None:
     config.apply_snippet("rope_guard", part.function, formulation=part.formulation, description="rope slot guard")
 
 
-def apply_causal_lm(config: PatchConfig, head: LossHead, *, prefix: str, aux_loss: str = "") -> str:
-    """The causal LM's logits and loss behind causal_lm_loss (and the aux loss behind its slot)."""
+def apply_causal_lm(
+    config: PatchConfig, head: LossHead, *, prefix: str, aux_loss: str = "", forward_kwargs: bool = False
+) -> str:
+    """The causal LM's logits and loss behind causal_lm_loss (and the aux loss behind its slot).
+
+    ``forward_kwargs``: the kernel also gets the forward's ``**kwargs`` where upstream's loss call drops them
+    (Qwen3-VL: a caller's ``shift_labels`` and ``num_items_in_batch``); upstream's eager path stays as it is.
+    """
     cls = _named(head.cls, prefix)
+    options = {"forward_kwargs": True} if forward_kwargs else {}
     config.apply_snippet(
         "causal_lm_loss_guard",
         f"{cls}.forward",
@@ -130,6 +137,7 @@ def apply_causal_lm(config: PatchConfig, head: LossHead, *, prefix: str, aux_los
         bias=head.bias,
         router_logits=tuple(head.router_logits),
         aux_loss=aux_loss,
+        **options,
         description="logits and loss behind the causal_lm_loss slot"
         + ("; aux loss behind the load_balancing_loss slot" if aux_loss else ""),
     )

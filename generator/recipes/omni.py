@@ -179,6 +179,7 @@ def omni(
         bias=causal_lm.bias,
         router_logits=tuple(causal_lm.router_logits),
         aux_loss=aux_loss,
+        forward_kwargs=True,
     )
     apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
     config.add_import("inspect", is_from_import=False)

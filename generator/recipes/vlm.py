@@ -16,7 +16,8 @@ registered attention implementations, its patch merger, the placeholder scatter 
   ``AutoModel.from_config`` (Qwen3-VL) builds this module's classes instead, so its guards run;
 - ``causal_lm_loss_guard`` on ``<Prefix>ForConditionalGeneration.forward``: upstream's loss call names
   ``self.config.text_config.vocab_size`` and its lm_head call the hidden states sliced by ``logits_to_keep``, and
-  the snippet hands the kernel exactly those;
+  the snippet hands the kernel exactly those, plus the forward's ``**kwargs`` where upstream's loss call drops
+  them (Qwen3-VL), so a caller's ``shift_labels`` and ``num_items_in_batch`` reach a bound kernel;
 - ``vlm_vision_dummy_forward``: an added ``dummy_forward`` on the vision model (a zero loss term that reaches
   every vision parameter, for ranks without images);
 - ``vlm_position_id_func`` plus the helper :func:`rope_index_without_model`: an added ``get_position_id_func``
@@ -237,7 +238,7 @@ def vlm(
         config, f"{model_cls}.forward", [("self.visual", "pixel_values"), ("self.visual", "pixel_values_videos")]
     )
     apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
-    causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss)
+    causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
     config.add_helper(rope_index_without_model, description="upstream's get_rope_index without a model (picklable)")
     for cls in (model_cls, causal_lm_cls):
         config.apply_snippet(

@@ -35,6 +35,7 @@ from transformers import PreTrainedConfig, PreTrainedModel, ProcessorMixin
 from modelgraft.models.checkpoint import CheckpointError
 from modelgraft.models.loader import build_model, get_model_class
 from modelgraft.models.ops import OpsConfig, bound_ops
+from modelgraft.models.ops.kernels.loss_inputs import shift_causal_labels
 from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
 from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.dense_suite import CHUNKED_LOSS
@@ -378,6 +379,19 @@ class VlmParitySuite(VisionMetadataChecks):
         batch["labels"] = batch["labels"][:, -5:].contiguous()
         batch["logits_to_keep"] = 5
         self._parity(backend, batch, ops=CHUNKED_LOSS)
+
+    def test_bound_loss_kernel_takes_the_shift_labels_the_forward_is_given(self, backend: str) -> None:
+        """A caller's ``shift_labels`` (what ``shard_sequence`` gives each sp rank) reach the bound loss kernel:
+        the loss is upstream's on labels whose shifted targets they are, not on the ``labels`` also given."""
+        pair = self._pair(backend)
+        batch = self.model.multimodal_batch()
+        kept = batch["labels"].clone()
+        kept[:, : kept.shape[1] // 2] = IGNORE_INDEX
+        with torch.no_grad():
+            expected = pair.upstream(**{**batch, "labels": kept}).loss
+            with bound_ops(CHUNKED_LOSS):
+                actual = pair.generated(**batch, shift_labels=shift_causal_labels(kept, IGNORE_INDEX)).loss
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
 
     @pytest.mark.parametrize("logits_to_keep", [1, 4, torch.tensor([0, 5, 10])], ids=["last-1", "last-4", "index"])
     def test_logits_to_keep_selects_the_same_positions_as_upstream(

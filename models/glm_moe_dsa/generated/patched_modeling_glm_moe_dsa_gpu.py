@@ -4,7 +4,7 @@
 # Source: transformers.models.glm_moe_dsa.modeling_glm_moe_dsa (transformers==5.16.1)
 # Config: models.glm_moe_dsa.glm_moe_dsa_gpu_patch_gen_config
 # Description: GLM-MoE-DSA with op-slot guards (norms, MLPs, experts, router, DSA indexer) and slot-backed losses
-# Fingerprint: e141b36a47ddfd26943a
+# Fingerprint: aebecf4f6269aff7125d
 # Patches:
 #   - override_method GlmMoeDsaRMSNorm.forward: rms_norm slot guard
 #   - override_method GlmMoeDsaMLP.forward: the whole MLP behind the gated_mlp slot

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_omni.modeling_qwen2_5_omni (transformers==5.16.1)
 # Config: models.qwen2_5_omni.qwen2_5_omni_gpu_patch_gen_config
 # Description: Qwen2.5-Omni thinker with op-slot guards (text, vision, audio), the fused-loss head and training helpers; the talker and token2wav left out
-# Fingerprint: 023dc2c2c3b4921a96cd
+# Fingerprint: f6281597a3257a0fb37f
 # Patches:
 #   - override_method Qwen2_5OmniRMSNorm.forward: rms_norm slot guard
 #   - modify_init Qwen2MLP: record the activation's name for the slot guard
@@ -2299,7 +2299,11 @@ class Qwen2_5OmniThinkerForConditionalGeneration(Qwen2_5OmniPreTrainedModelForCo
         hidden_states = outputs[0]
         if labels is not None and causal_lm_loss_slot.use_non_eager_impl:
             loss, logits = causal_lm_loss_slot(
-                hidden_states, self.lm_head.weight, labels, vocab_size=self.config.get_text_config().vocab_size
+                hidden_states,
+                self.lm_head.weight,
+                labels,
+                vocab_size=self.config.get_text_config().vocab_size,
+                **kwargs,
             )
         else:
             logits = self.lm_head(hidden_states)

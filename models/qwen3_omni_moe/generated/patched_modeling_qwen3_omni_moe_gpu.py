@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe (transformers==5.16.1)
 # Config: models.qwen3_omni_moe.qwen3_omni_moe_gpu_patch_gen_config
 # Description: Qwen3-Omni-MoE thinker with op-slot guards (text, vision, audio, experts, router), the fused-loss head with the aux loss, the expert-parallel plan and training helpers; the talker and code2wav left out
-# Fingerprint: 18a2a2e69eb718e47a1a
+# Fingerprint: 2c3ff9626fa9367a1ff9
 # Patches:
 #   - override_method Qwen3OmniMoeThinkerTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3OmniMoeTextRMSNorm.forward: rms_norm slot guard
@@ -2598,7 +2598,11 @@ class Qwen3OmniMoeThinkerForConditionalGeneration(
         hidden_states = outputs[0]
         if labels is not None and causal_lm_loss_slot.use_non_eager_impl:
             loss, logits = causal_lm_loss_slot(
-                hidden_states, self.lm_head.weight, labels, vocab_size=self.config.get_text_config().vocab_size
+                hidden_states,
+                self.lm_head.weight,
+                labels,
+                vocab_size=self.config.get_text_config().vocab_size,
+                **kwargs,
             )
         else:
             logits = self.lm_head(hidden_states)

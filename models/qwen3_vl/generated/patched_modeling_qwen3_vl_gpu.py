@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_vl.modeling_qwen3_vl (transformers==5.16.1)
 # Config: models.qwen3_vl.qwen3_vl_gpu_patch_gen_config
 # Description: Qwen3-VL with op-slot guards (text and vision), its own towers, the fused-loss head and training helpers
-# Fingerprint: ca5644bf05f090ab2ff2
+# Fingerprint: 58daf110f1ee3d0abe26
 # Patches:
 #   - override_method Qwen3VLTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3VLTextMLP.forward: glu_activation slot guard
@@ -1666,6 +1666,7 @@ class Qwen3VLForConditionalGeneration(Qwen3VLPreTrainedModel, GenerationMixin):
                 self.lm_head.weight,
                 labels,
                 vocab_size=self.config.text_config.vocab_size,
+                **kwargs,
             )
         else:
             logits = self.lm_head(hidden_states[:, slice_indices, :])

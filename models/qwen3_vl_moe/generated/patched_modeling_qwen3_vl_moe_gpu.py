@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe (transformers==5.16.1)
 # Config: models.qwen3_vl_moe.qwen3_vl_moe_gpu_patch_gen_config
 # Description: Qwen3-VL-MoE with op-slot guards (text, vision, experts, router), its own towers, the fused-loss head with the aux loss, the expert-parallel plan and training helpers
-# Fingerprint: ecebb48302272b34ca46
+# Fingerprint: 5f3a186d0d61720b3ec4
 # Patches:
 #   - override_method Qwen3VLMoeTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3VLMoeTextMLP.forward: glu_activation slot guard
@@ -1869,6 +1869,7 @@ class Qwen3VLMoeForConditionalGeneration(Qwen3VLMoePreTrainedModel, GenerationMi
                 self.lm_head.weight,
                 labels,
                 vocab_size=self.config.text_config.vocab_size,
+                **kwargs,
             )
         else:
             logits = self.lm_head(hidden_states[:, slice_indices, :])
