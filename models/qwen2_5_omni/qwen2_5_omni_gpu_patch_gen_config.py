@@ -9,12 +9,12 @@ and audio output, and drops the speech side's keys from a checkpoint of the whol
 
 Guarded: the RMSNorm class (text decoder, vision blocks, patch merger), the text MLP (Qwen2MLP) and the vision
 blocks' gated MLP (Qwen2_5OmniMLP), neither of which keeps a config (activation names recorded in __init__), the
-audio layers' two LayerNorm calls and activation call, the sectioned multimodal RoPE, the vision RoPE in its
+audio layers' two LayerNorm calls and activation call, the audio tower's final LayerNorm call, the sectioned multimodal RoPE, the vision RoPE in its
 (tensor, freqs) form, and the thinker's logits and loss. Added: dummy_forward on both towers and the picklable
 position-id function.
 
 Left as upstream's on purpose (KEPT_UPSTREAM_MODULES): torch's own layers (the audio convolutions, average pool
-and LayerNorms whose calls are guarded, the audio tower's final LayerNorm, the patch embedding's Conv3d, the
+and LayerNorms whose calls are guarded, the audio tower's final one included, the patch embedding's Conv3d, the
 linears, embeddings, the merger's nn.Sequential with its nn.GELU, containers) and the activation modules the
 guarded MLPs and audio layers hold.
 """
@@ -69,7 +69,8 @@ omni(
             layer_norms=("self_attn_layer_norm", "final_layer_norm"),
             activation="activation_fn",
             activation_config="activation_function",
-        )
+        ),
+        CallSites("Qwen2_5OmniAudioEncoder", layer_norms=("ln_post",)),
     ],
     causal_lm=LossHead("Qwen2_5OmniThinkerForConditionalGeneration"),
 )

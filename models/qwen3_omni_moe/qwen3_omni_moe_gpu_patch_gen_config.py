@@ -11,17 +11,17 @@ model.
 
 Guarded, as Qwen3-VL-MoE's: the text RMSNorms (decoder layers and the final norm, two classes upstream), the
 dense text MLP of ``mlp_only_layers``, the vision MLP's activation (its name recorded in __init__), the vision
-blocks' LayerNorm calls and the plain rotate-half RoPE of the text attention (the interleaved sections are
+blocks' and the mergers' LayerNorm calls and the plain rotate-half RoPE of the text attention (the interleaved sections are
 already in cos and sin), the vision RoPE in its (q, k, cos, sin) form, the thinker's logits and loss with the
 aux-loss call (its output keeps the router logits, which upstream's leaves out); the routed experts' call (their activation name recorded in __init__: the experts keep no
 config), the softmax-top-k router with its ``norm_topk_prob``, and the expert-parallel plan. The audio tower as
-Qwen2.5-Omni's: its layers' two LayerNorm calls and activation call. Added: dummy_forward on both towers (the
+Qwen2.5-Omni's: its layers' two LayerNorm calls and activation call, and its final LayerNorm call. Added: dummy_forward on both towers (the
 audio clip's mel bins from the config: the first convolution is a one-channel Conv2d) and the picklable
 position-id function.
 
-Left as upstream's on purpose (KEPT_UPSTREAM_MODULES): torch's own layers (the audio tower's three Conv2d, its
-final LayerNorm, the patch embedding's Conv3d, the mergers' LayerNorms and their nn.GELU inside a ModuleList
-loop, the linears, embeddings, containers) and the activation modules the guarded MLPs and layers hold.
+Left as upstream's on purpose (KEPT_UPSTREAM_MODULES): torch's own layers (the audio tower's three Conv2d, the
+LayerNorms whose calls are guarded, the patch embedding's Conv3d, the mergers' nn.GELU inside a ModuleList loop,
+the linears, embeddings, containers) and the activation modules the guarded MLPs and layers hold.
 """
 
 from typing import TYPE_CHECKING
@@ -92,6 +92,8 @@ omni_moe(
     ],
     call_sites=[
         CallSites("Qwen3OmniMoeVisionBlock", layer_norms=("norm1", "norm2")),
+        CallSites("Qwen3OmniMoeVisionPatchMerger", layer_norms=("ln_q",)),
+        CallSites("Qwen3OmniMoeAudioEncoder", layer_norms=("ln_post",)),
         CallSites(
             "Qwen3OmniMoeAudioEncoderLayer",
             layer_norms=("self_attn_layer_norm", "final_layer_norm"),

@@ -34,7 +34,7 @@ from transformers import PreTrainedConfig, PreTrainedModel, ProcessorMixin
 
 from modelgraft.models.checkpoint import CheckpointError
 from modelgraft.models.loader import build_model, get_model_class
-from modelgraft.models.ops import OpsConfig, bound_ops
+from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
 from modelgraft.models.ops.kernels.loss_inputs import shift_causal_labels
 from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
 from modelgraft.models.testing.batches import IGNORE_INDEX
@@ -359,6 +359,27 @@ class VlmParitySuite(VisionMetadataChecks):
             logits="equal",
         )
         assert candidate.calls[slot] > 0
+
+    def test_no_layer_norm_module_runs_itself_while_the_layer_norm_slot_is_bound(self, backend: str) -> None:
+        """Every ``nn.LayerNorm`` a multimodal step reaches (vision blocks and mergers, audio layers and the audio
+        tower's last norm) is called through the slot: none runs its own forward, and the counted reference
+        kernel gets each one's weight."""
+        model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend)
+        norms = {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.LayerNorm)}
+        ran_itself = set()
+        for name, module in norms.items():
+            module.register_forward_hook(lambda module, args, out, name=name: ran_itself.add(name))
+        seen: set[int] = set()
+
+        def counted(x: torch.Tensor, shape: Any, weight: torch.Tensor | None, *args: Any) -> torch.Tensor:
+            seen.add(id(weight))
+            return reference_kernel("layer_norm")(x, shape, weight, *args)
+
+        with torch.no_grad(), bound_ops(OpsConfig()):
+            SLOTS["layer_norm"].bind(counted, name="reference.layer_norm")
+            model(**self.model.multimodal_batch(labels=False))
+        assert ran_itself == set(), f"LayerNorm modules outside the slot: {sorted(ran_itself)}"
+        assert {name for name, module in norms.items() if id(module.weight) in seen} == set(norms)
 
     def test_reference_kernels_in_every_slot_match_upstream(self, backend: str) -> None:
         _, candidate = self._parity(

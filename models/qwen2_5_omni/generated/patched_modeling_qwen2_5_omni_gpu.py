@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_omni.modeling_qwen2_5_omni (transformers==5.16.1)
 # Config: models.qwen2_5_omni.qwen2_5_omni_gpu_patch_gen_config
 # Description: Qwen2.5-Omni thinker with op-slot guards (text, vision, audio), the fused-loss head and training helpers; the talker and token2wav left out
-# Fingerprint: f6281597a3257a0fb37f
+# Fingerprint: 7bc11add786470c6e085
 # Patches:
 #   - override_method Qwen2_5OmniRMSNorm.forward: rms_norm slot guard
 #   - modify_init Qwen2MLP: record the activation's name for the slot guard
@@ -13,6 +13,7 @@
 #   - override_method Qwen2_5OmniMLP.forward: glu_activation slot guard
 #   - modify_init Qwen2_5OmniAudioEncoderLayer: record the activation's name for the slot guard
 #   - override_method Qwen2_5OmniAudioEncoderLayer.forward: layer_norm and activation slot guards at the module calls
+#   - override_method Qwen2_5OmniAudioEncoder.forward: layer_norm and activation slot guards at the module calls
 #   - replace_function apply_multimodal_rotary_pos_emb: multimodal RoPE behind the rope slot
 #   - replace_function apply_rotary_pos_emb_vision: vision RoPE behind the rope_vision slot
 #   - override_method Qwen2_5OmniVisionEncoder.dummy_forward: a zero loss term through the vision tower, for ranks without images
@@ -1007,6 +1008,7 @@ class Qwen2_5OmniAudioEncoder(Qwen2_5OmniPreTrainedModel):
     def set_input_embeddings(self, value: nn.Module):
         self.conv1 = value
 
+    # [PATCHED METHOD] Qwen2_5OmniAudioEncoder.forward: layer_norm and activation slot guards at the module calls
     @merge_with_config_defaults
     @capture_outputs(tie_last_hidden_states=False)
     @auto_docstring
@@ -1052,7 +1054,18 @@ class Qwen2_5OmniAudioEncoder(Qwen2_5OmniPreTrainedModel):
 
         # Post-process: stride-2 average pooling using precomputed indices, then project
         hidden_states = (hidden_states[pool_indices] + hidden_states[pool_indices + 1]) / 2
-        hidden_states = self.proj(self.ln_post(hidden_states))
+        if layer_norm_slot.use_non_eager_impl:
+            hidden_states = self.proj(
+                layer_norm_slot(
+                    hidden_states,
+                    self.ln_post.normalized_shape,
+                    self.ln_post.weight,
+                    self.ln_post.bias,
+                    self.ln_post.eps,
+                )
+            )
+        else:
+            hidden_states = self.proj(self.ln_post(hidden_states))
         return BaseModelOutputWithPooling(last_hidden_state=hidden_states)
 
     # Ignore copy

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe (transformers==5.16.1)
 # Config: models.qwen3_omni_moe.qwen3_omni_moe_gpu_patch_gen_config
 # Description: Qwen3-Omni-MoE thinker with op-slot guards (text, vision, audio, experts, router), the fused-loss head with the aux loss, the expert-parallel plan and training helpers; the talker and code2wav left out
-# Fingerprint: 2c3ff9626fa9367a1ff9
+# Fingerprint: 36fae3b8fc74e6753ac8
 # Patches:
 #   - override_method Qwen3OmniMoeThinkerTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3OmniMoeTextRMSNorm.forward: rms_norm slot guard
@@ -12,6 +12,8 @@
 #   - modify_init Qwen3OmniMoeVisionMLP: record the activation's name for the slot guard
 #   - override_method Qwen3OmniMoeVisionMLP.forward: activation slot guard
 #   - override_method Qwen3OmniMoeVisionBlock.forward: layer_norm and activation slot guards at the module calls
+#   - override_method Qwen3OmniMoeVisionPatchMerger.forward: layer_norm and activation slot guards at the module calls
+#   - override_method Qwen3OmniMoeAudioEncoder.forward: layer_norm and activation slot guards at the module calls
 #   - modify_init Qwen3OmniMoeAudioEncoderLayer: record the activation's name for the slot guard
 #   - override_method Qwen3OmniMoeAudioEncoderLayer.forward: layer_norm and activation slot guards at the module calls
 #   - replace_function apply_rotary_pos_emb: rope slot guard
@@ -995,6 +997,7 @@ class Qwen3OmniMoeAudioEncoder(Qwen3OmniMoePreTrainedModel):
     def set_input_embeddings(self, value):
         self.conv2d1 = value
 
+    # [PATCHED METHOD] Qwen3OmniMoeAudioEncoder.forward: layer_norm and activation slot guards at the module calls
     @merge_with_config_defaults
     @capture_outputs(tie_last_hidden_states=False)
     @auto_docstring
@@ -1042,7 +1045,12 @@ class Qwen3OmniMoeAudioEncoder(Qwen3OmniMoePreTrainedModel):
             )
             hidden_states = layer_outputs[0]
 
-        hidden_states = self.ln_post(hidden_states)
+        if layer_norm_slot.use_non_eager_impl:
+            hidden_states = layer_norm_slot(
+                hidden_states, self.ln_post.normalized_shape, self.ln_post.weight, self.ln_post.bias, self.ln_post.eps
+            )
+        else:
+            hidden_states = self.ln_post(hidden_states)
         hidden_states = self.proj1(hidden_states)
         hidden_states = self.act(hidden_states)
         hidden_states = self.proj2(hidden_states)
@@ -1174,6 +1182,7 @@ class Qwen3OmniMoeVisionAttention(nn.Module):
         return attn_output
 
 
+# [MODIFIED CLASS] Qwen3OmniMoeVisionPatchMerger
 class Qwen3OmniMoeVisionPatchMerger(nn.Module):
     def __init__(self, config: Qwen3OmniMoeVisionEncoderConfig, use_postshuffle_norm=False) -> None:
         super().__init__()
@@ -1188,10 +1197,20 @@ class Qwen3OmniMoeVisionPatchMerger(nn.Module):
             ]
         )
 
+    # [PATCHED METHOD] Qwen3OmniMoeVisionPatchMerger.forward: layer_norm and activation slot guards at the module calls
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        hidden = self.ln_q(hidden.view(-1, self.hidden_size) if self.use_postshuffle_norm else hidden).view(
-            -1, self.hidden_size
-        )
+        if layer_norm_slot.use_non_eager_impl:
+            hidden = layer_norm_slot(
+                hidden.view(-1, self.hidden_size) if self.use_postshuffle_norm else hidden,
+                self.ln_q.normalized_shape,
+                self.ln_q.weight,
+                self.ln_q.bias,
+                self.ln_q.eps,
+            ).view(-1, self.hidden_size)
+        else:
+            hidden = self.ln_q(hidden.view(-1, self.hidden_size) if self.use_postshuffle_norm else hidden).view(
+                -1, self.hidden_size
+            )
         for layer in self.mlp:
             hidden = layer(hidden)
         return hidden
