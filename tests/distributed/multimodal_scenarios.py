@@ -174,11 +174,12 @@ def data_parallel_vlm_matches_one_process(package: str, mode: str) -> None:
     assert_same_grads(full_state(model, state, grads=True), ref_grads)
 
 
-def sequence_parallel_omni_thinker_matches_one_process() -> None:
-    """SP=2 on the Qwen2.5-Omni thinker, left-padded as its processor pads: row 0's audio in sp rank 0's slice and
-    its image straddling the two slices, row 1's image in rank 1's; the audio features are scattered too."""
+def sequence_parallel_omni_thinker_matches_one_process(package: str) -> None:
+    """SP=2 on an Omni thinker (``package``: qwen2_5_omni, or qwen3_omni_moe with its router logits and aux loss),
+    left-padded as its processor pads: row 0's audio in sp rank 0's slice and its image straddling the two slices,
+    row 1's image in rank 1's; the audio features are scattered too."""
     state = ParallelState.build(sp=2)
-    spec = parity_declaration("qwen2_5_omni")
+    spec = parity_declaration(package)
     config = spec.config()
     batch = spec.omni_batch(
         [

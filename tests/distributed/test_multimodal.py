@@ -44,4 +44,11 @@ def test_fsdp2_on_qwen2_5_vl_with_a_rank_without_images_matches_one_process() ->
 
 
 def test_sp2_on_the_qwen2_5_omni_thinker_with_audio_and_images_matches_one_process() -> None:
-    spawn(multimodal_scenarios.sequence_parallel_omni_thinker_matches_one_process, 2, timeout=TIMEOUT)
+    spawn(multimodal_scenarios.sequence_parallel_omni_thinker_matches_one_process, 2, "qwen2_5_omni", timeout=TIMEOUT)
+
+
+def test_sp2_on_the_qwen3_omni_moe_thinker_with_audio_images_and_its_aux_loss_matches_one_process() -> None:
+    """The MoE thinker: its router logits and aux loss come from both ranks' tokens, as one process's do."""
+    spawn(
+        multimodal_scenarios.sequence_parallel_omni_thinker_matches_one_process, 2, "qwen3_omni_moe", timeout=TIMEOUT
+    )
