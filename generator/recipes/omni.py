@@ -117,7 +117,7 @@ def omni(
     rope: str | Rope | None = None,
     mrope: str | None = "apply_multimodal_rotary_pos_emb",
     causal_lm: LossHead = LossHead("{prefix}ThinkerForConditionalGeneration"),
-    text_model: str = "{prefix}ThinkerTextModel",
+    text_model: str | None = "{prefix}ThinkerTextModel",
     aux_loss: str = "",
     top_level: str = "{prefix}ForConditionalGeneration",
     speech: Sequence[str] = ("talker", "token2wav"),
@@ -181,7 +181,8 @@ def omni(
         aux_loss=aux_loss,
         forward_kwargs=True,
     )
-    apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
+    if text_model is not None:
+        apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
     config.add_import("inspect", is_from_import=False)
     config.add_helper(
         omni_rope_index_without_model, description="upstream's get_rope_index without a model (picklable)"

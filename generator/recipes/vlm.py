@@ -196,7 +196,7 @@ def vlm(
     mrope: str | None = "apply_multimodal_rotary_pos_emb",
     causal_lm: LossHead = LossHead("{prefix}ForConditionalGeneration"),
     model: str = "{prefix}Model",
-    text_model: str = "{prefix}TextModel",
+    text_model: str | None = "{prefix}TextModel",
     towers: Mapping[str, str] | None = None,
     pretrained_model: str | None = "{prefix}PreTrainedModel",
     aux_loss: str = "",
@@ -237,7 +237,8 @@ def vlm(
     apply_sequence_parallel_forward(
         config, f"{model_cls}.forward", [("self.visual", "pixel_values"), ("self.visual", "pixel_values_videos")]
     )
-    apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
+    if text_model is not None:
+        apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
     causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
     config.add_helper(rope_index_without_model, description="upstream's get_rope_index without a model (picklable)")
     for cls in (model_cls, causal_lm_cls):
