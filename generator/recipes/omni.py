@@ -131,7 +131,7 @@ def omni(
     names the top-level attributes that held them (their checkpoint keys are dropped on load); ``refused`` maps
     each top-level member that only serves audio output to what it does, for its error. ``causal_lm`` is the
     thinker, whose ``get_rope_index`` the position-id function runs with ``rope_index_attributes``, and
-    ``text_model`` its text decoder, whose forward reads the packed ``[4, B, L]`` layout. ``rope`` and
+    ``text_model`` its text decoder, whose forward reads the packed ``[4, B, L]`` layout (None: no guard). ``rope`` and
     ``mrope`` mean what they mean for :func:`modelgraft.generator.recipes.vlm.vlm` (Qwen3-Omni interleaves the
     sections in its rotary embedding and calls a plain ``rope`` function); ``aux_loss`` names the MoE auxiliary-loss
     function the thinker calls ("" for a dense text decoder; :func:`modelgraft.generator.recipes.omni_moe.omni_moe`).

@@ -205,7 +205,9 @@ def vlm(
 
     The defaults are Qwen2.5-VL's. ``mrope`` names the sectioned multimodal RoPE function (Qwen2-VL,
     Qwen2.5-VL; None where the rotary embedding interleaves the sections itself and the attention calls a plain
-    ``rope`` function, Qwen3-VL). ``model`` is the class whose ``get_rope_index`` the position-id function runs.
+    ``rope`` function, Qwen3-VL). ``model`` is the class whose ``get_rope_index`` the position-id function runs;
+    ``text_model`` the text decoder whose forward reads the packed ``[4, B, L]`` layout (None: a model without
+    that layout, no guard).
     ``aux_loss`` names the module-level MoE auxiliary-loss function the head calls ("" for a dense text
     decoder), whose call goes behind ``load_balancing_loss_slot`` (:func:`modelgraft.generator.recipes.vlm_moe.vlm_moe`).
     """
