@@ -7,8 +7,10 @@ run on those batches against upstream's thinker (logits ``torch.equal``, loss an
 slot's reference kernel bound alone with the call counter, checkpoints both ways, the vision ``dummy_forward``, the
 module tree); this suite adds or replaces what Omni does differently:
 
-- the position-id function against upstream's ``get_rope_index`` with audio, with ``use_audio_in_video``, and on
-  text-only samples without an attention mask (upstream's text-only branch needs one; the function does not);
+- the position-id function against upstream's ``get_rope_index`` with audio, with ``use_audio_in_video``, on
+  text-only samples without an attention mask (upstream's text-only branch needs one; the function does not), and
+  per document of a packed row of every kind of sample; the VLM suite's packed row through the model holds an
+  audio and an image document (their clips padded to the longest);
 - the audio tower's ``dummy_forward``;
 - the top-level class: built without the talker and token2wav, generation and audio output refused, and a checkpoint
   of the whole upstream model, speech side included, loaded strictly (the speech keys dropped, the thinker's weights

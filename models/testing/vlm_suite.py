@@ -9,9 +9,12 @@ What is checked, against upstream ``transformers`` with the same weights: logits
 every gradient within the eager tolerance, fp32 and bf16, with every slot eager; each guarded slot's reference
 kernel bound alone (fp32 and bf16) and all at once, each called (``check_parity``'s call counter); the chunked
 loss and ``logits_to_keep``; ``from_pretrained`` / ``save_pretrained`` both ways; the vision ``dummy_forward``;
-the position-id function against upstream's ``get_rope_index`` (per document of a packed row too), pickled into a spawned worker; the collator step
-of ``get_metadata_collate_func`` (``vlm_metadata_checks``); and the module tree of the built model, every module
-a generated class or one the config leaves as upstream's on purpose.
+the position-id function against upstream's ``get_rope_index`` (per document of a packed row too), pickled into
+a spawned worker; a packed row of two documents through the model, each document's logits upstream's for it alone
+(docs/distributed.md, "Packed documents in a VLM or Omni row"); a caller's ``shift_labels`` reaching the bound loss
+kernel; no ``nn.LayerNorm`` running outside the ``layer_norm`` slot; the collator step of
+``get_metadata_collate_func`` (``vlm_metadata_checks``); and the module tree of the built model, every module a
+generated class or one the config leaves as upstream's on purpose.
 """
 
 from __future__ import annotations
