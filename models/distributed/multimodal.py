@@ -24,12 +24,12 @@ placeholders by its grid and the text after it by the image's extent. :func:`sha
 the position ids of the whole sequence, computed first (``model.get_position_id_func()``, in the data pipeline),
 and slices them along their last dimension whatever the leading ones: ``[B, L]`` (text only), ``[3, B, L]``
 (upstream's layout) or the packed ``[4, B, L]`` layout whose row 0 holds the text positions that transformers
-reads packed documents from.
+reads packed documents from; :func:`packed_position_ids` builds that layout from each document's own position ids.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -40,7 +40,7 @@ from torch.distributed import ProcessGroup
 from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState
 from modelgraft.models.distributed.sequence import IGNORE_INDEX, padded_length, sequence_slice, shard_sequence
 
-__all__ = ["TOWER_INPUTS", "placeholder_features", "shard_multimodal"]
+__all__ = ["TOWER_INPUTS", "packed_position_ids", "placeholder_features", "shard_multimodal"]
 
 #: Batch entries that mean a tower runs: their placeholders' positions need the whole sequence's position ids.
 TOWER_INPUTS = ("pixel_values", "pixel_values_videos", "input_features")
@@ -71,6 +71,27 @@ def placeholder_features(
     ordinals = whole.flatten().cumsum(0).view(whole.shape) - 1
     window = sequence_slice(whole.shape[1], len(pieces), dist.get_rank(group))
     return features[ordinals[:, window][local.bool()].to(features.device)]
+
+
+def packed_position_ids(documents: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The ``[4, 1, L]`` position ids of one row that packs ``documents``, from each one's own multimodal position
+    ids ``[3, 1, n]`` (``model.get_position_id_func()`` run on that document alone).
+
+    Row 0 holds the text positions, 0 to n - 1 in each document: transformers reads where each document starts
+    from their restarts, and the generated text model then keeps the documents apart on every attention
+    implementation (docs/distributed.md, "Packed documents in a VLM or Omni row"); rows 1-3 are the documents'
+    own, concatenated. A document that is not one row of three position rows is refused, naming it.
+    """
+    if not documents:
+        raise ValueError("packed_position_ids: no document to pack")
+    for index, positions in enumerate(documents):
+        if positions.dim() != 3 or positions.shape[0] != 3 or positions.shape[1] != 1:
+            raise ValueError(
+                f"packed_position_ids: document {index} has position ids of shape {tuple(positions.shape)}; each "
+                "document needs its own [3, 1, n], what get_position_id_func() returns for that document alone"
+            )
+    text = torch.cat([torch.arange(p.shape[-1], dtype=p.dtype, device=p.device) for p in documents]).view(1, 1, -1)
+    return torch.cat((text, torch.cat(list(documents), dim=-1)), dim=0)
 
 
 def _slice_last(x: torch.Tensor, total: int, window: slice) -> torch.Tensor:

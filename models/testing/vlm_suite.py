@@ -36,6 +36,7 @@ from safetensors.torch import load_file, save_file
 from transformers import PreTrainedConfig, PreTrainedModel, ProcessorMixin
 
 from modelgraft.models.checkpoint import CheckpointError
+from modelgraft.models.distributed.multimodal import packed_position_ids
 from modelgraft.models.loader import build_model, get_model_class
 from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
 from modelgraft.models.ops.kernels.loss_inputs import shift_causal_labels
@@ -624,12 +625,10 @@ class VlmParitySuite(VisionMetadataChecks):
 
     def _packed(self, backend: str, documents: list[dict[str, Any]]) -> dict[str, Any]:
         """One row packing ``documents``: tokens and the towers' inputs concatenated, no attention mask, position
-        ids ``[4, 1, total]`` (row 0 the text positions, restarting per document; rows 1-3 the position-id
-        function's, run per document)."""
+        ids ``[4, 1, total]`` (``packed_position_ids`` of the position-id function's, run per document)."""
         func = self._position_id_func(backend)
-        rope = torch.cat([func(**self._rope_index_arguments(doc))[0] for doc in documents], dim=-1)
-        text = torch.cat([torch.arange(doc["input_ids"].shape[1]) for doc in documents]).view(1, 1, -1)
-        packed: dict[str, Any] = {"position_ids": torch.cat((text, rope), dim=0)}
+        rope = [func(**self._rope_index_arguments(doc))[0] for doc in documents]
+        packed: dict[str, Any] = {"position_ids": packed_position_ids(rope)}
         packed["input_ids"] = torch.cat([doc["input_ids"] for doc in documents], dim=1)
         for name in self.packed_inputs:
             parts = [doc[name] for doc in documents if name in doc]

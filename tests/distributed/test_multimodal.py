@@ -7,7 +7,11 @@ waits in a collective the other never enters.
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from modelgraft.models.distributed.launch import spawn
+from modelgraft.models.distributed.multimodal import packed_position_ids
 
 from . import multimodal_scenarios
 
@@ -52,3 +56,16 @@ def test_sp2_on_the_qwen3_omni_moe_thinker_with_audio_images_and_its_aux_loss_ma
     spawn(
         multimodal_scenarios.sequence_parallel_omni_thinker_matches_one_process, 2, "qwen3_omni_moe", timeout=TIMEOUT
     )
+
+
+def test_packed_position_ids_number_the_text_row_from_zero_in_each_document() -> None:
+    first, second = torch.arange(6).view(3, 1, 2), torch.arange(9).view(3, 1, 3) + 10
+    packed = packed_position_ids([first, second])
+    assert packed[0, 0].tolist() == [0, 1, 0, 1, 2]
+    assert torch.equal(packed[1:], torch.cat((first, second), dim=-1))
+
+
+@pytest.mark.parametrize("shape", [(3, 2, 4), (4, 1, 4), (1, 4)], ids=["two-rows", "four-rows", "text-only"])
+def test_packed_position_ids_refuse_a_document_that_is_not_one_row_of_three_naming_it(shape: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match=r"document 1 has position ids of shape"):
+        packed_position_ids([torch.zeros(3, 1, 2, dtype=torch.long), torch.zeros(shape, dtype=torch.long)])
