@@ -38,7 +38,7 @@ SECTION = "delta_rule"
 MODULE = "benchmarks.delta_rule_bench"
 SIDES = ("upstream", "chunked_delta")
 LENGTHS = (512, 1024, 2048, 4096, 8192)
-SMOKE_LENGTHS = (128, 256)
+SMOKE_LENGTHS = (128,)
 REPEATS = 3
 
 

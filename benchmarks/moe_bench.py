@@ -306,8 +306,10 @@ def child_main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="MoE benchmark child process (run by benchmarks/run.py)")
     parser.add_argument("mode", choices=("kernel", "models", "memory", "list"))
     parser.add_argument("--models", default="", help="comma-separated model types (default: every sparse one)")
-    parser.add_argument("--layout", choices=tuple(KERNEL_LAYOUTS), help="kernel mode: the expert layout")
-    parser.add_argument("--variant", choices=(GROUPED, *UPSTREAM))
+    parser.add_argument(
+        "--layout", choices=tuple(KERNEL_LAYOUTS), action="append", help="kernel mode: an expert layout (repeatable)"
+    )
+    parser.add_argument("--variant", choices=(GROUPED, *UPSTREAM), action="append", help="memory mode (repeatable)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sizes", required=True, help="MoeSizes as JSON")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -323,11 +325,11 @@ def child_main(argv: Sequence[str] | None = None) -> None:
     if args.mode == "list":
         emit_result({"models": sparse_models()})
     elif args.mode == "kernel":
-        emit_result(_kernel_timing(args.layout, sizes, args.repeats))
+        emit_result({layout: _kernel_timing(layout, sizes, args.repeats) for layout in args.layout})
     elif args.mode == "models":
         emit_result(_child_models(models, sizes, args.repeats))
     else:
-        emit_result(_child_memory(models[0], args.variant, sizes))
+        emit_result({variant: _child_memory(models[0], variant, sizes) for variant in args.variant})
 
 
 # ---------------------------------------------------------------- parent side (torch-free)
@@ -363,13 +365,21 @@ def _batched_mm_gib(sizes: MoeSizes, num_experts: int, top_k: int, tokens: int) 
     return tokens * top_k * 3 * sizes.hidden_size * sizes.moe_intermediate_size * 4 / 2**30
 
 
-def _memory_row(model_type: str, sizes: MoeSizes, threads: int) -> Row:
+def _memory_row(model_type: str, sizes: MoeSizes, threads: int, *, child_per_figure: bool = True) -> Row:
     name = f"{model_type}: train step peak memory, grouped / upstream default"
+    variants = (GROUPED, UPSTREAM_DEFAULT, "eager")
     peaks = {}
     try:
-        for variant in (GROUPED, UPSTREAM_DEFAULT, "eager"):
-            args = ["memory", "--models", model_type, "--variant", variant, "--sizes", json.dumps(asdict(sizes))]
-            peaks[variant] = run_child(MODULE, [*args, "--threads", str(threads)], extra_env=MEASURE_ENV)
+        for group in [[variant] for variant in variants] if child_per_figure else [list(variants)]:
+            args = [
+                "memory",
+                "--models",
+                model_type,
+                *(f"--variant={v}" for v in group),
+                "--sizes",
+                json.dumps(asdict(sizes)),
+            ]
+            peaks.update(run_child(MODULE, [*args, "--threads", str(threads)], extra_env=MEASURE_ENV))
     except ChildError as exc:
         return Row(SECTION, name, "error", status=FAILED, notes=str(exc)[-500:])
     mib = {variant: peak["peak_mib"] for variant, peak in peaks.items()}
@@ -385,20 +395,34 @@ def _memory_row(model_type: str, sizes: MoeSizes, threads: int) -> Row:
 
 
 def bench_moe(
-    repeats: int, sizes: MoeSizes, model_types: Sequence[str] | None = None, *, threads: int = 1
+    repeats: int,
+    sizes: MoeSizes,
+    model_types: Sequence[str] | None = None,
+    *,
+    threads: int = 1,
+    child_per_figure: bool = True,
 ) -> tuple[list[Row], str]:
-    """Kernel rows, then per sparse model its step-time and peak-memory rows; and a line on the setup."""
+    """Kernel rows, then per sparse model its step-time and peak-memory rows; and a line on the setup.
+
+    ``child_per_figure=False`` times every layout in one child, and measures every variant's peak in one:
+    a smoke run's figures mean nothing, and an interpreter with torch costs more than its toy steps.
+    """
     rows: list[Row] = []
     common = ["--repeats", str(repeats), "--sizes", json.dumps(asdict(sizes)), "--threads", str(threads)]
     threads_used = "?"
-    for layout, name in KERNEL_LAYOUTS.items():
+    groups = [[layout] for layout in KERNEL_LAYOUTS] if child_per_figure else [list(KERNEL_LAYOUTS)]
+    for layouts in groups:
         try:
-            kernel = run_child(MODULE, ["kernel", "--layout", layout, *common])
+            kernels = run_child(MODULE, ["kernel", *(f"--layout={layout}" for layout in layouts), *common])
         except ChildError as exc:
-            rows.append(Row(SECTION, name, "error", status=FAILED, notes=str(exc)[-500:]))
+            rows += [
+                Row(SECTION, KERNEL_LAYOUTS[layout], "error", status=FAILED, notes=str(exc)[-500:])
+                for layout in layouts
+            ]
             continue
-        threads_used = kernel["threads"]
-        rows += _kernel_rows(name, kernel["shapes"])
+        for layout in layouts:
+            threads_used = kernels[layout]["threads"]
+            rows += _kernel_rows(KERNEL_LAYOUTS[layout], kernels[layout]["shapes"])
     rows.append(_batched_mm_row(sizes))
     try:
         listed = model_types or run_child(MODULE, ["list", *common])["models"]
@@ -406,9 +430,11 @@ def bench_moe(
         rows.append(Row(SECTION, "train step, MoE models", "error", status=FAILED, notes=str(exc)[-500:]))
         listed = []
     for model_type in listed:
-        rows += _model_rows(model_type, sizes, common, threads)
-    setup = (
-        f"moe: {sizes.describe()}; {threads_used} torch thread(s); each layout and each model in a process of its own"
+        rows += _model_rows(model_type, sizes, common, threads, child_per_figure=child_per_figure)
+    setup = f"moe: {sizes.describe()}; {threads_used} torch thread(s); " + (
+        "each layout, each model and each peak-memory variant in a process of its own"
+        if child_per_figure
+        else "the kernel layouts in one process, each model's step times in one, its peaks in one"
     )
     return rows, setup
 
@@ -439,7 +465,9 @@ def _batched_mm_row(sizes: MoeSizes) -> Row:
     )
 
 
-def _model_rows(model_type: str, sizes: MoeSizes, common: list[str], threads: int) -> list[Row]:
+def _model_rows(
+    model_type: str, sizes: MoeSizes, common: list[str], threads: int, *, child_per_figure: bool = True
+) -> list[Row]:
     """Step-time rows of one model, timed in a child of its own, and its peak-memory row."""
     name = f"{model_type}: train step"
     try:
@@ -455,7 +483,7 @@ def _model_rows(model_type: str, sizes: MoeSizes, common: list[str], threads: in
     upstream_attention, attention = result["attention"]
     notes = f"; first-step loss |diff| {result['loss_abs_diff']:.1e}; attention: {attention} (upstream: {upstream_attention})"
     rows[-1] = Row(**{**asdict(last), "notes": last.notes + notes})
-    return [*rows, _memory_row(model_type, sizes, threads)]
+    return [*rows, _memory_row(model_type, sizes, threads, child_per_figure=child_per_figure)]
 
 
 if __name__ == "__main__":

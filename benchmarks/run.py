@@ -146,7 +146,9 @@ def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
             models = args.models.split(",") if args.models else None
             if args.smoke and models is None:
                 models = [moe_bench.SMOKE_MODEL]
-            section_rows, line = moe_bench.bench_moe(repeats, sizes, models, threads=args.threads)
+            section_rows, line = moe_bench.bench_moe(
+                repeats, sizes, models, threads=args.threads, child_per_figure=not args.smoke
+            )
             rows += section_rows
             setup += [line] if line else []
         elif section == "loss":

@@ -24,7 +24,6 @@ neither). The VLM suite's collator-step checks (``vlm_metadata_checks``) run on 
 
 from __future__ import annotations
 
-import multiprocessing
 import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from modelgraft.models.testing.omni_processor import (
     whisper_features,
 )
 from modelgraft.models.testing.seed import seed_everything
+from modelgraft.models.testing.spawned import run_in_spawned_worker
 from modelgraft.models.testing.vlm_metadata_checks import metadata_keys, same_value
 from modelgraft.models.testing.vlm_processor import synthetic_image, synthetic_video
 from modelgraft.models.testing.vlm_suite import DTYPES, MAX_PIXELS, MIN_PIXELS, VlmModel, VlmParitySuite
@@ -496,8 +496,7 @@ class OmniParitySuite(VlmParitySuite):
     def test_position_id_func_pickles_and_runs_in_a_spawned_worker(self, backend: str) -> None:
         batch = self.model.multimodal_batch(labels=False)
         payload = pickle.dumps((self._position_id_func(backend), _rope_index_inputs(batch)))
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            actual = pool.apply(_run_in_worker, (payload,))
+        actual = run_in_spawned_worker(_run_in_worker, payload)
         assert _equal(actual, self._upstream_rope_index(batch))
 
     # -- the top-level class: thinker only --------------------------------------------------------------

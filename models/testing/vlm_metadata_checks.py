@@ -14,7 +14,6 @@ VLM of the zoo runs them.
 
 from __future__ import annotations
 
-import multiprocessing
 import pickle
 from collections.abc import Mapping
 from types import SimpleNamespace
@@ -26,6 +25,7 @@ from transformers.utils.generic import get_max_seqlen
 from modelgraft.models.loader import build_model
 from modelgraft.models.testing.parity import run_step
 from modelgraft.models.testing.seed import seed_everything
+from modelgraft.models.testing.spawned import run_in_spawned_worker
 from modelgraft.models.testing.vlm_processor import synthetic_image, synthetic_video
 from modelgraft.models.vision_metadata import GRIDS, METADATA_KEYS
 
@@ -146,8 +146,7 @@ class VisionMetadataChecks:
         step = self._collate_func(backend)
         batch = self.model.multimodal_batch()
         payload = pickle.dumps((step, batch))
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            actual = pool.apply(_collate_in_worker, (payload,))
+        actual = run_in_spawned_worker(_collate_in_worker, payload)
         expected = step(batch)
         assert set(actual) == set(expected)
         assert all(same_value(actual[key], value) for key, value in expected.items())

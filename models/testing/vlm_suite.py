@@ -20,7 +20,6 @@ generated class or one the config leaves as upstream's on purpose.
 from __future__ import annotations
 
 import importlib
-import multiprocessing
 import pickle
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from modelgraft.models.testing.parity import (
 )
 from modelgraft.models.testing.reference import reference_kernel, reference_kernels
 from modelgraft.models.testing.seed import seed_everything
+from modelgraft.models.testing.spawned import run_in_spawned_worker
 from modelgraft.models.testing.vlm_metadata_checks import VisionMetadataChecks
 from modelgraft.models.testing.vlm_processor import (
     QWEN_VL_SPECIAL_TOKENS,
@@ -586,8 +586,7 @@ class VlmParitySuite(VisionMetadataChecks):
     def test_position_id_func_pickles_and_runs_in_a_spawned_worker(self, backend: str) -> None:
         batch = self.model.multimodal_batch(labels=False)
         payload = pickle.dumps((self._position_id_func(backend), _rope_index_inputs(batch)))
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            actual = pool.apply(_run_in_worker, (payload,))
+        actual = run_in_spawned_worker(_run_in_worker, payload)
         expected = self._upstream_rope_index(batch)
         assert all(torch.equal(a, e) for a, e in zip(actual, expected, strict=True))
 

@@ -22,5 +22,5 @@ def test_smoke_run_renders_a_row_per_length() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    for length in (128, 256):
+    for length in (128,):
         assert f"| delta_rule | T={length}: chunked_delta / upstream, forward + backward time |" in proc.stdout

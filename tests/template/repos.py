@@ -140,6 +140,19 @@ def copy_model(repo: Path, model: str, /, *, generate: bool = True, record: bool
     return model_dir
 
 
+def copy_and_generate(repo: Path, model: str, /, **answers: Any) -> Path:
+    """A copy without the template's tasks, then the generator as the first task runs it: no smoke check.
+
+    The smoke check is a subset of the model's own tests, which the structure tests run anyway; its own
+    behaviour (and the tasks of a real copy) is tested where the copy runs them.
+    """
+    model_dir = copy_model(repo, model, generate=False, **answers)
+    config = f"models.{model}.{model}_gpu_patch_gen_config"
+    generated = run(repo, "-m", "modelgraft.generator", config, "--diff")
+    assert generated.returncode == 0, generated.stdout + generated.stderr
+    return model_dir
+
+
 def recorded_answers(model_dir: Path) -> dict[str, Any]:
     """The answers a scaffold's ``.copier-answers.yml`` records, without Copier's own ``_src_path`` / ``_commit``."""
     answers = yaml.safe_load((model_dir / ".copier-answers.yml").read_text(encoding="utf-8"))

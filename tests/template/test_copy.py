@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .repos import copy_model, recorded_answers, ruff, run
+from .repos import copy_and_generate, copy_model, recorded_answers, ruff, run
 
 
 def _assert_ruff_clean(repo: Path, model_dir: Path) -> None:
@@ -71,7 +71,7 @@ def test_the_answers_read_from_upstream_are_recorded(repo: Path) -> None:
 
 def test_a_plain_mlp_goes_behind_the_activation_slot_and_the_scaffold_passes(repo: Path) -> None:
     """starcoder2: a LayerNorm model (nn.LayerNorm, nothing to guard) whose MLP is c_fc -> act -> c_proj."""
-    model_dir = copy_model(repo, "starcoder2")
+    model_dir = copy_and_generate(repo, "starcoder2")
     config = (model_dir / "starcoder2_gpu_patch_gen_config.py").read_text(encoding="utf-8")
     assert 'Mlp("Starcoder2MLP", kind="plain", act="act", activation="self.activation_name"' in config
     generated = (model_dir / "generated" / "patched_modeling_starcoder2_gpu.py").read_text(encoding="utf-8")
@@ -81,7 +81,7 @@ def test_a_plain_mlp_goes_behind_the_activation_slot_and_the_scaffold_passes(rep
 
 
 def test_a_moe_scaffold_keeps_the_gated_shared_expert_and_passes(repo: Path) -> None:
-    model_dir = copy_model(repo, "qwen2_moe")
+    model_dir = copy_and_generate(repo, "qwen2_moe")
     answers = yaml.safe_load((model_dir / ".copier-answers.yml").read_text(encoding="utf-8"))
     assert answers["category"] == "moe"
     generated = (model_dir / "generated" / "patched_modeling_qwen2_moe_gpu.py").read_text(encoding="utf-8")
@@ -92,7 +92,7 @@ def test_a_moe_scaffold_keeps_the_gated_shared_expert_and_passes(repo: Path) -> 
 
 def test_an_old_decoder_gets_its_layer_norm_and_activation_calls_guarded_and_passes(repo: Path) -> None:
     """gpt_neo: learned positions, nn.LayerNorm modules and an ACT2FN activation, no norm class of its own."""
-    model_dir = copy_model(repo, "gpt_neo")
+    model_dir = copy_and_generate(repo, "gpt_neo")
     generated = (model_dir / "generated" / "patched_modeling_gpt_neo_gpu.py").read_text(encoding="utf-8")
     assert "layer_norm_slot(" in generated and "activation_slot(" in generated
     _assert_tests_pass(repo, "gpt_neo")
@@ -100,7 +100,7 @@ def test_an_old_decoder_gets_its_layer_norm_and_activation_calls_guarded_and_pas
 
 def test_a_mixtral_style_moe_scaffold_uses_its_hub_projection_names_and_passes(repo: Path) -> None:
     """mixtral: num_local_experts, hub checkpoints with w1/w3/w2 experts, no dense layers."""
-    model_dir = copy_model(repo, "mixtral")
+    model_dir = copy_and_generate(repo, "mixtral")
     checkpoint = (model_dir / "checkpoint.py").read_text(encoding="utf-8")
     assert 'gate="w1"' in checkpoint and 'up="w3"' in checkpoint and 'down="w2"' in checkpoint
     assert "config.num_local_experts" in checkpoint
@@ -110,7 +110,7 @@ def test_a_mixtral_style_moe_scaffold_uses_its_hub_projection_names_and_passes(r
 def test_a_deepseek_style_moe_scaffold_guards_its_router_and_shared_experts_and_passes(repo: Path) -> None:
     """glm4_moe (deepseek_v3 is in the zoo): sigmoid group-limited router with a correction bias, shared experts,
     dense first layers."""
-    model_dir = copy_model(repo, "glm4_moe")
+    model_dir = copy_and_generate(repo, "glm4_moe")
     generated = (model_dir / "generated" / "patched_modeling_glm4_moe_gpu.py").read_text(encoding="utf-8")
     assert "e_score_correction_bias" in generated and "shared_experts" in generated
     for slot in ("moe_experts_slot(", "group_limited_router_slot(", "gated_mlp_slot("):
@@ -120,7 +120,7 @@ def test_a_deepseek_style_moe_scaffold_guards_its_router_and_shared_experts_and_
 
 def test_a_scaffold_guarding_many_slots_is_ruff_clean(repo: Path) -> None:
     """qwen2_moe guards eight slots: its parity test's guarded= tuple is too long for one line."""
-    model_dir = copy_model(repo, "qwen2_moe")
+    model_dir = copy_model(repo, "qwen2_moe", generate=False)
     _assert_ruff_clean(repo, model_dir)
 
 

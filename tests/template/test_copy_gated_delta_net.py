@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .repos import copy_model
+from .repos import copy_and_generate
 from .test_copy import _assert_ruff_clean, _assert_tests_pass
 
 #: The slot calls the mixer's guards add to the generated module.
@@ -25,7 +25,7 @@ MIXER_SLOT_CALLS = (
 def test_a_gated_delta_net_hybrid_guards_its_mixer_and_passes_its_decode_and_packed_document_tests(
     repo: Path,
 ) -> None:
-    model_dir = copy_model(repo, "olmo_hybrid")
+    model_dir = copy_and_generate(repo, "olmo_hybrid")
     generated = (model_dir / "generated" / "patched_modeling_olmo_hybrid_gpu.py").read_text(encoding="utf-8")
     for call in MIXER_SLOT_CALLS:
         assert call in generated, call
