@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from modelgraft.generator.recipes.causal_lm_path import towers_on_causal_lm_path
+from modelgraft.generator.recipes.fit_omni import omni_reasons
 from modelgraft.generator.recipes.fit_vlm import (
     VlmFinding,
     multimodal_rope_name,
@@ -517,7 +518,8 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
         )
         text = _fit_scaffold(structure, _text_category(structure))
         # What a hand-written config would guard: the text recipe's patches, and its refusals with a remedy.
-        refusals = (finding, *(f for f in text.refusals if f.remedy))
+        omni = tuple(Finding("omni", where, 0, reason) for where, reason in omni_reasons(structure))
+        refusals = (finding, *omni, *(f for f in text.refusals if f.remedy))
         return Fit(structure, answered, refusals=refusals, hand_patches=hand_written_patches(text.arguments))
     return _fit_scaffold(structure, answered)
 
