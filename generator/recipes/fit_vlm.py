@@ -5,8 +5,8 @@ zoo's Qwen-VL models are configured: its text decoder gets the dense (or MoE) fi
 rules (:func:`modelgraft.generator.recipes.fit.text_arguments`), and the vision side what the reader found
 upstream (docs/scaffolding.md, "VLM scaffolds"):
 
-- ``vision``: the tower class that gets ``dummy_forward``, the expression of its patch embedding's weight
-  and its rotary function (the ``rope_vision`` slot), when its attention calls one;
+- ``vision``: the tower class that gets ``dummy_forward``, the expressions of its patch embedding's weight and
+  of its merge size, and its rotary function (the ``rope_vision`` slot), when its attention calls one;
 - ``mrope``: the text attention's sectioned multimodal RoPE (Qwen2-VL's ``apply_multimodal_rotary_pos_emb``),
   behind the ``rope`` slot; a plain rotate-half text RoPE goes behind it through ``rope`` as for a dense model;
 - ``towers``: each ``AutoModel.from_config(config.<sub>)`` of the ``Model``, rewritten to this module's class;
@@ -69,12 +69,6 @@ def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict
     if not tower.patch_weight:
         reason = "no patch embedding (a Conv3d, Conv2d or Linear under patch_embed) that dummy_forward can size"
         refusals.append(VlmFinding(tower.cls, tower.line, reason))
-    if not tower.spatial_merge_size:
-        reason = (
-            "the tower keeps no self.spatial_merge_size (its merger sits in the Model): dummy_forward's blank"
-            " image has no merge size to be built for"
-        )
-        refusals.append(VlmFinding(tower.cls, tower.line, reason))
     head = structure.causal_lm
     if head is not None and not _holds_model(structure, head.cls):
         reason = f"the causal LM {head.cls} is not the conditional-generation head over {model}"
@@ -85,6 +79,8 @@ def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict
             "cls": tower.cls,
             "patch_weight": tower.patch_weight or "",
             "rope": rope.name if rope is not None and rope.name else "",
+            # A tower whose merger sits in the Model (cosmos3_edge) keeps no merge size of its own: its config's.
+            "merge_size": "self.spatial_merge_size" if tower.spatial_merge_size else "self.config.spatial_merge_size",
         },
         "mrope": multimodal_rope_name(structure),
         "towers": {

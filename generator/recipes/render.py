@@ -157,7 +157,11 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
 
 
 #: The VisionTower part's defaults (generator/recipes/vlm.py): a field is written only where it differs.
-VISION_TOWER_DEFAULTS = {"patch_weight": "self.patch_embed.proj.weight", "rope": "apply_rotary_pos_emb_vision"}
+VISION_TOWER_DEFAULTS = {
+    "patch_weight": "self.patch_embed.proj.weight",
+    "rope": "apply_rotary_pos_emb_vision",
+    "merge_size": "self.spatial_merge_size",
+}
 
 
 def _vision_tower(vision: Mapping[str, Any]) -> str:
@@ -165,7 +169,7 @@ def _vision_tower(vision: Mapping[str, Any]) -> str:
     defaults (``rope=None`` for a tower whose attention applies no rotary function)."""
     fields: dict[str, Any] = {}
     for name, default in VISION_TOWER_DEFAULTS.items():
-        value = vision.get(name) or None
+        value = vision.get(name, default) or None
         if value != default:
             fields[name] = value
     return _call("VisionTower", vision["cls"], fields)

@@ -190,7 +190,8 @@ def _image_processor(image_processor_class: type, vision: Mapping[str, Any]) -> 
     options: dict[str, Any] = {
         "patch_size": vision["patch_size"],
         "merge_size": vision["spatial_merge_size"],
-        "temporal_patch_size": vision.get("temporal_patch_size", 2),
+        # A tower without temporal patches (cosmos3_edge) takes the processor's own (one frame per patch).
+        "temporal_patch_size": vision.get("temporal_patch_size", image_processor_class.temporal_patch_size),
     }
     size = getattr(image_processor_class, "size", None)
     if isinstance(size, Mapping) and "shortest_edge" in size:
@@ -329,8 +330,16 @@ class ScaffoldVlmMoe(_Derived, VlmMoeModel):
         return VlmMoeModel.batch(self, self._rows(rows), labels=labels)
 
 
+#: Tiny widths of the top-level config's own modules (cosmos3_edge's projector next to the tower).
+TOP_LEVEL_SIZES: Mapping[str, Any] = {"projector_hidden_size": 52}
+
+
 def derive(declaration: Any) -> None:
-    """Fill the declaration's empty ``text_config`` / ``vision_config`` from its config class."""
+    """Fill the declaration's empty ``text_config`` / ``vision_config`` from its config class, and the top-level
+    widths (:data:`TOP_LEVEL_SIZES`) it declares into ``sizes``."""
+    declared = _fields(declaration.config_class) or set(declaration.config_class().to_dict())
+    top = {name: value for name, value in TOP_LEVEL_SIZES.items() if name in declared}
+    object.__setattr__(declaration, "sizes", {**top, **declaration.sizes})
     if not declaration.text_config:
         object.__setattr__(declaration, "text_config", tiny_text_sizes(declaration.config_class))
     if not declaration.vision_config:
@@ -381,6 +390,26 @@ class _ScaffoldChecks:
             "image_grid_thw": torch.cat([doc["image_grid_thw"] for doc in documents if "image_grid_thw" in doc]),
         }
         return documents, packed
+
+    def _items_per_row(self, tokens: torch.Tensor, kind: int, grids: torch.Tensor | None) -> list[int]:
+        """How many images or videos each row holds: its placeholder runs, where a processor that gives each
+        frame of a video a run of its own (cosmos3_edge, between timestamps) counts a video's frames as one."""
+        runs = []
+        for row in tokens:
+            marked = (row == kind).int()
+            runs.append(int(((marked[1:] - marked[:-1]) == 1).sum() + marked[0]))
+        if grids is None or sum(runs) == len(grids):
+            return runs
+        frames = iter(grids[:, 0].tolist())
+        assert sum(runs) == int(grids[:, 0].sum()), "placeholder runs are neither one per item nor one per frame"
+        items = []
+        for left in runs:
+            count = 0
+            while left > 0:
+                left -= next(frames)
+                count += 1
+            items.append(count)
+        return items
 
     def test_processor_expands_an_image_and_a_two_frame_video_into_their_placeholders(self) -> None:
         merge = self.model.vision_config["spatial_merge_size"]
@@ -435,7 +464,8 @@ class _ScaffoldChecks:
             assert cu_seqlens.tolist() == [sum(frames[:i]) for i in range(len(frames) + 1)]
             assert collated[f"{modality}_max_seqlen"] == max(frames)
             assert tuple(collated[f"{modality}_position_ids"].shape) == (sum(frames), 2)
-        assert batch["video_grid_thw"][:, 0].tolist()[0] == 3  # the video really has several segments
+        temporal = self.model.processor().image_processor.temporal_patch_size
+        assert batch["video_grid_thw"][0, 0] == 6 // temporal > 1  # the video really has several segments
 
     def test_max_seqlen_is_what_flash_attention_computes(self, backend: str) -> None:
         """Other attention implementations split by cu_seqlens; flash attention reads max_seqlen."""
@@ -463,6 +493,8 @@ class _ScaffoldChecks:
                     total = collated[f"{modality}_cu_seqlens"][-1:]
                     one_segment[f"{modality}_cu_seqlens"] = torch.cat([total.new_zeros(1), total])
                     assert not torch.equal(model(**one_segment).logits, expected), f"{modality}_cu_seqlens unread"
+                    if "rope_vision" not in self.model.guarded:
+                        continue  # a tower without a rotary embedding (cosmos3_edge) has no use for position ids
                     no_positions = {**collated}
                     no_positions[f"{modality}_position_ids"] = torch.zeros_like(collated[f"{modality}_position_ids"])
                     assert not torch.equal(model(**no_positions).logits, expected), f"{modality}_position_ids unread"

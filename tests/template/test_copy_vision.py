@@ -76,8 +76,8 @@ def test_a_vlm_without_a_processor_is_refused() -> None:
     assert "no processor class: neither the package nor the Auto tables name one" in scaffold_refusal("glm_ocr")
 
 
-def test_a_vlm_whose_tower_keeps_no_merge_size_is_refused() -> None:
-    assert "keeps no self.spatial_merge_size" in scaffold_refusal("cosmos3_edge")
+def test_a_vlm_whose_causal_lm_is_text_only_is_refused() -> None:
+    assert "is not the conditional-generation head over CohereCompassModel" in scaffold_refusal("cohere_compass")
 
 
 def test_a_vlm_moe_model_answered_vlm_is_refused_with_the_detected_category() -> None:

@@ -80,9 +80,12 @@ def test_a_vlm_without_a_processor_is_refused_as_its_tests_could_not_build_input
     assert any("no processor class" in reason for reason in vlm_reasons("glm_ocr"))
 
 
-def test_a_tower_without_its_merge_size_is_refused_for_dummy_forward() -> None:
-    """cosmos3_edge's merger sits in the Model: its tower keeps no spatial_merge_size for the blank image."""
-    assert any("keeps no self.spatial_merge_size" in reason for reason in vlm_reasons("cosmos3_edge"))
+def test_a_tower_whose_merger_sits_in_the_model_takes_its_merge_size_from_its_config() -> None:
+    """cosmos3_edge's projector sits next to the tower, which keeps no spatial_merge_size of its own."""
+    vision = fit("cosmos3_edge").arguments["vision"]
+    assert vision["merge_size"] == "self.config.spatial_merge_size"
+    assert vision["patch_weight"] == "self.embeddings.patch_embedding.weight"  # a Linear over patch rows
+    assert vision["rope"] == "" and "rope_vision" not in fit("cosmos3_edge").guarded
 
 
 def test_a_package_whose_causal_lm_is_text_only_is_refused_as_a_vlm() -> None:
