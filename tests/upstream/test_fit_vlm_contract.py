@@ -26,6 +26,7 @@ def test_a_vlm_that_fits_the_contract_is_scaffolded_with_its_tower_and_base_mode
         "cls": "Glm4vVisionModel",
         "patch_weight": "self.patch_embed.proj.weight",
         "rope": "apply_rotary_pos_emb_vision",
+        "merge_size": "self.spatial_merge_size",
     }
     assert glm4v.arguments["model"] == "Glm4vModel" and glm4v.arguments["towers"] == {}
 
