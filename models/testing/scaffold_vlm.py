@@ -210,6 +210,21 @@ class _Derived:
     vision_config: Mapping[str, Any]
     separate_videos: bool
 
+    def __post_init__(self) -> None:
+        derive(self)
+        super().__post_init__()  # type: ignore[misc]
+
+    def config(self, **overrides: Any) -> PreTrainedConfig:
+        """The suite's tiny config, with the special ids of the model's own tokens."""
+        config = super().config(**overrides)  # type: ignore[misc]
+        for name, value in self._special_ids().items():
+            if name not in overrides:
+                setattr(config, name, value)
+        return config
+
+    def batch(self, rows: list[tuple[str, list[Any], list[Any]]], *, labels: bool = True) -> dict[str, Any]:
+        return super().batch(self._rows(rows), labels=labels)  # type: ignore[misc]
+
     @cached_property
     def markers(self) -> dict[str, str]:
         """Config attribute -> marker token, for the markers the config declares."""
@@ -279,15 +294,6 @@ class _Derived:
         )
 
 
-def _config(declaration: Any, base: type, overrides: dict[str, Any]) -> PreTrainedConfig:
-    """The suite's tiny config, with the special ids of the model's own tokens."""
-    config = base.config(declaration, **overrides)
-    for name, value in declaration._special_ids().items():
-        if name not in overrides:
-            setattr(config, name, value)
-    return config
-
-
 @dataclasses.dataclass(frozen=True)
 class ScaffoldVlm(_Derived, VlmModel):
     """A :class:`VlmModel` whose sizes and special tokens come from upstream's classes (see the module docstring)."""
@@ -296,16 +302,6 @@ class ScaffoldVlm(_Derived, VlmModel):
     vision_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     #: Upstream finds image and video placeholders by one token (GLM-4V): images and videos in separate batches.
     separate_videos: bool = False
-
-    def __post_init__(self) -> None:
-        derive(self)
-        super().__post_init__()
-
-    def config(self, **overrides: Any) -> PreTrainedConfig:
-        return _config(self, VlmModel, overrides)
-
-    def batch(self, rows: list[tuple[str, list[Any], list[Any]]], *, labels: bool = True) -> dict[str, Any]:
-        return VlmModel.batch(self, self._rows(rows), labels=labels)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,16 +314,6 @@ class ScaffoldVlmMoe(_Derived, VlmMoeModel):
     #: The text config's attributes of the routed experts' number and of one expert's intermediate size.
     num_experts_attr: str = "num_experts"
     expert_intermediate_attr: str = "moe_intermediate_size"
-
-    def __post_init__(self) -> None:
-        derive(self)
-        super().__post_init__()
-
-    def config(self, **overrides: Any) -> PreTrainedConfig:
-        return _config(self, VlmMoeModel, overrides)
-
-    def batch(self, rows: list[tuple[str, list[Any], list[Any]]], *, labels: bool = True) -> dict[str, Any]:
-        return VlmMoeModel.batch(self, self._rows(rows), labels=labels)
 
 
 #: Tiny widths of the top-level config's own modules (cosmos3_edge's projector next to the tower).
