@@ -14,6 +14,7 @@ import ast
 from dataclasses import replace
 
 from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.upstream.read_conversion import transposes_fused_experts
 from modelgraft.generator.upstream.read_processors import read_processors
 from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, dotted
 from modelgraft.generator.upstream.structure import RopeInfo
@@ -54,6 +55,8 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         processors=read_processors(source, model_type),
         vision_rope=vision_rope(source, vision.cls if vision else None),
         video_shares_image_token=_shared_placeholder_token(source, model_class),
+        hub_transposes_experts=bool(model_type)
+        and transposes_fused_experts(model_type or "", root=source.sources.root),
     )
     return _with_contract(info)
 

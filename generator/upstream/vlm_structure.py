@@ -104,6 +104,9 @@ class VlmInfo:
     #: are image tokens): a batch holding both images and videos fails upstream's count check, so the
     #: scaffold's tests feed them in separate batches.
     video_shares_image_token: bool = False
+    #: transformers transposes the fused expert tensors of this model_type's hub checkpoints on load
+    #: (``conversion_mapping.py``, qwen3_vl_moe): the scaffold's converter is told that layout.
+    hub_transposes_experts: bool = False
 
     @property
     def fits_qwen_vl_contract(self) -> bool:

@@ -314,6 +314,8 @@ class ScaffoldVlmMoe(_Derived, VlmMoeModel):
     #: The text config's attributes of the routed experts' number and of one expert's intermediate size.
     num_experts_attr: str = "num_experts"
     expert_intermediate_attr: str = "moe_intermediate_size"
+    #: The hub stores the fused experts transposed (``[E, H, 2I]``, Qwen3-VL-MoE), which the converter reads.
+    hub_transposed: bool = False
 
 
 #: Tiny widths of the top-level config's own modules (cosmos3_edge's projector next to the tower).
@@ -557,8 +559,10 @@ class ScaffoldVlmMoeParitySuite(_ScaffoldChecks, VlmMoeParitySuite):
         e, h, i = self._experts(config), text.hidden_size, getattr(text, self.model.expert_intermediate_attr)
         assert shapes == {"gate_up_proj": (e, 2 * i, h), "down_proj": (e, h, i)}
 
-    #: Qwen3-VL-MoE's hub stores its experts fused and transposed; a scaffold's converter reads the per-expert
-    #: hub layout of its conversion_mapping.py entry, which test_per_expert_checkpoint_loads_to_upstream_logits
-    #: checks against upstream.
-    test_hub_layout_checkpoint_loads_as_transformers_loads_it = None
-    test_hub_layout_is_told_from_the_other_projection_where_gate_up_is_square = None
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """The hub-layout checks run where the hub stores the experts transposed (``hub_transposed``); other
+        hubs store them per expert, which test_per_expert_checkpoint_loads_to_upstream_logits checks."""
+        super().__init_subclass__(**kwargs)
+        if "model" in cls.__dict__ and not cls.model.hub_transposed:
+            cls.test_hub_layout_checkpoint_loads_as_transformers_loads_it = None  # type: ignore[assignment]
+            cls.test_hub_layout_is_told_from_the_other_projection_where_gate_up_is_square = None  # type: ignore[assignment]
