@@ -217,3 +217,9 @@ def test_an_activation_wrapping_a_guarded_norm_call_is_not_a_call_site() -> None
     """glm4v's merger calls self.act1(self.post_projection_norm(x)): the norm is guarded, the GELU is left."""
     (site,) = [s for s in read("glm4v").call_sites if s.cls == "Glm4vVisionPatchMerger"]
     assert site.layer_norms == ("post_projection_norm",) and site.activation is None
+
+
+def test_a_hub_that_stores_the_fused_experts_transposed_is_read_from_the_conversion_mapping() -> None:
+    """qwen3_vl_moe's conversion_mapping.py entry transposes experts.gate_up_proj / down_proj on load."""
+    assert vlm("qwen3_vl_moe").hub_transposes_experts
+    assert not vlm("glm4v_moe").hub_transposes_experts  # per-expert hub weights, fused by the qwen2_moe entry
