@@ -130,6 +130,13 @@ def render(s: ModelStructure) -> str:
         add(f"  gated norm     {norm}" + (f"  -- {gdn.reason}" if gdn.reason else ""))
     if s.vlm is not None:
         out.extend(render_vlm(s.vlm))
+    if s.omni is not None:
+        omni = s.omni
+        add(f"omni             top level={omni.top_level} thinker={omni.thinker}")
+        add(f"  speech side    {', '.join(f'self.{attr}' for attr in omni.speech) or 'none'}")
+        add(f"  speech classes {len(omni.speech_classes)} built by the speech side only")
+        for difference in omni.differences:
+            add(f"  not qwen-omni  {difference}")
     add(f"config defaults  {len(s.config_defaults)} fields")
     return "\n".join(out)
 

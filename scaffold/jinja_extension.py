@@ -53,7 +53,8 @@ def upstream(model: str) -> dict[str, Any]:
 
 
 def scaffold_fit(model: str, category: str = "") -> dict[str, Any]:
-    """The fit as plain data for the questionnaire's defaults (category, arguments, guarded, skipped, refused)."""
+    """The fit as plain data for the questionnaire's defaults (category, arguments, guarded, skipped, refused
+    and, for a VLM, the processor classes its tests build)."""
     fit = _fit(model, category)
     if fit is None:
         return {}
@@ -63,6 +64,7 @@ def scaffold_fit(model: str, category: str = "") -> dict[str, Any]:
         "guarded": list(fit.guarded),
         "skipped": [finding.describe() for finding in fit.skipped],
         "refused": fit.refused,
+        "processors": fit.processors,
     }
 
 

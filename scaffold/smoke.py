@@ -3,8 +3,8 @@
 ``copier copy`` runs it as its last task (``python -m modelgraft.scaffold.smoke <model>``); when it fails, Copier
 removes the new directory, so a copy never leaves a model whose own tests would fail. It checks the
 causal LM with every slot eager (logits equal, loss and gradients close) and once more with the
-reference kernel bound in each slot the scaffold guards and the causal LM calls, through the parity
-harness's ``check_parity``: the same call counter as the model's own tests, so a bound kernel that is
+reference kernel bound in each slot the scaffold guards and the causal LM calls (for a VLM, its head on
+the processor's image-and-video batch, every guarded slot), through the parity harness's ``check_parity``: the same call counter as the model's own tests, so a bound kernel that is
 never called (a guard missing, disabled or unreachable) fails the check instead of comparing upstream
 with upstream. Exit 0 on success, 1 with the reason otherwise.
 """
@@ -15,6 +15,7 @@ import argparse
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 
 def smoke(model: str, *, models_root: Path | None = None) -> None:
@@ -31,9 +32,13 @@ def smoke(model: str, *, models_root: Path | None = None) -> None:
     )
     from modelgraft.models.testing.parity import eager_slots_on_one_thread
     from modelgraft.models.testing.reference import reference_kernels
+    from modelgraft.models.testing.vlm_suite import VlmModel
 
     root = models_root or MODELS_ROOT
     declaration = parity_declaration(model, root=root)
+    if isinstance(declaration, VlmModel):
+        _smoke_vlm(declaration)
+        return
     config = declaration.config()
     with eager_slots_on_one_thread():  # as the model's own tests run: one order of reductions, fast on tiny sizes
         check_parity(config, declaration.causal_lm)
@@ -47,6 +52,26 @@ def smoke(model: str, *, models_root: Path | None = None) -> None:
             run.architecture,
             kernels=reference_kernels(run.slots),
             batch=run.batch,
+            tolerance=EAGER_TOLERANCE,
+            logits="close",
+        )
+
+
+def _smoke_vlm(declaration: Any) -> None:
+    """A VLM's smoke check: its processor's image-and-video batch through the conditional-generation head,
+    eager, then with the reference kernel in every slot the scaffold guards, each of them called."""
+    from modelgraft.models.testing import EAGER_TOLERANCE, check_parity
+    from modelgraft.models.testing.parity import eager_slots_on_one_thread
+    from modelgraft.models.testing.reference import reference_kernels
+
+    config, batch = declaration.config(), declaration.multimodal_batch()
+    with eager_slots_on_one_thread():
+        check_parity(config, declaration.causal_lm, batch=batch)
+        check_parity(
+            config,
+            declaration.causal_lm,
+            kernels=reference_kernels(declaration.guarded),
+            batch=batch,
             tolerance=EAGER_TOLERANCE,
             logits="close",
         )

@@ -22,6 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from modelgraft.generator.recipes.causal_lm_path import towers_on_causal_lm_path
+from modelgraft.generator.recipes.fit_omni import omni_reasons
+from modelgraft.generator.recipes.fit_vlm import (
+    VlmFinding,
+    multimodal_rope_name,
+    text_rope_is_plain,
+    vlm_arguments,
+    vlm_processors,
+)
 from modelgraft.generator.recipes.hand_patches import hand_written_patches
 from modelgraft.generator.recipes.parts import ROUTER_OPTIONS, Router, router_roles
 from modelgraft.generator.upstream.structure import MlpInfo, ModelStructure
@@ -32,7 +40,13 @@ DOCS = "docs/adding-a-model.md#hand-written-patches"
 PARAMETRIZED_ACTIVATIONS = ("xielu",)
 
 #: Categories that have a scaffold today.
-SCAFFOLDED = ("dense", "moe")
+SCAFFOLDED = ("dense", "moe", "vlm", "vlm_moe")
+
+#: The text categories: what a package with a tower may be answered as when its causal LM builds none.
+TEXT_CATEGORIES = ("dense", "moe")
+
+#: The VLM categories, fitted by :mod:`modelgraft.generator.recipes.fit_vlm` over the text fit.
+VLM_CATEGORIES = ("vlm", "vlm_moe")
 
 
 @dataclass(frozen=True)
@@ -66,6 +80,9 @@ class Fit:
     hand_patches: tuple[str, ...] = ()
     #: For a refusal where no patch can be named: why not.
     no_patches_because: str = ""
+    #: For a VLM: the processor class and the PIL image processor the scaffold's tests build
+    #: (``processor``, ``image_processor``); empty for the other categories.
+    processors: dict[str, str] = field(default_factory=dict)
 
     @property
     def refused(self) -> bool:
@@ -217,6 +234,12 @@ def _call_sites(structure: ModelStructure) -> list[dict[str, Any]]:
 
 def _rope(structure: ModelStructure, skipped: list[Finding]) -> str | dict[str, str] | None:
     rope = structure.rope
+    if structure.vlm is not None and multimodal_rope_name(structure):
+        return None  # the vlm recipe's mrope guard takes it (vlm_arguments)
+    if structure.vlm is not None and text_rope_is_plain(structure) and rope is not None:
+        # A VLM's text RoPE next to the tower's apply_rotary_pos_emb_vision: the tower's goes behind
+        # rope_vision (vlm_arguments), so the text one is guarded as a dense model's.
+        rope = replace(rope, reason="")
     if rope is None or rope.kind == "none":
         skipped.append(Finding("rope", "-", 0, (rope.reason if rope else "") or "no rotary embedding function"))
         return None
@@ -418,8 +441,10 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
         guarded.append("layer_norm")
     if any(site["activation"] for site in sites) and "activation" not in guarded:
         guarded.append("activation")
-    if arguments.get("rope"):
+    if arguments.get("rope") or arguments.get("mrope"):
         guarded.append("rope")
+    if (arguments.get("vision") or {}).get("rope"):
+        guarded.append("rope_vision")
     if arguments.get("experts"):
         guarded.append("moe_experts")
     if arguments.get("router"):
@@ -452,7 +477,7 @@ def _contradiction(structure: ModelStructure, answered: str, towers: tuple[str, 
     """The answered category against the one upstream's structure shows, with what the reader detected."""
     detected = structure.category
     reason = f"answered {answered}, but upstream's structure is {detected}: {structure.category_reason}"
-    if towers and answered in SCAFFOLDED and structure.causal_lm is not None:
+    if towers and answered in TEXT_CATEGORIES and structure.causal_lm is not None:
         reason += f"; its causal LM {structure.causal_lm.cls} builds {', '.join(towers)}"
     moe = structure.moe
     if answered in _EXPERTS and moe is None:
@@ -474,7 +499,7 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
     answered = category or structure.category
     if answered != structure.category:
         towers: tuple[str, ...] = ()
-        if structure.category in _TOWERS and answered in SCAFFOLDED:
+        if structure.category in _TOWERS and answered in TEXT_CATEGORIES:
             towers = towers_on_causal_lm_path(structure, root=root)
             if not towers and answered == _text_category(structure):
                 return _fit_scaffold(structure, answered)
@@ -485,36 +510,53 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
         finding = Finding("category", structure.model, 0, f"out of category: {structure.category_reason}")
         why = "the snippets cover decoder-only text models, and this one is out of category"
         return Fit(structure, answered, refusals=(finding,), no_patches_because=why)
+    if answered in VLM_CATEGORIES:
+        return _fit_vlm(structure, answered)
     if answered not in SCAFFOLDED:
-        finding = Finding("category", structure.model, 0, f"{answered} models have no scaffold yet (dense and MoE do)")
+        finding = Finding(
+            "category", structure.model, 0, f"{answered} models have no scaffold yet (dense, MoE and the VLMs do)"
+        )
         text = _fit_scaffold(structure, _text_category(structure))
         # What a hand-written config would guard: the text recipe's patches, and its refusals with a remedy.
-        refusals = (finding, *qwen_vl_contract_findings(structure), *(f for f in text.refusals if f.remedy))
+        omni = tuple(Finding("omni", where, 0, reason) for where, reason in omni_reasons(structure))
+        refusals = (finding, *omni, *(f for f in text.refusals if f.remedy))
         return Fit(structure, answered, refusals=refusals, hand_patches=hand_written_patches(text.arguments))
     return _fit_scaffold(structure, answered)
 
 
-def qwen_vl_contract_findings(structure: ModelStructure) -> tuple[Finding, ...]:
-    """For a VLM: that it fits the Qwen-VL contract (the vlm recipe applies), else each way it differs.
-
-    The contract is the reader's (docs/scaffolding.md, "The Qwen-VL contract"); a refusal of a VLM names it so
-    a user sees whether a hand-written config can call the vlm recipe or has to patch more than it does.
-    """
-    vlm = structure.vlm
-    if vlm is None:
-        return ()
-    where = vlm.model_class or structure.model
-    if vlm.fits_qwen_vl_contract:
-        # Said in the reason, not as a remedy: a remedy is a patch, and the closing line lists those.
-        reason = (
-            "fits the Qwen-VL contract (docs/scaffolding.md#the-qwen-vl-contract): a hand-written config can call"
-            " the vlm recipe (generator/recipes/vlm.py), as the zoo's Qwen-VL models do"
+def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
+    """The vlm / vlm_moe recipe's fit: the text decoder's as the dense / MoE fit's, the vision side's read
+    from the reader's VLM report (:func:`modelgraft.generator.recipes.fit_vlm.vlm_arguments`)."""
+    text = _fit_scaffold(structure, "moe" if category == "vlm_moe" else "dense")
+    found: list[VlmFinding] = []
+    arguments = {key: value for key, value in text.arguments.items() if key != "sequence_classification"}
+    if "gated_delta_net" in arguments:
+        found.append(
+            VlmFinding(structure.model, 0, "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards")
         )
-        return (Finding("qwen-vl contract", where, vlm.model_line, reason),)
-    return tuple(
-        Finding("qwen-vl contract", where, vlm.model_line, f"differs: {difference}")
-        for difference in vlm.contract_differences
-    )
+    arguments.update(vlm_arguments(structure, found))
+    processors = vlm_processors(structure.vlm, found) if structure.vlm is not None else {}
+    # The coverage floor counts the vision slots too: the text fit's own count is not the scaffold's.
+    refusals = [finding for finding in text.refusals if finding.structure != "coverage"]
+    refusals += [Finding("vlm", finding.where, finding.line, finding.reason) for finding in found]
+    guarded = guarded_slots(arguments)
+    if not refusals and len([slot for slot in guarded if slot not in LOSS_SLOTS]) < 2:
+        reason = (
+            f"the scaffold would guard only {', '.join(guarded) or 'nothing'}: fewer than the loss head and two slots"
+        )
+        refusals.append(Finding("coverage", structure.model, 0, reason))
+    if refusals:
+        return Fit(
+            structure,
+            category,
+            arguments,
+            guarded,
+            text.skipped,
+            tuple(refusals),
+            hand_written_patches(arguments),
+            processors=processors,
+        )
+    return Fit(structure, category, arguments, guarded, text.skipped, processors=processors)
 
 
 def _fit_scaffold(structure: ModelStructure, category: str) -> Fit:

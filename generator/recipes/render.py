@@ -72,7 +72,7 @@ def _gated_delta_net_line(mixer: Mapping[str, Any]) -> str:
 
 def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
     """(import line, call) of the recipe for ``arguments`` (see :func:`modelgraft.generator.recipes.fit.fit_model`)."""
-    recipe = "moe_text" if category == "moe" else "dense_text"
+    recipe = {"moe": "moe_text", "vlm": "vlm", "vlm_moe": "vlm_moe"}.get(category, "dense_text")
     parts = {"LossHead"}
     mixer = arguments.get("gated_delta_net")
     if mixer:  # a Gated DeltaNet hybrid: the same recipe after the mixer's guards (generator/recipes/hybrid.py)
@@ -81,6 +81,10 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
     lines = [f"{recipe}(", "    config,", f"    prefix={prefix!r},"]
     if mixer:
         lines.append(_gated_delta_net_line(mixer))
+    vision = arguments.get("vision")
+    if vision:  # a VLM (generator/recipes/vlm.py): the tower first, as the zoo's configs name it
+        parts.add("VisionTower")
+        lines.append(f"    vision={_vision_tower(vision)},")
     norms = [
         _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
         for n in arguments.get("norms") or []
@@ -125,7 +129,9 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
     if head.get("bias"):
         head_fields["bias"] = True
     lines.append("    causal_lm=" + _call("LossHead", head["cls"], head_fields) + ",")
-    if category == "moe":
+    if vision:
+        lines += _vlm_lines(category, prefix, arguments)
+    if category in ("moe", "vlm_moe"):
         experts = arguments.get("experts")
         if experts:
             parts.add("Experts")
@@ -141,12 +147,44 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         lines.append(f"    aux_loss={arguments.get('aux_loss') or ''!r},")
         if experts and experts.get("block_attr", "mlp") != "mlp":
             lines.append(f"    sparse_block_attr={experts['block_attr']!r},")
-    lines.append(f"    sequence_classification={arguments.get('sequence_classification')!r},")
+    if not vision:  # the vlm recipes take no sequence classification head
+        lines.append(f"    sequence_classification={arguments.get('sequence_classification')!r},")
     if arguments.get("base_model"):
         lines.append(f"    base_model={arguments['base_model']!r},")
     lines.append(")")
     imports = f"from modelgraft.generator.recipes import {', '.join(sorted(parts) + [recipe])}"
     return imports, format_source("\n".join(lines) + "\n").rstrip("\n")
+
+
+#: The VisionTower part's defaults (generator/recipes/vlm.py): a field is written only where it differs.
+VISION_TOWER_DEFAULTS = {
+    "patch_weight": "self.patch_embed.proj.weight",
+    "rope": "apply_rotary_pos_emb_vision",
+    "merge_size": "self.spatial_merge_size",
+}
+
+
+def _vision_tower(vision: Mapping[str, Any]) -> str:
+    """``VisionTower("<cls>", ...)``: the tower class, and its patch weight and rotary function where not the
+    defaults (``rope=None`` for a tower whose attention applies no rotary function)."""
+    fields: dict[str, Any] = {}
+    for name, default in VISION_TOWER_DEFAULTS.items():
+        value = vision.get(name, default) or None
+        if value != default:
+            fields[name] = value
+    return _call("VisionTower", vision["cls"], fields)
+
+
+def _vlm_lines(category: str, prefix: str, arguments: Mapping[str, Any]) -> list[str]:
+    """The vlm / vlm_moe recipe's own arguments: the multimodal RoPE, the base model, the AutoModel towers."""
+    lines = [f"    mrope={arguments.get('mrope') or None!r},"]
+    model = arguments.get("model")
+    if category == "vlm" and model and model != f"{prefix}Model":
+        lines.append(f"    model={model!r},")
+    towers = arguments.get("towers")
+    if towers:
+        lines.append(f"    towers={dict(towers)!r},")
+    return lines
 
 
 def format_source(source: str) -> str:

@@ -82,12 +82,14 @@ class VisionTower:
 
     ``patch_weight`` is the expression, inside the vision model, of the patch embedding's weight (its dtype,
     device and input width); ``rope`` the module-level rotary embedding function of the tower (None: none to
-    guard).
+    guard); ``merge_size`` the expression of its spatial merge size (``self.config.spatial_merge_size`` for a
+    tower that keeps none, its merger sitting in the ``Model``).
     """
 
     cls: str
     patch_weight: str = "self.patch_embed.proj.weight"
     rope: str | None = "apply_rotary_pos_emb_vision"
+    merge_size: str = "self.spatial_merge_size"
 
 
 def rope_index_without_model(model_class: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
@@ -226,6 +228,7 @@ def vlm(
         f"{_named(vision.cls, prefix)}.dummy_forward",
         add=True,
         patch_weight=vision.patch_weight,
+        merge_size=vision.merge_size,
         description="a zero loss term through the vision tower, for ranks without images",
     )
     model_cls = _named(model, prefix)

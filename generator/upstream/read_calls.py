@@ -92,6 +92,11 @@ def read_call_sites(source: ModelSource, skip: set[str]) -> tuple[CallSites, ...
                     activation, config_attr = attr, read
                 elif (read := _torch_activation_name(values[0])) is not None:
                     activation, name = attr, read
+        if activation is not None and any(
+            is_self_attr(inner.func, norm) for inner in calls_in(_calls_of(forward, activation)[0]) for norm in norms
+        ):
+            # self.act(self.norm(x)): one statement would go behind both slots, which the guard cannot nest.
+            activation = config_attr = name = None
         init = source.own_method(cls, "__init__")
         takes_config = init is not None and len(init.args.args) > 1 and init.args.args[1].arg == "config"
         if config_attr is not None and not takes_config:

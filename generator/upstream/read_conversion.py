@@ -88,3 +88,29 @@ def expert_conversion(model_type: str, *, root: Path | None = None) -> ExpertCon
         return None
     (gate, up), (down,) = names["gate_up"], names["down"]
     return ExpertConversion(entry=entry, gate=gate, up=up, down=down)
+
+
+def transposes_fused_experts(model_type: str, *, root: Path | None = None) -> bool:
+    """transformers transposes ``model_type``'s fused expert tensors on load (``Transpose`` on ``experts.*``).
+
+    Qwen3-VL-MoE's hub stores ``gate_up_proj`` as ``[E, H, 2I]``: a scaffold's converter then reads that layout
+    (``export_layout="transposed"``), and its tests load such a checkpoint as transformers does.
+    """
+    aliases, entries = _tables(module_path(MODULE, root).resolve())
+    entry = model_type if model_type in entries else aliases.get(model_type, model_type)
+    for call in ast.walk(entries.get(entry) or ast.List(elts=[])):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "WeightConverter"):
+            continue
+        keywords = {k.arg: k.value for k in call.keywords}
+        operations = keywords.get("operations")
+        transposes = (
+            any(
+                isinstance(op, ast.Call) and isinstance(op.func, ast.Name) and op.func.id == "Transpose"
+                for op in ast.walk(operations)
+            )
+            if operations is not None
+            else False
+        )
+        if transposes and any(".experts." in s for s in _strings(keywords.get("target_patterns"))):
+            return True
+    return False

@@ -42,17 +42,39 @@ def read_processors(source: ModelSource, model_type: str | None) -> tuple[Proces
     if model_type is None:
         return own
     kinds = {p.kind for p in own}
-    return own + tuple(p for p in _auto_processors(source, model_type) if p.kind not in kinds)
+    found = own + tuple(p for p in _auto_processors(source, model_type) if p.kind not in kinds)
+    kinds = {p.kind for p in found}
+    for borrowed in [p for p in found if p.kind == "processor" and p not in own]:
+        # A processor borrowed through the Auto tables (glm4v_moe's is GLM-4V's) comes with its own package's
+        # image processors: the kinds still missing are taken from there (the package's model_type is its name).
+        package = _package_defining(source, borrowed.cls)
+        if package is not None:
+            found += tuple(p for p in _package_processors(source, package) if p.kind not in kinds)
+            kinds = {p.kind for p in found}
+            # ... and with what that package borrows in turn (qwen3_vl_moe -> qwen3_vl -> Qwen2-VL's images).
+            found += tuple(p for p in _auto_processors(source, package) if p.kind not in kinds)
+    return found
 
 
-def _package_processors(source: ModelSource) -> tuple[ProcessorInfo, ...]:
-    folder = source.index.path.parent
+def _package_defining(source: ModelSource, cls: str) -> str | None:
+    """The model package whose ``processing_*`` module exports ``cls``, found among the pinned packages."""
+    for path in sorted(source.index.path.parent.parent.glob("*/processing_*.py")):
+        index = ModuleIndex.parse(f"transformers.models.{path.parent.name}.{path.stem}", path)
+        if cls in index.public_names:
+            return path.parent.name
+    return None
+
+
+def _package_processors(source: ModelSource, package: str | None = None) -> tuple[ProcessorInfo, ...]:
+    """The processing classes of ``package`` (default: the model's own)."""
+    package = package or source.model
+    folder = source.index.path.parent.parent / package
     found: list[ProcessorInfo] = []
     for path in sorted(folder.glob("*.py")):
         kind = next((k for prefix, k in _PACKAGE_KINDS if path.stem.startswith(prefix)), None)
         if kind is None:
             continue
-        module = f"transformers.models.{source.model}.{path.stem}"
+        module = f"transformers.models.{package}.{path.stem}"
         index = ModuleIndex.parse(module, path)
         found.extend(ProcessorInfo(kind=kind, cls=name, module=module) for name in sorted(index.public_names))
     return tuple(found)

@@ -14,6 +14,7 @@ import ast
 from dataclasses import replace
 
 from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.upstream.read_conversion import transposes_fused_experts
 from modelgraft.generator.upstream.read_processors import read_processors
 from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, dotted
 from modelgraft.generator.upstream.structure import RopeInfo
@@ -53,8 +54,26 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         compositions=compositions,
         processors=read_processors(source, model_type),
         vision_rope=vision_rope(source, vision.cls if vision else None),
+        video_shares_image_token=_shared_placeholder_token(source, model_class),
+        hub_transposes_experts=bool(model_type)
+        and transposes_fused_experts(model_type or "", root=source.sources.root),
     )
     return _with_contract(info)
+
+
+def _shared_placeholder_token(source: ModelSource, model_class: str | None) -> bool:
+    """``get_placeholder_mask`` compares ``input_ids`` with one ``self.config.<id>`` only, for both masks."""
+    found = source.method(model_class, "get_placeholder_mask") if model_class else None
+    if found is None:
+        return False
+    compared = {
+        dotted(side)
+        for node in ast.walk(found[0])
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "input_ids"
+        for side in node.comparators
+        if dotted(side).startswith("self.config.")
+    }
+    return len(compared) == 1
 
 
 def _with_contract(info: VlmInfo) -> VlmInfo:
@@ -123,7 +142,44 @@ def _tower(
     elif isinstance(func, ast.Name) and func.id in source.classes:
         cls = func.id
     line = source.classes[cls].lineno if cls in source.classes else 0
-    return TowerInfo(attr=attr, cls=cls, line=line, built_by=built_by, config_attr=config_attr)
+    return TowerInfo(
+        attr=attr,
+        cls=cls,
+        line=line,
+        built_by=built_by,
+        config_attr=config_attr,
+        patch_weight=_patch_weight(source, cls) if cls in source.classes else None,
+        spatial_merge_size=cls in source.classes and "spatial_merge_size" in source.init_assigns(cls),
+    )
+
+
+#: Module attributes that embed the processor's patch rows, and the torch layers that do it.
+_PATCH_WORDS = ("patch_embed",)
+_PATCH_LAYERS = ("nn.Conv3d", "nn.Conv2d", "nn.Linear")
+
+
+def _patch_weight(source: ModelSource, tower: str) -> str | None:
+    """``self.patch_embed.proj.weight``: the weight of the first patch-embedding layer inside ``tower``.
+
+    Looked for one or two attributes deep (the tower's ``patch_embed``, or its ``embeddings`` holding a
+    ``patch_embedding``), the layer a torch ``Conv3d``, ``Conv2d`` or ``Linear``; None when none is found.
+    """
+    for attr in source.init_assigns(tower):
+        layer = _torch_layer(source, tower, attr)
+        if any(word in attr for word in _PATCH_WORDS) and layer:
+            return f"self.{attr}.weight"
+        for inner in source.instantiated_classes(tower, attr):
+            for inner_attr in source.init_assigns(inner):
+                named = any(word in attr or word in inner_attr for word in _PATCH_WORDS)
+                if named and _torch_layer(source, inner, inner_attr):
+                    return f"self.{attr}.{inner_attr}.weight"
+    return None
+
+
+def _torch_layer(source: ModelSource, cls: str, attr: str) -> bool:
+    return any(
+        dotted(call.func) in _PATCH_LAYERS for value in source.init_assigns(cls)[attr] for call in calls_in(value)
+    )
 
 
 def _config_attr(call: ast.Call) -> str | None:

@@ -29,6 +29,7 @@ from modelgraft.generator.upstream.read_linear_attention import read_gated_delta
 from modelgraft.generator.upstream.read_mlps import read_mlps
 from modelgraft.generator.upstream.read_moe import experts_holders, read_moe
 from modelgraft.generator.upstream.read_norms import read_norms
+from modelgraft.generator.upstream.read_omni import read_omni
 from modelgraft.generator.upstream.read_rope import read_rope
 from modelgraft.generator.upstream.read_vlm import multimodal_rope, read_vlm, text_rope_function
 from modelgraft.generator.upstream.source import ModelSource
@@ -38,6 +39,7 @@ from modelgraft.generator.upstream.vlm_structure import VlmInfo
 _TOP = "transformers"
 _FEED_FORWARD_ATTRS = ("mlp", "feed_forward", "ffn", "block_sparse_moe")
 _VLM_CATEGORIES = ("vlm", "vlm_moe")
+_OMNI_CATEGORIES = ("omni", "omni_moe")
 
 
 def modeling_module(model: str) -> str:
@@ -106,6 +108,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
     norms = read_norms(source)
     mlps = read_mlps(source, extra)
     vlm = read_vlm(source, config.model_type) if category in _VLM_CATEGORIES else None
+    omni = read_omni(source) if category in _OMNI_CATEGORIES else None
     return ModelStructure(
         model=model,
         modeling_module=module,
@@ -131,6 +134,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         instantiated=source.instantiated,
         conditional=source.conditionally_instantiated,
         vlm=vlm,
+        omni=omni,
         linear_attention=gated_delta_net if category != "out_of_category" else None,
         call_sites=read_call_sites(
             source,

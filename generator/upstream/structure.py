@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from modelgraft.generator.upstream.read_omni import OmniInfo
     from modelgraft.generator.upstream.vlm_structure import VlmInfo
 
 #: Model categories (docs/design.md, "Model categories"), plus the refusal for everything else.
@@ -300,6 +301,9 @@ class ModelStructure:
     vlm: VlmInfo | None = None
     #: For a Gated DeltaNet hybrid (qwen3_next, olmo_hybrid): its mixer (``read_linear_attention``); else None.
     linear_attention: GatedDeltaNetInfo | None = None
+    #: For an Omni model (categories omni, omni_moe): the thinker, the speech side's attributes and the classes
+    #: only they reach (``read_omni``); None for every other category.
+    omni: OmniInfo | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (patchgen-inspect --json, Copier answers)."""

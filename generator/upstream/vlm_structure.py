@@ -26,6 +26,11 @@ class TowerInfo:
     built_by: str = ""
     #: The config attribute passed in ("vision_config", "text_config"), when it is one.
     config_attr: str | None = None
+    #: For the vision tower: the expression, inside it, of its patch embedding's weight (the ``Conv3d`` /
+    #: ``Linear`` that takes the processor's patch rows), which ``dummy_forward`` sizes its blank input by.
+    patch_weight: str | None = None
+    #: For the vision tower: it keeps ``self.spatial_merge_size`` (the merge ``dummy_forward``'s grid needs).
+    spatial_merge_size: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,13 @@ class VlmInfo:
     vision_rope: RopeInfo | None = None
     #: The Qwen-VL contract: empty when the model fits it, else one line per difference.
     contract_differences: tuple[str, ...] = ()
+    #: ``get_placeholder_mask`` finds image and video placeholders by the same token id (GLM-4V's video frames
+    #: are image tokens): a batch holding both images and videos fails upstream's count check, so the
+    #: scaffold's tests feed them in separate batches.
+    video_shares_image_token: bool = False
+    #: transformers transposes the fused expert tensors of this model_type's hub checkpoints on load
+    #: (``conversion_mapping.py``, qwen3_vl_moe): the scaffold's converter is told that layout.
+    hub_transposes_experts: bool = False
 
     @property
     def fits_qwen_vl_contract(self) -> bool:

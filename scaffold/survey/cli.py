@@ -24,7 +24,9 @@ from modelgraft.scaffold.survey.display import Display
 from modelgraft.scaffold.survey.errors import SurveyError
 from modelgraft.scaffold.survey.model_run import Settings
 from modelgraft.scaffold.survey.population import (
+    MULTIMODAL_CATEGORIES,
     causal_lm_models,
+    conditional_generation_models,
     select,
     transformers_models_dir,
     transformers_version,
@@ -122,6 +124,8 @@ def _survey(argv: Sequence[str] | None) -> int:
         root = repository_root(Path.cwd())
         models_dir = transformers_models_dir()
         upstream = causal_lm_models(models_dir)
+        multimodal = conditional_generation_models(models_dir)
+        upstream.update(multimodal)
         base = Path(tempfile.mkdtemp(prefix="scaffold-survey-"))
         factory = CloneFactory(root, base, from_worktree=args.from_worktree)
         print(f"scaffold-survey: cloning {root} into {base} ...", file=sys.stderr, flush=True)
@@ -130,6 +134,13 @@ def _survey(argv: Sequence[str] | None) -> int:
         categorized = read_categories(first, names, models_dir)
         if categorized.warning:
             print(f"scaffold-survey: warning: {categorized.warning}", file=sys.stderr)
+        # A package with a conditional-generation head and no causal LM is surveyed as a VLM or Omni model only:
+        # the others are encoder-decoders, out of the population (population.py).
+        names = [
+            n
+            for n in names
+            if n not in multimodal or n in args.models or categorized.by_model[n][0] in MULTIMODAL_CATEGORIES
+        ]
         if args.category:
             names = [n for n in names if categorized.by_model[n][0] == args.category]
         if args.limit is not None:

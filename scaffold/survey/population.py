@@ -1,7 +1,8 @@
 """Which models the survey covers: every decoder-only model of the installed transformers outside the zoo.
 
-The population is found by path (a ``*ForCausalLM`` class in ``transformers/models/<m>/modeling_<m>.py``),
-never by importing transformers, so the survey process stays light.
+The population is found by path (a ``*ForCausalLM`` class in ``transformers/models/<m>/modeling_<m>.py``, or a
+``*ForConditionalGeneration`` the reader puts in a multimodal category: VLMs and Omni models), never by importing
+transformers, so the survey process stays light.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from modelgraft.scaffold.survey.errors import SurveyError
 NOT_MODELS = frozenset({"auto", "deprecated"})
 
 _CAUSAL_LM = re.compile(r"^class\s+(\w+ForCausalLM)\s*[(:]", re.MULTILINE)
+_CONDITIONAL_GENERATION = re.compile(r"^class\s+(\w+ForConditionalGeneration)\s*[(:]", re.MULTILINE)
+
+#: The reader's categories of a package holding a vision or audio tower, surveyed without a ``*ForCausalLM``.
+MULTIMODAL_CATEGORIES = ("vlm", "vlm_moe", "omni", "omni_moe")
 
 
 def transformers_models_dir() -> Path:
@@ -52,6 +57,24 @@ def causal_lm_models(models_dir: Path) -> dict[str, str]:
     return found
 
 
+def conditional_generation_models(models_dir: Path) -> dict[str, str]:
+    """Packages whose ``modeling_<m>.py`` defines a ``*ForConditionalGeneration`` and no ``*ForCausalLM``.
+
+    These are the multimodal models (glm4v, llava) and the encoder-decoders (t5, whisper); the survey keeps
+    those the reader puts in a multimodal category (:data:`MULTIMODAL_CATEGORIES`), so encoder-decoders stay out.
+    """
+    found = {}
+    for package in sorted(models_dir.iterdir()):
+        modeling = package / f"modeling_{package.name}.py"
+        if package.name in NOT_MODELS or not modeling.is_file():
+            continue
+        source = modeling.read_text(encoding="utf-8", errors="replace")
+        match = _CONDITIONAL_GENERATION.search(source)
+        if match and not _CAUSAL_LM.search(source):
+            found[package.name] = match.group(1)
+    return found
+
+
 def zoo_models(repo: Path) -> set[str]:
     """The zoo: every ``models/<m>/`` holding a patch config."""
     return {path.parent.name for path in repo.glob("models/*/*_patch_gen_config.py")}
@@ -66,7 +89,10 @@ def select(upstream: dict[str, str], zoo: set[str], requested: Sequence[str]) ->
         if name in zoo:
             problems.append(f"{name} is in the zoo already (models/{name}/)")
         elif name not in upstream:
-            problems.append(f"{name}: transformers/models/{name}/modeling_{name}.py defines no *ForCausalLM")
+            problems.append(
+                f"{name}: transformers/models/{name}/modeling_{name}.py defines no *ForCausalLM"
+                " nor *ForConditionalGeneration"
+            )
     if problems:
         raise SurveyError("; ".join(problems))
     return list(dict.fromkeys(requested))

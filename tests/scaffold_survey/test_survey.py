@@ -151,6 +151,18 @@ def test_population_is_every_modeling_module_with_a_causal_lm(upstream: Path) ->
     }
 
 
+def test_multimodal_packages_without_a_causal_lm_are_found_by_their_conditional_generation_head(
+    upstream: Path,
+) -> None:
+    write(upstream / "glm4v" / "modeling_glm4v.py", "class Glm4vModel(P):\nclass Glm4vForConditionalGeneration(P):\n")
+    write(upstream / "t5" / "modeling_t5.py", "class T5ForConditionalGeneration(P):\n")
+    # bart has a causal LM too: it is in the causal-LM population already.
+    assert population.conditional_generation_models(upstream) == {
+        "glm4v": "Glm4vForConditionalGeneration",
+        "t5": "T5ForConditionalGeneration",
+    }
+
+
 def test_select_drops_the_zoo_and_checks_requested_names(upstream: Path, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write(repo / "models" / "llama" / "llama_gpu_patch_gen_config.py")

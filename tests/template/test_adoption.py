@@ -43,6 +43,14 @@ LOCAL_MODIFICATIONS = {
     # Text path only: the docstrings, the excluded multimodal classes and the _init_weights override, the
     # text head, the test's sliding window and soft-cap.
     "gemma3": ["__init__.py", "gemma3_gpu_patch_gen_config.py", "tests/test_gemma3_parity.py"],
+    # The Qwen-VL family, configured by hand before the vlm scaffold: each config's docstring, hand-kept module
+    # list and the guards the fit leaves out (qwen2_vl's VisionMlp, recorded through modify_init), and each
+    # parity test's hand-chosen tiny sizes over the Qwen-VL processor; Qwen3-VL-MoE's converter for the
+    # hub's transposed experts.
+    "qwen2_vl": ["qwen2_vl_gpu_patch_gen_config.py", "tests/test_qwen2_vl_parity.py"],
+    "qwen2_5_vl": ["qwen2_5_vl_gpu_patch_gen_config.py", "tests/test_qwen2_5_vl_parity.py"],
+    "qwen3_vl": ["qwen3_vl_gpu_patch_gen_config.py", "tests/test_qwen3_vl_parity.py"],
+    "qwen3_vl_moe": ["checkpoint.py", "qwen3_vl_moe_gpu_patch_gen_config.py", "tests/test_qwen3_vl_moe_parity.py"],
 }
 
 #: Zoo models the scaffold refuses, written by hand (docs/adding-a-model.md, "Hand-written patches"), each with
@@ -50,13 +58,9 @@ LOCAL_MODIFICATIONS = {
 REFUSED_BY_THE_SCAFFOLD = {
     "deepseek_v4": "defines its own cache",
     "qwen2_5_omni": "omni models have no scaffold yet",
-    "qwen2_5_vl": "vlm models have no scaffold yet",
-    "qwen2_vl": "vlm models have no scaffold yet",
-    "qwen3_5": "vlm models have no scaffold yet",
-    "qwen3_5_moe": "vlm_moe models have no scaffold yet",
+    "qwen3_5": "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards",
+    "qwen3_5_moe": "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards",
     "qwen3_omni_moe": "omni_moe models have no scaffold yet",
-    "qwen3_vl": "vlm models have no scaffold yet",
-    "qwen3_vl_moe": "vlm_moe models have no scaffold yet",
 }
 
 #: A template change that reaches every model and that no hand-written part can conflict with: a new file.

@@ -136,8 +136,8 @@ def test_an_out_of_category_model_is_refused_before_anything_is_written(repo: Pa
 
 
 def test_a_category_without_a_scaffold_is_refused(repo: Path) -> None:
-    message = _refusal(repo, "glm4v")  # a VLM outside the zoo (the Qwen-VL family is in it)
-    assert "vlm models have no scaffold yet" in message
+    message = _refusal(repo, "gemma3n")  # an Omni model outside the zoo (Qwen-Omni's two are in it)
+    assert "omni models have no scaffold yet" in message
 
 
 def test_too_little_to_guard_is_refused_naming_each_structure_and_its_line(repo: Path) -> None:

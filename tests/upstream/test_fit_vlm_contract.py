@@ -1,46 +1,105 @@
-"""A VLM's refusal names the Qwen-VL contract: that the model fits it, or each way it differs."""
+"""The VLM fit: a Qwen-VL-like VLM gets the vlm recipe's arguments read from upstream; any other is refused with
+each way it differs (docs/scaffolding.md, "The Qwen-VL contract" and "VLM scaffolds")."""
 
 from __future__ import annotations
 
 from functools import cache
 
 from modelgraft.generator.recipes.fit import Fit, fit_model
+from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.reader import read_model
 
 
 @cache
-def fit(model: str) -> Fit:
-    return fit_model(read_model(model))
+def fit(model: str, category: str | None = None) -> Fit:
+    return fit_model(read_model(model), category)
 
 
-def contract(model: str) -> list[str]:
-    return [f.describe() for f in fit(model).refusals if f.structure == "qwen-vl contract"]
+def vlm_reasons(model: str) -> list[str]:
+    return [f.describe() for f in fit(model).refusals if f.structure == "vlm"]
 
 
-def test_a_vlm_that_fits_says_so_and_names_the_vlm_recipe() -> None:
-    (finding,) = contract("glm4v")
-    assert "Glm4vModel (line " in finding and "fits the Qwen-VL contract" in finding
-    assert "generator/recipes/vlm.py" in finding
+def test_a_vlm_that_fits_the_contract_is_scaffolded_with_its_tower_and_base_model() -> None:
+    glm4v = fit("glm4v")
+    assert not glm4v.refused and glm4v.category == "vlm"
+    assert glm4v.arguments["vision"] == {
+        "cls": "Glm4vVisionModel",
+        "patch_weight": "self.patch_embed.proj.weight",
+        "rope": "apply_rotary_pos_emb_vision",
+        "merge_size": "self.spatial_merge_size",
+    }
+    assert glm4v.arguments["model"] == "Glm4vModel" and glm4v.arguments["towers"] == {}
+
+
+def test_the_vision_rope_is_guarded_apart_from_the_text_rope() -> None:
+    assert "rope_vision" in fit("glm4v").guarded
+    # GLM-4V's text RoPE is partial and interleaved: no formulation a slot recomputes, so it stays upstream's.
+    assert fit("glm4v").arguments["rope"] is None and "rope" not in fit("glm4v").guarded
+
+
+def test_a_sectioned_multimodal_rope_goes_behind_the_rope_slot_through_mrope() -> None:
+    qwen2_vl = fit("qwen2_vl")
+    assert qwen2_vl.arguments["mrope"] == "apply_multimodal_rotary_pos_emb" and qwen2_vl.arguments["rope"] is None
+    assert "rope" in qwen2_vl.guarded
+
+
+def test_a_plain_text_rope_next_to_the_towers_rope_is_guarded_as_a_dense_models() -> None:
+    qwen3_vl = fit("qwen3_vl")
+    assert qwen3_vl.arguments["rope"] == "apply_rotary_pos_emb" and qwen3_vl.arguments["mrope"] == ""
+
+
+def test_automodel_towers_are_named_for_the_composition_rewrite() -> None:
+    assert fit("qwen3_vl").arguments["towers"] == {
+        "vision_config": "Qwen3VLVisionModel",
+        "text_config": "Qwen3VLTextModel",
+    }
+
+
+def test_a_vlm_moe_fit_holds_the_moe_pieces_and_a_processor_borrowed_through_the_auto_tables() -> None:
+    glm4v_moe = fit("glm4v_moe")
+    assert glm4v_moe.category == "vlm_moe" and not glm4v_moe.refused
+    assert glm4v_moe.arguments["experts"]["sparse_block"] == "Glm4vMoeTextMoE"
+    assert {"moe_experts", "group_limited_router", "load_balancing_loss"} <= set(glm4v_moe.guarded)
+    assert glm4v_moe.processors == {"processor": "Glm4vProcessor", "image_processor": "Glm4vImageProcessorPil"}
+
+
+def test_the_recipe_call_takes_no_sequence_classification_and_states_the_absent_mrope() -> None:
+    imports, call = recipe_call("vlm", "Glm4v", fit("glm4v").arguments)
+    assert imports.endswith("VisionTower, vlm")
+    assert 'vision=VisionTower("Glm4vVisionModel")' in call and "mrope=None" in call
+    assert "sequence_classification" not in call
 
 
 def test_a_vlm_that_differs_lists_each_difference() -> None:
-    findings = contract("llava")
-    assert len(findings) == 3
-    assert all(": differs: " in f for f in findings)
-    assert "self.vision_tower, not self.visual" in findings[0]
+    reasons = vlm_reasons("llava")
+    assert len(reasons) == 3
+    assert all(": differs from the Qwen-VL contract: " in reason for reason in reasons)
+    assert "self.vision_tower, not self.visual" in reasons[0]
 
 
-def test_the_contract_follows_the_category_finding_in_the_message() -> None:
-    message = fit("llava").refusal_message().splitlines()
-    assert "vlm models have no scaffold yet" in message[1]
-    assert "qwen-vl contract: LlavaModel" in message[2]
+def test_a_vlm_without_a_processor_is_refused_as_its_tests_could_not_build_inputs() -> None:
+    assert any("no processor class" in reason for reason in vlm_reasons("glm_ocr"))
 
 
-def test_a_text_model_gets_no_contract_finding() -> None:
-    assert contract("qwen3") == [] and contract("bloom") == []
+def test_a_tower_whose_merger_sits_in_the_model_takes_its_merge_size_from_its_config() -> None:
+    """cosmos3_edge's projector sits next to the tower, which keeps no spatial_merge_size of its own."""
+    vision = fit("cosmos3_edge").arguments["vision"]
+    assert vision["merge_size"] == "self.config.spatial_merge_size"
+    assert vision["patch_weight"] == "self.embeddings.patch_embedding.weight"  # a Linear over patch rows
+    assert vision["rope"] == "" and "rope_vision" not in fit("cosmos3_edge").guarded
 
 
-def test_a_vlm_answered_as_its_text_category_gets_no_contract_finding() -> None:
+def test_a_package_whose_causal_lm_is_text_only_is_refused_as_a_vlm() -> None:
+    assert any("is not the conditional-generation head" in reason for reason in vlm_reasons("cohere_compass"))
+
+
+def test_a_refused_vlm_names_the_patches_a_hand_written_config_would_apply() -> None:
+    message = fit("llava").refusal_message()
+    assert "it would apply:" in message
+    assert "LlavaForConditionalGeneration.forward: causal_lm_loss_guard" in message
+
+
+def test_a_vlm_answered_as_its_text_category_gets_no_vlm_finding() -> None:
     """gemma3's causal LM is a text model of its own: answered dense, it is fitted as dense."""
     gemma3 = fit_model(read_model("gemma3"), "dense")
-    assert not [f for f in gemma3.refusals if f.structure == "qwen-vl contract"]
+    assert not [f for f in gemma3.refusals if f.structure == "vlm"]

@@ -172,3 +172,54 @@ def test_gemma3s_language_model_built_through_a_local_is_still_read() -> None:
 
 def test_a_text_model_has_no_vlm_report() -> None:
     assert read("qwen3").vlm is None
+
+
+def test_a_processor_borrowed_through_the_auto_tables_brings_its_packages_image_processors() -> None:
+    """glm4v_moe's processor is GLM-4V's; its PIL image processor is read from the glm4v package."""
+    kinds = {p.kind: (p.cls, p.module) for p in vlm("glm4v_moe").processors}
+    assert kinds["processor"][0] == "Glm4vProcessor"
+    assert kinds["image_processor_pil"] == (
+        "Glm4vImageProcessorPil",
+        "transformers.models.glm4v.image_processing_pil_glm4v",
+    )
+
+
+def test_a_borrowed_processor_brings_what_its_package_borrows_in_turn() -> None:
+    """qwen3_vl_moe -> Qwen3-VL's processor -> qwen3_vl's image processor, which is Qwen2-VL's."""
+    kinds = {p.kind: p.cls for p in vlm("qwen3_vl_moe").processors}
+    assert kinds["image_processor_pil"] == "Qwen2VLImageProcessorPil"
+
+
+@pytest.mark.parametrize(
+    ("model", "weight", "merge_size"),
+    [
+        ("qwen2_vl", "self.patch_embed.proj.weight", True),
+        ("glm4v", "self.patch_embed.proj.weight", True),
+        ("cosmos3_edge", "self.embeddings.patch_embedding.weight", False),
+    ],
+)
+def test_the_towers_patch_weight_and_merge_size_are_read(model: str, weight: str, merge_size: bool) -> None:
+    tower = vlm(model).vision
+    assert tower is not None
+    assert (tower.patch_weight, tower.spatial_merge_size) == (weight, merge_size)
+
+
+def test_glm4v_finds_image_and_video_placeholders_by_one_token() -> None:
+    assert vlm("glm4v").video_shares_image_token and vlm("glm4v_moe").video_shares_image_token
+
+
+@pytest.mark.parametrize("model", QWEN_VL)
+def test_qwen_vl_tells_image_and_video_placeholders_apart(model: str) -> None:
+    assert not vlm(model).video_shares_image_token
+
+
+def test_an_activation_wrapping_a_guarded_norm_call_is_not_a_call_site() -> None:
+    """glm4v's merger calls self.act1(self.post_projection_norm(x)): the norm is guarded, the GELU is left."""
+    (site,) = [s for s in read("glm4v").call_sites if s.cls == "Glm4vVisionPatchMerger"]
+    assert site.layer_norms == ("post_projection_norm",) and site.activation is None
+
+
+def test_a_hub_that_stores_the_fused_experts_transposed_is_read_from_the_conversion_mapping() -> None:
+    """qwen3_vl_moe's conversion_mapping.py entry transposes experts.gate_up_proj / down_proj on load."""
+    assert vlm("qwen3_vl_moe").hub_transposes_experts
+    assert not vlm("glm4v_moe").hub_transposes_experts  # per-expert hub weights, fused by the qwen2_moe entry

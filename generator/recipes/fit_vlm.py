@@ -1,0 +1,125 @@
+"""The fit of a vision-language model (categories ``vlm`` and ``vlm_moe``): the vlm / vlm_moe recipe's arguments.
+
+A VLM that follows the Qwen-VL contract (docs/scaffolding.md, "The Qwen-VL contract") is scaffolded as the
+zoo's Qwen-VL models are configured: its text decoder gets the dense (or MoE) fit's guards, read by the same
+rules (:func:`modelgraft.generator.recipes.fit.text_arguments`), and the vision side what the reader found
+upstream (docs/scaffolding.md, "VLM scaffolds"):
+
+- ``vision``: the tower class that gets ``dummy_forward``, the expressions of its patch embedding's weight and
+  of its merge size, and its rotary function (the ``rope_vision`` slot), when its attention calls one;
+- ``mrope``: the text attention's sectioned multimodal RoPE (Qwen2-VL's ``apply_multimodal_rotary_pos_emb``),
+  behind the ``rope`` slot; a plain rotate-half text RoPE goes behind it through ``rope`` as for a dense model;
+- ``towers``: each ``AutoModel.from_config(config.<sub>)`` of the ``Model``, rewritten to this module's class;
+- ``model``: the class holding both towers, whose ``get_rope_index`` the position-id function runs.
+
+The processor the tests build (the package's processor and its PIL image processor) is part of the fit too:
+a VLM whose inputs cannot be built without torchvision is refused, as is one that does not follow the
+contract, each with its reason, before anything is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from modelgraft.generator.upstream.structure import ModelStructure
+from modelgraft.generator.upstream.vlm_structure import ProcessorInfo, VlmInfo
+
+__all__ = ["VlmFinding", "multimodal_rope_name", "vlm_arguments", "vlm_processors"]
+
+#: The reader's note on a VLM's plain text RoPE: the tower's function is guarded apart (rope_vision).
+_VISION_ROPE_NOTE = "the module also defines apply_rotary_pos_emb_vision"
+
+
+@dataclass(frozen=True)
+class VlmFinding:
+    """Why a VLM cannot be scaffolded (a refusal of the fit), where upstream."""
+
+    where: str
+    line: int
+    reason: str
+
+
+def multimodal_rope_name(structure: ModelStructure) -> str:
+    """The text attention's sectioned multimodal RoPE function (it takes ``mrope_section``), else ""."""
+    rope = structure.rope
+    if rope is not None and rope.kind == "function" and "mrope_section" in rope.params and rope.name:
+        return rope.name
+    return ""
+
+
+def text_rope_is_plain(structure: ModelStructure) -> bool:
+    """The reader's only objection to the text RoPE is the tower's function next to it, which a VLM guards apart."""
+    rope = structure.rope
+    return rope is not None and bool(rope.reason) and _VISION_ROPE_NOTE in rope.reason
+
+
+def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict[str, Any]:
+    """The vision-side recipe arguments (``vision``, ``mrope``, ``towers``, ``model``); refusals appended."""
+    vlm = structure.vlm
+    assert vlm is not None
+    model = vlm.model_class or structure.model
+    line = vlm.model_line
+    for difference in vlm.contract_differences:
+        refusals.append(VlmFinding(model, line, f"differs from the Qwen-VL contract: {difference}"))
+    if vlm.contract_differences:
+        return {}
+    tower = vlm.vision
+    assert tower is not None and tower.cls is not None  # the contract holds
+    if not tower.patch_weight:
+        reason = "no patch embedding (a Conv3d, Conv2d or Linear under patch_embed) that dummy_forward can size"
+        refusals.append(VlmFinding(tower.cls, tower.line, reason))
+    head = structure.causal_lm
+    if head is not None and not _holds_model(structure, head.cls):
+        reason = f"the causal LM {head.cls} is not the conditional-generation head over {model}"
+        refusals.append(VlmFinding(head.cls, head.line, reason))
+    rope = vlm.vision_rope
+    return {
+        "vision": {
+            "cls": tower.cls,
+            "patch_weight": tower.patch_weight or "",
+            "rope": rope.name if rope is not None and rope.name else "",
+            # A tower whose merger sits in the Model (cosmos3_edge) keeps no merge size of its own: its config's.
+            "merge_size": "self.spatial_merge_size" if tower.spatial_merge_size else "self.config.spatial_merge_size",
+        },
+        "mrope": multimodal_rope_name(structure),
+        "towers": {
+            c.config_attr: c.builds for c in vlm.compositions if c.owner == vlm.model_class and c.builds is not None
+        },
+        "model": model,
+    }
+
+
+def _holds_model(structure: ModelStructure, head: str) -> bool:
+    """The head is a ``*ForConditionalGeneration`` (cohere_compass's causal LM is a text-only ``*ForCausalLM``)."""
+    return head.endswith("ForConditionalGeneration")
+
+
+def vlm_processors(vlm: VlmInfo, refusals: list[VlmFinding]) -> dict[str, str]:
+    """The processor class and the PIL image processor class the scaffold's tests build (both exported by
+    ``transformers`` itself, so the tests import them from there).
+
+    Videos go through the image processor (``modelgraft.models.testing.vlm_processor``), as upstream's video
+    processors need torchvision; a package without a processor or a PIL image processor is refused.
+    """
+    where = vlm.model_class or "-"
+    processor = _first(vlm.processors, "processor")
+    image = _first(vlm.processors, "image_processor_pil")
+    if processor is None:
+        reason = "no processor class: neither the package nor the Auto tables name one"
+        refusals.append(VlmFinding(where, vlm.model_line, reason))
+    if image is None:
+        refusals.append(
+            VlmFinding(
+                where,
+                vlm.model_line,
+                "no PIL image processor (image_processing_pil_*): the tests cannot build images without torchvision",
+            )
+        )
+    if processor is None or image is None:
+        return {}
+    return {"processor": processor.cls, "image_processor": image.cls}
+
+
+def _first(processors: tuple[ProcessorInfo, ...], kind: str) -> ProcessorInfo | None:
+    return next((p for p in processors if p.kind == kind), None)

@@ -1,0 +1,90 @@
+"""``copier copy`` of a VLM: the vlm choice reads upstream, renders the recipe, the registry entry with the
+processor and the VLM suite's tests, and the copy passes them; a VLM the recipe cannot patch is refused while
+Copier asks (docs/scaffolding.md, "VLM scaffolds").
+
+One copy only, of GLM-4V (a Qwen-VL-like VLM outside the zoo), shared by the module; the refusals are the
+category validator's answers, which Copier raises before it writes anything (test_copy.py shows that a
+refused copy leaves nothing behind), so they need no copy. Which VLMs fit is specified at fit level in
+tests/upstream/test_fit_vlm_contract.py; the VLM-MoE copy (glm4v_moe) goes through ``scaffold-survey``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from modelgraft.scaffold.jinja_extension import scaffold_refusal
+
+from .repos import clone, copy_model, run
+from .test_copy import _assert_ruff_clean
+
+
+@pytest.fixture(scope="module")
+def glm4v(template_source: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A clone of the template source with models/glm4v copied (generated and smoke-checked): (repo, model dir)."""
+    repo = clone(template_source, tmp_path_factory.mktemp("vision") / "modelgraft")
+    return repo, copy_model(repo, "glm4v")
+
+
+def test_a_vlm_copy_registers_its_processor_with_the_model(glm4v: tuple[Path, Path]) -> None:
+    init = (glm4v[1] / "__init__.py").read_text(encoding="utf-8")
+    assert 'processor="transformers.Glm4vProcessor",' in init
+    assert 'config="transformers.Glm4vConfig",' in init
+
+
+def test_a_vlm_copy_calls_the_vlm_recipe_with_the_tower_it_read(glm4v: tuple[Path, Path]) -> None:
+    config = (glm4v[1] / "glm4v_gpu_patch_gen_config.py").read_text(encoding="utf-8")
+    assert "from modelgraft.generator.recipes import CallSites, LossHead, Mlp, Norm, VisionTower, vlm" in config
+    assert 'vision=VisionTower("Glm4vVisionModel"),' in config
+    assert "mrope=None," in config
+
+
+def test_a_vlm_copy_generates_the_towers_helpers(glm4v: tuple[Path, Path]) -> None:
+    generated = (glm4v[1] / "generated" / "patched_modeling_glm4v_gpu.py").read_text(encoding="utf-8")
+    for added in ("def dummy_forward(self)", "def get_position_id_func(self)", "def get_metadata_collate_func(self)"):
+        assert added in generated, added
+    assert "rope_vision_slot(" in generated
+
+
+def test_a_vlm_copy_tests_images_and_videos_through_the_scaffold_suite(glm4v: tuple[Path, Path]) -> None:
+    tests = (glm4v[1] / "tests" / "test_glm4v_parity.py").read_text(encoding="utf-8")
+    assert "class TestGlm4vParity(ScaffoldVlmParitySuite):" in tests
+    assert "image_processor_class=Glm4vImageProcessorPil," in tests
+    assert "separate_videos=True," in tests  # GLM-4V's video frames are image tokens
+
+
+def test_a_vlm_copy_is_ruff_clean_and_passes_its_own_tests(glm4v: tuple[Path, Path]) -> None:
+    repo, model_dir = glm4v
+    _assert_ruff_clean(repo, model_dir)
+    # Without the warnings summary: GLM-4V's processor warns about numpy's copy keyword ("... failed"), which
+    # would read as a failure in the output.
+    tests = run(repo, "-m", "pytest", "models/glm4v", "-q", "-p", "no:cacheprovider", "-p", "no:warnings", "-rs")
+    assert tests.returncode == 0, tests.stdout[-6000:] + tests.stderr[-3000:]
+    assert " passed" in tests.stdout and "failed" not in tests.stdout and "skipped" not in tests.stdout
+
+
+def test_a_vlm_outside_the_qwen_vl_contract_is_refused_with_each_difference() -> None:
+    message = scaffold_refusal("llava", "vlm")
+    assert message.startswith("no scaffold for llava: upstream has structures no snippet handles")
+    assert "LlavaModel holds its vision tower as self.vision_tower, not self.visual" in message
+    assert "LlavaModel has no get_rope_index (no multimodal position ids)" in message
+    assert "get_placeholder_mask returns 1 mask(s), not a pair (image, video)" in message
+
+
+def test_a_vlm_without_a_processor_is_refused() -> None:
+    assert "no processor class: neither the package nor the Auto tables name one" in scaffold_refusal("glm_ocr")
+
+
+def test_a_vlm_whose_causal_lm_is_text_only_is_refused() -> None:
+    assert "is not the conditional-generation head over CohereCompassModel" in scaffold_refusal("cohere_compass")
+
+
+def test_a_vlm_moe_model_answered_vlm_is_refused_with_the_detected_category() -> None:
+    message = scaffold_refusal("glm4v_moe", "vlm")
+    assert "answered vlm, but upstream's structure is vlm_moe" in message
+    assert message.endswith("Answer the detected category, vlm_moe: the default (drop -d category=vlm).")
+
+
+def test_a_dense_model_answered_vlm_is_refused() -> None:
+    assert "answered vlm, but upstream's structure is dense" in scaffold_refusal("mistral", "vlm")
