@@ -138,7 +138,9 @@ def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
             models = args.models.split(",") if args.models else None
             if args.smoke and models is None:  # the hybrid model: the dense path, and its kernels on top
                 models = list(runtime_bench.HYBRID)
-            section_rows, line = runtime_bench.bench_runtime(repeats, sizes, models, threads=args.threads)
+            section_rows, line = runtime_bench.bench_runtime(
+                repeats, sizes, models, threads=args.threads, child_per_figure=not args.smoke
+            )
             rows += section_rows + vlm_bench.bench_vlm(repeats, threads=args.threads)
             setup += [line] if line else []
         elif section == "moe":

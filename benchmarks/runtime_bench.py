@@ -255,7 +255,7 @@ def child_main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="runtime benchmark child process (run by benchmarks/run.py)")
     parser.add_argument("mode", choices=("timing", "memory"))
     parser.add_argument("--models", required=True, help="comma-separated model types")
-    parser.add_argument("--variant", choices=VARIANTS)
+    parser.add_argument("--variant", choices=VARIANTS, action="append", help="memory mode (repeatable)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sizes", required=True, help="RuntimeSizes as JSON")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -265,7 +265,7 @@ def child_main(argv: Sequence[str] | None = None) -> None:
     if args.mode == "timing":
         emit_result(_child_timing(args.models.split(","), sizes, args.repeats))
     else:
-        emit_result(_child_memory(args.models, args.variant, sizes))
+        emit_result({variant: _child_memory(args.models, variant, sizes) for variant in args.variant})
 
 
 # ---------------------------------------------------------------- parent side (torch-free)
@@ -303,18 +303,28 @@ def _timing_row(model_type: str, result: dict[str, Any]) -> Row:
     )
 
 
-def _memory_child(model_type: str, variant: str, sizes: RuntimeSizes, threads: int) -> dict[str, Any]:
-    args = ["memory", "--models", model_type, "--variant", variant, "--sizes", json.dumps(asdict(sizes))]
+def _memory_child(model_type: str, variants: Sequence[str], sizes: RuntimeSizes, threads: int) -> dict[str, Any]:
+    args = [
+        "memory",
+        "--models",
+        model_type,
+        *(f"--variant={v}" for v in variants),
+        "--sizes",
+        json.dumps(asdict(sizes)),
+    ]
     return run_child(MODULE, [*args, "--threads", str(threads)], extra_env=MEASURE_ENV)
 
 
-def _memory_row(model_type: str, sizes: RuntimeSizes, threads: int) -> Row:
+def _memory_row(model_type: str, sizes: RuntimeSizes, threads: int, *, child_per_figure: bool = True) -> Row:
+    """Each side's peak in a process of its own; with ``child_per_figure=False`` (a smoke run, whose figures mean
+    nothing) both in one, since an interpreter with torch costs more than the toy steps."""
     name = f"{model_type}: train step peak memory, {_sides(model_type)}"
+    groups = [[variant] for variant in VARIANTS] if child_per_figure else [list(VARIANTS)]
     # Peak RSS is per process, so the two sides may run side by side: CPU contention moves time, not memory.
-    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:
-        futures = {v: pool.submit(_memory_child, model_type, v, sizes, threads) for v in VARIANTS}
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        futures = [pool.submit(_memory_child, model_type, group, sizes, threads) for group in groups]
     try:
-        peaks = {variant: future.result() for variant, future in futures.items()}
+        peaks = {variant: peak for future in futures for variant, peak in future.result().items()}
     except ChildError as exc:
         return Row(SECTION, name, "error", status=FAILED, notes=str(exc)[-500:])
     up, gen = peaks["upstream"]["peak_mib"], peaks["generated"]["peak_mib"]
@@ -328,7 +338,12 @@ def _memory_row(model_type: str, sizes: RuntimeSizes, threads: int) -> Row:
 
 
 def bench_runtime(
-    repeats: int, sizes: RuntimeSizes, model_types: Sequence[str] | None = None, *, threads: int = 1
+    repeats: int,
+    sizes: RuntimeSizes,
+    model_types: Sequence[str] | None = None,
+    *,
+    threads: int = 1,
+    child_per_figure: bool = True,
 ) -> tuple[list[Row], str]:
     """Rows for every selected model (default: every registered one), and a line on how the steps ran."""
     selected = list(model_types) if model_types else registered_models()
@@ -349,7 +364,7 @@ def bench_runtime(
             )
             continue
         rows.append(_timing_row(model_type, result))
-        rows.append(_memory_row(model_type, sizes, threads))
+        rows.append(_memory_row(model_type, sizes, threads, child_per_figure=child_per_figure))
     setup = f"runtime: {sizes.describe()}; torch {timing['torch']}, {timing['threads']} torch thread(s)"
     return rows, setup
 
