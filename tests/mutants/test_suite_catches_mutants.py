@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from modelgraft.models.testing.preloaded_python import run_module
 from modelgraft.scaffold.import_root import import_root
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,11 +137,15 @@ def _copy_working_tree(destination: Path) -> None:
             shutil.copy2(source, destination / relative)
 
 
-def _run(root: Path, *args: str, timeout: int) -> subprocess.CompletedProcess[str]:
+def _env(root: Path) -> dict[str, str]:
+    """This environment, importing modelgraft from the copy ``root``."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "COV_"))}
-    env |= {"PYTHONPATH": str(import_root(root)), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+    return env | {"PYTHONPATH": str(import_root(root)), "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def _run(root: Path, *args: str, timeout: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, *args], cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, *args], cwd=root, env=_env(root), capture_output=True, text=True, timeout=timeout, check=False
     )
 
 
@@ -151,8 +156,10 @@ def _regenerate(root: Path) -> str:
 
 
 def _suite(root: Path, tests: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """The named tests of the copy, in a process that starts with torch and transformers imported (not modelgraft)."""
     nodes = [f"{SUITE}::{test}" for test in tests]
-    return _run(root, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "-n", "0", *nodes, timeout=600)
+    args = ("-q", "-rf", "-p", "no:cacheprovider", "-n", "0", *nodes)
+    return run_module("pytest", *args, cwd=root, env=_env(root), timeout=600)
 
 
 @pytest.fixture
@@ -174,7 +181,8 @@ def test_the_selected_tests_pass_on_an_unmutated_copy(copy_of_the_repository: Pa
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[mutant.name for mutant in MUTANTS])
 def test_the_suite_fails_on_the_mutant(copy_of_the_repository: Path, mutant: Mutant) -> None:
     root = copy_of_the_repository
-    original = _regenerate(root)
+    # The copy's generated file is what regeneration writes: the zoo is kept free of drift (tests/engine/test_repo.py).
+    original = (root / GENERATED).read_text(encoding="utf-8")
     mutant.plant(root)
     if not mutant.after_generation:
         _regenerate(root)

@@ -27,6 +27,7 @@ import yaml
 from copier.errors import DirtyLocalWarning
 from plumbum import local
 
+from modelgraft.models.testing.preloaded_python import run_module
 from modelgraft.scaffold.import_root import import_root
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -160,9 +161,15 @@ def recorded_answers(model_dir: Path) -> dict[str, Any]:
 
 
 def run(repo: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``python <args>`` in ``repo``, with this interpreter, importing modelgraft from ``repo`` itself."""
+    """``python <args>`` in ``repo``, with this interpreter, importing modelgraft from ``repo`` itself.
+
+    ``-m pytest`` runs in a process that starts with torch and transformers imported (and nothing of modelgraft):
+    a scaffold's tests pay for those imports once per test process, not once per run.
+    """
     env = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "PYTEST_ADDOPTS"}}
     env["PYTHONPATH"] = str(import_root(repo))
+    if args[:2] == ("-m", "pytest"):
+        return run_module("pytest", *args[2:], cwd=repo, env=env, timeout=timeout)
     return subprocess.run(
         [sys.executable, *args], cwd=repo, env=env, capture_output=True, text=True, check=False, timeout=timeout
     )

@@ -1,0 +1,138 @@
+"""``python -m <module> ...`` in a process that starts with torch and transformers already imported.
+
+Some tests run code of another tree: a new scaffold's own tests in a clone, a mutant's suite in a copy. They
+need a process of their own, since ``modelgraft`` must be imported from that tree, and most of such a
+process's time goes to importing torch and transformers (3 to 5 s on two busy cores), the same modules every
+time. A server process imports them once and forks a child per run. The child takes the run's working
+directory, environment and ``sys.path`` (the directory, then ``PYTHONPATH``, then the interpreter's own, as a
+fresh ``python -m`` has it) and runs the module as ``__main__``. Nothing of ``modelgraft`` is imported before
+the fork, so the child imports it from the tree it is given.
+
+The server is POSIX-only (``os.fork``); elsewhere :func:`run_module` starts a plain interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+
+#: What the server imports once, before any fork: the bulk of a test process's start.
+PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "transformers.models.auto.modeling_auto", "pytest")
+
+_SERVER = r"""
+import json, os, runpy, sys, traceback
+for _name in json.loads(sys.argv[1]):
+    __import__(_name)
+_interpreter_path = [entry for entry in sys.path if entry]
+for _line in sys.stdin:
+    _request = json.loads(_line)
+    _pid = os.fork()
+    if _pid:
+        print(json.dumps({"pid": _pid}), flush=True)
+        _, _status = os.waitpid(_pid, 0)
+        print(json.dumps({"returncode": os.waitstatus_to_exitcode(_status)}), flush=True)
+        continue
+    os.setpgid(0, 0)
+    _null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(_null, 0)
+    for _fd, _path in ((1, _request["stdout"]), (2, _request["stderr"])):
+        os.dup2(os.open(_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), _fd)
+    os.chdir(_request["cwd"])
+    os.environ.clear()
+    os.environ.update(_request["env"])
+    _extra = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path[:] = [_request["cwd"], *_extra, *_interpreter_path]
+    sys.argv = [_request["module"], *_request["args"]]
+    _code = 0
+    try:
+        runpy.run_module(_request["module"], run_name="__main__", alter_sys=True)
+    except SystemExit as _exit:
+        _code = _exit.code
+    except BaseException:
+        traceback.print_exc()
+        _code = 1
+    raise SystemExit(_code)
+"""
+
+
+class _Server:
+    """One server process, its request pipe, and the lock that keeps one run at a time on it."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, json.dumps(PRELOAD)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=dict(env),
+            cwd=tempfile.gettempdir(),
+            text=True,
+        )
+        self.lock = threading.Lock()
+
+    def _reply(self, timeout: float | None) -> dict[str, int] | None:
+        assert self.process.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.process.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout):
+                return None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the preloaded Python server exited ({self.process.poll()})")
+        return json.loads(line)
+
+    def run(
+        self, module: str, args: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float | None
+    ) -> subprocess.CompletedProcess[str]:
+        with self.lock, tempfile.TemporaryDirectory(prefix="modelgraft-preloaded-") as folder:
+            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+            request = {"module": module, "args": list(args), "cwd": str(cwd), "env": dict(env)}
+            request |= {"stdout": str(out), "stderr": str(err)}
+            assert self.process.stdin is not None
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            started = self._reply(timeout=60)
+            if started is None:
+                raise RuntimeError("the preloaded Python server did not fork within 60 s")
+            done = self._reply(timeout)
+            if done is None:
+                os.killpg(started["pid"], signal.SIGKILL)
+                self._reply(timeout=60)
+                raise subprocess.TimeoutExpired([module, *args], timeout or 0, out.read_text(), err.read_text())
+            return subprocess.CompletedProcess(
+                [sys.executable, "-m", module, *args], done["returncode"], out.read_text(), err.read_text()
+            )
+
+
+def _server_env() -> dict[str, str]:
+    """The environment the server imports torch and transformers in: this one, without a run's import path."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH" and not key.startswith("PYTEST_")}
+
+
+@cache
+def _server(env: tuple[tuple[str, str], ...]) -> _Server:
+    return _Server(dict(env))
+
+
+def run_module(
+    module: str, *args: str, cwd: Path, env: Mapping[str, str], timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m module args`` in ``cwd`` with exactly ``env``, in a child that starts with :data:`PRELOAD` imported.
+
+    ``env``'s ``PYTHONPATH`` decides where ``modelgraft`` comes from, as for a fresh interpreter. Runs wait
+    for each other (one server per test process); a run past ``timeout`` is killed with its process group.
+    """
+    if not hasattr(os, "fork"):
+        return subprocess.run(
+            [sys.executable, "-m", module, *args], cwd=cwd, env=dict(env), capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )  # fmt: skip
+    return _server(tuple(sorted(_server_env().items()))).run(module, args, cwd=cwd, env=env, timeout=timeout)
