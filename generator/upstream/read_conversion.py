@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from modelgraft.generator.errors import UpstreamError
 from modelgraft.generator.upstream.index import ModuleIndex
 from modelgraft.generator.upstream.locate import module_path
 
@@ -62,13 +63,25 @@ def _tables(path: Path) -> tuple[dict[str, str], dict[str, ast.expr]]:
     return aliases, entries
 
 
+def _tables_of(root: Path | None) -> tuple[dict[str, str], dict[str, ast.expr]]:
+    """The tables of ``root``'s conversion_mapping.py; none where the tree has no such module.
+
+    A transformers release before the conversion tables (or a toy tree in the tests) converts nothing on load.
+    """
+    try:
+        path = module_path(MODULE, root)
+    except UpstreamError:
+        return {}, {}
+    return _tables(path.resolve())
+
+
 def expert_conversion(model_type: str, *, root: Path | None = None) -> ExpertConversion | None:
     """The per-expert projection names transformers fuses for ``model_type``, or None when it fuses none.
 
     ``root`` is the folder holding the ``transformers`` package to read (an unpacked reference tree), as
     for :func:`modelgraft.generator.upstream.reader.read_model`; None reads the installed one.
     """
-    aliases, entries = _tables(module_path(MODULE, root).resolve())
+    aliases, entries = _tables_of(root)
     entry = model_type if model_type in entries else aliases.get(model_type, model_type)
     converters = entries.get(entry)
     if converters is None:
@@ -96,7 +109,7 @@ def transposes_fused_experts(model_type: str, *, root: Path | None = None) -> bo
     Qwen3-VL-MoE's hub stores ``gate_up_proj`` as ``[E, H, 2I]``: a scaffold's converter then reads that layout
     (``export_layout="transposed"``), and its tests load such a checkpoint as transformers does.
     """
-    aliases, entries = _tables(module_path(MODULE, root).resolve())
+    aliases, entries = _tables_of(root)
     entry = model_type if model_type in entries else aliases.get(model_type, model_type)
     for call in ast.walk(entries.get(entry) or ast.List(elts=[])):
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "WeightConverter"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from modelgraft.generator import inspect_cli
-from modelgraft.generator.upstream.read_conversion import expert_conversion
+from modelgraft.generator.upstream.read_conversion import expert_conversion, transposes_fused_experts
 from modelgraft.generator.upstream.reader import read_model
 
 INSTALLED = Path(next(iter(importlib.util.find_spec("transformers").submodule_search_locations)))
@@ -68,6 +68,15 @@ def test_a_tree_without_the_entry_fuses_nothing_even_where_the_installed_one_doe
 
     assert expert_conversion("mixtral") is not None
     assert expert_conversion("mixtral", root=empty) is None
+
+
+def test_a_tree_without_conversion_tables_converts_nothing(tmp_path: Path) -> None:
+    """A release before conversion_mapping.py (or a toy tree) fuses and transposes nothing on load."""
+    (tmp_path / "transformers").mkdir()
+
+    assert expert_conversion("mixtral", root=tmp_path) is None
+    assert not transposes_fused_experts("qwen3_vl_moe", root=tmp_path)
+    assert transposes_fused_experts("qwen3_vl_moe")
 
 
 def test_the_reader_of_a_tree_records_that_trees_projection_names(tmp_path: Path) -> None:
