@@ -574,8 +574,9 @@ def _fit_omni(structure: ModelStructure, category: str) -> Fit:
         if finding.where not in speech
         and not (finding.structure == "rope" and (arguments.get("mrope") or arguments.get("rope")))
     )
-    refusals = [finding for finding in text.refusals if finding.structure != "coverage"]
-    refusals += [Finding("omni", where, 0, reason) for where, reason in found]
+    # What sets the model apart from a Qwen-Omni-like one first: it is the reason a copy cannot be made at all.
+    refusals = [Finding("omni", where, 0, reason) for where, reason in found]
+    refusals += [finding for finding in text.refusals if finding.structure != "coverage"]
     guarded = guarded_slots(arguments) if arguments else ()
     if not refusals and len([slot for slot in guarded if slot not in LOSS_SLOTS]) < 2:
         reason = (
@@ -588,7 +589,7 @@ def _fit_omni(structure: ModelStructure, category: str) -> Fit:
             " size a Qwen2.5-Omni-like audio tower only, and the MoE thinker's own pieces are written by hand"
             " (models/qwen3_omni_moe)"
         )
-        refusals.insert(0, Finding("category", structure.model, 0, reason))
+        refusals.append(Finding("category", structure.model, 0, reason))
     if refusals:
         patches = hand_written_patches(arguments or text.arguments)
         return Fit(structure, category, arguments, guarded, skipped, tuple(refusals), patches, processors=processors)
