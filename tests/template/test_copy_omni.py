@@ -17,18 +17,18 @@ import pytest
 
 from modelgraft.scaffold.jinja_extension import scaffold_refusal
 
-from .repos import clone, commit_all, copy_model, git, run
+from .repos import clone, commit_all, copy_and_generate, git, run
 from .test_copy import _assert_ruff_clean
 
 
 @pytest.fixture(scope="module")
 def qwen2_5_omni(template_source: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A clone of the template source without the zoo's models/qwen2_5_omni, then a copy of it (generated and
-    smoke-checked): (repo, model dir)."""
+    """A clone of the template source without the zoo's models/qwen2_5_omni, then a copy of it, generated (without
+    the smoke check, a subset of the tests the copy runs below): (repo, model dir)."""
     repo = clone(template_source, tmp_path_factory.mktemp("omni") / "modelgraft")
     git(repo, "rm", "-r", "--quiet", "models/qwen2_5_omni")
     commit_all(repo, "qwen2_5_omni removed, to be scaffolded again")
-    return repo, copy_model(repo, "qwen2_5_omni")
+    return repo, copy_and_generate(repo, "qwen2_5_omni")
 
 
 def _config(model_dir: Path) -> str:
