@@ -10,7 +10,8 @@ what upstream cannot say and every other answer defaults to what the reader foun
   unsupported structure, where it is upstream and the patch that would cover it;
 - ``scaffold_arguments(model, category)``: the recipe arguments, raising the refusal instead;
 - ``recipe_import(...)`` / ``recipe_call(...)``: the config's import line and recipe call, formatted;
-- ``recipe_guards(recipe)``: the slots a recorded recipe guards (the parity suite's ``guarded``).
+- ``recipe_guards(recipe)``: the slots a recorded recipe guards (the parity suite's ``guarded``);
+- ``omni_init_weights(model, init)``: an Omni scaffold's ``_init_weights`` override and its imports.
 
 Reading a model takes milliseconds and is cached per process, so Copier may ask for it per question.
 """
@@ -27,7 +28,7 @@ from jinja2.ext import Extension
 
 from modelgraft.generator.errors import PatchgenError
 from modelgraft.generator.recipes.fit import Fit, fit_model, guarded_slots
-from modelgraft.generator.recipes.render import recipe_call
+from modelgraft.generator.recipes.render import init_weights_override, recipe_call
 from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import ModelStructure
 
@@ -112,6 +113,13 @@ def recipe_call_source(category: str, prefix: str, arguments: dict[str, Any]) ->
     return _recipe(category, prefix, arguments)[1]
 
 
+def omni_init_weights(model: str, init: dict[str, Any]) -> dict[str, str]:
+    """An Omni scaffold's ``_init_weights`` override (``override``) and its ``TYPE_CHECKING`` imports (``imports``),
+    from the recorded ``init_weights`` answer (:func:`modelgraft.generator.recipes.render.init_weights_override`)."""
+    imports, override = init_weights_override(model, init)
+    return {"imports": imports, "override": override}
+
+
 def recipe_guards(arguments: dict[str, Any]) -> list[str]:
     """The slots a recorded recipe guards: the parity suite's ``guarded`` tuple, from the answers, not a new fit."""
     return list(guarded_slots(arguments))
@@ -127,5 +135,6 @@ class ScaffoldExtension(Extension):
         environment.globals["scaffold_refusal"] = scaffold_refusal
         environment.globals["scaffold_arguments"] = scaffold_arguments
         environment.globals["recipe_guards"] = recipe_guards
+        environment.globals["omni_init_weights"] = omni_init_weights
         environment.globals["recipe_import"] = recipe_import
         environment.globals["recipe_call"] = recipe_call_source

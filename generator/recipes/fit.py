@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from modelgraft.generator.recipes.causal_lm_path import towers_on_causal_lm_path
-from modelgraft.generator.recipes.fit_omni import omni_reasons
+from modelgraft.generator.recipes.fit_omni import omni_arguments, omni_processors
 from modelgraft.generator.recipes.fit_vlm import (
     VlmFinding,
     multimodal_rope_name,
@@ -40,13 +40,17 @@ DOCS = "docs/adding-a-model.md#hand-written-patches"
 PARAMETRIZED_ACTIVATIONS = ("xielu",)
 
 #: Categories that have a scaffold today.
-SCAFFOLDED = ("dense", "moe", "vlm", "vlm_moe")
+SCAFFOLDED = ("dense", "moe", "vlm", "vlm_moe", "omni")
 
 #: The text categories: what a package with a tower may be answered as when its causal LM builds none.
 TEXT_CATEGORIES = ("dense", "moe")
 
 #: The VLM categories, fitted by :mod:`modelgraft.generator.recipes.fit_vlm` over the text fit.
 VLM_CATEGORIES = ("vlm", "vlm_moe")
+
+#: The Omni categories (thinker only), fitted by :mod:`modelgraft.generator.recipes.fit_omni` over the text fit;
+#: the omni_moe fit's arguments are read, and the copy refused (docs/scaffolding.md, "Omni scaffolds").
+OMNI_CATEGORIES = ("omni", "omni_moe")
 
 
 @dataclass(frozen=True)
@@ -512,15 +516,11 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
         return Fit(structure, answered, refusals=(finding,), no_patches_because=why)
     if answered in VLM_CATEGORIES:
         return _fit_vlm(structure, answered)
+    if answered in OMNI_CATEGORIES:
+        return _fit_omni(structure, answered)
     if answered not in SCAFFOLDED:
-        finding = Finding(
-            "category", structure.model, 0, f"{answered} models have no scaffold yet (dense, MoE and the VLMs do)"
-        )
-        text = _fit_scaffold(structure, _text_category(structure))
-        # What a hand-written config would guard: the text recipe's patches, and its refusals with a remedy.
-        omni = tuple(Finding("omni", where, 0, reason) for where, reason in omni_reasons(structure))
-        refusals = (finding, *omni, *(f for f in text.refusals if f.remedy))
-        return Fit(structure, answered, refusals=refusals, hand_patches=hand_written_patches(text.arguments))
+        finding = Finding("category", structure.model, 0, f"{answered} is not a category ({', '.join(SCAFFOLDED)})")
+        return Fit(structure, answered, refusals=(finding,), no_patches_because="the category is unknown")
     return _fit_scaffold(structure, answered)
 
 
@@ -557,6 +557,43 @@ def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
             processors=processors,
         )
     return Fit(structure, category, arguments, guarded, text.skipped, processors=processors)
+
+
+def _fit_omni(structure: ModelStructure, category: str) -> Fit:
+    """The omni / omni_moe recipe's fit: the thinker's text decoder as the dense / MoE fit's, less the classes
+    only the speech side uses, and the thinker's towers, speech side and top-level class read from upstream's
+    class tree (:func:`modelgraft.generator.recipes.fit_omni.omni_arguments`)."""
+    text = _fit_scaffold(structure, "moe" if category == "omni_moe" else "dense")
+    found: list[tuple[str, str]] = []
+    arguments = omni_arguments(structure, text.arguments, found)
+    processors = omni_processors(structure, found) if arguments else {}
+    speech = set(arguments.get("speech_classes") or ())
+    skipped = tuple(
+        finding
+        for finding in text.skipped
+        if finding.where not in speech
+        and not (finding.structure == "rope" and (arguments.get("mrope") or arguments.get("rope")))
+    )
+    # What sets the model apart from a Qwen-Omni-like one first: it is the reason a copy cannot be made at all.
+    refusals = [Finding("omni", where, 0, reason) for where, reason in found]
+    refusals += [finding for finding in text.refusals if finding.structure != "coverage"]
+    guarded = guarded_slots(arguments) if arguments else ()
+    if not refusals and len([slot for slot in guarded if slot not in LOSS_SLOTS]) < 2:
+        reason = (
+            f"the scaffold would guard only {', '.join(guarded) or 'nothing'}: fewer than the loss head and two slots"
+        )
+        refusals.append(Finding("coverage", structure.model, 0, reason))
+    if category not in SCAFFOLDED:
+        reason = (
+            f"{category} models have no scaffold yet (dense, MoE, the VLMs and omni do): the scaffold's Omni tests"
+            " size a Qwen2.5-Omni-like audio tower only, and the MoE thinker's own pieces are written by hand"
+            " (models/qwen3_omni_moe)"
+        )
+        refusals.append(Finding("category", structure.model, 0, reason))
+    if refusals:
+        patches = hand_written_patches(arguments or text.arguments)
+        return Fit(structure, category, arguments, guarded, skipped, tuple(refusals), patches, processors=processors)
+    return Fit(structure, category, arguments, guarded, skipped, processors=processors)
 
 
 def _fit_scaffold(structure: ModelStructure, category: str) -> Fit:

@@ -1,35 +1,117 @@
-"""What the omni recipe would keep and drop of an Omni model, read from upstream: the refusal's findings.
+"""The fit of an Omni model (categories ``omni`` and ``omni_moe``): the omni / omni_moe recipe's arguments.
 
-The omni and omni_moe choices have no template yet (docs/scaffolding.md, "Omni scaffolds"): a copy is refused
-before writing. The refusal says what a hand-written config (the zoo's qwen2_5_omni and qwen3_omni_moe) would
-pass the omni recipe, read from upstream's class tree (:mod:`modelgraft.generator.upstream.read_omni`): the
-thinker it keeps, the speech attributes whose checkpoint keys its state-dict hook drops (``speech``) and the
-classes only they build (``speech_classes``, for ``exclude_from_output``); or, for a model that is not
-Qwen-Omni-like (an audio tower without a talker, no thinker), each way it differs.
+A Qwen-Omni-like model (docs/scaffolding.md, "Omni scaffolds") is scaffolded as the zoo's Omni models are
+configured, from what :mod:`modelgraft.generator.upstream.read_omni` reads of upstream's class tree:
+
+- the thinker's text decoder gets the dense (or MoE) fit's guards, less the classes only the speech side uses;
+- ``vision`` / ``audio``: the towers the thinker builds, which get ``dummy_forward`` (the audio clip sized by the
+  tower's first convolution), the vision tower's rotary function behind ``rope_vision``;
+- ``speech``: the top-level attributes of the speech side, whose checkpoint keys the state-dict hook drops
+  (``talker.*``, ``token2wav.*`` or ``code2wav.*``); ``speech_classes``: the classes only they use, excluded;
+- ``refused``: the top-level members that only serve audio output;
+- ``init_weights``: the base class's ``_init_weights`` less its branches naming a speech class, rendered as an
+  override (a kept method naming an excluded class would stop generation).
+
+A model that is not Qwen-Omni-like (an audio tower without a talker, no thinker), or whose inputs the tests
+cannot build without torchvision, is refused with the reason, before anything is written.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from modelgraft.generator.upstream.structure import ModelStructure
 
-__all__ = ["OMNI_RECIPE", "omni_reasons"]
-
-OMNI_RECIPE = "generator/recipes/omni.py"
+__all__ = ["omni_arguments", "omni_processors"]
 
 
-def omni_reasons(structure: ModelStructure) -> tuple[tuple[str, str], ...]:
-    """(where, reason) per finding: the differences from a Qwen-Omni-like model, or what the recipe would drop."""
+def omni_arguments(structure: ModelStructure, text: dict[str, Any], refusals: list[tuple[str, str]]) -> dict[str, Any]:
+    """The omni / omni_moe recipe's arguments: the text fit's ``text`` less what only the speech side uses, and
+    the thinker's parts read from upstream (docs/scaffolding.md, "Omni scaffolds"); refusals appended as
+    (where, reason).
+
+    The text rotary function is the one the thinker's text attention calls: a sectioned one
+    (``apply_multimodal_rotary_pos_emb``, it takes ``mrope_section``) goes behind the rope slot as ``mrope``, a
+    plain rotate-half one (Qwen3-Omni interleaves the sections in its rotary embedding) as ``rope``.
+    """
     omni = structure.omni
-    if omni is None:
-        return ()
+    assert omni is not None
     where = omni.top_level or structure.model
     if omni.differences:
-        return tuple((where, f"not Qwen-Omni-like: {difference}") for difference in omni.differences)
-    prefixes = ", ".join(f"{attr}.*" for attr in omni.speech)
-    shown = ", ".join(omni.speech_classes[:4]) + (", ..." if len(omni.speech_classes) > 4 else "")
-    reason = (
-        f"Qwen-Omni-like: a hand-written config calls the omni recipe ({OMNI_RECIPE}) on the thinker"
-        f" {omni.thinker}, speech={omni.speech!r} (its state-dict hook drops {prefixes}) and speech_classes from"
-        f" the {len(omni.speech_classes)} classes only the speech side builds ({shown})"
+        refusals += [(where, f"not Qwen-Omni-like: {difference}") for difference in omni.differences]
+        return {}
+    for attr, found in (("audio_tower", omni.audio), ("visual", omni.vision), ("model", omni.text_model)):
+        if found is None:
+            refusals.append((omni.thinker or where, f"the thinker builds no self.{attr} of this module's classes"))
+    if omni.top_level_config is None:
+        refusals.append((where, "the top-level class names no config class (config: <Config> or config_class)"))
+    conv = omni.audio_conv
+    if omni.audio is not None and conv is None:
+        refusals.append((omni.audio, "no Conv1d or Conv2d in __init__ that dummy_forward can size a blank clip by"))
+    if refusals:
+        return {}
+    assert conv is not None
+    speech = set(omni.speech_classes)
+    arguments = {
+        key: value for key, value in text.items() if key not in ("sequence_classification", "base_model", "rope")
+    }
+    for key in ("norms", "mlps", "call_sites"):
+        arguments[key] = [part for part in text.get(key) or [] if part["cls"] not in speech]
+    sites = {site["cls"] for site in arguments["call_sites"]}
+    if omni.audio_layer_norms and omni.audio not in sites:
+        # the audio tower's own final LayerNorm (ln_post), guarded as the zoo's Omni configs guard it
+        arguments["call_sites"].append(
+            {
+                "cls": omni.audio,
+                "layer_norms": list(omni.audio_layer_norms),
+                "activation": "",
+                "activation_config": "",
+                "activation_name": "",
+            }
+        )
+    rope = structure.rope
+    plain = rope is not None and rope.name == omni.text_rope and rope.formulation == "rotate_half"
+    arguments["rope"] = omni.text_rope if plain and not omni.text_rope_sectioned else None
+    attr, kind = conv
+    arguments.update(
+        {
+            "vision": {"cls": omni.vision, "rope": omni.vision_rope or ""},
+            "audio": {
+                "cls": omni.audio,
+                "input_weight": f"self.{attr}.weight",
+                # A one-channel Conv2d (Qwen3-Omni) takes the mel bins as its height: the tower's own count.
+                "mel_bins": "weight.shape[1]" if kind == "Conv1d" else "self.num_mel_bins",
+            },
+            "mrope": omni.text_rope if omni.text_rope_sectioned else None,
+            "text_model": omni.text_model,
+            "top_level": omni.top_level,
+            "top_level_config": omni.top_level_config or "",
+            "speech": list(omni.speech),
+            "speech_classes": list(omni.speech_classes),
+            "refused": dict(omni.refused),
+        }
     )
-    return ((where, reason),)
+    init = omni.init_weights
+    if init is not None:
+        arguments["init_weights"] = {
+            "owner": init.owner,
+            "params": list(init.params),
+            "body": init.body,
+            "dropped": list(init.dropped),
+            "imports": list(init.imports),
+        }
+    return arguments
+
+
+def omni_processors(structure: ModelStructure, refusals: list[tuple[str, str]]) -> dict[str, str]:
+    """The processor class and the PIL image processor class the scaffold's Omni tests build."""
+    omni = structure.omni
+    assert omni is not None
+    processor = next((p.cls for p in omni.processors if p.kind == "processor"), None)
+    image = next((p.cls for p in omni.processors if p.kind == "image_processor_pil"), None)
+    where = omni.top_level or structure.model
+    if processor is None:
+        refusals.append((where, "no processor class: neither the package nor the Auto tables name one"))
+    if image is None:
+        refusals.append((where, "no PIL image processor: the tests cannot build images without torchvision"))
+    return {"processor": processor, "image_processor": image} if processor and image else {}

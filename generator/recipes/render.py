@@ -72,7 +72,7 @@ def _gated_delta_net_line(mixer: Mapping[str, Any]) -> str:
 
 def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
     """(import line, call) of the recipe for ``arguments`` (see :func:`modelgraft.generator.recipes.fit.fit_model`)."""
-    recipe = {"moe": "moe_text", "vlm": "vlm", "vlm_moe": "vlm_moe"}.get(category, "dense_text")
+    recipe = {"moe": "moe_text", "vlm": "vlm", "vlm_moe": "vlm_moe", "omni": "omni"}.get(category, "dense_text")
     parts = {"LossHead"}
     mixer = arguments.get("gated_delta_net")
     if mixer:  # a Gated DeltaNet hybrid: the same recipe after the mixer's guards (generator/recipes/hybrid.py)
@@ -85,6 +85,10 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
     if vision:  # a VLM (generator/recipes/vlm.py): the tower first, as the zoo's configs name it
         parts.add("VisionTower")
         lines.append(f"    vision={_vision_tower(vision)},")
+    omni = category == "omni"
+    if omni:  # an Omni thinker (generator/recipes/omni.py): the audio tower and the speech side next
+        parts.add("AudioTower")
+        lines += _omni_lines(arguments)
     norms = [
         _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
         for n in arguments.get("norms") or []
@@ -129,8 +133,14 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
     if head.get("bias"):
         head_fields["bias"] = True
     lines.append("    causal_lm=" + _call("LossHead", head["cls"], head_fields) + ",")
-    if vision:
+    if vision and not omni:
         lines += _vlm_lines(category, prefix, arguments)
+    if omni:
+        lines.append(f"    mrope={arguments.get('mrope') or None!r},")
+        if arguments.get("text_model") != f"{prefix}ThinkerTextModel":
+            lines.append(f"    text_model={arguments.get('text_model')!r},")
+        if arguments.get("top_level") != f"{prefix}ForConditionalGeneration":
+            lines.append(f"    top_level={arguments.get('top_level')!r},")
     if category in ("moe", "vlm_moe"):
         experts = arguments.get("experts")
         if experts:
@@ -173,6 +183,40 @@ def _vision_tower(vision: Mapping[str, Any]) -> str:
         if value != default:
             fields[name] = value
     return _call("VisionTower", vision["cls"], fields)
+
+
+#: The AudioTower part's defaults (generator/recipes/omni.py): a field is written only where it differs.
+AUDIO_TOWER_DEFAULTS = {"input_weight": "self.conv1.weight", "mel_bins": "weight.shape[1]"}
+
+
+def _omni_lines(arguments: Mapping[str, Any]) -> list[str]:
+    """The omni recipe's own arguments: the audio tower, the speech side (attributes, classes, refused members)."""
+    audio = arguments["audio"]
+    fields = {
+        name: audio[name] for name, default in AUDIO_TOWER_DEFAULTS.items() if audio.get(name, default) != default
+    }
+    return [
+        f"    audio={_call('AudioTower', audio['cls'], fields)},",
+        f"    speech={tuple(arguments['speech'])!r},",
+        f"    speech_classes={tuple(arguments['speech_classes'])!r},",
+        f"    refused={dict(arguments['refused'])!r},",
+    ]
+
+
+def init_weights_override(model: str, init: Mapping[str, Any]) -> tuple[str, str]:
+    """(imports, override) of an Omni scaffold's ``_init_weights``: upstream's body less the branches naming a
+    speech class (the fit's ``init_weights``), as a config method override, and the ``TYPE_CHECKING`` imports
+    of the names it uses (for readers and linters: the body runs in the generated module). Both formatted."""
+    imports = "if TYPE_CHECKING:\n" + "".join(f"    {line}\n" for line in init["imports"])
+    body = "".join(f"    {line}" if line.strip() else line for line in init["body"].splitlines(keepends=True))
+    override = (
+        "@config.override_method(\n"
+        f"    {init['owner'] + '._init_weights'!r},\n"
+        '    description="upstream\'s, less its branches for the excluded speech classes",\n'
+        ")\n"
+        f"def {model}_init_weights({', '.join(init['params'])}):\n{body}"
+    )
+    return format_source(imports).rstrip("\n"), format_source(override).rstrip("\n")
 
 
 def _vlm_lines(category: str, prefix: str, arguments: Mapping[str, Any]) -> list[str]:

@@ -5,7 +5,7 @@ tags), generated and tested. Dense: a llama-like model with both backends, a mod
 (its activation goes behind the activation slot), an old decoder with nn.LayerNorm and ACT2FN calls in its
 blocks. MoE: a gated shared expert (which the old recipe dropped, giving wrong logits), mixtral's hub
 layout, deepseek's group-limited router and shared experts. The refusals are checked for each kind: out of
-category, a category with no scaffold yet, a loss head no snippet fits, too little to guard, a model
+category, an Omni model that is not Qwen-Omni-like, a loss head no snippet fits, too little to guard, a model
 transformers lacks; none of them writes anything.
 """
 
@@ -135,9 +135,9 @@ def test_an_out_of_category_model_is_refused_before_anything_is_written(repo: Pa
     assert "out of category" in message and "MambaMixer" in message
 
 
-def test_a_category_without_a_scaffold_is_refused(repo: Path) -> None:
+def test_an_omni_model_that_is_not_qwen_omni_like_is_refused(repo: Path) -> None:
     message = _refusal(repo, "gemma3n")  # an Omni model outside the zoo (Qwen-Omni's two are in it)
-    assert "omni models have no scaffold yet" in message
+    assert "not Qwen-Omni-like: no class holds a thinker (self.thinker)" in message
 
 
 def test_too_little_to_guard_is_refused_naming_each_structure_and_its_line(repo: Path) -> None:

@@ -106,15 +106,19 @@ def test_a_wrong_answer_for_a_model_that_fits_says_to_take_the_default() -> None
 
 
 def test_a_category_without_a_scaffold_names_the_patches_a_hand_written_config_would_apply() -> None:
-    message = fit("qwen2_5_omni").refusal_message()
+    message = fit("qwen3_omni_moe").refusal_message()  # omni_moe: the one category without a scaffold
 
     assert "Write the config by hand (docs/adding-a-model.md#hand-written-patches); it would apply:" in message
     assert (
-        "  - Qwen2_5OmniRMSNorm.forward: rms_norm_guard (formulation=rms_weight), behind the rms_norm slot" in message
+        "  - Qwen3OmniMoeThinkerTextRMSNorm.forward: rms_norm_guard (formulation=rms_weight), behind the rms_norm slot"
+        in message
     )
-    assert "  - Qwen2_5OmniMLP.forward: glu_mlp_guard (layout=gated), behind the glu_activation slot" in message
     assert (
-        "  - Qwen2_5OmniThinkerForConditionalGeneration.forward: causal_lm_loss_guard, behind the causal_lm_loss slot"
+        "  - Qwen3OmniMoeThinkerTextMLP.forward: glu_mlp_guard (layout=gated), behind the glu_activation slot"
+        in message
+    )
+    assert (
+        "  - Qwen3OmniMoeThinkerForConditionalGeneration.forward: causal_lm_loss_guard, behind the causal_lm_loss slot"
         in message
     )
 
@@ -128,7 +132,7 @@ def test_an_omni_moe_model_names_its_experts_router_and_aux_loss_patches() -> No
 
 
 def test_a_wrong_answer_for_a_category_without_a_scaffold_still_names_the_patches() -> None:
-    assert fit("qwen2_5_omni", "dense").hand_patches == fit("qwen2_5_omni").hand_patches != ()
+    assert fit("qwen3_omni_moe", "dense").hand_patches == fit("qwen3_omni_moe").hand_patches != ()
 
 
 def test_an_out_of_category_model_says_no_patch_can_be_named() -> None:

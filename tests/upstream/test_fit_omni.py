@@ -1,5 +1,5 @@
-"""The Omni fit's refusal: what the omni recipe would keep and drop, read from upstream's class tree, or why a
-model is not Qwen-Omni-like (docs/scaffolding.md, "Omni scaffolds")."""
+"""The Omni fit: what the omni recipe keeps and drops, read from upstream's class tree, or why a model is not
+Qwen-Omni-like (docs/scaffolding.md, "Omni scaffolds")."""
 
 from __future__ import annotations
 
@@ -47,11 +47,83 @@ def test_qwen3_omnis_code_predictor_and_code2wav_are_speech_classes() -> None:
     assert "Qwen3OmniMoeAudioEncoder" not in classes
 
 
-def test_a_qwen_omni_like_refusal_names_the_recipe_the_thinker_and_the_dropped_prefixes() -> None:
-    message = fit("qwen2_5_omni").refusal_message()
-    assert "omni models have no scaffold yet" in message
-    assert "Qwen-Omni-like: a hand-written config calls the omni recipe (generator/recipes/omni.py)" in message
-    assert "its state-dict hook drops talker.*, token2wav.*" in message
+def test_a_qwen_omni_like_model_fits_the_omni_recipe() -> None:
+    assert not fit("qwen2_5_omni").refused, fit("qwen2_5_omni").refusal_message()
+
+
+def test_the_fit_passes_the_thinkers_towers_and_the_speech_attributes_whose_keys_the_hook_drops() -> None:
+    arguments = fit("qwen2_5_omni").arguments
+    assert arguments["vision"] == {"cls": "Qwen2_5OmniVisionEncoder", "rope": "apply_rotary_pos_emb_vision"}
+    assert arguments["audio"]["cls"] == "Qwen2_5OmniAudioEncoder"
+    assert arguments["speech"] == ["talker", "token2wav"]
+    assert arguments["top_level"] == "Qwen2_5OmniForConditionalGeneration"
+
+
+def test_the_sectioned_text_rope_goes_behind_the_rope_slot_as_mrope() -> None:
+    arguments = fit("qwen2_5_omni").arguments
+    assert (arguments["mrope"], arguments["rope"]) == ("apply_multimodal_rotary_pos_emb", None)
+
+
+def test_qwen3_omnis_audio_tower_is_sized_by_its_one_channel_conv2d() -> None:
+    audio = fit("qwen3_omni_moe").arguments["audio"]
+    assert audio == {
+        "cls": "Qwen3OmniMoeAudioEncoder",
+        "input_weight": "self.conv2d1.weight",
+        "mel_bins": "self.num_mel_bins",
+    }
+
+
+def test_no_guard_is_planned_on_a_class_only_the_speech_side_uses() -> None:
+    arguments = fit("qwen2_5_omni").arguments
+    guarded = {part["cls"] for key in ("norms", "mlps", "call_sites") for part in arguments[key]}
+    assert guarded and not guarded & set(arguments["speech_classes"])
+
+
+def test_the_audio_towers_final_layer_norm_call_is_guarded() -> None:
+    sites = {site["cls"]: site["layer_norms"] for site in fit("qwen2_5_omni").arguments["call_sites"]}
+    assert sites["Qwen2_5OmniAudioEncoder"] == ["ln_post"]
+
+
+def test_a_deprecated_alias_of_a_speech_class_is_a_speech_class() -> None:
+    """Qwen2.5-Omni's UpSample1d derives from Qwen2_5OmniUpSample1d and nothing builds it."""
+    assert {"UpSample1d", "AMPBlock", "SnakeBeta"} <= set(omni("qwen2_5_omni").speech_classes)
+
+
+def test_init_weights_loses_exactly_the_branches_naming_a_speech_class() -> None:
+    init = omni("qwen2_5_omni").init_weights
+    assert init is not None and init.owner == "Qwen2_5OmniPreTrainedModel"
+    assert init.dropped == ("Qwen2_5OmniUpSample1d", "Qwen2_5OmniDownSample1d")
+    assert "kaiser_sinc_filter1d" not in init.body
+    assert "isinstance(module, SinusoidsPositionEmbedding)" in init.body
+    assert "elif isinstance(module, Qwen2_5_VisionRotaryEmbedding)" in init.body
+
+
+def test_init_weights_imports_name_what_the_kept_body_uses_from_absolute_modules() -> None:
+    assert omni("qwen2_5_omni").init_weights.imports == (  # type: ignore[union-attr]
+        "import torch",
+        "from transformers import initialization as init",
+        (
+            "from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5_VisionRotaryEmbedding, "
+            "SinusoidsPositionEmbedding"
+        ),
+    )
+
+
+def test_the_top_level_members_that_only_serve_audio_output_are_refused() -> None:
+    assert fit("qwen3_omni_moe").arguments["refused"] == {"generate": "generation", "enable_talker": "audio output"}
+
+
+def test_the_processor_and_its_pil_image_processor_come_from_the_auto_tables() -> None:
+    assert fit("qwen2_5_omni").processors == {
+        "processor": "Qwen2_5OmniProcessor",
+        "image_processor": "Qwen2VLImageProcessorPil",
+    }
+
+
+def test_an_omni_moe_model_is_refused_naming_what_is_left_to_write_by_hand() -> None:
+    message = fit("qwen3_omni_moe").refusal_message()
+    assert "omni_moe models have no scaffold yet" in message
+    assert "Qwen3OmniMoeThinkerTextSparseMoeBlock.forward: moe_experts_guard" in message
 
 
 def test_an_audio_model_without_a_thinker_is_refused_as_not_qwen_omni_like() -> None:
