@@ -9,7 +9,6 @@ the tests under them import what they test through ``modelgraft``.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -65,22 +64,8 @@ def _use_ram_for_temporary_files() -> None:
     tempfile.tempdir = None  # tempfile caches the folder it chose before this ran
 
 
-def _cache_bytecode() -> None:
-    """The suite caches bytecode, even where the environment says not to (``PYTHONDONTWRITEBYTECODE``).
-
-    A run starts a few hundred interpreters that import this checkout's modules (xdist workers, benchmark
-    children, distributed ranks, command-line runs of the generator); without a cache each compiles them
-    again: collecting the suite took 19 s without and 10 s with it on the 2-core machines measured
-    (docs/performance.md, "Test time"). Caching is Python's default, which the suite runs under on any
-    machine without that variable; the tests that rewrite a module and import it again within a second
-    (the mutants) turn the cache off for the processes they start.
-    """
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    sys.dont_write_bytecode = False
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    """Bytecode cached, temporary files in RAM where there is a tmpfs (both above), each worker's share of the cores.
+    """Temporary files in RAM where the machine has a tmpfs (above), and each xdist worker's share of the cores.
 
     Under pytest-xdist, each worker (and every process it starts) gets its share of the cores as threads:
     torch's default is a thread per core in every process: two workers on two cores then run four OpenMP
@@ -88,7 +73,6 @@ def pytest_configure(config: pytest.Config) -> None:
     for the same tests at one thread each; docs/performance.md, "Test time"). Set before torch is imported,
     so its thread pool is made at that size; an explicit OMP_NUM_THREADS wins.
     """
-    _cache_bytecode()
     _use_ram_for_temporary_files()
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers:
