@@ -25,7 +25,7 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 #: Where the suite's temporary files go when the machine has it: a RAM-backed file system (tmpfs).
 RAM_TEMP_ROOT = Path("/dev/shm")
-#: Free space the RAM-backed root must have to be used; a run keeps well under 1 GiB there at any moment.
+#: Free space the RAM-backed root must have to be used; one run's folders took up to 750 MiB there.
 RAM_TEMP_MIN_FREE = 4 * 2**30
 
 
@@ -38,7 +38,7 @@ def _is_tmpfs(path: Path) -> bool:
     return any(fields[1:3] == [str(path), "tmpfs"] for fields in (line.split() for line in mounts))
 
 
-def ram_temp_root() -> Path | None:
+def _ram_temp_root() -> Path | None:
     """The RAM-backed folder for temporary files, or None where there is none with room, or TMPDIR is set."""
     if os.environ.get("TMPDIR") or not _is_tmpfs(RAM_TEMP_ROOT) or not os.access(RAM_TEMP_ROOT, os.W_OK):
         return None
@@ -53,11 +53,11 @@ def _use_ram_for_temporary_files() -> None:
     template clones Copier makes for every copy and update, copies for generated code. On the 2-core
     machines measured, creating a file on the ext4 disk cost about 1 ms of system time, against
     microseconds in RAM: a checkout of this repository took 0.89 s there and 0.05 s on /dev/shm, and
-    tests/template/test_update.py went from 49 s to 30 s (docs/performance.md, "Test time"). Set through
-    TMPDIR before pytest picks its base temporary folder, so ``tmp_path``, ``tempfile`` in every xdist
-    worker, Copier and git all follow; an explicit TMPDIR (or ``--basetemp``) wins.
+    tests/template went from 189 s to 128 s (docs/performance.md, "Test time"). Set through TMPDIR before
+    pytest picks its base temporary folder, so ``tmp_path``, ``tempfile`` in every xdist worker, Copier and
+    git all follow. An explicit TMPDIR wins; ``--basetemp`` still decides where ``tmp_path`` goes.
     """
-    root = ram_temp_root()
+    root = _ram_temp_root()
     if root is None:
         return
     os.environ["TMPDIR"] = str(root)
