@@ -115,12 +115,6 @@ def test_an_audio_model_without_a_thinker_is_refused_as_not_qwen_omni_like() -> 
     assert "not Qwen-Omni-like: no class holds a thinker (self.thinker)" in message
 
 
-def test_an_omni_moe_model_is_refused_naming_the_patches_left_to_write_by_hand() -> None:
-    message = scaffold_refusal("qwen3_omni_moe")
-    assert "omni_moe models have no scaffold yet" in message
-    assert "Write the config by hand (docs/adding-a-model.md#hand-written-patches); it would apply:" in message
-
-
 def test_an_omni_model_answered_vlm_is_refused_with_the_detected_category() -> None:
     message = scaffold_refusal("qwen2_5_omni", "vlm")
     assert "answered vlm, but upstream's structure is omni" in message
