@@ -18,7 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from transformers import (
+    Qwen2_5OmniProcessor,
+    Qwen2_5OmniThinkerConfig,
+    Qwen3OmniMoeProcessor,
+    Qwen3OmniMoeThinkerConfig,
+)
 
+from modelgraft.models.testing.scaffold_omni import tiny_audio_sizes, tiny_clips, tiny_top_level_sizes, token_id_keys
 from modelgraft.scaffold.jinja_extension import scaffold_refusal
 
 from .repos import clone, commit_all, copy_and_generate, git, run
@@ -158,3 +165,23 @@ def test_an_omni_answer_for_an_omni_moe_model_is_refused_naming_its_experts() ->
 def test_an_omni_moe_model_without_a_thinker_is_refused_as_not_qwen_omni_like() -> None:
     message = scaffold_refusal("gemma4", "omni_moe")
     assert "not Qwen-Omni-like: no class holds a thinker (self.thinker)" in message
+
+
+# -- what the copy's tests are sized by: Qwen3-Omni's processor and config classes, read at run time --------------
+
+
+def test_the_copys_audio_tower_takes_the_chunk_size_its_processor_counts_placeholders_for() -> None:
+    qwen3 = tiny_audio_sizes(Qwen3OmniMoeThinkerConfig, 96, Qwen3OmniMoeProcessor)
+    assert (qwen3["n_window"], qwen3["n_window_infer"], qwen3["conv_chunksize"]) == (50, 100, 1)
+    assert tiny_audio_sizes(Qwen2_5OmniThinkerConfig, 96, Qwen2_5OmniProcessor)["n_window"] == 8
+
+
+def test_the_copys_audio_clip_spans_two_of_the_towers_chunks() -> None:
+    assert tiny_clips({"n_window": 50}) == ((1.3, 0.2, 0.3), 2)  # chunks of 100 mel frames: 1 s
+    assert tiny_clips({"n_window": 8}) == ((0.3, 0.2, 0.3), 1)  # the Omni suite's own clips
+
+
+def test_the_copys_special_tokens_and_video_rate_are_read_from_the_config_and_processor_classes() -> None:
+    assert token_id_keys(Qwen3OmniMoeThinkerConfig)["image_token"] == "image_token_id"
+    assert token_id_keys(Qwen2_5OmniThinkerConfig)["image_token"] == "image_token_index"
+    assert tiny_top_level_sizes(Qwen3OmniMoeThinkerConfig, Qwen3OmniMoeProcessor) == {"position_id_per_seconds": 13}
