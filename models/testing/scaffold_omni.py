@@ -76,17 +76,16 @@ AUDIO_SIZES: Mapping[str, Any] = {
 #: The feature extractor's hop between mel frames (Whisper's, ``omni_processor.whisper_features``).
 HOP_LENGTH = 160
 
-#: The special tokens' config keys as Qwen2.5-Omni's thinker config names them; a config class that does not
-#: declare a ``*_token_index`` name gets its ``*_token_id`` name (Qwen3-Omni's).
-TOKEN_ID_KEYS: Mapping[str, str] = {
-    "image_token": "image_token_index",
-    "video_token": "video_token_index",
-    "audio_token": "audio_token_index",
-    "vision_bos_token": "vision_start_token_id",
-    "vision_eos_token": "vision_end_token_id",
-    "audio_bos_token": "audio_start_token_id",
-    "audio_eos_token": "audio_end_token_id",
-}
+
+#: The special tokens' config keys as Qwen2.5-Omni's thinker config names them (the Omni suite's default); a config
+#: class that does not declare a ``*_token_index`` name gets its ``*_token_id`` name (Qwen3-Omni's).
+def _suite_default(name: str) -> Any:
+    """The Omni suite's default of an :class:`OmniModel` field: what a zoo declaration that sets none gets."""
+    found = next(field for field in dataclasses.fields(OmniModel) if field.name == name)
+    return found.default_factory()  # type: ignore[misc]
+
+
+TOKEN_ID_KEYS: Mapping[str, str] = _suite_default("token_id_keys")
 
 #: Tiny speech-side sizes, for whichever of these attributes a speech config (or one of its sub-configs: a DiT, a
 #: vocoder) declares. The talker's input width (``embedding_size``) is the thinker's text width, set apart.

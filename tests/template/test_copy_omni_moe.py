@@ -28,8 +28,9 @@ from transformers import (
 from modelgraft.models.testing.scaffold_omni import tiny_audio_sizes, tiny_clips, tiny_top_level_sizes, token_id_keys
 from modelgraft.scaffold.jinja_extension import scaffold_refusal
 
-from .repos import clone, commit_all, copy_and_generate, git, run
+from .repos import clone, commit_all, copy_and_generate, git
 from .test_copy import _assert_ruff_clean
+from .test_copy_omni import run_own_tests
 
 MODEL = "qwen3_omni_moe"
 
@@ -127,25 +128,7 @@ def test_an_omni_moe_copy_is_ruff_clean_and_passes_its_own_moe_and_audio_tests(
 ) -> None:
     repo, model_dir = qwen3_omni_moe
     _assert_ruff_clean(repo, model_dir)
-    # Without the warnings summary: the processor warns about numpy's copy keyword ("... failed").
-    tests = run(
-        repo,
-        "-m",
-        "pytest",
-        f"models/{MODEL}",
-        "-q",
-        "-n",
-        "0",
-        "-k",
-        OWN_TESTS,
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:warnings",
-        "-rs",
-    )
-    assert tests.returncode == 0, tests.stdout[-6000:] + tests.stderr[-3000:]
-    assert " passed" in tests.stdout and "failed" not in tests.stdout and "skipped" not in tests.stdout
+    tests = run_own_tests(repo, MODEL, "-k", OWN_TESTS)
     assert f"{OWN_TEST_COUNT} passed" in tests.stdout
 
 
