@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from modelgraft.generator.upstream.index import ModuleIndex
 from modelgraft.generator.upstream.read_config import _defaults
 from modelgraft.generator.upstream.read_processors import read_processors
 from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, dotted, is_self_attr
@@ -192,39 +193,40 @@ def _experts_activation_init(source: ModelSource, kept: list[str]) -> tuple[str,
 
 
 def _dropped_router_logits(source: ModelSource, thinker: str) -> tuple[str, str] | None:
-    """The output class the thinker's forward returns without ``router_logits=`` although it has the field (a
-    ``Moe*Output*`` base or its own annotation), and the router logits it hands its aux-loss function."""
+    """The output class the thinker's forward returns without ``router_logits=`` although the class has the field
+    (its own or a base's, transformers' ``MoeCausalLMOutputWithPast``), and the router logits the forward hands a
+    call (its aux-loss function) as the first argument."""
     forward = source.own_method(thinker, "forward")
     if forward is None:
         return None
-    returned = [
-        node.value
-        for node in ast.walk(forward)
-        if isinstance(node, ast.Return) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
-    ]
     logits = [
-        arg
+        call.args[0]
         for call in calls_in(forward)
-        if "load_balancing_loss" in (called_name(call) or "")
-        for arg in call.args[:1]
-        if isinstance(arg, ast.Attribute) and arg.attr == "router_logits"
+        if call.args and isinstance(call.args[0], ast.Attribute) and call.args[0].attr == "router_logits"
     ]
-    for call in returned:
-        cls = call.func.id  # type: ignore[attr-defined]
-        if cls not in source.classes or "router_logits" in {kw.arg for kw in call.keywords}:
+    for node in ast.walk(forward):
+        if not (isinstance(node, ast.Return) and isinstance(node.value, ast.Call)):
             continue
-        if _has_router_logits(source, cls) and logits:
+        cls = dotted(node.value.func)
+        if cls not in source.classes or "router_logits" in {kw.arg for kw in node.value.keywords}:
+            continue
+        if logits and _declares_field(source, source.index, cls, "router_logits"):
             return cls, dotted(logits[0])
     return None
 
 
-def _has_router_logits(source: ModelSource, cls: str) -> bool:
-    node = source.classes[cls]
-    own = any(
-        isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == "router_logits"
+def _declares_field(source: ModelSource, index: ModuleIndex, cls: str, name: str) -> bool:
+    """``cls`` (as seen from ``index``) or one of its bases, followed into other modules, annotates ``name``."""
+    found = source.sources.resolve_class(index, cls)
+    if found is None:
+        return False
+    owner, node = found
+    if any(
+        isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name
         for stmt in node.body
-    )
-    return own or any(base.startswith("Moe") and "Output" in base for base in source.base_names(cls))
+    ):
+        return True
+    return any(_declares_field(source, owner, base.id, name) for base in node.bases if isinstance(base, ast.Name))
 
 
 def _config_class(node: ast.ClassDef) -> str | None:
