@@ -40,7 +40,7 @@ DOCS = "docs/adding-a-model.md#hand-written-patches"
 PARAMETRIZED_ACTIVATIONS = ("xielu",)
 
 #: Categories that have a scaffold today.
-SCAFFOLDED = ("dense", "moe", "vlm", "vlm_moe", "omni")
+SCAFFOLDED = ("dense", "moe", "vlm", "vlm_moe", "omni", "omni_moe")
 
 #: The text categories: what a package with a tower may be answered as when its causal LM builds none.
 TEXT_CATEGORIES = ("dense", "moe")
@@ -48,8 +48,8 @@ TEXT_CATEGORIES = ("dense", "moe")
 #: The VLM categories, fitted by :mod:`modelgraft.generator.recipes.fit_vlm` over the text fit.
 VLM_CATEGORIES = ("vlm", "vlm_moe")
 
-#: The Omni categories (thinker only), fitted by :mod:`modelgraft.generator.recipes.fit_omni` over the text fit;
-#: the omni_moe fit's arguments are read, and the copy refused (docs/scaffolding.md, "Omni scaffolds").
+#: The Omni categories (thinker only), fitted by :mod:`modelgraft.generator.recipes.fit_omni` over the text fit
+#: (docs/scaffolding.md, "Omni scaffolds").
 OMNI_CATEGORIES = ("omni", "omni_moe")
 
 
@@ -565,7 +565,7 @@ def _fit_omni(structure: ModelStructure, category: str) -> Fit:
     class tree (:func:`modelgraft.generator.recipes.fit_omni.omni_arguments`)."""
     text = _fit_scaffold(structure, "moe" if category == "omni_moe" else "dense")
     found: list[tuple[str, str]] = []
-    arguments = omni_arguments(structure, text.arguments, found)
+    arguments = omni_arguments(structure, text.arguments, found, moe=category == "omni_moe")
     processors = omni_processors(structure, found) if arguments else {}
     speech = set(arguments.get("speech_classes") or ())
     skipped = tuple(
@@ -583,13 +583,6 @@ def _fit_omni(structure: ModelStructure, category: str) -> Fit:
             f"the scaffold would guard only {', '.join(guarded) or 'nothing'}: fewer than the loss head and two slots"
         )
         refusals.append(Finding("coverage", structure.model, 0, reason))
-    if category not in SCAFFOLDED:
-        reason = (
-            f"{category} models have no scaffold yet (dense, MoE, the VLMs and omni do): the scaffold's Omni tests"
-            " size a Qwen2.5-Omni-like audio tower only, and the MoE thinker's own pieces are written by hand"
-            " (models/qwen3_omni_moe)"
-        )
-        refusals.append(Finding("category", structure.model, 0, reason))
     if refusals:
         patches = hand_written_patches(arguments or text.arguments)
         return Fit(structure, category, arguments, guarded, skipped, tuple(refusals), patches, processors=processors)

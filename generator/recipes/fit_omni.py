@@ -12,6 +12,13 @@ configured, from what :mod:`modelgraft.generator.upstream.read_omni` reads of up
 - ``init_weights``: the base class's ``_init_weights`` less its branches naming a speech class, rendered as an
   override (a kept method naming an excluded class would stop generation).
 
+For ``omni_moe`` the text fit is the MoE one (experts, router, aux loss), and three pieces of a MoE thinker are read
+too (Qwen3-Omni-MoE's): ``pretrained_models``, the kept ``PreTrainedModel`` classes other than the base class (the
+thinker text model's own base), which get the base class's conversions, strict loading and attention;
+``experts_activation_init``, experts whose activation only ``__init__`` names, recorded there and read as
+``self.experts.activation_name``; and the router logits the thinker's output leaves out, which the generated
+output keeps (``causal_lm.router_logits``).
+
 A model that is not Qwen-Omni-like (an audio tower without a talker, no thinker), or whose inputs the tests
 cannot build without torchvision, is refused with the reason, before anything is written.
 """
@@ -25,7 +32,9 @@ from modelgraft.generator.upstream.structure import ModelStructure
 __all__ = ["omni_arguments", "omni_processors"]
 
 
-def omni_arguments(structure: ModelStructure, text: dict[str, Any], refusals: list[tuple[str, str]]) -> dict[str, Any]:
+def omni_arguments(
+    structure: ModelStructure, text: dict[str, Any], refusals: list[tuple[str, str]], *, moe: bool = False
+) -> dict[str, Any]:
     """The omni / omni_moe recipe's arguments: the text fit's ``text`` less what only the speech side uses, and
     the thinker's parts read from upstream (docs/scaffolding.md, "Omni scaffolds"); refusals appended as
     (where, reason).
@@ -48,6 +57,11 @@ def omni_arguments(structure: ModelStructure, text: dict[str, Any], refusals: li
     conv = omni.audio_conv
     if omni.audio is not None and conv is None:
         refusals.append((omni.audio, "no Conv1d or Conv2d in __init__ that dummy_forward can size a blank clip by"))
+    if moe and not (text.get("experts") and text.get("router")):
+        missing = " and ".join(part for part in ("experts", "router") if not text.get(part))
+        refusals.append(
+            (omni.thinker or where, f"the omni_moe recipe guards the thinker's experts and router: no {missing} fits")
+        )
     if refusals:
         return {}
     assert conv is not None
@@ -91,6 +105,8 @@ def omni_arguments(structure: ModelStructure, text: dict[str, Any], refusals: li
             "refused": dict(omni.refused),
         }
     )
+    if moe:
+        arguments.update(_moe_thinker(structure, arguments))
     init = omni.init_weights
     if init is not None:
         arguments["init_weights"] = {
@@ -101,6 +117,22 @@ def omni_arguments(structure: ModelStructure, text: dict[str, Any], refusals: li
             "imports": list(init.imports),
         }
     return arguments
+
+
+def _moe_thinker(structure: ModelStructure, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The MoE thinker's own pieces (see the module docstring), as recipe arguments."""
+    omni = structure.omni
+    assert omni is not None
+    found: dict[str, Any] = {
+        "pretrained_models": [cls for cls in omni.pretrained_bases if cls != f"{structure.prefix}PreTrainedModel"]
+    }
+    if omni.experts_activation_init is not None:
+        cls, attr = omni.experts_activation_init
+        found["experts"] = {**arguments["experts"], "activation": "self.experts.activation_name"}
+        found["experts_activation_init"] = {"cls": cls, "config_attr": attr}
+    if omni.router_logits is not None:
+        found["causal_lm"] = {**arguments["causal_lm"], "router_logits": list(omni.router_logits)}
+    return found
 
 
 def omni_processors(structure: ModelStructure, refusals: list[tuple[str, str]]) -> dict[str, str]:

@@ -72,7 +72,9 @@ def _gated_delta_net_line(mixer: Mapping[str, Any]) -> str:
 
 def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
     """(import line, call) of the recipe for ``arguments`` (see :func:`modelgraft.generator.recipes.fit.fit_model`)."""
-    recipe = {"moe": "moe_text", "vlm": "vlm", "vlm_moe": "vlm_moe", "omni": "omni"}.get(category, "dense_text")
+    recipe = {"moe": "moe_text", "vlm": "vlm", "vlm_moe": "vlm_moe", "omni": "omni", "omni_moe": "omni_moe"}.get(
+        category, "dense_text"
+    )
     parts = {"LossHead"}
     mixer = arguments.get("gated_delta_net")
     if mixer:  # a Gated DeltaNet hybrid: the same recipe after the mixer's guards (generator/recipes/hybrid.py)
@@ -85,7 +87,7 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
     if vision:  # a VLM (generator/recipes/vlm.py): the tower first, as the zoo's configs name it
         parts.add("VisionTower")
         lines.append(f"    vision={_vision_tower(vision)},")
-    omni = category == "omni"
+    omni = category in ("omni", "omni_moe")
     if omni:  # an Omni thinker (generator/recipes/omni.py): the audio tower and the speech side next
         parts.add("AudioTower")
         lines += _omni_lines(arguments)
@@ -132,6 +134,8 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         head_fields["head"] = head["head"]
     if head.get("bias"):
         head_fields["bias"] = True
+    if head.get("router_logits"):  # an output upstream builds without the router logits it has
+        head_fields["router_logits"] = tuple(head["router_logits"])
     lines.append("    causal_lm=" + _call("LossHead", head["cls"], head_fields) + ",")
     if vision and not omni:
         lines += _vlm_lines(category, prefix, arguments)
@@ -141,7 +145,7 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
             lines.append(f"    text_model={arguments.get('text_model')!r},")
         if arguments.get("top_level") != f"{prefix}ForConditionalGeneration":
             lines.append(f"    top_level={arguments.get('top_level')!r},")
-    if category in ("moe", "vlm_moe"):
+    if category in ("moe", "vlm_moe", "omni_moe"):
         experts = arguments.get("experts")
         if experts:
             parts.add("Experts")
@@ -163,7 +167,40 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         lines.append(f"    base_model={arguments['base_model']!r},")
     lines.append(")")
     imports = f"from modelgraft.generator.recipes import {', '.join(sorted(parts) + [recipe])}"
+    if len(imports) > LINE_LENGTH:  # split as ruff splits it (omni_moe's ten parts)
+        imports = format_source(imports).rstrip("\n")
+    if category == "omni_moe":
+        extra_imports, extra = _omni_moe_lines(prefix, arguments)
+        imports = "\n".join([imports, *extra_imports])
+        lines += extra
     return imports, format_source("\n".join(lines) + "\n").rstrip("\n")
+
+
+#: What recording an experts class's activation name in its ``__init__`` is for (the snippet's description).
+EXPERTS_ACTIVATION_NAME = "record the experts' activation name for the moe_experts guard"
+
+
+def _omni_moe_lines(prefix: str, arguments: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(imports, statements) after an omni_moe recipe call: the MoE thinker's own pieces (generator/recipes/fit_omni.py)
+    as the zoo's Qwen3-Omni-MoE config writes them: each other ``PreTrainedModel`` class of the module gets the
+    base class's conversions, strict loading and attention, and experts whose activation only ``__init__`` names
+    record it there."""
+    imports: list[str] = []
+    lines: list[str] = []
+    for cls in arguments.get("pretrained_models") or []:
+        if not imports:
+            imports.append("from modelgraft.generator.recipes.dense import apply_pretrained_model")
+        lines.append(f"apply_pretrained_model(config, {cls!r}, prefix={prefix!r})")
+    init = arguments.get("experts_activation_init")
+    if init:
+        options = {"kind": "modify_init", "config_attr": init["config_attr"], "description": EXPERTS_ACTIVATION_NAME}
+        given = [
+            repr("activation_name_init"),
+            repr(init["cls"]),
+            *(f"{key}={value!r}" for key, value in options.items()),
+        ]
+        lines.append(f"config.apply_snippet({', '.join(given)})")
+    return imports, lines
 
 
 #: The VisionTower part's defaults (generator/recipes/vlm.py): a field is written only where it differs.

@@ -12,7 +12,9 @@ For the scaffold's recipe call (docs/scaffolding.md, "Omni scaffolds") the think
 towers and text decoder it builds, the audio tower's first convolution, the text attention's rotary function,
 the top-level members that only serve audio output, the package's processors, and the base class's
 ``_init_weights`` with the branches that name a speech class taken out (a kept method naming an excluded class
-would stop generation).
+would stop generation). For a MoE thinker (Qwen3-Omni-MoE) also: the ``PreTrainedModel`` classes of the module
+other than the base class (its thinker text model's base, which only the talker derives from), experts whose
+activation only ``__init__`` can name, and an output the thinker builds without the router logits it has.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from modelgraft.generator.upstream.index import ModuleIndex
+from modelgraft.generator.upstream.read_config import _defaults
 from modelgraft.generator.upstream.read_processors import read_processors
 from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, dotted, is_self_attr
 from modelgraft.generator.upstream.vlm_structure import ProcessorInfo
@@ -86,6 +90,16 @@ class OmniInfo:
     processors: tuple[ProcessorInfo, ...] = ()
     #: The base class's ``_init_weights`` without its speech branches, when it has any.
     init_weights: InitWeights | None = None
+    #: Kept classes of the module that derive from transformers' ``PreTrainedModel`` itself, in source order (the
+    #: base class, and Qwen3-Omni-MoE's ``ThinkerTextPreTrainedModel``, upstream's public API).
+    pretrained_bases: tuple[str, ...] = ()
+    #: (experts class, config attribute) where the thinker's experts name their activation only in ``__init__``
+    #: (``ACT2FN[config.<attr>]``), their config annotated as a class that declares no ``<attr>``: the name must
+    #: be recorded there (``activation_name_init``), as ``self.experts.config.<attr>`` is not what the source says.
+    experts_activation_init: tuple[str, str] | None = None
+    #: (output class, expression) where the thinker's forward builds its output, a class with ``router_logits``,
+    #: without them while it hands ``<expression>`` to its aux-loss function (Qwen3-Omni-MoE's thinker).
+    router_logits: tuple[str, str] | None = None
 
 
 def read_omni(source: ModelSource) -> OmniInfo:
@@ -105,7 +119,7 @@ def read_omni(source: ModelSource) -> OmniInfo:
         differences.append(f"{top} builds no talker: an audio tower without a speech side to drop")
     kept = _reachable(source, [thinker] if thinker else [])
     dropped = _reachable(source, [cls for attr in speech for cls in built[attr]])
-    speech_classes = [cls for cls in dropped if cls not in kept]
+    speech_classes = [cls for cls in dropped if cls not in kept and not _public_base_only(source, cls)]
     # A class deriving from a speech class that nothing kept builds (a deprecated alias) goes with it.
     speech_classes += [
         cls
@@ -135,7 +149,84 @@ def read_omni(source: ModelSource) -> OmniInfo:
         # the top-level model_type, the package's name, is the one the Auto tables map to image processors
         processors=read_processors(source, source.model),
         init_weights=_init_weights(source, f"{source.index.module}", speech_classes),
+        pretrained_bases=tuple(
+            cls for cls in source.classes if cls not in speech_classes and "PreTrainedModel" in source.base_names(cls)
+        ),
+        experts_activation_init=_experts_activation_init(source, kept),
+        router_logits=_dropped_router_logits(source, thinker) if thinker else None,
     )
+
+
+def _public_base_only(source: ModelSource, cls: str) -> bool:
+    """``cls`` is upstream's public API (``__all__``), derives from no class of the module and nothing builds it:
+    the speech side reaches it only as a base class (Qwen3-Omni-MoE's talker derives from the thinker text model's
+    ``ThinkerTextPreTrainedModel``), and it holds nothing of the speech side, so it is kept."""
+    if cls not in source.index.public_names or any(base in source.classes for base in source.base_names(cls)):
+        return False
+    return not any(cls in _classes_built(source, node) for node in source.classes.values())
+
+
+def _experts_activation_init(source: ModelSource, kept: list[str]) -> tuple[str, str] | None:
+    """The kept experts class (``@use_experts_implementation``) whose activation only ``__init__`` names, and the
+    config attribute it reads: its ``config`` parameter annotated as a config class that declares no such field."""
+    for cls in kept:
+        if "use_experts_implementation" not in source.decorator_names(cls) or source.stores_config(cls):
+            continue
+        init = source.own_method(cls, "__init__")
+        act = source.init_assigns(cls).get("act_fn", [])
+        if init is None or len(init.args.args) < 2 or not act:
+            continue
+        value = act[0]
+        if not (
+            isinstance(value, ast.Subscript)
+            and isinstance(value.slice, ast.Attribute)
+            and dotted(value.slice.value) == init.args.args[1].arg
+        ):
+            continue
+        annotation = init.args.args[1].annotation
+        if not isinstance(annotation, ast.Name):
+            continue
+        found = source.sources.resolve_class(source.index, annotation.id)
+        if found is not None and value.slice.attr not in _defaults(source.sources, found[0], annotation.id):
+            return cls, value.slice.attr
+    return None
+
+
+def _dropped_router_logits(source: ModelSource, thinker: str) -> tuple[str, str] | None:
+    """The output class the thinker's forward returns without ``router_logits=`` although the class has the field
+    (its own or a base's, transformers' ``MoeCausalLMOutputWithPast``), and the router logits the forward hands a
+    call (its aux-loss function) as the first argument."""
+    forward = source.own_method(thinker, "forward")
+    if forward is None:
+        return None
+    logits = [
+        call.args[0]
+        for call in calls_in(forward)
+        if call.args and isinstance(call.args[0], ast.Attribute) and call.args[0].attr == "router_logits"
+    ]
+    for node in ast.walk(forward):
+        if not (isinstance(node, ast.Return) and isinstance(node.value, ast.Call)):
+            continue
+        cls = dotted(node.value.func)
+        if cls not in source.classes or "router_logits" in {kw.arg for kw in node.value.keywords}:
+            continue
+        if logits and _declares_field(source, source.index, cls, "router_logits"):
+            return cls, dotted(logits[0])
+    return None
+
+
+def _declares_field(source: ModelSource, index: ModuleIndex, cls: str, name: str) -> bool:
+    """``cls`` (as seen from ``index``) or one of its bases, followed into other modules, annotates ``name``."""
+    found = source.sources.resolve_class(index, cls)
+    if found is None:
+        return False
+    owner, node = found
+    if any(
+        isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name
+        for stmt in node.body
+    ):
+        return True
+    return any(_declares_field(source, owner, base.id, name) for base in node.bases if isinstance(base, ast.Name))
 
 
 def _config_class(node: ast.ClassDef) -> str | None:

@@ -54,6 +54,15 @@ LOCAL_MODIFICATIONS = {
     # Qwen2.5-Omni, configured by hand before the omni scaffold: the config's docstring, its hand-kept module list
     # and speech classes (the vocoder's deprecated aliases named), and the parity test's hand-chosen tiny sizes.
     "qwen2_5_omni": ["qwen2_5_omni_gpu_patch_gen_config.py", "tests/test_qwen2_5_omni_parity.py"],
+    # Qwen3-Omni-MoE, configured by hand before the omni_moe scaffold: the config's docstring, hand-kept module list
+    # and speech classes; the registration as one loop over both model types; the converter's docstring on the
+    # hub's per-expert layout, declared (``layout="fused"``); the parity test's hand-chosen tiny sizes.
+    "qwen3_omni_moe": [
+        "__init__.py",
+        "checkpoint.py",
+        "qwen3_omni_moe_gpu_patch_gen_config.py",
+        "tests/test_qwen3_omni_moe_parity.py",
+    ],
 }
 
 #: Zoo models the scaffold refuses, written by hand (docs/adding-a-model.md, "Hand-written patches"), each with
@@ -62,7 +71,6 @@ REFUSED_BY_THE_SCAFFOLD = {
     "deepseek_v4": "defines its own cache",
     "qwen3_5": "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards",
     "qwen3_5_moe": "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards",
-    "qwen3_omni_moe": "omni_moe models have no scaffold yet",
 }
 
 #: A template change that reaches every model and that no hand-written part can conflict with: a new file.

@@ -120,10 +120,42 @@ def test_the_processor_and_its_pil_image_processor_come_from_the_auto_tables() -
     }
 
 
-def test_an_omni_moe_model_is_refused_naming_what_is_left_to_write_by_hand() -> None:
-    message = fit("qwen3_omni_moe").refusal_message()
-    assert "omni_moe models have no scaffold yet" in message
-    assert "Qwen3OmniMoeThinkerTextSparseMoeBlock.forward: moe_experts_guard" in message
+def test_an_omni_moe_model_fits_the_omni_moe_recipe_with_its_experts_router_and_aux_loss() -> None:
+    found = fit("qwen3_omni_moe")
+    assert not found.refused, found.refusal_message()
+    assert {"moe_experts", "softmax_topk_router", "load_balancing_loss"} <= set(found.guarded)
+    assert found.arguments["experts"]["sparse_block"] == "Qwen3OmniMoeThinkerTextSparseMoeBlock"
+    assert found.arguments["router"]["cls"] == "Qwen3OmniMoeThinkerTextTopKRouter"
+
+
+def test_a_base_class_the_speech_side_only_derives_from_is_kept() -> None:
+    """The talker derives from the thinker text model's own PreTrainedModel, which nothing builds (public API)."""
+    assert "Qwen3OmniMoeThinkerTextPreTrainedModel" not in omni("qwen3_omni_moe").speech_classes
+    assert "Qwen3OmniMoeTalkerForConditionalGeneration" in omni("qwen3_omni_moe").speech_classes
+
+
+def test_the_kept_pretrained_model_classes_beside_the_base_class_get_its_conversions() -> None:
+    assert fit("qwen3_omni_moe").arguments["pretrained_models"] == ["Qwen3OmniMoeThinkerTextPreTrainedModel"]
+    assert "pretrained_models" not in fit("qwen2_5_omni").arguments
+
+
+def test_experts_whose_config_is_annotated_without_their_activation_record_it_in_init() -> None:
+    """Upstream annotates the thinker's experts' config as the thinker's config, which declares no hidden_act."""
+    arguments = fit("qwen3_omni_moe").arguments
+    assert omni("qwen3_omni_moe").experts_activation_init == ("Qwen3OmniMoeThinkerTextExperts", "hidden_act")
+    assert arguments["experts"]["activation"] == "self.experts.activation_name"
+    assert arguments["experts_activation_init"] == {
+        "cls": "Qwen3OmniMoeThinkerTextExperts",
+        "config_attr": "hidden_act",
+    }
+
+
+def test_an_output_built_without_the_router_logits_the_thinker_has_keeps_them() -> None:
+    assert fit("qwen3_omni_moe").arguments["causal_lm"]["router_logits"] == [
+        "Qwen3OmniMoeThinkerCausalLMOutputWithPast",
+        "outputs.router_logits",
+    ]
+    assert omni("qwen2_5_omni").router_logits is None
 
 
 def test_an_audio_model_without_a_thinker_is_refused_as_not_qwen_omni_like() -> None:
