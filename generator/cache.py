@@ -116,7 +116,9 @@ class CheckCache:
         if not isinstance(output, str) or Path(output).parent != folder:
             return None
         path = Path(output)
-        return path if self.is_clean(config_name, [path, *([path.with_suffix(".diff")] if with_diff else [])]) else None
+        return (
+            path if self.is_clean(config_name, [path, *([path.with_suffix(".diff")] if with_diff else [])]) else None
+        )
 
     def _installed(self, distribution: str) -> str | None:
         if distribution not in self._versions:

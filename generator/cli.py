@@ -218,13 +218,13 @@ def _remember(cache: CheckCache | None, files: list, expected: dict[Path, str]) 
         return
     for generated in files:
         outputs = {p: t for p, t in expected.items() if p in (generated.path, generated.diff_path)}
-        cache.record(
-            generated.config_name, generated.inputs, outputs, dict(generated.versions), output=generated.path
-        )
+        cache.record(generated.config_name, generated.inputs, outputs, dict(generated.versions), output=generated.path)
     cache.save()
 
 
-def _vouched_by_cache(args: argparse.Namespace, settings: Settings, module_names: list[str], reporter: Reporter) -> bool:
+def _vouched_by_cache(
+    args: argparse.Namespace, settings: Settings, module_names: list[str], reporter: Reporter
+) -> bool:
     """Whether the check cache answers ``--check`` for every selected config without loading one.
 
     It does when each config's entry names its generated module in the config's output folder and holds
