@@ -11,11 +11,12 @@ and a pattern that matches no statement, or more than one, is an error naming th
 from __future__ import annotations
 
 import ast
+import weakref
 from dataclasses import dataclass
 
 from modelgraft.generator import parse_cache
 from modelgraft.generator.errors import SnippetError
-from modelgraft.generator.syntax import dotted_name, nested_statements, same_syntax
+from modelgraft.generator.syntax import dotted_name, nested_statements, same_syntax, walk
 from modelgraft.generator.upstream.index import ModuleIndex
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers")
@@ -53,28 +54,45 @@ class CallSite:
 
 def _calls(node: ast.AST, pattern: str) -> list[ast.Call]:
     """Calls of ``pattern`` below ``node``; a callee that is a plain dotted name is compared without unparsing it."""
-    return [n for n in ast.walk(node) if isinstance(n, ast.Call) and _callee(n) == pattern]
+    return [n for n in walk(node) if isinstance(n, ast.Call) and _callee(n) == pattern]
 
 
 def _callee(call: ast.Call) -> str:
     return dotted_name(call.func) or ast.unparse(call.func)
 
 
+# Trees are shared and never changed in place (parse_cache), so what one holds is a fact of the tree:
+# snippets ask the same upstream function for several calls (has_call, call, wrapping), and a model's
+# configs render several snippets over it. Kept while the tree lives.
+_OWNED_CALLS: weakref.WeakKeyDictionary[ast.AST, dict[str, list[tuple[ast.stmt, ast.Call]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _owned_calls(root: ast.AST, pattern: str) -> list[tuple[ast.stmt, ast.Call]]:
     """Each call of ``pattern`` below ``root`` with the statement that owns it: the innermost statement of
-    the blocks :func:`_statement_lists` reaches that holds the call. One walk of the tree.
+    the blocks :func:`_statement_lists` reaches that holds the call. One walk of the tree for every pattern.
 
     A call in an ``except`` clause's header belongs to no statement (the handler is not one), and a call
     outside every block (a decorator, a default) to none either.
     """
-    found = []
+    by_callee = _OWNED_CALLS.get(root)
+    if by_callee is None:
+        by_callee = _OWNED_CALLS[root] = _owned_calls_by_callee(root)
+    return list(by_callee.get(pattern, ()))
+
+
+def _owned_calls_by_callee(root: ast.AST) -> dict[str, list[tuple[ast.stmt, ast.Call]]]:
+    """Every owned call below ``root`` (see :func:`_owned_calls`), by callee, in the order one walk finds them."""
+    found: dict[str, list[tuple[ast.stmt, ast.Call]]] = {}
     # (node, its owner, whether its block fields are blocks: it is the root or a statement of a block)
     todo: list[tuple[ast.AST, ast.stmt | None, bool]] = [(root, None, True)]
     while todo:
         node, owner, opens_blocks = todo.pop()
-        if isinstance(node, ast.Call) and owner is not None and _callee(node) == pattern:
-            found.append((owner, node))
-        for name, value in ast.iter_fields(node):
+        if isinstance(node, ast.Call) and owner is not None:
+            found.setdefault(_callee(node), []).append((owner, node))
+        for name in node._fields:  # ast.iter_fields without its generator
+            value = getattr(node, name, None)
             if isinstance(value, ast.AST):
                 todo.append((value, owner, False))
             elif isinstance(value, list):
