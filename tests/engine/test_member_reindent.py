@@ -165,14 +165,36 @@ def test_a_run_in_an_except_clause_goes_under_else_in_place() -> None:
     ) in guarded.source
 
 
-def test_wrapping_parses_the_edited_function_once_and_nothing_else(monkeypatch) -> None:
+@pytest.fixture
+def parsed(monkeypatch) -> list[str]:
+    """Every text parsed from now on (through the parse memo, as every edit and verification is)."""
     from modelgraft.generator import parse_cache
 
-    member = _member(PLAIN)
-    parsed: list[str] = []
+    texts: list[str] = []
     real = parse_cache.parse
-    monkeypatch.setattr(parse_cache, "parse", lambda text: parsed.append(text) or real(text))
+    monkeypatch.setattr(parse_cache, "parse", lambda text: texts.append(text) or real(text))
+    return texts
+
+
+def test_wrapping_parses_the_edited_function_once_and_nothing_else(parsed) -> None:
+    member = _member(PLAIN)
+    parsed.clear()
 
     guarded = member.wrapping("self.experts", "slot.use_non_eager_impl", "y = slot(x)\n")
 
     assert parsed == [guarded.index.source]
+
+
+def test_a_body_already_at_four_spaces_is_its_trees_own_text_and_is_not_parsed_again(parsed) -> None:
+    derived = _member(PLAIN).with_prefix(GUARD)
+    parsed.clear()
+
+    assert derived.source == derived.index.source
+    assert parsed == []
+
+
+def test_a_body_at_four_spaces_with_a_blank_line_of_spaces_is_still_verified(parsed) -> None:
+    member = _member("def forward(x):\n    y = x\n    \n    return y\n", "forward")
+
+    assert member.body == "    y = x\n\n    return y\n"
+    assert parsed == ["def _():\n    y = x\n\n    return y\n"]
