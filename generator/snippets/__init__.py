@@ -6,9 +6,9 @@ which is then applied like a hand-written patch, under the same checks.
 
 from __future__ import annotations
 
-from functools import lru_cache
+import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from modelgraft.generator.dsl.patches import SnippetRef
 from modelgraft.generator.errors import SnippetError
@@ -25,10 +25,6 @@ def available() -> list[str]:
     return sorted(p.name[: -len(SUFFIX)] for p in SNIPPET_DIR.glob(f"*{SUFFIX}"))
 
 
-#: How snippets are written: the one Jinja syntax of :func:`environment` and :func:`_included`.
-_SYNTAX: dict[str, Any] = {"keep_trailing_newline": True, "trim_blocks": True, "lstrip_blocks": True}
-
-
 def environment() -> jinja2.Environment:
     """A Jinja environment over the snippet folder as it is now (a run's context keeps one per run)."""
     import jinja2  # imported on first use: plain configs and --check on a warm cache never need it
@@ -36,25 +32,41 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(SNIPPET_DIR)),
         undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
         autoescape=False,
-        **_SYNTAX,
     )
     env.globals["fail"] = _fail
     return env
 
 
-# A pure function of the template's text, memoised per process: a zoo-wide run renders the same few
-# templates hundreds of times, and parsing one again on every render to find what it includes cost a
-# fifth of planning (docs/performance.md, "Generator: whole processes"). An edited template is
-# another text, parsed afresh.
-@lru_cache(maxsize=256)
-def _included(text: str) -> tuple[str, ...]:
-    """The names of the templates ``text`` includes, sorted (``{% include %}`` with a constant name)."""
-    import jinja2
+# Per environment (a run's context holds one), by template name and text: a zoo-wide run renders the
+# same few templates hundreds of times, and needs each one's includes besides its code. Both come from
+# one parse; finding the includes by parsing the template again on every render cost a fifth of
+# planning (docs/performance.md, "Generator: whole processes"). An edited template is another text,
+# compiled afresh.
+_COMPILED: weakref.WeakKeyDictionary[
+    jinja2.Environment, dict[tuple[str, str], tuple[jinja2.Template, tuple[str, ...]]]
+] = weakref.WeakKeyDictionary()
+
+
+def _compiled(templates: jinja2.Environment, name: str, text: str) -> tuple[jinja2.Template, tuple[str, ...]]:
+    """Template ``name`` with source ``text``, compiled in ``templates``, and the names of the templates it
+    includes (``{% include %}`` with a constant name), sorted; what ``templates.get_template(name)``
+    would compile, from the same single parse as the includes."""
     import jinja2.meta
 
-    tree = jinja2.Environment(**_SYNTAX).parse(text)
-    return tuple(sorted(name for name in jinja2.meta.find_referenced_templates(tree) if name))
+    memo = _COMPILED.setdefault(templates, {})
+    found = memo.get((name, text))
+    if found is None:
+        filename = str(SNIPPET_DIR / name)
+        tree = templates.parse(text, name, filename)
+        included = tuple(sorted(n for n in jinja2.meta.find_referenced_templates(tree) if n))
+        code = templates.compile(tree, name, filename)
+        template = templates.template_class.from_code(templates, code, templates.make_globals(None))
+        found = memo[(name, text)] = (template, included)
+    return found
 
 
 def _fail(message: str) -> None:
@@ -81,7 +93,8 @@ def render(
     if not path.is_file():
         raise SnippetError(f"no snippet named {ref.name!r} (available: {', '.join(available()) or 'none'})")
     try:
-        text = templates.get_template(path.name).render(**ref.variables, upstream=upstream)
+        template, included = _compiled(templates, path.name, path.read_text(encoding="utf-8"))
+        text = template.render(**ref.variables, upstream=upstream)
     except SnippetError as exc:
         raise SnippetError(f"snippet {ref.name!r}: {exc.cause}") from exc
     except jinja2.UndefinedError as exc:
@@ -89,5 +102,4 @@ def render(
     except jinja2.TemplateError as exc:
         raise SnippetError(f"snippet {ref.name!r} cannot be rendered: {exc}") from exc
     # A template that includes another (an Omni thinker's forward includes the loss head's) depends on both.
-    included = _included(path.read_text(encoding="utf-8"))
     return text, (path, *(snippet_path(name.removesuffix(SUFFIX)) for name in included))

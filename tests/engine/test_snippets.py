@@ -173,3 +173,17 @@ def test_a_snippet_that_includes_another_depends_on_both_files_on_every_render(s
         "def forward(self, x):\n    return x * 3\n",
     ]
     assert [files for _, files in renders] == [(snippet_dir / "body.py.j2", snippet_dir / "head.py.j2")] * 2
+
+
+def test_a_template_edited_between_renders_renders_its_new_text(snippet_dir):
+    from modelgraft.generator import snippets
+    from modelgraft.generator.dsl.patches import SnippetRef
+
+    templates = snippets.environment()
+    write_snippet(snippet_dir, "body", "def forward(self, x):\n    return x\n")
+    first, _ = snippets.render(SnippetRef("body", {}), None, templates)
+    write_snippet(snippet_dir, "body", "def forward(self, x):\n    return -x\n")
+
+    second, _ = snippets.render(SnippetRef("body", {}), None, templates)
+
+    assert (first, second) == ("def forward(self, x):\n    return x\n", "def forward(self, x):\n    return -x\n")
