@@ -6,6 +6,11 @@ all those inputs, the generator's own code and the ruff version equals the
 stored key, and the files on disk hash to the stored outputs.  Anything else,
 including a corrupt or foreign cache file, is a miss and means real
 generation, so a stale cache can cost time but never hide drift.
+
+An entry also names the config's generated module, so a check can find every output without
+loading the config (:meth:`CheckCache.vouched_output`): the entry's inputs hold the config's file
+and every project module it imports, so while they hash the same the config names the same file,
+as it produces the same text (the cache relies on that already to skip generating it).
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ from pathlib import Path
 
 from modelgraft.generator.installed import installed_version
 from modelgraft.generator.normalize.ruff import ruff_version
-from modelgraft.generator.output.write import write_atomic
 from modelgraft.generator.own_code import GENERATOR_ROOT
 
 SCHEMA = 1
@@ -104,24 +108,48 @@ class CheckCache:
             return False
         return all(_file_digest(Path(p)) == recorded[p] for p in recorded)
 
+    def vouched_output(self, config_name: str, folder: Path, *, with_diff: bool) -> Path | None:
+        """The generated module of ``config_name`` when its entry names one in ``folder`` and
+        :meth:`is_clean` holds for it (and its ``.diff`` when ``with_diff``); None otherwise."""
+        entry = self.entries.get(config_name)
+        output = entry.get("output") if entry is not None else None
+        if not isinstance(output, str) or Path(output).parent != folder:
+            return None
+        path = Path(output)
+        return (
+            path if self.is_clean(config_name, [path, *([path.with_suffix(".diff")] if with_diff else [])]) else None
+        )
+
     def _installed(self, distribution: str) -> str | None:
         if distribution not in self._versions:
             self._versions[distribution] = installed_version(distribution)
         return self._versions[distribution]
 
     def record(
-        self, config_name: str, inputs: tuple[str, ...], outputs: dict[Path, str], versions: dict[str, str]
+        self,
+        config_name: str,
+        inputs: tuple[str, ...],
+        outputs: dict[Path, str],
+        versions: dict[str, str],
+        *,
+        output: Path | None = None,
     ) -> None:
+        """Remember one config's inputs, the hash of each of its ``outputs`` and, as ``output``, its
+        generated module (the one of ``outputs`` that is not a ``.diff``)."""
         entry = {
             "versions": dict(sorted(versions.items())),
             "inputs": sorted(inputs),
             "key": self.inputs_key(list(inputs)),
             "outputs": {str(p): hashlib.sha256(text.encode()).hexdigest() for p, text in sorted(outputs.items())},
         }
+        if output is not None:
+            entry["output"] = str(output)
         entry["checksum"] = _entry_checksum(entry)
         self.entries[config_name] = entry
 
     def save(self) -> None:
+        from modelgraft.generator.output.write import write_atomic  # tempfile and shutil: only when saving
+
         write_atomic(
             self.path, json.dumps({"schema": SCHEMA, "entries": self.entries}, indent=1, sort_keys=True) + "\n"
         )

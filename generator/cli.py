@@ -20,12 +20,13 @@ from modelgraft.generator.discovery import (
     LoadedConfig,
     Settings,
     config_module_from_arg,
+    config_path_for,
     discover,
     find_settings,
     load_config,
 )
 from modelgraft.generator.entrypoint import ExitStatus, run_script
-from modelgraft.generator.errors import OrphanedOutputError, PatchgenError
+from modelgraft.generator.errors import DuplicateOutputError, OrphanedOutputError, PatchgenError
 from modelgraft.generator.output.write import write_all
 from modelgraft.generator.progress import Progress
 
@@ -126,6 +127,8 @@ def run(argv: Sequence[str] | None = None, *, summary: bool = False) -> int:
     reporter = Reporter(args.verbose)
     if args.list:
         return _list(_load(module_names, args, settings), reporter)
+    if args.check and _vouched_by_cache(args, settings, module_names, reporter):
+        return EXIT_OK
     with Progress(quiet=args.quiet) as progress:
         loaded_configs = _load(module_names, args, settings, progress)
         invocation = Invocation(args, settings, reporter, progress, loaded_configs, summary)
@@ -215,8 +218,45 @@ def _remember(cache: CheckCache | None, files: list, expected: dict[Path, str]) 
         return
     for generated in files:
         outputs = {p: t for p, t in expected.items() if p in (generated.path, generated.diff_path)}
-        cache.record(generated.config_name, generated.inputs, outputs, dict(generated.versions))
+        cache.record(generated.config_name, generated.inputs, outputs, dict(generated.versions), output=generated.path)
     cache.save()
+
+
+def _vouched_by_cache(
+    args: argparse.Namespace, settings: Settings, module_names: list[str], reporter: Reporter
+) -> bool:
+    """Whether the check cache answers ``--check`` for every selected config without loading one.
+
+    It does when each config's entry names its generated module in the config's output folder and holds
+    (inputs, versions and outputs on disk as recorded: ``CheckCache.vouched_output``), the outputs are
+    distinct and, zoo-wide, no generated file is an orphan: the one outcome, exit 0, that the full check
+    would reach by loading every config and skipping each. Anything else returns False and the full
+    check runs, so every drift, orphan or refusal is reported by the same code as without this shortcut.
+    A warm check of the zoo spent half its time importing and running configs (docs/performance.md,
+    "Generator").
+    """
+    if args.config_name or args.output_dir or args.no_cache or not settings.cache_dir:
+        return False
+    cache = CheckCache(settings.cache_dir)
+    with_diff = args.diff or settings.write_diff
+    modules: dict[str, Path] = {}
+    for name in module_names:
+        folder = (config_path_for(name, settings).resolve().parent / settings.output_subdir).resolve()
+        output = cache.vouched_output(name, folder, with_diff=with_diff)
+        if output is None:
+            return False
+        modules[name] = output
+    texts = {name: drift.read_text(path) for name, path in modules.items()}
+    try:
+        check_distinct_outputs({name: (modules[name].name, text) for name, text in texts.items() if text is not None})
+    except DuplicateOutputError:
+        return False
+    zoo_wide = not args.configs
+    if zoo_wide and drift.orphans(settings, {p for m in modules.values() for p in (m, m.with_suffix(".diff"))}):
+        return False
+    reporter.detail(f"check cache: {len(modules)} of {len(modules)} config(s) unchanged since generated")
+    reporter.detail(f"{len(modules)} config(s) up to date")
+    return True
 
 
 def _check(invocation: Invocation) -> int:

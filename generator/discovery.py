@@ -13,9 +13,12 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-from modelgraft.generator.dsl.config import PatchConfig
 from modelgraft.generator.errors import ConfigLoadError, DiscoveryError, PatchgenError
+
+if TYPE_CHECKING:  # imported where a config is loaded: a check the cache answers loads none
+    from modelgraft.generator.dsl.config import PatchConfig
 
 try:
     import tomllib
@@ -187,6 +190,8 @@ def load_config(
     module_name: str, settings: Settings, *, variable: str | None = None, output_dir: Path | None = None
 ) -> LoadedConfig:
     """Import ``module_name`` and pick its PatchConfig (by ``variable`` name, or the one it defines)."""
+    from modelgraft.generator.dsl.config import PatchConfig
+
     module = _import(module_name, settings)
     if variable is not None:
         config = getattr(module, variable, None)

@@ -19,7 +19,8 @@ class Drift:
     expected: str | None = None
 
 
-def _read(path: Path) -> str | None:
+def read_text(path: Path) -> str | None:
+    """The file's text, or None where it does not exist."""
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -45,7 +46,7 @@ def run_outputs(loaded_configs: list[LoadedConfig], files: list[GeneratedFile]) 
     for loaded in loaded_configs:
         text = generated.get(loaded.name)
         if text is None:
-            text = _read(loaded.output_path)
+            text = read_text(loaded.output_path)
         if text is not None:
             outputs[loaded.name] = (loaded.config.target_file, text)
     return outputs
@@ -54,7 +55,7 @@ def run_outputs(loaded_configs: list[LoadedConfig], files: list[GeneratedFile]) 
 def compare(expected: dict[Path, str]) -> list[Drift]:
     drifts = []
     for path in sorted(expected):
-        actual = _read(path)
+        actual = read_text(path)
         if actual is None:
             drifts.append(Drift(path, "missing", expected[path]))
         elif actual != expected[path]:

@@ -27,11 +27,11 @@ from modelgraft.generator.discovery import LoadedConfig
 from modelgraft.generator.dsl.config import PatchConfig
 from modelgraft.generator.errors import PatchgenError
 from modelgraft.generator.gc_pause import paused_gc
-from modelgraft.generator.normalize.ruff import normalize, ruff_version
+from modelgraft.generator.normalize.ruff import Normalized, normalize, ruff_version
 from modelgraft.generator.output.diff import unified_diff
 from modelgraft.generator.output.header import fingerprint, relative_name, render_header
 from modelgraft.generator.upstream.locate import distribution_version
-from modelgraft.generator.workers import map_configs
+from modelgraft.generator.workers import map_batches
 
 
 @dataclass(frozen=True)
@@ -148,24 +148,72 @@ def generate(configs: list[LoadedConfig], context: RunContext) -> list[Generated
         return _generate(configs, context)
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """What a batch made of one config: its file, or the error that stopped the batch there (picklable)."""
+
+    generated: GeneratedFile | None = None
+    #: Raised while planning, checking or assembling the config: reported before any later stage's.
+    prepare_error: PatchgenError | None = None
+    #: Raised by normalization (for the whole batch) or by a final check of this config.
+    finish_error: PatchgenError | None = None
+    #: The batch's ruff run failed: that error comes before every config's final checks.
+    batch_error: bool = False
+
+
 def _generate(configs: list[LoadedConfig], context: RunContext) -> list[GeneratedFile]:
-    """The batch: prepared in workers, normalized at once, checked and diffed here."""
-    prepared = map_configs(prepare, configs, context)
-    normalized = normalize({p.name: (p.filename, p.text) for p in prepared})
-    results = []
-    by_name = {c.name: c for c in configs}
-    for item in prepared:
-        loaded = by_name[item.name]
-        out = normalized[item.name]
-        check_undefined_names(item.name, out.diagnostics, out.fixed)
-        check_imports_kept(item.name, out.text, item.imports)
-        diff = unified_diff(
-            item.upstream_text, out.text, upstream_name=item.upstream_name, generated_name=loaded.config.target_file
-        )
-        results.append(
-            GeneratedFile(item.name, loaded.output_path, out.text, loaded.diff_path, diff, item.inputs, item.versions)
-        )
-    return results
+    """Each batch prepared, normalized, checked and diffed in its worker (``workers.map_batches``).
+
+    Errors are raised in the order a single batch meets them: the first failed preparation of any
+    config, else a failed normalization, else the first config whose final checks fail; so the same
+    error is reported whatever ``-j`` says.
+    """
+    outcomes = map_batches(_generate_batch, configs, context)
+    for ranked in (
+        [o.prepare_error for o in outcomes if o.prepare_error is not None],
+        [o.finish_error for o in outcomes if o.finish_error is not None and o.batch_error],
+        [o.finish_error for o in outcomes if o.finish_error is not None],
+    ):
+        if ranked:
+            raise ranked[0]
+    return [o.generated for o in outcomes if o.generated is not None]
+
+
+def _generate_batch(batch: list[LoadedConfig], context: RunContext) -> list[_Outcome]:
+    """One worker's configs: prepared, normalized by one ruff run, checked and diffed; one outcome each.
+
+    The batch stops at its first failure, as a run does: the configs after it get an empty outcome.
+    """
+    outcomes = [_Outcome()] * len(batch)
+    prepared = []
+    for i, loaded in enumerate(batch):
+        try:
+            prepared.append(prepare(loaded, context))
+        except PatchgenError as exc:
+            outcomes[i] = _Outcome(prepare_error=exc)
+            return outcomes
+    try:
+        normalized = normalize({p.name: (p.filename, p.text) for p in prepared})
+    except PatchgenError as exc:
+        outcomes[0] = _Outcome(finish_error=exc, batch_error=True)
+        return outcomes
+    for i, (loaded, item) in enumerate(zip(batch, prepared, strict=True)):
+        try:
+            outcomes[i] = _Outcome(generated=_finish(loaded, item, normalized[item.name]))
+        except PatchgenError as exc:
+            outcomes[i] = _Outcome(finish_error=exc)
+            return outcomes
+    return outcomes
+
+
+def _finish(loaded: LoadedConfig, item: Prepared, out: Normalized) -> GeneratedFile:
+    """Checks 3 and 7 on the normalized text, and the diff against upstream."""
+    check_undefined_names(item.name, out.diagnostics, out.fixed)
+    check_imports_kept(item.name, out.text, item.imports)
+    diff = unified_diff(
+        item.upstream_text, out.text, upstream_name=item.upstream_name, generated_name=loaded.config.target_file
+    )
+    return GeneratedFile(item.name, loaded.output_path, out.text, loaded.diff_path, diff, item.inputs, item.versions)
 
 
 def _check_unique_outputs(loaded_configs: list[LoadedConfig]) -> None:

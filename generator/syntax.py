@@ -47,6 +47,27 @@ def is_docstring(statement: ast.stmt) -> bool:
 _STATEMENT_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
+def walk(node: ast.AST) -> list[ast.AST]:
+    """``list(ast.walk(node))``: the same nodes in the same (breadth-first) order, in about half the time.
+
+    ``ast.walk`` runs two generators per node (``iter_child_nodes`` over ``iter_fields``); this reads each
+    node's fields in one loop over a list that grows as it goes. The exclusion planner and the call
+    finder walk every node of large upstream classes, where the difference shows in a zoo-wide run.
+    """
+    found = [node]
+    append = found.append
+    for current in found:
+        for field in current._fields:
+            value = getattr(current, field, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        append(item)
+            elif isinstance(value, ast.AST):
+                append(value)
+    return found
+
+
 def nested_statements(node: ast.AST) -> Iterator[ast.AST]:
     """Every statement below ``node`` (and the except handlers and match cases holding some), depth first.
 

@@ -11,6 +11,7 @@ for both.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 from collections.abc import Callable
@@ -33,14 +34,24 @@ def map_configs(
     work: Callable[[LoadedConfig, RunContext], _Result], configs: list[LoadedConfig], context: RunContext
 ) -> list[_Result]:
     """``work(config, context)`` for every config, in order; in forked workers when that helps."""
+    return map_batches(functools.partial(_run_batch, work), configs, context)
+
+
+def map_batches(
+    work: Callable[[list[LoadedConfig], RunContext], list[_Result]], configs: list[LoadedConfig], context: RunContext
+) -> list[_Result]:
+    """``work(batch, context)`` (one result per config of the batch, in its order) over the configs split
+    into batches, one per worker; the results in the order of ``configs``.
+
+    A batch is the unit a worker can finish alone: the pipeline prepares, normalizes and diffs a whole
+    batch in its worker, so nothing but the results comes back to the parent to wait on.
+    """
     jobs = context.jobs if context.jobs is not None else default_jobs(len(configs))
     batches = _batches(configs, max(1, min(jobs, len(configs))))
     if len(batches) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [work(c, context) for c in configs]
+        return work(list(configs), context)
     with ProcessPoolExecutor(max_workers=len(batches), mp_context=multiprocessing.get_context("fork")) as pool:
-        done = pool.map(
-            _run_batch, [work] * len(batches), [[configs[i] for i in b] for b in batches], [context] * len(batches)
-        )
+        done = pool.map(work, [[configs[i] for i in b] for b in batches], [context] * len(batches))
         results: list[_Result] = [None] * len(configs)  # type: ignore[list-item]
         for batch, batch_results in zip(batches, done, strict=True):
             for i, result in zip(batch, batch_results, strict=True):
@@ -63,4 +74,5 @@ def _batches(configs: list[LoadedConfig], jobs: int) -> list[list[int]]:
 def _run_batch(
     work: Callable[[LoadedConfig, RunContext], _Result], batch: list[LoadedConfig], context: RunContext
 ) -> list[_Result]:
+    """``work`` for each config of ``batch``, in order."""
     return [work(loaded, context) for loaded in batch]

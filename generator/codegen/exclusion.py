@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from modelgraft.generator.syntax import FUNCTION_NODES, IMPORT_NODES
+from modelgraft.generator.syntax import FUNCTION_NODES, IMPORT_NODES, nested_statements, walk
 from modelgraft.generator.upstream.index import ModuleIndex, defined_names
 
 if TYPE_CHECKING:
@@ -28,9 +28,13 @@ NAME_LISTS = ("_no_split_modules",)
 
 
 def name_lists(node: ast.AST) -> list[ast.List | ast.Tuple]:
-    """The literal list or tuple values of every ``NAME_LISTS`` assignment inside ``node``."""
+    """The literal list or tuple values of every ``NAME_LISTS`` assignment inside ``node``.
+
+    Assignments are statements, so only ``node`` and the statements below it are looked at, never the
+    expressions that make up most of a tree.
+    """
     found = []
-    for sub in ast.walk(node):
+    for sub in (node, *nested_statements(node)):
         if isinstance(sub, ast.Assign):
             targets, value = sub.targets, sub.value
         elif isinstance(sub, ast.AnnAssign):
@@ -47,7 +51,7 @@ def name_lists(node: ast.AST) -> list[ast.List | ast.Tuple]:
 def _references(node: ast.AST) -> set[str]:
     listed = {id(element) for value in name_lists(node) for element in value.elts}
     names = set()
-    for sub in ast.walk(node):
+    for sub in walk(node):
         if isinstance(sub, ast.Name):
             names.add(sub.id)
         elif id(sub) in listed:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from modelgraft.generator.dsl.config import PatchConfig
+if TYPE_CHECKING:  # below_header serves a check that loads no config
+    from modelgraft.generator.dsl.config import PatchConfig
 
 # Bump when the output layout changes in a way the inputs cannot show.
 FORMAT_VERSION = "2"

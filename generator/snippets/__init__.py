@@ -6,6 +6,7 @@ which is then applied like a hand-written patch, under the same checks.
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,34 @@ def environment() -> jinja2.Environment:
     return env
 
 
+# Per environment (a run's context holds one), by template name and text: a zoo-wide run renders the
+# same few templates hundreds of times, and needs each one's includes besides its code. Both come from
+# one parse; finding the includes by parsing the template again on every render cost a fifth of
+# planning (docs/performance.md, "Generator: whole processes"). An edited template is another text,
+# compiled afresh.
+_COMPILED: weakref.WeakKeyDictionary[
+    jinja2.Environment, dict[tuple[str, str], tuple[jinja2.Template, tuple[str, ...]]]
+] = weakref.WeakKeyDictionary()
+
+
+def _compiled(templates: jinja2.Environment, name: str, text: str) -> tuple[jinja2.Template, tuple[str, ...]]:
+    """Template ``name`` with source ``text``, compiled in ``templates``, and the names of the templates it
+    includes (``{% include %}`` with a constant name), sorted; what ``templates.get_template(name)``
+    would compile, from the same single parse as the includes."""
+    import jinja2.meta
+
+    memo = _COMPILED.setdefault(templates, {})
+    found = memo.get((name, text))
+    if found is None:
+        filename = str(SNIPPET_DIR / name)
+        tree = templates.parse(text, name, filename)
+        included = tuple(sorted(n for n in jinja2.meta.find_referenced_templates(tree) if n))
+        code = templates.compile(tree, name, filename)
+        template = templates.template_class.from_code(templates, code, templates.make_globals(None))
+        found = memo[(name, text)] = (template, included)
+    return found
+
+
 def _fail(message: str) -> None:
     """``{{ fail("...") }}`` in a template: reject a variable value with a clear message."""
     raise SnippetError(message)
@@ -59,13 +88,13 @@ def render(
     upstream's own code for the eager path.
     """
     import jinja2
-    import jinja2.meta
 
     path = snippet_path(ref.name)
     if not path.is_file():
         raise SnippetError(f"no snippet named {ref.name!r} (available: {', '.join(available()) or 'none'})")
     try:
-        text = templates.get_template(path.name).render(**ref.variables, upstream=upstream)
+        template, included = _compiled(templates, path.name, path.read_text(encoding="utf-8"))
+        text = template.render(**ref.variables, upstream=upstream)
     except SnippetError as exc:
         raise SnippetError(f"snippet {ref.name!r}: {exc.cause}") from exc
     except jinja2.UndefinedError as exc:
@@ -73,5 +102,4 @@ def render(
     except jinja2.TemplateError as exc:
         raise SnippetError(f"snippet {ref.name!r} cannot be rendered: {exc}") from exc
     # A template that includes another (an Omni thinker's forward includes the loss head's) depends on both.
-    included = jinja2.meta.find_referenced_templates(templates.parse(path.read_text(encoding="utf-8")))
-    return text, (path, *(snippet_path(name.removesuffix(SUFFIX)) for name in sorted(n for n in included if n)))
+    return text, (path, *(snippet_path(name.removesuffix(SUFFIX)) for name in included))

@@ -11,11 +11,12 @@ and a pattern that matches no statement, or more than one, is an error naming th
 from __future__ import annotations
 
 import ast
+import weakref
 from dataclasses import dataclass
 
 from modelgraft.generator import parse_cache
 from modelgraft.generator.errors import SnippetError
-from modelgraft.generator.syntax import dotted_name, nested_statements, same_syntax
+from modelgraft.generator.syntax import dotted_name, same_syntax, walk
 from modelgraft.generator.upstream.index import ModuleIndex
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers")
@@ -53,28 +54,45 @@ class CallSite:
 
 def _calls(node: ast.AST, pattern: str) -> list[ast.Call]:
     """Calls of ``pattern`` below ``node``; a callee that is a plain dotted name is compared without unparsing it."""
-    return [n for n in ast.walk(node) if isinstance(n, ast.Call) and _callee(n) == pattern]
+    return [n for n in walk(node) if isinstance(n, ast.Call) and _callee(n) == pattern]
 
 
 def _callee(call: ast.Call) -> str:
     return dotted_name(call.func) or ast.unparse(call.func)
 
 
+# Trees are shared and never changed in place (parse_cache), so what one holds is a fact of the tree:
+# snippets ask the same upstream function for several calls (has_call, call, wrapping), and a model's
+# configs render several snippets over it. Kept while the tree lives.
+_OWNED_CALLS: weakref.WeakKeyDictionary[ast.AST, dict[str, list[tuple[ast.stmt, ast.Call]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _owned_calls(root: ast.AST, pattern: str) -> list[tuple[ast.stmt, ast.Call]]:
     """Each call of ``pattern`` below ``root`` with the statement that owns it: the innermost statement of
-    the blocks :func:`_statement_lists` reaches that holds the call. One walk of the tree.
+    the blocks :func:`_statement_lists` reaches that holds the call. One walk of the tree for every pattern.
 
     A call in an ``except`` clause's header belongs to no statement (the handler is not one), and a call
     outside every block (a decorator, a default) to none either.
     """
-    found = []
+    by_callee = _OWNED_CALLS.get(root)
+    if by_callee is None:
+        by_callee = _OWNED_CALLS[root] = _owned_calls_by_callee(root)
+    return list(by_callee.get(pattern, ()))
+
+
+def _owned_calls_by_callee(root: ast.AST) -> dict[str, list[tuple[ast.stmt, ast.Call]]]:
+    """Every owned call below ``root`` (see :func:`_owned_calls`), by callee, in the order one walk finds them."""
+    found: dict[str, list[tuple[ast.stmt, ast.Call]]] = {}
     # (node, its owner, whether its block fields are blocks: it is the root or a statement of a block)
     todo: list[tuple[ast.AST, ast.stmt | None, bool]] = [(root, None, True)]
     while todo:
         node, owner, opens_blocks = todo.pop()
-        if isinstance(node, ast.Call) and owner is not None and _callee(node) == pattern:
-            found.append((owner, node))
-        for name, value in ast.iter_fields(node):
+        if isinstance(node, ast.Call) and owner is not None:
+            found.setdefault(_callee(node), []).append((owner, node))
+        for name in node._fields:  # ast.iter_fields without its generator
+            value = getattr(node, name, None)
             if isinstance(value, ast.AST):
                 todo.append((value, owner, False))
             elif isinstance(value, list):
@@ -91,6 +109,22 @@ def _owned_calls(root: ast.AST, pattern: str) -> list[tuple[ast.stmt, ast.Call]]
 
 def _is_block(value: list) -> bool:
     return bool(value) and isinstance(value[0], (ast.stmt, ast.excepthandler))
+
+
+def _holders(statements: list[ast.stmt], block: list[ast.stmt]) -> set[int]:
+    """The ids of the statements (and except handlers) below ``statements`` whose blocks lead to the
+    statement list ``block``; empty when ``block`` is ``statements`` itself or not below it."""
+    for statement in statements:
+        for name in _BLOCK_FIELDS:
+            inner = getattr(statement, name, None)
+            if not (isinstance(inner, list) and _is_block(inner)):
+                continue
+            if inner is block:
+                return {id(statement)}
+            found = _holders(inner, block)
+            if found:
+                return found | {id(statement)}
+    return set()
 
 
 def _statement_lists(node: ast.AST):
@@ -232,8 +266,6 @@ class UpstreamMember:
         Both statements must be in the same block; ``guarded`` is source at column 0.
         """
         block, start, end = self._run(first, last or first)
-        # The statements around the run move as the whole body does: verified as part of it.
-        self._body_text()
         column = block[start].col_offset
         pad = " " * column
         original = self._text(self._stmt_start(block[start]), block[end].end_lineno)
@@ -251,13 +283,59 @@ class UpstreamMember:
         try:
             derived = self._derived(self.header + self.docstring + body)
         except SyntaxError as exc:
+            self._body_text()  # names the body when it is the part at fault
             raise self._fail(f"the guarded body is not valid Python ({exc.msg})") from exc
-        # The else branch holds exactly upstream's statements: re-indenting them changed nothing.
-        wrapped = block[start : end + 1]
-        for node in nested_statements(derived.node):
-            if isinstance(node, ast.If) and same_syntax(node.orelse, wrapped) and ast.unparse(node.test) == condition:
-                return derived
-        raise self._fail("its statements change when re-indented under the guard (a multi-line string?)")
+        # One parse verifies it all: the statements around the run, moved as the whole body is, and the run
+        # under else:, 4 spaces deeper. Only where that fails is the body parsed alone, to say which moved.
+        if not self._wraps(derived, block, start, end, condition):
+            self._body_text()
+            raise self._fail("its statements change when re-indented under the guard (a multi-line string?)")
+        return derived
+
+    def _wraps(self, derived: UpstreamMember, block: list[ast.stmt], start: int, end: int, condition: str) -> bool:
+        """Whether ``derived``'s code is upstream's with ``block[start : end + 1]`` (a run of the statement
+        list ``block``) replaced by one ``if condition: ... else: <the run>``, positions ignored.
+
+        Upstream's statements are compared whole (``same_syntax``) except along the statements that hold
+        ``block``; the guarded branch is the snippet's code and is not compared. Docstrings are left out: a
+        re-indent changes their text, and ``inspect.cleandoc`` undoes it.
+        """
+        skip = 1 if self._docstring_node() is not None else 0
+        if (derived._docstring_node() is not None) != bool(skip):
+            return False
+        holders = _holders(self.node.body, block)
+
+        def same(mine: object, theirs: object) -> bool:
+            if theirs is block:
+                return run_replaced(mine)
+            if isinstance(theirs, list):
+                return (
+                    isinstance(mine, list)
+                    and len(mine) == len(theirs)
+                    and all(same(a, b) for a, b in zip(mine, theirs, strict=True))
+                )
+            if isinstance(theirs, ast.AST) and id(theirs) in holders:
+                return type(mine) is type(theirs) and all(
+                    same(getattr(mine, name, None), getattr(theirs, name, None)) for name in theirs._fields
+                )
+            return same_syntax(mine, theirs)
+
+        def run_replaced(mine: object) -> bool:
+            if not isinstance(mine, list) or len(mine) != len(block) - (end - start):
+                return False
+            guard = mine[start]
+            first = skip if block is self.node.body else 0
+            return (
+                isinstance(guard, ast.If)
+                and ast.unparse(guard.test) == condition
+                and same_syntax(guard.orelse, block[start : end + 1])
+                and same_syntax(mine[first:start], block[first:start])
+                and same_syntax(mine[start + 1 :], block[end + 1 :])
+            )
+
+        if block is self.node.body:
+            return run_replaced(derived.node.body)
+        return same(derived.node.body[skip:], self.node.body[skip:])
 
     def _derived(self, text: str) -> UpstreamMember:
         """A member over edited text, so a snippet can chain edits (guard the loss, then the aux loss).
@@ -332,8 +410,15 @@ class UpstreamMember:
         return self._reindent(self._text(self._body_start_line(), self.node.end_lineno), self._body_column(), 4)
 
     def _body_text(self) -> str:
+        """The body at 4 spaces, verified: parsed and compared with the tree, unless it is the tree's own text.
+
+        A member an edit derived (``with_prefix``, ``wrapping``) is a function at column 0 whose body is at
+        4 spaces already, so its body text is the very lines its tree was parsed from: those parse to that
+        tree, and parsing them again (most of a zoo-wide run's verifications) proves nothing more.
+        """
         text = self._reindented_body()
-        self._verify(text, self._code_statements())
+        if self._body_column() != 4 or text != self._text(self._body_start_line(), self.node.end_lineno):
+            self._verify(text, self._code_statements())
         return text
 
     def _verify(self, text: str, expected: list[ast.stmt]) -> None:

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 
 from modelgraft.generator.gc_pause import paused_gc
+
+
+@pytest.fixture
+def collector_on():
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    (gc.enable if was else gc.disable)()
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -20,3 +29,25 @@ def test_the_collector_is_off_inside_and_as_before_after(enabled: bool) -> None:
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_what_the_pause_left_alive_is_not_in_the_youngest_generation(collector_on) -> None:
+    with paused_gc():
+        survivor = [[]]
+
+    assert not any(obj is survivor for obj in gc.get_objects(generation=0))
+    assert any(obj is survivor for obj in gc.get_objects(generation=2))
+
+
+def test_cyclic_garbage_made_in_the_pause_is_still_collected(collector_on) -> None:
+    class Node:
+        pass
+
+    with paused_gc():
+        node = Node()
+        node.cycle = node
+        gone = weakref.ref(node)
+        del node
+
+    gc.collect()
+    assert gone() is None

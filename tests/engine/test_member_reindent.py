@@ -127,3 +127,74 @@ def test_edits_keep_upstreams_statements_and_comments() -> None:
 def test_a_guard_that_is_not_python_is_named_as_an_edit() -> None:
     with pytest.raises(SnippetError, match=r"an edit produced invalid Python"):
         _member(PLAIN).with_prefix("if slot:\nreturn x\n")
+
+
+# The run sits two blocks deep; the string sits beside the block that holds it.
+NESTED = '''
+class Toy:
+    def forward(self, x):
+        note = """first
+        second"""
+        for layer in self.layers:
+            try:
+                y = self.experts(x)
+            except ValueError:
+                y = layer(x)
+        return y, note
+'''
+
+
+def test_a_statement_beside_a_nested_run_that_changes_is_refused() -> None:
+    member = _member(NESTED)
+
+    with pytest.raises(SnippetError, match="its body changes when re-indented"):
+        member.wrapping("self.experts", "slot.use_non_eager_impl", "y = slot(x)\n")
+
+
+def test_a_run_in_an_except_clause_goes_under_else_in_place() -> None:
+    member = _member(NESTED.replace('"""first\n        second"""', '"one line"'))
+
+    guarded = member.wrapping("layer", "slot.use_non_eager_impl", "y = slot(x)\n")
+
+    assert (
+        "        except ValueError:\n"
+        "            if slot.use_non_eager_impl:\n"
+        "                y = slot(x)\n"
+        "            else:\n"
+        "                y = layer(x)\n"
+    ) in guarded.source
+
+
+@pytest.fixture
+def parsed(monkeypatch) -> list[str]:
+    """Every text parsed from now on (through the parse memo, as every edit and verification is)."""
+    from modelgraft.generator import parse_cache
+
+    texts: list[str] = []
+    real = parse_cache.parse
+    monkeypatch.setattr(parse_cache, "parse", lambda text: texts.append(text) or real(text))
+    return texts
+
+
+def test_wrapping_parses_the_edited_function_once_and_nothing_else(parsed) -> None:
+    member = _member(PLAIN)
+    parsed.clear()
+
+    guarded = member.wrapping("self.experts", "slot.use_non_eager_impl", "y = slot(x)\n")
+
+    assert parsed == [guarded.index.source]
+
+
+def test_a_body_already_at_four_spaces_is_its_trees_own_text_and_is_not_parsed_again(parsed) -> None:
+    derived = _member(PLAIN).with_prefix(GUARD)
+    parsed.clear()
+
+    assert derived.source == derived.index.source
+    assert parsed == []
+
+
+def test_a_body_at_four_spaces_with_a_blank_line_of_spaces_is_still_verified(parsed) -> None:
+    member = _member("def forward(x):\n    y = x\n    \n    return y\n", "forward")
+
+    assert member.body == "    y = x\n\n    return y\n"
+    assert parsed == ["def _():\n    y = x\n\n    return y\n"]

@@ -156,3 +156,34 @@ def test_a_snippet_can_drop_upstream_decorators(project: Project, snippet_dir):
     )
 
     assert "    @can_return_tuple\n    def forward(" in text
+
+
+def test_a_snippet_that_includes_another_depends_on_both_files_on_every_render(snippet_dir):
+    from modelgraft.generator import snippets
+    from modelgraft.generator.dsl.patches import SnippetRef
+
+    write_snippet(snippet_dir, "head", "    return x * {{ factor }}\n")
+    write_snippet(snippet_dir, "body", 'def forward(self, x):\n{% include "head.py.j2" %}')
+    templates = snippets.environment()
+
+    renders = [snippets.render(SnippetRef("body", {"factor": f}), None, templates) for f in (2, 3)]
+
+    assert [text for text, _ in renders] == [
+        "def forward(self, x):\n    return x * 2\n",
+        "def forward(self, x):\n    return x * 3\n",
+    ]
+    assert [files for _, files in renders] == [(snippet_dir / "body.py.j2", snippet_dir / "head.py.j2")] * 2
+
+
+def test_a_template_edited_between_renders_renders_its_new_text(snippet_dir):
+    from modelgraft.generator import snippets
+    from modelgraft.generator.dsl.patches import SnippetRef
+
+    templates = snippets.environment()
+    write_snippet(snippet_dir, "body", "def forward(self, x):\n    return x\n")
+    first, _ = snippets.render(SnippetRef("body", {}), None, templates)
+    write_snippet(snippet_dir, "body", "def forward(self, x):\n    return -x\n")
+
+    second, _ = snippets.render(SnippetRef("body", {}), None, templates)
+
+    assert (first, second) == ("def forward(self, x):\n    return x\n", "def forward(self, x):\n    return -x\n")

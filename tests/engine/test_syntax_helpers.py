@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from modelgraft.generator.syntax import dotted_name, nested_statements, same_syntax
+from modelgraft.generator.syntax import dotted_name, nested_statements, same_syntax, walk
 from modelgraft.generator.upstream.locate import module_path
 
 TRICKY = """
@@ -52,6 +52,13 @@ def test_nested_statements_finds_every_statement_ast_walk_finds(source: str | No
 
     assert len(found) == len({id(n) for n in found})
     assert {id(n) for n in found} == {id(n) for n in _statement_like(tree)}
+
+
+@pytest.mark.parametrize("source", [TRICKY, None], ids=["tricky", "llama"])
+def test_walk_gives_the_nodes_of_ast_walk_in_its_order(source: str | None, upstream: ast.Module) -> None:
+    tree = ast.parse(source) if source else upstream
+
+    assert [id(n) for n in walk(tree)] == [id(n) for n in ast.walk(tree)]
 
 
 def test_same_syntax_agrees_with_comparing_dumps(upstream: ast.Module) -> None:

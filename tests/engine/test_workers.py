@@ -1,4 +1,4 @@
-"""Configs of one upstream module share a worker; results come back in the order of the configs."""
+"""Configs of one upstream module share a worker; results and errors come back as one process gives them."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import os
 from types import SimpleNamespace
 
 from modelgraft.generator.workers import _batches, map_configs
+
+from .projects import TOY_MOE_MODULE, config_source
+from .test_checks import UNDEFINED
 
 MODULES = ["a", "b", "a", "c", "b", "a", "d"]
 
@@ -41,3 +44,21 @@ def test_one_upstream_module_runs_in_process() -> None:
     results = map_configs(_work, _configs(["a", "a", "a"]), SimpleNamespace(jobs=2))
 
     assert {pid for _, pid in results} == {os.getpid()}
+
+
+def test_two_workers_report_the_error_one_process_reports(project) -> None:
+    # toy fails a final check (an undefined name, after ruff); toy_moe, in the other worker, fails planning.
+    project.config("toy", config_source(UNDEFINED))
+    project.config(
+        "toy_moe",
+        config_source(
+            'config.replace_function("no_such_function", replacement="def no_such_function():\\n    pass\\n")\n',
+            source_module=TOY_MOE_MODULE,
+            target="patched_modeling_toy_moe_gpu.py",
+        ),
+    )
+
+    errors = {jobs: project.run("--all", "-j", jobs).err for jobs in ("1", "2")}
+
+    assert errors["1"] == errors["2"]
+    assert "config zoo.toy_moe.toy_moe_gpu_patch_gen_config" in errors["2"]
