@@ -8,7 +8,7 @@ kernel solves it with one ``torch.linalg.solve_triangular``. Each (side, length)
 48 value heads of 128 wide, keys 128 wide; here a batch of one, fp32), the median of a few timed runs after a
 warm-up, and the peak RSS growth of one run with the inputs already in the baseline.
 
-``python benchmarks/delta_rule_bench.py [--smoke] [--heads N]`` prints the table (not part of ``run.py``).
+``python -m benchmarks.delta_rule_bench [--smoke] [--heads N]`` prints the table (not part of ``run.py``).
 
 Figures of 2026-12-02 (``--heads 16``, one thread on a shared 2-core machine), chunked_delta vs upstream,
 forward + backward: 310 ms vs 656 ms at 512 tokens (0.47x), 0.65 s vs 1.68 s at 1k, 1.24 s vs 4.11 s at 2k,
@@ -24,11 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.child import ChildError, emit_result, run_child
 from benchmarks.peak_memory import MEASURE_ENV

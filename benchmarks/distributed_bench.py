@@ -1,8 +1,8 @@
 """Scaling of distributed training on gloo CPU ranks: per-rank memory and step time against one process.
 
-    python benchmarks/distributed_bench.py                      # 1, 2 and 4 ranks, ~250 MB qwen3_moe
-    python benchmarks/distributed_bench.py --smoke              # toy sizes: proves the script runs
-    python benchmarks/run.py --only distributed                 # the same figures as rows of the table
+    python -m benchmarks.distributed_bench                      # 1, 2 and 4 ranks, ~250 MB qwen3_moe
+    python -m benchmarks.distributed_bench --smoke              # toy sizes: proves the script runs
+    python -m benchmarks.run --only distributed                 # the same figures as rows of the table
 
 Every configuration is one fresh process group (``launch.spawn``) training the same qwen3_moe on the same
 global batch (strong scaling), so each rank's share of the work is ``1/N``. Per rank it records:
@@ -37,10 +37,6 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as a script: make `benchmarks` and `models` importable
-    sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.peak_memory import MEASURE_ENV, peak_memory
 from benchmarks.report import Row
@@ -384,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     measured = results(sizes)
-    command = "python benchmarks/distributed_bench.py" + (" " + " ".join(sys.argv[1:]) if argv is None else "")
+    command = "python -m benchmarks.distributed_bench" + (" " + " ".join(sys.argv[1:]) if argv is None else "")
     print(f"command: `{command}` at {started}; load average before: {load}, after: "
           + " / ".join(f"{x:.2f}" for x in os.getloadavg()))  # fmt: skip
     print(setup_line(sizes))

@@ -77,8 +77,6 @@ class Runs:
 @lru_cache(maxsize=1)
 def _settings() -> Settings:
     # Torch-free by design (docs/design.md, "Two halves that never import each other"), so the parent may import it.
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
     from modelgraft.generator.discovery import find_settings
 
     return find_settings(REPO_ROOT)

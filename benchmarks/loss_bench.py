@@ -148,7 +148,7 @@ def _compare(reference: dict[str, Any], candidate: dict[str, Any]) -> dict[str, 
 
 
 def child_main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="loss benchmark child process (run by benchmarks/run.py)")
+    parser = argparse.ArgumentParser(description="loss benchmark child process (run by benchmarks.run)")
     parser.add_argument("variant", choices=VARIANTS, help="eager first: chunked compares with its saved results")
     parser.add_argument("--sizes", required=True, help="LossSizes as JSON")
     parser.add_argument("--out", type=Path, required=True, help="where the eager results are saved")

@@ -303,7 +303,7 @@ def _child_memory(model_type: str, variant: str, sizes: MoeSizes) -> dict[str, A
 
 
 def child_main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="MoE benchmark child process (run by benchmarks/run.py)")
+    parser = argparse.ArgumentParser(description="MoE benchmark child process (run by benchmarks.run)")
     parser.add_argument("mode", choices=("kernel", "models", "memory", "list"))
     parser.add_argument("--models", default="", help="comma-separated model types (default: every sparse one)")
     parser.add_argument(

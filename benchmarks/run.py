@@ -1,4 +1,4 @@
-"""``python benchmarks/run.py``: run the benchmark sections, print one table, write it to a file.
+"""``python -m benchmarks.run``: run the benchmark sections, print one table, write it to a file.
 
 Sections: ``generator`` (whole-process time and peak RSS of generate-all / patchgen --check),
 ``runtime`` (train step, generated vs upstream, per dense model), ``loss`` (chunked vs eager peak
@@ -25,8 +25,6 @@ from importlib import metadata
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as a script: make `benchmarks` and `models` importable
-    sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import distributed_bench, loss_bench, moe_bench, runtime_bench, vlm_bench
 from benchmarks.generator_bench import bench_generator
@@ -39,7 +37,7 @@ DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "latest.md"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--only",
         action="append",
@@ -175,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = _load()
     started = datetime.datetime.now(datetime.timezone.utc)
     rows, setup = run_sections(args)
-    command = shlex.join(["python", "benchmarks/run.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "-m", "benchmarks.run", *(sys.argv[1:] if argv is None else argv)])
     preamble = [
         *machine_lines(),
         f"command: `{command}` at {started:%Y-%m-%d %H:%M} UTC",

@@ -252,7 +252,7 @@ def _child_memory(model_type: str, variant: str, sizes: RuntimeSizes) -> dict[st
 
 
 def child_main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="runtime benchmark child process (run by benchmarks/run.py)")
+    parser = argparse.ArgumentParser(description="runtime benchmark child process (run by benchmarks.run)")
     parser.add_argument("mode", choices=("timing", "memory"))
     parser.add_argument("--models", required=True, help="comma-separated model types")
     parser.add_argument("--variant", choices=VARIANTS, action="append", help="memory mode (repeatable)")

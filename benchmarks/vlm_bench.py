@@ -66,7 +66,7 @@ def _child_timing(repeats: int) -> dict[str, Any]:
 
 
 def child_main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="VLM benchmark child process (run by benchmarks/run.py)")
+    parser = argparse.ArgumentParser(description="VLM benchmark child process (run by benchmarks.run)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""``benchmarks/delta_rule_bench.py --smoke`` runs both sides at toy lengths and renders one row per length.
+"""``python -m benchmarks.delta_rule_bench --smoke`` runs both sides at toy lengths and renders one row per length.
 
 No timing is asserted (toy sizes on a shared machine): this proves the script works against the current kernel
 and upstream's function.
@@ -15,7 +15,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def test_smoke_run_renders_a_row_per_length() -> None:
     proc = subprocess.run(
-        [sys.executable, "benchmarks/delta_rule_bench.py", "--smoke"],
+        [sys.executable, "-m", "benchmarks.delta_rule_bench", "--smoke"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

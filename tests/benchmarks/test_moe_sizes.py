@@ -7,14 +7,7 @@ running the benchmark itself.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:  # the benchmarks package is not installed; run.py does the same
-    sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.moe_bench import _prepare, sparse_models
 from benchmarks.moe_sizes import SMOKE_SIZES, MoeSizes
