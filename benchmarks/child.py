@@ -29,16 +29,32 @@ def emit_result(result: Mapping[str, Any]) -> None:
     print(RESULT_MARKER + json.dumps(result), flush=True)
 
 
+#: Whether children are forked from a server that imported torch and transformers once (smoke runs).
+_forked_from_preloaded = False
+
+
+def fork_children_from_a_preloaded_interpreter() -> None:
+    """Make every later :func:`run_child` fork from one interpreter that has imported torch and transformers.
+
+    For smoke runs, whose figures mean nothing: there a fresh interpreter costs more than the toy steps it
+    runs. A forked child still measures its peak in a process of its own, but without ``MEASURE_ENV``'s
+    malloc setting, which glibc reads only when an interpreter starts.
+    """
+    global _forked_from_preloaded
+    _forked_from_preloaded = True
+
+
 def run_child(module: str, args: Sequence[str], *, extra_env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Run ``python -m module args`` from the repo root and return the dict it emitted."""
-    proc = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=REPO_ROOT,
-        env=quiet_env(**dict(extra_env or {})),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    env = quiet_env(**dict(extra_env or {}))
+    if _forked_from_preloaded:
+        from modelgraft.models.testing.preloaded_python import run_module
+
+        proc = run_module(module, *args, cwd=REPO_ROOT, env=env)
+    else:
+        proc = subprocess.run(
+            [sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False
+        )
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARKER)]
     if proc.returncode != 0 or not lines:
         output = (proc.stdout + proc.stderr).strip()[-3000:]
