@@ -31,6 +31,7 @@ from modelgraft.generator.recipes.fit import Fit, fit_model, guarded_slots
 from modelgraft.generator.recipes.render import init_weights_override, recipe_call
 from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import ModelStructure
+from modelgraft.scaffold.jinja_compile_cache import share_compiled_code
 
 
 @lru_cache(maxsize=64)
@@ -126,10 +127,12 @@ def recipe_guards(arguments: dict[str, Any]) -> list[str]:
 
 
 class ScaffoldExtension(Extension):
-    """Registers the reader and the fit with Copier's Jinja environment."""
+    """Registers the reader and the fit with Copier's Jinja environment, which compiles each source once
+    per process (``modelgraft.scaffold.jinja_compile_cache``)."""
 
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
+        share_compiled_code(environment)
         environment.globals["upstream"] = upstream
         environment.globals["scaffold_fit"] = scaffold_fit
         environment.globals["scaffold_refusal"] = scaffold_refusal
