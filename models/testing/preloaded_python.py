@@ -1,12 +1,14 @@
-"""``python -m <module> ...`` in a process that starts with torch and transformers already imported.
+"""``python -m <module> ...`` or ``python -c <code>`` in a process that starts with torch and transformers imported.
 
 Some tests run code of another tree: a new scaffold's own tests in a clone, a mutant's suite in a copy. They
 need a process of their own, since ``modelgraft`` must be imported from that tree, and most of such a
 process's time goes to importing torch and transformers (3 to 5 s on two busy cores), the same modules every
 time. A server process imports them once and forks a child per run. The child takes the run's working
 directory, environment and ``sys.path`` (the directory, then ``PYTHONPATH``, then the interpreter's own, as a
-fresh ``python -m`` has it) and runs the module as ``__main__``. Nothing of ``modelgraft`` is imported before
-the fork, so the child imports it from the tree it is given.
+fresh ``python -m`` has it) and runs the module as ``__main__``; code runs as ``-c`` runs it (the current
+directory first on the path, a ``__main__`` of its own). Nothing of ``modelgraft`` is imported before the
+fork, so the child imports it from the tree it is given, and a test of what importing it changes sees an
+interpreter where it never was.
 
 The server is POSIX-only (``os.fork``); elsewhere :func:`run_module` starts a plain interpreter.
 """
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
@@ -53,11 +55,18 @@ for _line in sys.stdin:
     os.environ.clear()
     os.environ.update(_request["env"])
     _extra = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    sys.path[:] = [_request["cwd"], *_extra, *_interpreter_path]
-    sys.argv = [_request["module"], *_request["args"]]
     _code = 0
     try:
-        runpy.run_module(_request["module"], run_name="__main__", alter_sys=True)
+        if "code" in _request:  # python -c: the current directory first on the path, a __main__ of its own
+            sys.path[:] = ["", *_extra, *_interpreter_path]
+            sys.argv = ["-c", *_request["args"]]
+            _main = type(sys)("__main__")
+            sys.modules["__main__"] = _main
+            exec(compile(_request["code"], "<string>", "exec"), _main.__dict__)
+        else:
+            sys.path[:] = [_request["cwd"], *_extra, *_interpreter_path]
+            sys.argv = [_request["module"], *_request["args"]]
+            runpy.run_module(_request["module"], run_name="__main__", alter_sys=True)
     except SystemExit as _exit:
         _code = _exit.code
     except BaseException:
@@ -93,12 +102,18 @@ class _Server:
         return json.loads(line)
 
     def run(
-        self, module: str, args: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float | None
+        self,
+        command: list[str],
+        request: dict[str, object],
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        timeout: float | None,
     ) -> subprocess.CompletedProcess[str]:
+        """Run ``request`` (a module and its arguments, or code) as ``command`` would run in a fresh interpreter."""
         with self.lock, tempfile.TemporaryDirectory(prefix="modelgraft-preloaded-") as folder:
             out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-            request = {"module": module, "args": list(args), "cwd": str(cwd), "env": dict(env)}
-            request |= {"stdout": str(out), "stderr": str(err)}
+            request = {**request, "cwd": str(cwd), "env": dict(env), "stdout": str(out), "stderr": str(err)}
             assert self.process.stdin is not None
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
@@ -109,10 +124,8 @@ class _Server:
             if done is None:
                 os.killpg(started["pid"], signal.SIGKILL)
                 self._reply(timeout=60)
-                raise subprocess.TimeoutExpired([module, *args], timeout or 0, out.read_text(), err.read_text())
-            return subprocess.CompletedProcess(
-                [sys.executable, "-m", module, *args], done["returncode"], out.read_text(), err.read_text()
-            )
+                raise subprocess.TimeoutExpired(command, timeout or 0, out.read_text(), err.read_text())
+            return subprocess.CompletedProcess(command, done["returncode"], out.read_text(), err.read_text())
 
 
 def _server_env() -> dict[str, str]:
@@ -138,4 +151,23 @@ def run_module(
             [sys.executable, "-m", module, *args], cwd=cwd, env=dict(env), capture_output=True, text=True,
             timeout=timeout, check=False,
         )  # fmt: skip
-    return _server(tuple(sorted(_server_env().items()))).run(module, args, cwd=cwd, env=env, timeout=timeout)
+    command = [sys.executable, "-m", module, *args]
+    request = {"module": module, "args": list(args)}
+    return _server(tuple(sorted(_server_env().items()))).run(command, request, cwd=cwd, env=env, timeout=timeout)
+
+
+def run_code(
+    code: str, *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in ``cwd`` (with ``env``, this process's environment by default), started as
+    :func:`run_module` starts a module: :data:`PRELOAD` imported, nothing of ``modelgraft``.
+
+    For tests of what importing modelgraft does to a fresh interpreter: torch's and transformers' own imports
+    are not what they test, and cost most of such a process.
+    """
+    env = dict(os.environ if env is None else env)
+    command = [sys.executable, "-c", code]
+    if not hasattr(os, "fork"):
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    request = {"code": code, "args": []}
+    return _server(tuple(sorted(_server_env().items()))).run(command, request, cwd=cwd, env=env, timeout=timeout)

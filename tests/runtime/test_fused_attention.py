@@ -10,8 +10,6 @@ GLM-MoE-DSA's upstream sdpa path loses its causal and sparse masks, see models/a
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +31,7 @@ from modelgraft.models.attention import (
 from modelgraft.models.loader import get_model_class
 from modelgraft.models.testing import assert_step_parity, build_pair, causal_lm_batch, run_step
 from modelgraft.models.testing.parity import tolerance_for
+from modelgraft.models.testing.preloaded_python import run_code
 from modelgraft.models.testing.tiny import tiny_config_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -212,9 +211,7 @@ def _run_fresh(code: str) -> None:
         "def registered():\n"
         "    return 'fused_attention' in ALL_ATTENTION_FUNCTIONS, 'fused_attention' in ALL_MASK_ATTENTION_FUNCTIONS\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", prelude + code], check=False, capture_output=True, text=True, cwd=REPO_ROOT
-    )
+    result = run_code(prelude + code, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr
 
 

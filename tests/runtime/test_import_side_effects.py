@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from modelgraft import models
 from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY
+from modelgraft.models.testing.preloaded_python import run_code
 
 REPO_ROOT = Path(models.__file__).resolve().parent.parent
 
@@ -36,7 +35,7 @@ DECLARED_METHODS = {
 
 
 def _run(code: str) -> None:
-    result = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO_ROOT, capture_output=True, text=True)
+    result = run_code(code, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 
 from modelgraft.models.ops import KERNEL_FAMILIES
+from modelgraft.models.testing.preloaded_python import run_code
 
 #: Families whose module imports on any machine (no CUDA, no optional package).
 LOADABLE = sorted(name for name, family in KERNEL_FAMILIES.items() if family.unavailable_reason() is None)
@@ -19,8 +19,8 @@ def test_importing_the_ops_loads_no_distributed_gpu_or_npu_kernel_module() -> No
         "print(sorted(m for m in sys.modules if m.startswith('modelgraft.models.distributed')"
         " or m in ('modelgraft.models.ops.kernels.liger', 'modelgraft.models.ops.kernels.npu', 'liger_kernel')))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    done = run_code(code, cwd=Path.cwd())
+    assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr
 
 
 def test_a_lazily_loaded_family_reports_its_module_without_importing_it() -> None:
@@ -30,8 +30,9 @@ def test_a_lazily_loaded_family_reports_its_module_without_importing_it() -> Non
         "print(KERNEL_FAMILIES['ep_alltoall'].module, KERNEL_FAMILIES['liger'].module)\n"
         "print('modelgraft.models.distributed' in sys.modules, 'modelgraft.models.ops.kernels.liger' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == [
+    done = run_code(code, cwd=Path.cwd())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
         "modelgraft.models.distributed.expert_parallel",
         "modelgraft.models.ops.kernels.liger",
         "False",

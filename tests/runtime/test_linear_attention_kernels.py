@@ -7,9 +7,8 @@ recompute it, gradients included; with ``cu_seqlens`` the chunked kernels keep p
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as upstream
 
 from modelgraft.models.ops import SLOTS, KernelUnavailableError, OpsConfig, bind_ops
 from modelgraft.models.ops.kernels import delta_rule, eager
+from modelgraft.models.testing.preloaded_python import run_code
 
 UPSTREAM_CHUNK = upstream.torch_chunk_gated_delta_rule.__wrapped__
 UPSTREAM_RECURRENT = upstream.torch_recurrent_gated_delta_rule.__wrapped__
@@ -231,8 +231,9 @@ def test_importing_the_ops_loads_no_gpu_linear_attention_module() -> None:
         "names = [ops.KERNEL_FAMILIES[f].module for f in ('fla', 'causal_conv1d')]\n"
         "print(names, sorted(m for m in sys.modules if m in names or m in ('fla', 'causal_conv1d')))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == (
+    done = run_code(code, cwd=Path.cwd())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
         "['modelgraft.models.ops.kernels.fla_delta', 'modelgraft.models.ops.kernels.causal_conv'] []"
     )
 

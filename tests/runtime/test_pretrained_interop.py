@@ -13,8 +13,6 @@ class behaves the same however it was obtained; no import step adopts it.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +28,7 @@ from modelgraft.models.checkpoint import CheckpointError
 from modelgraft.models.loader import get_model_class
 from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
 from modelgraft.models.testing.batches import causal_lm_batch
+from modelgraft.models.testing.preloaded_python import run_code
 from modelgraft.models.testing.seed import seed_everything
 from modelgraft.models.testing.tiny import tiny_config_for
 
@@ -302,5 +301,5 @@ loaded.save_pretrained("{tmp_path}/generated")
 keys = lambda d: set(safe_open(f"{tmp_path}/{{d}}/model.safetensors", framework="pt").keys())
 assert keys("generated") == keys("upstream"), keys("generated") ^ keys("upstream")
 """
-    result = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO_ROOT, capture_output=True, text=True)
+    result = run_code(code, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr

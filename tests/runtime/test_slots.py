@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import modelgraft.models.ops
 from modelgraft.models.ops import SLOTS, OpSlot, UnboundSlotError, rms_norm_slot
+from modelgraft.models.testing.preloaded_python import run_code
 
 #: The slot instances generated modeling files import by these exact names.
 GENERATED_CODE_SLOT_NAMES = {
@@ -75,14 +74,7 @@ print(json.dumps({"modules": sorted(modules), "bound": {
 
 
 def _fresh_process_bindings(prelude: str = "") -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", prelude + _FRESH_PROCESS_PROBE],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=Path(__file__).resolve().parents[2],
-        timeout=300,
-    )
+    done = run_code(prelude + _FRESH_PROCESS_PROBE, cwd=Path(__file__).resolve().parents[2], timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -1,0 +1,46 @@
+"""A preloaded interpreter runs code as ``python -c`` would, with torch imported and nothing of modelgraft."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from modelgraft.models.testing.preloaded_python import run_code
+
+_REPORT = """
+import json, os, sys
+print(json.dumps({
+    "name": __name__, "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(),
+    "torch": "torch" in sys.modules, "modelgraft": sorted(m for m in sys.modules if m.startswith("modelgraft")),
+    "variable": os.environ.get("PRELOADED_TEST_VARIABLE"),
+}))
+"""
+
+
+def test_code_runs_as_main_in_the_given_directory_with_torch_and_without_modelgraft(tmp_path: Path) -> None:
+    done = run_code(_REPORT, cwd=tmp_path, env={"PRELOADED_TEST_VARIABLE": "set"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "name": "__main__",
+        "argv": ["-c"],
+        "path0": "",
+        "cwd": str(tmp_path),
+        "torch": True,
+        "modelgraft": [],
+        "variable": "set",
+    }
+    assert done.args == [sys.executable, "-c", _REPORT]
+
+
+def test_a_failing_script_reports_its_exit_status_and_traceback(tmp_path: Path) -> None:
+    done = run_code("import sys\nprint('before')\nraise SystemExit(3)", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (3, "before\n")
+    raised = run_code("raise ValueError('from the script')", cwd=tmp_path)
+    assert raised.returncode == 1 and "ValueError: from the script" in raised.stderr
+
+
+def test_a_script_finds_modules_in_its_directory_first(tmp_path: Path) -> None:
+    (tmp_path / "local_module_of_the_test.py").write_text("WHERE = 'here'\n", encoding="utf-8")
+    done = run_code("import local_module_of_the_test as m\nprint(m.WHERE)", cwd=tmp_path)
+    assert done.stdout == "here\n", done.stderr
