@@ -8,13 +8,12 @@ rank's traceback, and a hang fails it at the timeout.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import transformers
 
 from modelgraft.models.distributed.launch import spawn
+from modelgraft.models.testing.preloaded_python import run_module
 
 from . import scenarios
 
@@ -43,18 +42,15 @@ def test_ep4_sp2_x_ep2_and_dp2_x_sp2_with_a_4d_mask_on_qwen3_moe_match_one_proce
 
 
 def run_example(*flags: str) -> list[str]:
-    """Run the example as a user would (``python -m``, no torchrun) and return its ``step N: ...`` lines."""
+    """Run the example as a user would (``python -m``, no torchrun) and return its ``step N: ...`` lines.
+
+    The process is forked from an interpreter that has imported torch and transformers but nothing of
+    modelgraft (``run_module``), so each run skips those two imports and still starts the example from scratch.
+    """
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     env.pop("RANK", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "modelgraft.models.distributed.example", *flags, "--timeout", str(TIMEOUT)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT + 30,
-        check=False,
-    )
+    args = (*flags, "--timeout", str(TIMEOUT))
+    result = run_module("modelgraft.models.distributed.example", *args, cwd=REPO_ROOT, env=env, timeout=TIMEOUT + 30)
     assert result.returncode == 0, result.stderr[-4000:]
     return [line for line in result.stdout.splitlines() if line.startswith("step ")]
 
