@@ -13,8 +13,7 @@ at a time: their reference kernels are checked on a prefill then a decode step, 
 from __future__ import annotations
 
 import itertools
-import subprocess
-import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +31,7 @@ from modelgraft.models.testing.gated_delta_net_suite import (
     decode_logits_with_reference,
 )
 from modelgraft.models.testing.parity import build_pair, check_parity, eager_slots_on_one_thread
+from modelgraft.models.testing.preloaded_python import run_code
 from modelgraft.models.testing.vlm_suite import VlmModel, VlmParitySuite
 
 QWEN3_5 = VlmModel(
@@ -143,7 +143,8 @@ def test_eager_decode_step_is_upstreams_exactly() -> None:
         )
 
 
-#: A fresh interpreter where fla and causal_conv1d "are installed": stand-ins whose every kernel raises.
+#: An interpreter that has imported neither Qwen3.5's modeling nor modelgraft, where fla and causal_conv1d
+#: "are installed": stand-ins whose every kernel raises.
 _INSTALLED_STAND_INS = """
 import sys, types
 
@@ -182,7 +183,7 @@ print("generated:", tuple(out.shape), tuple(conv.shape))
 def test_an_installed_fla_or_causal_conv1d_changes_upstream_but_not_the_generated_functions() -> None:
     """Upstream's hub decorator binds whatever package is importable; the generated functions are the torch
     bodies, so only a bound kernel family changes what the model computes."""
-    done = subprocess.run([sys.executable, "-c", _INSTALLED_STAND_INS], capture_output=True, text=True, check=False)
+    done = run_code(_INSTALLED_STAND_INS, cwd=Path.cwd())
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:2] == ["upstream: stand-in", "generated: (1, 5, 2, 4) (1, 6, 5)"]
 
