@@ -25,6 +25,7 @@ from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
 from modelgraft.models.ops.binding import restore_bindings
 from modelgraft.models.testing.batches import causal_lm_batch
 from modelgraft.models.testing.seed import seed_everything
+from modelgraft.models.testing.upstream_steps import UPSTREAM_STEPS, step_key
 
 __all__ = [
     "BF16_KERNEL_TOLERANCE",
@@ -35,7 +36,9 @@ __all__ = [
     "StepResult",
     "Tolerance",
     "assert_step_parity",
+    "build_generated",
     "build_pair",
+    "build_upstream",
     "check_parity",
     "counting_calls",
     "eager_slots_on_one_thread",
@@ -166,14 +169,42 @@ def build_pair(
     ``randomize_constants``: first give upstream's constant-initialized parameters (norm weights, biases)
     distinct values (:func:`randomize_constant_parameters`), so a dropped weight or offset shows.
     """
+    upstream = build_upstream(
+        config, upstream_cls, seed=seed, dtype=dtype, device=device, randomize_constants=randomize_constants
+    )
+    generated = build_generated(config, generated_cls, upstream.state_dict(), dtype=dtype, device=device)
+    return ModelPair(upstream=upstream, generated=generated)
+
+
+def build_upstream(
+    config: PreTrainedConfig,
+    upstream_cls: type[PreTrainedModel],
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    randomize_constants: bool = True,
+) -> PreTrainedModel:
+    """Upstream's side of :func:`build_pair`: initialized from ``seed``, constants randomized, in train mode."""
     seed_everything(seed)
     upstream = upstream_cls(copy.deepcopy(config)).float()
     if randomize_constants:
         randomize_constant_parameters(upstream, seed=seed)
-    upstream = upstream.to(device=device, dtype=dtype).train()
+    return upstream.to(device=device, dtype=dtype).train()
+
+
+def build_generated(
+    config: PreTrainedConfig,
+    generated_cls: type[PreTrainedModel],
+    weights: Mapping[str, torch.Tensor],
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+) -> PreTrainedModel:
+    """The generated side of :func:`build_pair`: upstream's ``weights`` loaded strictly, in train mode."""
     generated = generated_cls(copy.deepcopy(config)).to(device=device, dtype=dtype).train()
-    generated.load_state_dict(upstream.state_dict(), strict=True)
-    return ModelPair(upstream=upstream, generated=generated)
+    generated.load_state_dict(weights, strict=True)
+    return generated
 
 
 def run_step(model: PreTrainedModel, batch: Mapping[str, Any], *, seed: int = 0) -> StepResult:
@@ -329,22 +360,26 @@ def check_parity(
     ops = ops if ops is not None else OpsConfig()
     kernels = dict(kernels or {})
     model_type = model_type if model_type is not None else config.model_type
-    pair = build_pair(
-        config,
-        get_model_class(model_type, architecture, use_hf=True),
-        get_model_class(model_type, architecture, backend=backend),
-        seed=seed,
-        dtype=dtype,
-        device=device,
-    )
+    upstream_cls = get_model_class(model_type, architecture, use_hf=True)
     batch = batch if batch is not None else causal_lm_batch(config, seed=seed)
     batch = {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
-    upstream = run_step(pair.upstream, batch, seed=seed)
+
+    def upstream_side() -> tuple[dict[str, torch.Tensor], StepResult]:
+        model = build_upstream(config, upstream_cls, seed=seed, dtype=dtype, device=device)
+        step = run_step(model, batch, seed=seed)
+        return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}, step
+
+    # Upstream's side depends on none of what this run binds: computed once per inputs (upstream_steps.py).
+    key = step_key(upstream_cls, config, batch, seed=seed, dtype=dtype, device=device)
+    weights, upstream, _ = UPSTREAM_STEPS.get_or_compute(key, upstream_side)
+    generated_cls = get_model_class(model_type, architecture, backend=backend)
+    seed_everything(seed)
+    generated = build_generated(config, generated_cls, weights, dtype=dtype, device=device)
     calls: Counter[str] = Counter()
     with bound_ops(ops), _kernels_bound(kernels):
         bound = {name: slot.bound_kernel_name for name, slot in SLOTS.items() if slot.bound is not None}
         with counting_calls(calls):
-            candidate = run_step(pair.generated, batch, seed=seed)
+            candidate = run_step(generated, batch, seed=seed)
     candidate = StepResult(
         loss=candidate.loss,
         logits=candidate.logits,
