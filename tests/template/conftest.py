@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .repos import build_template_source, clone
+from .repos import build_template_source, clone, commit_all, copy_model, git
 
 
 @pytest.fixture(scope="session")
@@ -19,3 +19,23 @@ def template_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def repo(template_source: Path, tmp_path: Path) -> Path:
     """A ``git clone --no-tags`` of the template source, for one test to copy scaffolds into and change."""
     return clone(template_source, tmp_path / "modelgraft")
+
+
+@pytest.fixture(scope="session")
+def scaffolded_source(template_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The template source plus one commit adding two scaffolds outside the zoo, copied at its template version:
+    models/mistral (a dense model) and models/smollm3 (another one), their modeling not generated; never changed."""
+    repo = clone(template_source, tmp_path_factory.mktemp("scaffolded") / "modelgraft")
+    copy_model(repo, "mistral", generate=False, prefix="Mistral")
+    commit_all(repo, "add mistral")  # a copy needs a committed template source
+    copy_model(repo, "smollm3", generate=False, prefix="SmolLM3")
+    git(repo, "reset", "--soft", "HEAD~1")
+    commit_all(repo, "add mistral and smollm3")  # one commit: the tests count the commits after it
+    return repo
+
+
+@pytest.fixture
+def repo_with_scaffolds(scaffolded_source: Path, tmp_path: Path) -> Path:
+    """A ``git clone --no-tags`` of :func:`scaffolded_source`, for one test to change (copying two scaffolds
+    costs each test about a second; a clone, a tenth of that)."""
+    return clone(scaffolded_source, tmp_path / "modelgraft")

@@ -18,18 +18,11 @@ import yaml
 from modelgraft.scaffold import versions
 from modelgraft.scaffold.update import EXIT_ERROR, EXIT_OK, main
 
-from .repos import commit_all, copy_model, git, run, template_version, working_directory
+from .repos import commit_all, git, run, template_version, working_directory
 
 ZOO = ("gemma3", "llama", "qwen2", "qwen3", "qwen3_moe", "seed_oss")
 CONFIG_TEMPLATE = "template/{{ model }}_gpu_patch_gen_config.py.jinja"
 TEMPLATE_LINE = "# template v2: a new last line\n"
-
-
-def scaffold(repo: Path, model: str) -> Path:
-    """A committed scaffold of ``model``, copied at the current template version (its modeling not generated)."""
-    model_dir = copy_model(repo, model, generate=False)
-    commit_all(repo, f"add {model}")
-    return model_dir
 
 
 def _update(repo: Path, *args: str) -> int:
@@ -79,14 +72,15 @@ def test_scaffold_update_in_a_fresh_clone_where_everything_is_current_changes_no
     assert git(repo, "rev-parse", "HEAD") == head
 
 
-def test_plain_copier_update_cli_works_without_tags(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plain_copier_update_cli_works_without_tags(
+    repo_with_scaffolds: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`copier update --trust --defaults models/<m>`: Copier finds no tag, takes HEAD and records it abbreviated.
 
     With `--vcs-ref <template version>` it records that commit, abbreviated. Either way only the `_commit`
     line changes (the template is the same), and scaffold-update writes the full id back.
     """
-    scaffold(repo, "mistral")
-    scaffold(repo, "smollm3")
+    repo = repo_with_scaffolds
     version = template_version(repo)
     head = git(repo, "rev-parse", "HEAD").strip()
 
@@ -110,8 +104,11 @@ def test_plain_copier_update_cli_works_without_tags(repo: Path, capsys: pytest.C
 # Without tags Copier takes HEAD, and its last rendering (of the new template) sees the scaffold it is
 # updating as uncommitted changes of the repository: it warns that it folds them into a commit of its own.
 @pytest.mark.filterwarnings("ignore::copier.errors.DirtyLocalWarning")
-def test_plain_copier_update_carries_a_template_change(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    model_dir = scaffold(repo, "mistral")
+def test_plain_copier_update_carries_a_template_change(
+    repo_with_scaffolds: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = repo_with_scaffolds
+    model_dir = repo / "models" / "mistral"
     template = repo / CONFIG_TEMPLATE
     template.write_text(template.read_text(encoding="utf-8") + TEMPLATE_LINE, encoding="utf-8")
     commit_all(repo, "template: a new last line of the config")

@@ -1,8 +1,9 @@
 """Template changes reach every scaffold (``scaffold-update``), and a conflict fails the command.
 
-Each test works in a fresh clone without tags: it copies scaffolds at the current template version,
-commits them, commits a template change in the same repository (the template's source is the repository
-itself: that commit is the new template version) and updates the scaffolds it made (the zoo's own models
+Each test works in a fresh clone without tags that holds two scaffolds copied at the current template version
+and committed (conftest.py's ``repo_with_scaffolds``; the test of a copy makes its own), commits a template
+change in the same repository (the template's source is the repository itself: that commit is the new
+template version) and updates those scaffolds (the zoo's own models
 are scaffolds too, with hand-written parts that this change would conflict with: test_adoption.py and
 test_fresh_clone.py update them).
 """
@@ -24,13 +25,6 @@ CONFIG_TEMPLATE = "template/{{ model }}_gpu_patch_gen_config.py.jinja"
 TEMPLATE_LINE = "# template v2: a new last line\n"
 #: A local edit that conflicts with it: another last line of the scaffold's config.
 LOCAL_LINE = "# a local last line\n"
-
-
-def scaffold(repo: Path, model: str, prefix: str) -> Path:
-    """A committed scaffold, copied from the current template version."""
-    model_dir = copy_model(repo, model, generate=False, prefix=prefix)
-    commit_all(repo, f"add {model}")
-    return model_dir
 
 
 def change_template(repo: Path) -> str:
@@ -63,10 +57,11 @@ def recorded(model_dir: Path) -> str:
 
 
 def test_template_change_reaches_the_scaffold_and_keeps_local_edits(
-    repo: Path, capsys: pytest.CaptureFixture[str]
+    repo_with_scaffolds: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    repo = repo_with_scaffolds
     v1 = template_version(repo)
-    model_dir = scaffold(repo, "mistral", "Mistral")
+    model_dir = repo / "models" / "mistral"
     assert recorded(model_dir) == v1
     init = model_dir / "__init__.py"
     append(init, "# kept: a local edit of a file the template change leaves alone\n")
@@ -118,11 +113,11 @@ def test_a_copy_as_copier_leaves_it_is_recorded_at_the_template_version(
 
 @pytest.mark.parametrize(("mode", "trace"), [("inline", "conflict markers"), ("rej", "rejected hunks")])
 def test_a_conflict_fails_the_update_and_names_the_model_and_files(
-    repo: Path, capsys: pytest.CaptureFixture[str], mode: str, trace: str
+    repo_with_scaffolds: Path, capsys: pytest.CaptureFixture[str], mode: str, trace: str
 ) -> None:
+    repo = repo_with_scaffolds
     v1 = template_version(repo)
-    model_dir = scaffold(repo, "mistral", "Mistral")
-    scaffold(repo, "smollm3", "SmolLM3")
+    model_dir = repo / "models" / "mistral"
     config = model_dir / "mistral_gpu_patch_gen_config.py"
     append(config, LOCAL_LINE)
     commit_all(repo, "mistral: a local last line")
@@ -142,9 +137,10 @@ def test_a_conflict_fails_the_update_and_names_the_model_and_files(
 # Without tags plain Copier takes HEAD, and its last rendering (of the new template) sees the scaffold it is
 # updating as uncommitted changes of the repository: it warns that it folds them into a commit of its own.
 @pytest.mark.filterwarnings("ignore::copier.errors.DirtyLocalWarning")
-def test_copier_alone_leaves_a_conflict_behind_without_failing(repo: Path) -> None:
+def test_copier_alone_leaves_a_conflict_behind_without_failing(repo_with_scaffolds: Path) -> None:
     """Why scaffold-update exists: `copier update` writes the markers and returns normally (exit status 0)."""
-    model_dir = scaffold(repo, "mistral", "Mistral")
+    repo = repo_with_scaffolds
+    model_dir = repo / "models" / "mistral"
     config = model_dir / "mistral_gpu_patch_gen_config.py"
     append(config, LOCAL_LINE)
     commit_all(repo, "mistral: a local last line")
@@ -156,9 +152,12 @@ def test_copier_alone_leaves_a_conflict_behind_without_failing(repo: Path) -> No
     assert "<<<<<<< before updating" in config.read_text(encoding="utf-8")
 
 
-def test_vcs_ref_updates_to_the_template_as_of_that_commit(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_vcs_ref_updates_to_the_template_as_of_that_commit(
+    repo_with_scaffolds: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--vcs-ref names a commit; the scaffold records the last commit up to it that changed the template."""
-    model_dir = scaffold(repo, "mistral", "Mistral")
+    repo = repo_with_scaffolds
+    model_dir = repo / "models" / "mistral"
     v2 = change_template(repo)
     git(repo, "commit", "--quiet", "--allow-empty", "-m", "not a template change")
 
@@ -172,9 +171,9 @@ def test_vcs_ref_updates_to_the_template_as_of_that_commit(repo: Path, capsys: p
 
 
 def test_an_unexpected_error_is_a_bug_with_a_traceback(
-    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    repo_with_scaffolds: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scaffold(repo, "mistral", "Mistral")
+    repo = repo_with_scaffolds
     change_template(repo)
 
     def broken(*args: object, **kwargs: object) -> None:
@@ -201,9 +200,10 @@ def test_an_unexpected_error_is_a_bug_with_a_traceback(
     ],
 )
 def test_nothing_is_changed_on_bad_input(
-    repo: Path, capsys: pytest.CaptureFixture[str], setup: str, args: tuple[str, ...], message: str
+    repo_with_scaffolds: Path, capsys: pytest.CaptureFixture[str], setup: str, args: tuple[str, ...], message: str
 ) -> None:
-    model_dir = scaffold(repo, "mistral", "Mistral")
+    repo = repo_with_scaffolds
+    model_dir = repo / "models" / "mistral"
     v1 = recorded(model_dir)
     change_template(repo)
     if setup == "uncommitted":

@@ -11,7 +11,7 @@ from copier.errors import UserMessageError
 
 from modelgraft.scaffold.update import EXIT_ERROR
 
-from .test_update import change_template, scaffold, update
+from .test_update import change_template, update
 
 FAILURES = {
     "copier": UserMessageError("the answers file is broken"),
@@ -21,10 +21,9 @@ FAILURES = {
 
 @pytest.mark.parametrize("failure", sorted(FAILURES))
 def test_a_failed_update_exits_2_naming_the_scaffold_and_the_cause(
-    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, failure: str
+    repo_with_scaffolds: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, failure: str
 ) -> None:
-    scaffold(repo, "mistral", "Mistral")
-    scaffold(repo, "smollm3", "SmolLM3")
+    repo = repo_with_scaffolds
     change_template(repo)
 
     def fail(*args: object, **kwargs: object) -> None:
