@@ -7,13 +7,14 @@ rank's traceback, and a hang fails it at the timeout.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import transformers
 
 from modelgraft.models.distributed.launch import spawn
-from modelgraft.models.testing.preloaded_python import run_module
+from modelgraft.models.testing.preloaded_python import run_code
 
 from . import scenarios
 
@@ -41,33 +42,50 @@ def test_ep4_sp2_x_ep2_and_dp2_x_sp2_with_a_4d_mask_on_qwen3_moe_match_one_proce
     spawn(scenarios.four_rank_cases, 4, timeout=TIMEOUT)
 
 
-def run_example(*flags: str) -> list[str]:
-    """Run the example as a user would (``python -m``, no torchrun) and return its ``step N: ...`` lines.
+#: Runs the example's ``main`` (what ``python -m modelgraft.models.distributed.example`` calls) once per
+#: argument list, one after the other, each run's output after a line of its own.
+_EXAMPLE_RUNS = """
+import json
+from modelgraft.models.distributed.example import main
+for argv in json.loads({runs!r}):
+    print("=== run", flush=True)
+    main(argv)
+"""
 
-    The process is forked from an interpreter that has imported torch and transformers but nothing of
-    modelgraft (``run_module``), so each run skips those two imports and still starts the example from scratch.
+
+def run_example(*runs: tuple[str, ...]) -> list[list[str]]:
+    """Run the example as a user would (no torchrun: it starts its own ranks), once per argument list; each
+    run's ``step N: ...`` lines.
+
+    The runs share one process, forked from an interpreter that has imported torch and transformers but nothing
+    of modelgraft (``run_code``): the second run's ranks fork from the fork server the first run started. Each
+    run's ranks are new processes, so what one run hands the next is what it wrote to disk.
     """
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     env.pop("RANK", None)
-    args = (*flags, "--timeout", str(TIMEOUT))
-    result = run_module("modelgraft.models.distributed.example", *args, cwd=REPO_ROOT, env=env, timeout=TIMEOUT + 30)
+    argvs = [[*flags, "--timeout", str(TIMEOUT)] for flags in runs]
+    code = _EXAMPLE_RUNS.format(runs=json.dumps(argvs))
+    result = run_code(code, cwd=REPO_ROOT, env=env, timeout=len(runs) * TIMEOUT + 30)
     assert result.returncode == 0, result.stderr[-4000:]
-    return [line for line in result.stdout.splitlines() if line.startswith("step ")]
+    outputs = result.stdout.split("=== run\n")[1:]
+    assert len(outputs) == len(runs), result.stdout[-4000:]
+    return [[line for line in output.splitlines() if line.startswith("step ")] for output in outputs]
 
 
 def test_example_trains_saves_resumes_on_another_layout_and_exports_what_upstream_loads(tmp_path: Path) -> None:
     """Two runs of the example: SP x EP built on meta, saved at step 2; then resumed under HSDP with
     activation checkpointing (the state reshards), trained to step 3 and exported for from_pretrained."""
     common = ("--nproc", "2", "--seq-len", "12", "--checkpoint-dir", str(tmp_path / "ckpt"))
-    first = run_example(*common, "--sp", "2", "--ep", "2", "--meta", "--steps", "2")
+    first, resumed = run_example(
+        (*common, "--sp", "2", "--ep", "2", "--meta", "--steps", "2"),
+        (
+            *common, "--sp", "1", "--ep", "1", "--hsdp", "2", "--activation-checkpointing", "--meta",
+            "--resume", "--steps", "3", "--export", str(tmp_path / "hub"),
+        ),
+    )  # fmt: skip
     assert [line.split(":")[0] for line in first] == ["step 1", "step 2"], first
     assert all(float(line.split("loss ")[1].split()[0]) > 0 for line in first)
     assert (tmp_path / "ckpt" / "step_2").is_dir()
-
-    resumed = run_example(
-        *common, "--sp", "1", "--ep", "1", "--hsdp", "2", "--activation-checkpointing", "--meta",
-        "--resume", "--steps", "3", "--export", str(tmp_path / "hub"),
-    )  # fmt: skip
     assert [line.split(":")[0] for line in resumed] == ["step 3"], resumed
     assert all("replicate=2" in line for line in resumed), resumed
     model, info = transformers.Qwen3MoeForCausalLM.from_pretrained(tmp_path / "hub", output_loading_info=True)
