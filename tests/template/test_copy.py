@@ -41,8 +41,10 @@ def _refusal(repo: Path, model: str, **answers: object) -> str:
 
 
 def test_a_dense_scaffold_generates_one_file_for_every_backend_and_passes_its_parity_tests(repo: Path) -> None:
+    """Copied and generated as the template's first task does; the smoke check a real copy runs next is a subset
+    of the tests below (a copy with every task: test_copy_vision.py, and scaffold-survey's end-to-end test)."""
     assert not (repo / "models" / "mistral").exists(), "mistral joined the zoo: scaffold another model here"
-    model_dir = copy_model(repo, "mistral")
+    model_dir = copy_and_generate(repo, "mistral")
 
     assert sorted(p.relative_to(model_dir).as_posix() for p in model_dir.rglob("*") if p.is_file()) == [
         ".copier-answers.yml",
