@@ -47,6 +47,18 @@ def is_docstring(statement: ast.stmt) -> bool:
 _STATEMENT_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
+def children(node: ast.AST) -> list[ast.AST]:
+    """``list(ast.iter_child_nodes(node))``, in the same order, without its two generators per node."""
+    found: list[ast.AST] = []
+    for field in node._fields:
+        value = getattr(node, field, None)
+        if isinstance(value, list):
+            found.extend(item for item in value if isinstance(item, ast.AST))
+        elif isinstance(value, ast.AST):
+            found.append(value)
+    return found
+
+
 def walk(node: ast.AST) -> list[ast.AST]:
     """``list(ast.walk(node))``: the same nodes in the same (breadth-first) order, in about half the time.
 

@@ -8,10 +8,11 @@ instead of walking the tree itself.
 from __future__ import annotations
 
 import ast
+import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from modelgraft.generator.syntax import DEFINITION_NODES
+from modelgraft.generator.syntax import DEFINITION_NODES, children, walk
 from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
 
 
@@ -40,10 +41,37 @@ def is_self_attr(node: ast.AST, attr: str | None = None) -> bool:
     )
 
 
+#: The calls under a node, kept while its tree lives: the readers ask for one forward's calls again and again.
+_CALLS: weakref.WeakKeyDictionary[ast.AST, tuple[ast.Call, ...]] = weakref.WeakKeyDictionary()
+
+
 def calls_in(node: ast.AST) -> list[ast.Call]:
-    """Every call inside ``node``, in source order (``ast.walk`` is breadth-first, so sort)."""
-    found = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
-    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+    """Every call inside ``node``, in source order (a walk is breadth-first, so sort)."""
+    found = _CALLS.get(node)
+    if found is None:
+        calls = [n for n in walk(node) if isinstance(n, ast.Call)]
+        found = _CALLS[node] = tuple(sorted(calls, key=lambda n: (n.lineno, n.col_offset)))
+    return list(found)
+
+
+def _calls_in_branches(node: ast.AST) -> list[ast.Call]:
+    """The calls under ``node`` that sit in a branch: the body or else of an ``if`` or of an ``a if c else b``.
+
+    One walk that carries whether it is inside a branch, so the statements of nested ifs are visited once.
+    """
+    found: list[ast.Call] = []
+    todo: list[tuple[ast.AST, bool]] = [(node, False)]
+    while todo:
+        current, in_branch = todo.pop()
+        if in_branch and isinstance(current, ast.Call):
+            found.append(current)
+        if isinstance(current, ast.IfExp):
+            todo += [(current.test, in_branch), (current.body, True), (current.orelse, True)]
+        elif isinstance(current, ast.If):
+            todo += [(current.test, in_branch), *((statement, True) for statement in [*current.body, *current.orelse])]
+        else:
+            todo += [(child, in_branch) for child in children(current)]
+    return found
 
 
 @dataclass
@@ -71,8 +99,8 @@ class ModelSource:
         for owner in self.index.tree.body:
             if not isinstance(owner, DEFINITION_NODES):
                 continue
-            for node in ast.walk(owner):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.classes:
+            for node in calls_in(owner):
+                if isinstance(node.func, ast.Name) and node.func.id in self.classes:
                     if node.func.id != getattr(owner, "name", None):
                         found.add(node.func.id)
         return tuple(sorted(found))
@@ -84,18 +112,9 @@ class ModelSource:
         for owner in self.index.tree.body:
             if not isinstance(owner, DEFINITION_NODES):
                 continue
-            branched: set[int] = set()
-            for node in ast.walk(owner):
-                if isinstance(node, ast.IfExp):
-                    branches = [node.body, node.orelse]
-                elif isinstance(node, ast.If):
-                    branches = [*node.body, *node.orelse]
-                else:
-                    continue
-                for branch in branches:
-                    branched.update(id(call) for call in ast.walk(branch) if isinstance(call, ast.Call))
-            for node in ast.walk(owner):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.classes:
+            branched = {id(call) for call in _calls_in_branches(owner)}
+            for node in calls_in(owner):
+                if isinstance(node.func, ast.Name) and node.func.id in self.classes:
                     if node.func.id != getattr(owner, "name", None):
                         everywhere.setdefault(node.func.id, []).append(id(node) in branched)
         return tuple(sorted(name for name, flags in everywhere.items() if all(flags)))
@@ -144,7 +163,7 @@ class ModelSource:
             found: dict[str, list[ast.expr]] = {}
             init = self.local_method(cls, "__init__")
             if init is not None:
-                for node in ast.walk(init):
+                for node in walk(init):
                     if isinstance(node, ast.Assign):
                         for target in node.targets:
                             if is_self_attr(target):
@@ -170,7 +189,7 @@ class ModelSource:
         """``X`` when ``cls.__init__`` does ``self.<attr> = config.X`` (the config name of a setting)."""
         for value in self.init_assigns(cls).get(attr, []):
             # Also `config.X if isinstance(config.X, int) else config.X[layer_idx]` (hunyuan's moe_topk).
-            for node in [value, *ast.walk(value)]:
+            for node in walk(value):
                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "config":
                     return node.attr
         return None

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from modelgraft.generator.syntax import dotted_name, nested_statements, same_syntax, walk
+from modelgraft.generator.syntax import children, dotted_name, nested_statements, same_syntax, walk
 from modelgraft.generator.upstream.locate import module_path
 
 TRICKY = """
@@ -59,6 +59,14 @@ def test_walk_gives_the_nodes_of_ast_walk_in_its_order(source: str | None, upstr
     tree = ast.parse(source) if source else upstream
 
     assert [id(n) for n in walk(tree)] == [id(n) for n in ast.walk(tree)]
+
+
+@pytest.mark.parametrize("source", [TRICKY, None], ids=["tricky", "llama"])
+def test_children_are_the_nodes_of_iter_child_nodes_in_its_order(source: str | None, upstream: ast.Module) -> None:
+    tree = ast.parse(source) if source else upstream
+
+    for node in ast.walk(tree):
+        assert [id(n) for n in children(node)] == [id(n) for n in ast.iter_child_nodes(node)]
 
 
 def test_same_syntax_agrees_with_comparing_dumps(upstream: ast.Module) -> None:

@@ -1,0 +1,52 @@
+"""The reader's call questions (``calls_in``, which classes only a branch instantiates) on small modules."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
+from modelgraft.generator.upstream.source import ModelSource, calls_in
+
+MODULE = textwrap.dedent(
+    """
+    class Dense: pass
+    class Sparse: pass
+    class Either: pass
+    class Nested: pass
+    class Block:
+        def __init__(self, config):
+            self.always = Dense()
+            self.mlp = Sparse() if config.moe else Dense()
+            if config.a:
+                if config.b:
+                    self.deep = Nested()
+                else:
+                    self.either = Either()
+            self.again = Either()
+    """
+)
+
+
+def _source(tmp_path: Path) -> ModelSource:
+    path = tmp_path / "modeling_toy.py"
+    path.write_text(MODULE, encoding="utf-8")
+    index = ModuleIndex.parse("toy.modeling_toy", path)
+    return ModelSource(model="toy", index=index, sources=UpstreamSources())
+
+
+def test_calls_in_gives_every_call_in_source_order_and_a_fresh_list_each_time() -> None:
+    tree = ast.parse("f(g(1), h())\nk()\n")
+    names = [call.func.id for call in calls_in(tree)]  # type: ignore[attr-defined]
+    assert names == ["f", "g", "h", "k"]
+    calls_in(tree).clear()
+    assert len(calls_in(tree)) == 4
+
+
+def test_a_class_instantiated_only_in_branches_is_conditional_and_one_also_built_outside_is_not(
+    tmp_path: Path,
+) -> None:
+    source = _source(tmp_path)
+    assert source.instantiated == ("Dense", "Either", "Nested", "Sparse")
+    assert source.conditionally_instantiated == ("Nested", "Sparse")
