@@ -318,7 +318,7 @@ def _init_weights(source: ModelSource, module: str, speech: list[str]) -> InitWe
                     dropped += named
                     continue
                 keyword = "if" if not chain else "elif"
-                chain.append(f"{keyword} {ast.get_source_segment(source.index.source, test)}:\n")
+                chain.append(f"{keyword} {source.index.segment(test)}:\n")
                 chain += [_text(lines, b.lineno, b.end_lineno, indent=4) for b in body]
             if rest:
                 chain.append("else:\n" if chain else "")
