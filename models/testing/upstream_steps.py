@@ -36,9 +36,13 @@ class UpstreamSteps:
         self._entries: OrderedDict[str, tuple[dict[str, torch.Tensor], Any]] = OrderedDict()
 
     def get_or_compute(
-        self, key: str, compute: Callable[[], tuple[dict[str, torch.Tensor], Any]]
+        self, key: str | None, compute: Callable[[], tuple[dict[str, torch.Tensor], Any]]
     ) -> tuple[dict[str, torch.Tensor], Any, bool]:
-        """``(weights, step, computed)``: the kept entry of ``key``, or ``compute()``'s, then kept."""
+        """``(weights, step, computed)``: the kept entry of ``key``, or ``compute()``'s, then kept (never for
+        ``key`` None: inputs :func:`step_key` cannot describe)."""
+        if key is None:
+            weights, step = compute()
+            return weights, step, True
         if key in self._entries:
             self._entries.move_to_end(key)
             weights, step = self._entries[key]
@@ -80,8 +84,9 @@ def step_key(
     seed: int,
     dtype: torch.dtype,
     device: str | torch.device,
-) -> str:
-    """The digest of everything upstream's weights and step depend on (module docstring)."""
+) -> str | None:
+    """The digest of everything upstream's weights and step depend on (module docstring); None for a config
+    that does not pickle, whose run is then computed as if it were the first."""
     digest = hashlib.sha256()
     settings = (
         f"{upstream_cls.__module__}.{upstream_cls.__qualname__}",
@@ -96,7 +101,10 @@ def step_key(
         torch.is_autocast_enabled("cpu"),
     )
     digest.update(repr(settings).encode())
-    digest.update(pickle.dumps(config))
+    try:
+        digest.update(pickle.dumps(config))
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None
     _feed(digest, batch)
     return digest.hexdigest()
 

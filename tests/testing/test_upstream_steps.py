@@ -13,7 +13,13 @@ from modelgraft.models.testing import causal_lm_batch, check_parity
 from modelgraft.models.testing.parity import eager_slots_on_one_thread
 from modelgraft.models.testing.upstream_steps import UPSTREAM_STEPS, UpstreamSteps, step_key
 
-SIZES = dict(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2)
+SIZES = {
+    "vocab_size": 64,
+    "hidden_size": 16,
+    "intermediate_size": 24,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+}
 
 
 def _config(**overrides: object) -> LlamaConfig:
@@ -79,10 +85,18 @@ def test_the_thread_count_is_part_of_the_key() -> None:
         torch.set_num_threads(threads)
 
 
+def test_a_config_that_does_not_pickle_has_no_key_and_is_computed_every_time() -> None:
+    config = _config()
+    config.unpicklable = lambda: None  # type: ignore[attr-defined]
+    assert _key(config=config) is None
+    steps = UpstreamSteps()
+    assert [steps.get_or_compute(None, lambda: ({}, "step"))[2] for _ in range(2)] == [True, True]
+
+
 def test_the_oldest_entry_goes_first_when_the_map_is_full() -> None:
     steps = UpstreamSteps(kept=2)
     for key in ("a", "b", "c"):
-        steps.get_or_compute(key, lambda: ({}, key))
+        steps.get_or_compute(key, lambda key=key: ({}, key))
     assert steps.get_or_compute("a", lambda: ({}, "again"))[1:] == ("again", True)
     assert steps.get_or_compute("c", lambda: ({}, "again"))[1:] == ("c", False)
 
@@ -102,7 +116,9 @@ def test_a_reused_upstream_side_still_catches_a_wrong_kernel(counted_upstream_st
     config = _config()
     check_parity(config, "LlamaForCausalLM", model_type="llama")
 
-    def norm_without_weight(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float, **_: object) -> torch.Tensor:
+    def norm_without_weight(
+        hidden_states: torch.Tensor, weight: torch.Tensor, eps: float, **_: object
+    ) -> torch.Tensor:
         variance = hidden_states.float().pow(2).mean(-1, keepdim=True)
         return (hidden_states.float() * torch.rsqrt(variance + eps)).to(hidden_states.dtype)
 
