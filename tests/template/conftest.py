@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,22 @@ def template_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def repo(template_source: Path, tmp_path: Path) -> Path:
     """A ``git clone --no-tags`` of the template source, for one test to copy scaffolds into and change."""
     return clone(template_source, tmp_path / "modelgraft")
+
+
+@pytest.fixture(scope="module")
+def shared_clone(template_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One clone per test module, for :func:`clean_clone`."""
+    return clone(template_source, tmp_path_factory.mktemp("shared") / "modelgraft")
+
+
+@pytest.fixture
+def clean_clone(shared_clone: Path) -> Iterator[Path]:
+    """The module's clone as committed, and so again after the test (every change reset, nothing untracked left):
+    for tests that copy without committing or write nothing, where a clone per test costs more than the test."""
+    assert git(shared_clone, "status", "--porcelain", "--untracked-files=all") == ""
+    yield shared_clone
+    git(shared_clone, "reset", "--quiet", "--hard")
+    git(shared_clone, "clean", "-fdq")
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ template change reaches every model and keeps the modifications (docs/scaffoldin
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ from modelgraft.scaffold.update import EXIT_CONFLICT, EXIT_OK, main
 
 from .repos import (
     REPO_ROOT,
-    clone,
     commit_all,
     copy_model,
     git,
@@ -120,25 +118,10 @@ def test_a_zoo_model_without_answers_is_one_the_scaffold_refuses(model: str) -> 
     assert REFUSED_BY_THE_SCAFFOLD[model] in scaffold_refusal(model)
 
 
-@pytest.fixture(scope="module")
-def shared_clone(template_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return clone(template_source, tmp_path_factory.mktemp("adoption") / "modelgraft")
-
-
-@pytest.fixture
-def clean_clone(shared_clone: Path) -> Iterator[Path]:
-    """One clone for the module's renderings, each test's changes undone after it (a clone per test costs more
-    than the rendering): every file as committed, nothing untracked."""
-    yield shared_clone
-    git(shared_clone, "reset", "--quiet", "--hard")
-    git(shared_clone, "clean", "-fdq")
-
-
 @pytest.mark.parametrize("model", sorted(LOCAL_MODIFICATIONS))
 def test_recorded_answers_render_the_zoo_but_its_local_modifications(clean_clone: Path, model: str) -> None:
     """Rendered over the zoo's own package from its answers, only the files written by hand on purpose change."""
     repo = clean_clone
-    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
     copy_model(repo, model, generate=False, **recorded_answers(repo / "models" / model))
 
     # .copier-answers.yml is not among them: the recorded file is what Copier writes for these answers.

@@ -61,7 +61,8 @@ def test_a_dense_scaffold_generates_one_file_for_every_backend_and_passes_its_pa
     assert "SKIPPED" not in output
 
 
-def test_the_answers_read_from_upstream_are_recorded(repo: Path) -> None:
+def test_the_answers_read_from_upstream_are_recorded(clean_clone: Path) -> None:
+    repo = clean_clone
     model_dir = copy_model(repo, "smollm3", generate=False)
     answers = recorded_answers(model_dir)
     assert answers["prefix"] == "SmolLM3"
@@ -120,29 +121,34 @@ def test_a_deepseek_style_moe_scaffold_guards_its_router_and_shared_experts_and_
     _assert_tests_pass(repo, "glm4_moe")
 
 
-def test_a_scaffold_guarding_many_slots_is_ruff_clean(repo: Path) -> None:
+def test_a_scaffold_guarding_many_slots_is_ruff_clean(clean_clone: Path) -> None:
+    repo = clean_clone
     """qwen2_moe guards eight slots: its parity test's guarded= tuple is too long for one line."""
     model_dir = copy_model(repo, "qwen2_moe", generate=False)
     _assert_ruff_clean(repo, model_dir)
 
 
-def test_a_loss_head_no_snippet_fits_is_refused(repo: Path) -> None:
+def test_a_loss_head_no_snippet_fits_is_refused(clean_clone: Path) -> None:
+    repo = clean_clone
     """cpmant computes its loss without self.loss_function: the loss head, which every scaffold guards."""
     message = _refusal(repo, "cpmant")
     assert "causal_lm: CpmAntForCausalLM (line " in message and "loss_function" in message
 
 
-def test_an_out_of_category_model_is_refused_before_anything_is_written(repo: Path) -> None:
+def test_an_out_of_category_model_is_refused_before_anything_is_written(clean_clone: Path) -> None:
+    repo = clean_clone
     message = _refusal(repo, "mamba")
     assert "out of category" in message and "MambaMixer" in message
 
 
-def test_an_omni_model_that_is_not_qwen_omni_like_is_refused(repo: Path) -> None:
+def test_an_omni_model_that_is_not_qwen_omni_like_is_refused(clean_clone: Path) -> None:
+    repo = clean_clone
     message = _refusal(repo, "gemma3n")  # an Omni model outside the zoo (Qwen-Omni's two are in it)
     assert "not Qwen-Omni-like: no class holds a thinker (self.thinker)" in message
 
 
-def test_too_little_to_guard_is_refused_naming_each_structure_and_its_line(repo: Path) -> None:
+def test_too_little_to_guard_is_refused_naming_each_structure_and_its_line(clean_clone: Path) -> None:
+    repo = clean_clone
     """bloom: alibi positions and an MLP whose forward takes the residual leave only its norms and loss head."""
     message = _refusal(repo, "bloom")
     assert "fewer than the loss head and two slots" in message
@@ -150,7 +156,8 @@ def test_too_little_to_guard_is_refused_naming_each_structure_and_its_line(repo:
     assert "docs/adding-a-model.md" in message
 
 
-def test_a_model_transformers_lacks_is_refused(repo: Path) -> None:
+def test_a_model_transformers_lacks_is_refused(clean_clone: Path) -> None:
+    repo = clean_clone
     message = _refusal(repo, "not_a_model")
     assert "transformers has no model package not_a_model" in message
 
@@ -176,6 +183,7 @@ def test_a_copy_whose_smoke_check_fails_removes_the_new_directory(repo: Path) ->
     assert not (repo / "models" / "mistral").exists()
 
 
-def test_model_must_name_the_destination_folder(repo: Path) -> None:
+def test_model_must_name_the_destination_folder(clean_clone: Path) -> None:
+    repo = clean_clone
     with pytest.raises(ValueError, match="the destination folder is"):
         copy_model(repo, "mistral", generate=False, record=False, model="llama")
