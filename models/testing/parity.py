@@ -366,8 +366,9 @@ def check_parity(
 
     def upstream_side() -> tuple[dict[str, torch.Tensor], StepResult]:
         model = build_upstream(config, upstream_cls, seed=seed, dtype=dtype, device=device)
-        step = run_step(model, batch, seed=seed)
-        return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}, step
+        # Taken before the step: a forward in train mode may update buffers (running statistics).
+        weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+        return weights, run_step(model, batch, seed=seed)
 
     # Upstream's side depends on none of what this run binds: computed once per inputs (upstream_steps.py).
     key = step_key(upstream_cls, config, batch, seed=seed, dtype=dtype, device=device)
