@@ -7,11 +7,13 @@ the compiles that reach Jinja.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from jinja2 import Environment, pass_context
+from jinja2 import Environment, FileSystemLoader, pass_context
 from jinja2.sandbox import SandboxedEnvironment
 
 from modelgraft.scaffold import jinja_compile_cache
@@ -67,3 +69,37 @@ def test_an_environment_left_alone_compiles_every_time(compiles: list[str]) -> N
     for environment in (shared, shared, alone, alone):
         environment.from_string("{{ 1 }}").render()
     assert len(compiles) == 3
+
+
+def _file_environment(folder: Path) -> SandboxedEnvironment:
+    environment = SandboxedEnvironment(loader=FileSystemLoader(folder))
+    share_compiled_code(environment)
+    return environment
+
+
+def _same_file_in(tmp_path: Path, *clones: str, text: str) -> list[Path]:
+    """The same template file in several folders, as each of Copier's clones of a template source holds it."""
+    for clone in clones:
+        (tmp_path / clone).mkdir()
+        (tmp_path / clone / "note.jinja").write_text(text, encoding="utf-8")
+    return [tmp_path / clone for clone in clones]
+
+
+def test_the_same_file_in_another_folder_is_compiled_once(compiles: list[str], tmp_path: Path) -> None:
+    first, second = _same_file_in(tmp_path, "first", "second", text="{{ model }} note")
+    assert _file_environment(first).get_template("note.jinja").render(model="a") == "a note"
+    assert _file_environment(second).get_template("note.jinja").render(model="b") == "b note"
+    assert compiles == ["{{ model }} note"]
+
+
+def test_a_template_compiled_for_another_folder_names_its_own_file(tmp_path: Path) -> None:
+    first, second = _same_file_in(
+        tmp_path, "first", "second", text="{% macro m() %}{{ 1 // x }}{% endmacro %}{{ m() }}"
+    )
+    _file_environment(first).get_template("note.jinja")
+    template = _file_environment(second).get_template("note.jinja")
+    assert template.filename == str(second / "note.jinja")
+    with pytest.raises(ZeroDivisionError) as raised:
+        template.render(x=0)
+    files = {entry.filename for entry in traceback.extract_tb(raised.value.__traceback__)}
+    assert str(second / "note.jinja") in files and str(first / "note.jinja") not in files
