@@ -8,7 +8,9 @@ directory, environment and ``sys.path`` (the directory, then ``PYTHONPATH``, the
 fresh ``python -m`` has it) and runs the module as ``__main__``; code runs as ``-c`` runs it (the current
 directory first on the path, a ``__main__`` of its own). Nothing of ``modelgraft`` is imported before the
 fork, so the child imports it from the tree it is given, and a test of what importing it changes sees an
-interpreter where it never was.
+interpreter where it never was. The preloaded objects are frozen out of garbage collection before the first
+fork: otherwise a child's first full collection walks the whole inherited heap, which writes to (and so copies)
+every page of it; with them frozen, a child's ``pytest --version`` took 0.35 s instead of 1.1 s.
 
 The server is POSIX-only (``os.fork``); elsewhere :func:`run_module` starts a plain interpreter.
 """
@@ -38,6 +40,8 @@ for _name in json.loads(sys.argv[1]):
     except ImportError:  # not installed here (pytest outside the test extras): a child imports what it needs
         pass
 _interpreter_path = [entry for entry in sys.path if entry]
+import gc
+gc.freeze()  # the preloaded heap is never garbage: a child's collections leave it alone, and so uncopied
 for _line in sys.stdin:
     _request = json.loads(_line)
     _pid = os.fork()

@@ -44,3 +44,8 @@ def test_a_script_finds_modules_in_its_directory_first(tmp_path: Path) -> None:
     (tmp_path / "local_module_of_the_test.py").write_text("WHERE = 'here'\n", encoding="utf-8")
     done = run_code("import local_module_of_the_test as m\nprint(m.WHERE)", cwd=tmp_path)
     assert done.stdout == "here\n", done.stderr
+
+
+def test_the_preloaded_modules_are_left_out_of_the_childs_garbage_collection(tmp_path: Path) -> None:
+    done = run_code("import gc\nprint(gc.get_freeze_count())", cwd=tmp_path)
+    assert int(done.stdout) > 100_000, done.stderr  # torch and transformers alone make several hundred thousand
