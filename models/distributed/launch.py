@@ -15,6 +15,7 @@ fresh interpreter would hold after the same imports.
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import time
@@ -38,6 +39,9 @@ def free_port() -> int:
 
 
 def _entry(rank: int, fn: Callable[..., Any], nproc: int, port: int, args: tuple[Any, ...]) -> None:
+    # What the rank inherits from the fork server is never garbage: kept out of its collections, which would
+    # otherwise walk (and so copy, page by page) the server's whole heap of torch and transformers objects.
+    gc.freeze()
     os.environ.update(
         {
             "RANK": str(rank),
