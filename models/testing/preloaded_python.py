@@ -33,14 +33,13 @@ from pathlib import Path
 PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "transformers.models.auto.modeling_auto", "pytest")
 
 _SERVER = r"""
-import json, os, runpy, sys, traceback
+import gc, json, os, runpy, sys, traceback
 for _name in json.loads(sys.argv[1]):
     try:
         __import__(_name)
     except ImportError:  # not installed here (pytest outside the test extras): a child imports what it needs
         pass
 _interpreter_path = [entry for entry in sys.path if entry]
-import gc
 gc.freeze()  # the preloaded heap is never garbage: a child's collections leave it alone, and so uncopied
 for _line in sys.stdin:
     _request = json.loads(_line)
