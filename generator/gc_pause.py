@@ -10,7 +10,9 @@ Turning the collector back on is not enough by itself: every object allocated in
 in the youngest generation, so the first young collection after it walks the whole run's heap (a
 tenth of a one-process run's CPU for the 18-model zoo). What survives the pause is moved to the
 oldest generation instead, as if it had survived the collections it skipped: cyclic garbage among it
-is still collected, by the next full collection.
+is still collected, by the next full collection. That move goes through the permanent generation, and
+``gc.unfreeze()`` empties all of it, so it is made only when nothing was frozen before: a caller's freeze
+(a test process's, a fork server's) outlasts the pause, and the pause's survivors then age as usual.
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ from contextlib import contextmanager
 @contextmanager
 def paused_gc() -> Iterator[None]:
     """Collector off inside the block; on again after it, if it was on before, with what the block left
-    alive in the oldest generation."""
+    alive in the oldest generation where nothing was frozen before it."""
     was_enabled = gc.isenabled()
+    frozen_before = gc.get_freeze_count()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
-            # freeze() moves every tracked object out of the generations, unfreeze() into the oldest.
-            gc.freeze()
-            gc.unfreeze()
+            if not frozen_before:
+                # freeze() moves every tracked object out of the generations, unfreeze() into the oldest.
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import textwrap
 import weakref
 
 import pytest
@@ -31,12 +34,43 @@ def test_the_collector_is_off_inside_and_as_before_after(enabled: bool) -> None:
         (gc.enable if was else gc.disable)()
 
 
-def test_what_the_pause_left_alive_is_not_in_the_youngest_generation(collector_on) -> None:
-    with paused_gc():
-        survivor = [[]]
+def run_in_fresh_interpreter(code: str) -> None:
+    """Run ``code`` where nothing is frozen yet: the test process froze what its collection imported."""
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], check=True, timeout=60)
 
-    assert not any(obj is survivor for obj in gc.get_objects(generation=0))
-    assert any(obj is survivor for obj in gc.get_objects(generation=2))
+
+def test_what_the_pause_left_alive_is_in_the_oldest_generation_where_nothing_was_frozen() -> None:
+    run_in_fresh_interpreter(
+        """
+        import gc
+        from modelgraft.generator.gc_pause import paused_gc
+
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        with paused_gc():
+            survivor = [[]]
+        assert not any(obj is survivor for obj in gc.get_objects(generation=0))
+        assert any(obj is survivor for obj in gc.get_objects(generation=2))
+        assert gc.get_freeze_count() == 0
+        """
+    )
+
+
+def test_a_freeze_made_before_the_pause_outlasts_it() -> None:
+    run_in_fresh_interpreter(
+        """
+        import gc
+        from modelgraft.generator.gc_pause import paused_gc
+
+        frozen = [[]]
+        gc.freeze()
+        count = gc.get_freeze_count()
+        with paused_gc():
+            survivor = [[]]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() == count, (gc.get_freeze_count(), count)
+        assert not any(obj is frozen for generation in range(3) for obj in gc.get_objects(generation=generation))
+        """
+    )
 
 
 def test_cyclic_garbage_made_in_the_pause_is_still_collected(collector_on) -> None:
