@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import queue
+import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from modelgraft.scaffold.survey.categories import UNKNOWN
@@ -14,6 +16,36 @@ from modelgraft.scaffold.survey.display import Display
 from modelgraft.scaffold.survey.errors import SurveyError
 from modelgraft.scaffold.survey.model_run import Settings, result_of, survey_model
 from modelgraft.scaffold.survey.processes import Runner
+
+#: The signals that end a survey: Ctrl-C, and SIGTERM, which the command line turns into Ctrl-C.
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def _ending_signals_deferred() -> Iterator[None]:
+    """An ending signal that arrives inside the block is handled when it ends, not in the middle of it.
+
+    Raised while the workers are being started, its KeyboardInterrupt would leave run_survey before the
+    wait for the started workers, and the caller would remove clones they still work in. Python handles
+    signals in the main thread only; elsewhere there is nothing to defer.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous: dict[int, Callable[[int, object], object]] = {}
+    for number in ENDING_SIGNALS:
+        handler = signal.getsignal(number)
+        if callable(handler):  # an ignored or default (process-ending) signal stays as it is
+            previous[number] = handler
+            signal.signal(number, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    for number in arrived:
+        previous[number](number, None)
 
 
 def run_survey(
@@ -82,9 +114,10 @@ def run_survey(
                 display.started(running)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(count)]
-    for thread in threads:
-        thread.start()
     try:
+        with _ending_signals_deferred():
+            for thread in threads:
+                thread.start()
         for event in ended:
             while not event.wait(0.2):
                 pass

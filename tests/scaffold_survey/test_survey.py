@@ -338,28 +338,37 @@ def test_the_survey_runs_without_importing_transformers_torch_or_the_generator()
 def test_an_interrupt_returns_only_after_every_worker_has_ended() -> None:
     """The clones are removed after run_survey returns: no worker may still be resetting one then."""
     import _thread
+    import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("interrupt_main needs the test to run in the main thread")
+    # Ctrl-C as a terminal sends it, whatever handler an earlier test in this process left behind.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     ended: list[str] = []
+    both_running = threading.Barrier(2)
 
     def slow_survey_model(clone, model, category, runner, settings):
+        # The interrupt comes while both workers are inside a model, however late a loaded machine starts them.
+        if both_running.wait(timeout=60) == 0:
+            _thread.interrupt_main()
         time.sleep(1.0)
         ended.append(model)
         return Observation(model, StepResult(("copier",), 1, "no\n"), False, (), None, settings.timeout)
 
-    threading.Timer(0.2, _thread.interrupt_main).start()
     runner = processes.Runner()
-    with pytest.raises(KeyboardInterrupt):
-        workers.run_survey(
-            lambda i: Path(f"clone{i}"),
-            2,
-            ["a", "b", "c"],
-            {},
-            model_run.Settings(),
-            display.Display(3, tty=False),
-            runner,
-            survey_one=slow_survey_model,
-        )
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            workers.run_survey(
+                lambda i: Path(f"clone{i}"),
+                2,
+                ["a", "b", "c"],
+                {},
+                model_run.Settings(),
+                display.Display(3, tty=False),
+                runner,
+                survey_one=slow_survey_model,
+            )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert sorted(ended) == ["a", "b"] and runner.stopped.is_set()  # both running models ended, "c" never started
