@@ -339,8 +339,8 @@ LOSS_SLOTS = ("causal_lm_loss", "sequence_classification_loss", "load_balancing_
 def thin_scaffold_note(slots: tuple[str, ...]) -> str:
     """For a passing model: a note when its scaffold guards less than the causal LM loss and two other slots.
 
-    Issue 6 counts such a scaffold as refused (the scaffold should refuse it); the survey keeps the outcome it
-    observed, ``pass``, and says so in the reason.
+    Such a scaffold counts as refused (docs/scaffolding.md, "Refusals": it would guard too little); the survey
+    keeps the outcome it observed, ``pass``, and says so in the reason.
     """
     others = [slot for slot in slots if slot not in LOSS_SLOTS]
     if "causal_lm_loss" in slots and len(others) >= 2:

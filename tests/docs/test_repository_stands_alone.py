@@ -14,7 +14,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Ways of citing what a clone does not hold.
 OUTSIDE_REFERENCES = re.compile(
-    r"design\.md (?:section|§)\s*\d"
+    r"(?i)design\.md (?:section|§)\s*\d"
     r"|\bissues? #?\d+\b"
     r"|\.\./shared/"
     r"|shared (?:project )?folder"
@@ -45,6 +45,11 @@ def test_the_pattern_finds_each_kind_of_outside_citation() -> None:
     section, issue, issues, shared = "design.md " + "section 4", "issue " + "6", "issues " + "#12", "../" + "shared/"
     text = f"see {section}, {issue}, {issues} and {shared}design.md; docs/design.md, 'Budgets' is fine"
     assert outside_references(text) == [section, issue, issues, shared]
+
+
+def test_the_pattern_finds_a_citation_at_the_start_of_a_sentence() -> None:
+    issue, section = "Issue " + "6", "Design.md " + "Section 5"
+    assert outside_references(f"{issue} counts it as refused. {section} says so.") == [issue, section]
 
 
 def test_no_written_file_cites_a_document_or_issue_outside_the_repository() -> None:

@@ -1,6 +1,6 @@
 """The zoo's scaffolds update in a fresh clone without tags, with plain Copier and with ``scaffold-update``.
 
-Issue 6: every zoo scaffold recorded the tag ``v0.1.0``, which no clone has, so no update could start.
+Once every zoo scaffold recorded a tag (``v0.1.0``) that no clone has, so no update could start.
 Each test here works in a ``git clone --no-tags`` of a repository holding this checkout, whose zoo records
 the current template version (a commit id), from the repository root, as the docs tell a user to. The
 tests that run Copier update scaffolds they copy (test_adoption.py updates the zoo's own).
