@@ -8,9 +8,12 @@ the tests under them import what they test through ``modelgraft``.
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -93,3 +96,30 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     the tests made since (docs/performance.md, "Test time").
     """
     gc.freeze()
+
+
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Callable[[Path], None]], Path]:
+    """``built_once(name, build)``: the folder ``build`` fills, built once per test run and shared by its workers.
+
+    For expensive, read-only things several modules or both xdist workers need (a wheel and its environment,
+    a scaffold copy): worksteal splits a module's tests across workers, and each worker would otherwise build
+    its own module-scoped copy, on a run that is CPU-bound (docs/performance.md, "Test time"). The first
+    worker to ask builds under a lock while the other waits; a build that failed is started afresh.
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's base is a folder of the run's own base
+        root = root.parent
+
+    def build_once(name: str, build: Callable[[Path], None]) -> Path:
+        target = root / name
+        with open(root / f"{name}.lock", "w", encoding="utf-8") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (target / ".complete").exists():
+                shutil.rmtree(target, ignore_errors=True)
+                target.mkdir()
+                build(target)
+                (target / ".complete").touch()
+        return target
+
+    return build_once

@@ -14,7 +14,6 @@ one build and one environment.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -81,22 +80,6 @@ def _copy_checkout(target: Path) -> Path:
     return target
 
 
-def _shared(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
-    """``name`` built once per test run, also when xdist workers ask for it at once (the first builds it)."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's base is a folder of the run's own base
-        root = root.parent
-    target = root / name
-    with open(root / f"{name}.lock", "w", encoding="utf-8") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / ".complete").exists():
-            shutil.rmtree(target, ignore_errors=True)
-            target.mkdir()
-            build(target)
-            (target / ".complete").touch()
-    return target
-
-
 def _build_wheel(root: Path) -> None:
     source = _copy_checkout(root / "source")
     _run(
@@ -132,8 +115,8 @@ def _install(wheel: Path) -> Callable[[Path], None]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    (found,) = _shared(tmp_path_factory, "wheel", _build_wheel).glob("modelgraft-*.whl")
+def wheel(built_once: Callable[[str, Callable[[Path], None]], Path]) -> Path:
+    (found,) = built_once("wheel", _build_wheel).glob("modelgraft-*.whl")
     return found
 
 
@@ -144,8 +127,8 @@ def wheel_names(wheel: Path) -> list[PurePosixPath]:
 
 
 @pytest.fixture(scope="module")
-def environment(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _shared(tmp_path_factory, "venv", _install(wheel))
+def environment(wheel: Path, built_once: Callable[[str, Callable[[Path], None]], Path]) -> Path:
+    return built_once("venv", _install(wheel))
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ tests/upstream/test_fit_vlm_contract.py; the VLM-MoE copy (glm4v_moe) goes throu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,16 @@ from .test_copy import _assert_ruff_clean
 
 
 @pytest.fixture(scope="module")
-def glm4v(template_source: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A clone of the template source with models/glm4v copied (generated and smoke-checked): (repo, model dir)."""
-    repo = clone(template_source, tmp_path_factory.mktemp("vision") / "modelgraft")
-    return repo, copy_model(repo, "glm4v")
+def glm4v(template_source: Path, built_once: Callable[[str, Callable[[Path], None]], Path]) -> tuple[Path, Path]:
+    """A clone of the template source with models/glm4v copied (generated and smoke-checked): (repo, model dir).
+
+    Read only by the tests, so one copy serves both xdist workers where worksteal splits this module."""
+
+    def build(folder: Path) -> None:
+        copy_model(clone(template_source, folder / "modelgraft"), "glm4v")
+
+    repo = built_once("glm4v-copy", build) / "modelgraft"
+    return repo, repo / "models" / "glm4v"
 
 
 def test_a_vlm_copy_registers_its_processor_with_the_model(glm4v: tuple[Path, Path]) -> None:
