@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from modelgraft.generator.syntax import DEFINITION_NODES, children, walk
-from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
+from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources, statement_start
 
 
 def dotted(node: ast.AST) -> str:
@@ -74,6 +74,25 @@ def _calls_in_branches(node: ast.AST) -> list[ast.Call]:
     return found
 
 
+def _parts_holding(owner: ast.AST, calls: list[ast.Call]) -> list[ast.AST]:
+    """The children of a definition that hold any of ``calls``: every child but a body statement that holds none.
+
+    A definition is no branch, so a call is in a branch of ``owner`` exactly when it is in a branch of the child
+    holding it; the body statements without one of ``calls`` (most methods of a class) need no walk. A body
+    statement holds a call when the call starts within the statement's lines, its decorators included.
+    """
+    body = getattr(owner, "body", [])
+    starts = sorted((call.lineno, call.col_offset) for call in calls)
+    in_body = {id(statement) for statement in body}
+    parts: list[ast.AST] = [child for child in children(owner) if id(child) not in in_body]
+    for statement in body:
+        first = (statement_start(statement), 0)
+        last = (statement.end_lineno or statement.lineno, statement.end_col_offset or 0)
+        if any(first <= start <= last for start in starts):
+            parts.append(statement)
+    return parts
+
+
 @dataclass
 class ModelSource:
     """The modeling module of one model plus the batch's parsed-module cache for inherited methods."""
@@ -112,11 +131,18 @@ class ModelSource:
         for owner in self.index.tree.body:
             if not isinstance(owner, DEFINITION_NODES):
                 continue
-            branched = {id(call) for call in _calls_in_branches(owner)}
-            for node in calls_in(owner):
-                if isinstance(node.func, ast.Name) and node.func.id in self.classes:
-                    if node.func.id != getattr(owner, "name", None):
-                        everywhere.setdefault(node.func.id, []).append(id(node) in branched)
+            made = [
+                node
+                for node in calls_in(owner)
+                if isinstance(node.func, ast.Name)
+                and node.func.id in self.classes
+                and node.func.id != getattr(owner, "name", None)
+            ]
+            if not made:
+                continue
+            branched = {id(call) for part in _parts_holding(owner, made) for call in _calls_in_branches(part)}
+            for node in made:
+                everywhere.setdefault(node.func.id, []).append(id(node) in branched)
         return tuple(sorted(name for name, flags in everywhere.items() if all(flags)))
 
     def base_names(self, cls: str) -> list[str]:

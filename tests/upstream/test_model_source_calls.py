@@ -50,3 +50,32 @@ def test_a_class_instantiated_only_in_branches_is_conditional_and_one_also_built
     source = _source(tmp_path)
     assert source.instantiated == ("Dense", "Either", "Nested", "Sparse")
     assert source.conditionally_instantiated == ("Nested", "Sparse")
+
+
+def test_a_branch_at_class_level_counts_and_a_decorator_is_no_branch(tmp_path: Path) -> None:
+    path = tmp_path / "modeling_toy.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            class Gated: pass
+            class Listed: pass
+            class Picked: pass
+            def register(value): return lambda function: function
+            class Model:
+                def plain(self):
+                    return 2
+                if FLAG:
+                    def make(self):
+                        return Gated()
+                @register(Listed())
+                def listed(self):
+                    return 1
+                def pick(self, flag):
+                    return Picked() if flag else None
+            """
+        ),
+        encoding="utf-8",
+    )
+    source = ModelSource(model="toy", index=ModuleIndex.parse("toy.modeling_toy", path), sources=UpstreamSources())
+    assert source.instantiated == ("Gated", "Listed", "Picked")
+    assert source.conditionally_instantiated == ("Gated", "Picked")
