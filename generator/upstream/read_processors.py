@@ -9,6 +9,7 @@ qwen3_vl Qwen2-VL's image processor), from the ``*_MAPPING_NAMES`` tables of ``t
 from __future__ import annotations
 
 import ast
+import weakref
 
 from modelgraft.generator.errors import UpstreamError
 from modelgraft.generator.upstream.index import ModuleIndex
@@ -99,8 +100,21 @@ def _auto_processors(source: ModelSource, model_type: str) -> tuple[ProcessorInf
     return tuple(found)
 
 
-def _table_entries(tree: ast.Module) -> list[tuple[list[tuple[str, ast.expr]], str]]:
+#: The tables of an Auto module, kept while its tree lives: a survey reads them for every VLM and Omni model.
+_TABLES: weakref.WeakKeyDictionary[ast.Module, tuple[tuple[list[tuple[str, ast.expr]], str], ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _table_entries(tree: ast.Module) -> tuple[tuple[list[tuple[str, ast.expr]], str], ...]:
     """``NAME = OrderedDict([("model_type", value), ...])`` for each Auto table, at any depth of the module."""
+    found = _TABLES.get(tree)
+    if found is None:
+        found = _TABLES[tree] = tuple(_read_tables(tree))
+    return found
+
+
+def _read_tables(tree: ast.Module) -> list[tuple[list[tuple[str, ast.expr]], str]]:
     tables = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
