@@ -82,7 +82,7 @@ def _parts_holding(owner: ast.AST, calls: list[ast.Call]) -> list[ast.AST]:
     statement holds a call when the call starts within the statement's lines, its decorators included.
     """
     body = getattr(owner, "body", [])
-    starts = sorted((call.lineno, call.col_offset) for call in calls)
+    starts = [(call.lineno, call.col_offset) for call in calls]
     in_body = {id(statement) for statement in body}
     parts: list[ast.AST] = [child for child in children(owner) if id(child) not in in_body]
     for statement in body:
