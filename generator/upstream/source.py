@@ -31,6 +31,20 @@ def called_name(call: ast.Call) -> str | None:
     return None
 
 
+def constructed_class(call: ast.Call) -> str | None:
+    """The class a call builds when it names one: ``Foo`` for ``Foo(...)`` and for ``Foo._from_config(...)``.
+
+    ``_from_config`` is how transformers builds a sub-model from its sub-config (a VLM's vision tower:
+    ``self.visual = XVisionModel._from_config(config.vision_config)``), so it counts as building the class.
+    """
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute) and func.attr == "_from_config" and isinstance(func.value, ast.Name):
+        return func.value.id
+    return None
+
+
 def is_self_attr(node: ast.AST, attr: str | None = None) -> bool:
     """``self.<attr>`` (any attribute when ``attr`` is None)."""
     return (
@@ -113,15 +127,15 @@ class ModelSource:
 
     @cached_property
     def instantiated(self) -> tuple[str, ...]:
-        """Classes of this module called (instantiated) from another class or function of the module."""
+        """Classes of this module built from another class or function of the module (:func:`constructed_class`)."""
         found: set[str] = set()
         for owner in self.index.tree.body:
             if not isinstance(owner, DEFINITION_NODES):
                 continue
             for node in calls_in(owner):
-                if isinstance(node.func, ast.Name) and node.func.id in self.classes:
-                    if node.func.id != getattr(owner, "name", None):
-                        found.add(node.func.id)
+                name = constructed_class(node)
+                if name in self.classes and name != getattr(owner, "name", None):
+                    found.add(name)
         return tuple(sorted(found))
 
     @cached_property
@@ -131,18 +145,16 @@ class ModelSource:
         for owner in self.index.tree.body:
             if not isinstance(owner, DEFINITION_NODES):
                 continue
-            made = [
-                node
+            made = {
+                node: name
                 for node in calls_in(owner)
-                if isinstance(node.func, ast.Name)
-                and node.func.id in self.classes
-                and node.func.id != getattr(owner, "name", None)
-            ]
+                if (name := constructed_class(node)) in self.classes and name != getattr(owner, "name", None)
+            }
             if not made:
                 continue
-            branched = {id(call) for part in _parts_holding(owner, made) for call in _calls_in_branches(part)}
-            for node in made:
-                everywhere.setdefault(node.func.id, []).append(id(node) in branched)
+            branched = {id(call) for part in _parts_holding(owner, list(made)) for call in _calls_in_branches(part)}
+            for node, name in made.items():
+                everywhere.setdefault(name, []).append(id(node) in branched)
         return tuple(sorted(name for name, flags in everywhere.items() if all(flags)))
 
     def base_names(self, cls: str) -> list[str]:

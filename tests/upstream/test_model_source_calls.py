@@ -79,3 +79,23 @@ def test_a_branch_at_class_level_counts_and_a_decorator_is_no_branch(tmp_path: P
     source = ModelSource(model="toy", index=ModuleIndex.parse("toy.modeling_toy", path), sources=UpstreamSources())
     assert source.instantiated == ("Gated", "Listed", "Picked")
     assert source.conditionally_instantiated == ("Gated", "Picked")
+
+
+def test_a_sub_model_built_from_its_sub_config_is_instantiated(tmp_path: Path) -> None:
+    """``Tower._from_config(config.vision_config)`` is how transformers builds a VLM's towers."""
+    path = tmp_path / "modeling_toy.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            class Tower: pass
+            class Unused: pass
+            class Model:
+                def __init__(self, config):
+                    self.visual = Tower._from_config(config.vision_config)
+                    self.other = Unused.from_pretrained("a/b")
+            """
+        ),
+        encoding="utf-8",
+    )
+    source = ModelSource(model="toy", index=ModuleIndex.parse("toy.modeling_toy", path), sources=UpstreamSources())
+    assert source.instantiated == ("Tower",)
