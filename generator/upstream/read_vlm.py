@@ -55,6 +55,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         processors=read_processors(source, model_type),
         vision_rope=vision_rope(source, vision.cls if vision else None),
         video_shares_image_token=_shared_placeholder_token(source, model_class),
+        language_model_reads_text_row=_reads_text_row(source, language.cls if language else None),
         hub_transposes_experts=bool(model_type)
         and transposes_fused_experts(model_type or "", root=source.sources.root),
     )
@@ -74,6 +75,22 @@ def _shared_placeholder_token(source: ModelSource, model_class: str | None) -> b
         if dotted(side).startswith("self.config.")
     }
     return len(compared) == 1
+
+
+def _reads_text_row(source: ModelSource, language_model: str | None) -> bool:
+    """The language model's forward tests ``position_ids.shape[0] == 4``; True where there is no forward to read
+    (a class of another module, or one the checkpoint's config picks)."""
+    found = source.method(language_model, "forward") if language_model in source.classes else None
+    if found is None:
+        return True
+    forward = found[0]
+    return any(
+        isinstance(node, ast.Compare)
+        and dotted(node.left) == "position_ids.shape[0]"
+        and any(isinstance(op, ast.Eq) for op in node.ops)
+        and any(isinstance(side, ast.Constant) and side.value == 4 for side in node.comparators)
+        for node in ast.walk(forward)
+    )
 
 
 def _with_contract(info: VlmInfo) -> VlmInfo:

@@ -1,10 +1,10 @@
 """The Qwen-VL contract: what a VLM's upstream code must look like for the vlm recipe to patch it.
 
 The recipe (generator/recipes/vlm.py) rewrites a ``Model`` that holds ``self.visual`` and
-``self.language_model``, calls ``get_rope_index`` with Qwen-VL's inputs, splits image and video
-placeholders with a pair of masks and merges patches in (or next to) the tower. A model that follows all
-four fits; any other gets the list of what differs, which the scaffold's refusal prints
-(docs/scaffolding.md, "The Qwen-VL contract").
+``self.language_model`` (whose forward takes the ``[4, B, L]`` position ids of packed documents), calls
+``get_rope_index`` with Qwen-VL's inputs, splits image and video placeholders with a pair of masks and
+merges patches in (or next to) the tower. A model that follows all four fits; any other gets the list of
+what differs, which the scaffold's refusal prints (docs/scaffolding.md, "The Qwen-VL contract").
 """
 
 from __future__ import annotations
@@ -46,6 +46,11 @@ def contract_differences(info: VlmInfo) -> tuple[str, ...]:
                 f"{index.owner}.get_rope_index takes {index.params} (required {index.required}),"
                 f" not {ROPE_INDEX_PARAMS} (required {ROPE_INDEX_REQUIRED})"
             )
+    if not info.language_model_reads_text_row and info.language_model is not None:
+        out.append(
+            f"{info.language_model.cls}.forward takes no [4, B, L] position ids (no position_ids.shape[0] == 4"
+            " test): packed documents have no text row to keep them apart"
+        )
     mask = info.placeholder_mask
     if mask is None:
         out.append(f"{where} has no get_placeholder_mask")

@@ -98,6 +98,10 @@ class VlmInfo:
     processors: tuple[ProcessorInfo, ...] = ()
     #: The RoPE the vision tower's attention applies (``apply_rotary_pos_emb_vision``), apart from the text one.
     vision_rope: RopeInfo | None = None
+    #: The language model's forward reads the ``[4, B, L]`` position ids of packed documents (a text row before
+    #: the three rotary rows: it tests ``position_ids.shape[0] == 4``), as the vlm recipe's packed-document
+    #: guard and position ids need. False only where its class is the module's and its forward has no such test.
+    language_model_reads_text_row: bool = True
     #: The Qwen-VL contract: empty when the model fits it, else one line per difference.
     contract_differences: tuple[str, ...] = ()
     #: ``get_placeholder_mask`` finds image and video placeholders by the same token id (GLM-4V's video frames

@@ -3,9 +3,11 @@ each way it differs (docs/scaffolding.md, "The Qwen-VL contract" and "VLM scaffo
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
 from modelgraft.generator.recipes.fit import Fit, fit_model
+from modelgraft.generator.recipes.fit_vlm import VlmFinding, vlm_arguments
 from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.reader import read_model
 
@@ -81,12 +83,26 @@ def test_a_vlm_without_a_processor_is_refused_as_its_tests_could_not_build_input
     assert any("no processor class" in reason for reason in vlm_reasons("glm_ocr"))
 
 
+def test_a_vlm_whose_text_model_takes_no_four_row_position_ids_is_refused() -> None:
+    """cosmos3_edge's text model reads three rotary rows and no text row: packed documents would attend to each
+    other, and the suite's packed rows would not even reach its rotary embedding."""
+    (reason,) = vlm_reasons("cosmos3_edge")
+    assert "Cosmos3EdgeTextModel.forward takes no [4, B, L] position ids" in reason
+    assert fit("cosmos3_edge").refused
+
+
 def test_a_tower_whose_merger_sits_in_the_model_takes_its_merge_size_from_its_config() -> None:
-    """cosmos3_edge's projector sits next to the tower, which keeps no spatial_merge_size of its own."""
-    vision = fit("cosmos3_edge").arguments["vision"]
+    """cosmos3_edge's projector sits next to the tower, which keeps no spatial_merge_size of its own (read as if
+    its text model took the four-row layout, the one way it differs from the contract)."""
+    structure = read_model("cosmos3_edge")
+    assert structure.vlm is not None
+    fitting = replace(structure, vlm=replace(structure.vlm, contract_differences=()))
+    refusals: list[VlmFinding] = []
+    vision = vlm_arguments(fitting, refusals)["vision"]
+    assert not refusals
     assert vision["merge_size"] == "self.config.spatial_merge_size"
     assert vision["patch_weight"] == "self.embeddings.patch_embedding.weight"  # a Linear over patch rows
-    assert vision["rope"] == "" and "rope_vision" not in fit("cosmos3_edge").guarded
+    assert vision["rope"] == ""
 
 
 def test_a_package_whose_causal_lm_is_text_only_is_refused_as_a_vlm() -> None:
