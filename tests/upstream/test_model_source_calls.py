@@ -29,9 +29,9 @@ MODULE = textwrap.dedent(
 )
 
 
-def _source(tmp_path: Path) -> ModelSource:
+def _source(tmp_path: Path, module: str = MODULE) -> ModelSource:
     path = tmp_path / "modeling_toy.py"
-    path.write_text(MODULE, encoding="utf-8")
+    path.write_text(textwrap.dedent(module), encoding="utf-8")
     index = ModuleIndex.parse("toy.modeling_toy", path)
     return ModelSource(model="toy", index=index, sources=UpstreamSources())
 
@@ -53,49 +53,41 @@ def test_a_class_instantiated_only_in_branches_is_conditional_and_one_also_built
 
 
 def test_a_branch_at_class_level_counts_and_a_decorator_is_no_branch(tmp_path: Path) -> None:
-    path = tmp_path / "modeling_toy.py"
-    path.write_text(
-        textwrap.dedent(
-            """
-            class Gated: pass
-            class Listed: pass
-            class Picked: pass
-            def register(value): return lambda function: function
-            class Model:
-                def plain(self):
-                    return 2
-                if FLAG:
-                    def make(self):
-                        return Gated()
-                @register(Listed())
-                def listed(self):
-                    return 1
-                def pick(self, flag):
-                    return Picked() if flag else None
-            """
-        ),
-        encoding="utf-8",
+    source = _source(
+        tmp_path,
+        """
+        class Gated: pass
+        class Listed: pass
+        class Picked: pass
+        def register(value): return lambda function: function
+        class Model:
+            def plain(self):
+                return 2
+            if FLAG:
+                def make(self):
+                    return Gated()
+            @register(Listed())
+            def listed(self):
+                return 1
+            def pick(self, flag):
+                return Picked() if flag else None
+        """,
     )
-    source = ModelSource(model="toy", index=ModuleIndex.parse("toy.modeling_toy", path), sources=UpstreamSources())
     assert source.instantiated == ("Gated", "Listed", "Picked")
     assert source.conditionally_instantiated == ("Gated", "Picked")
 
 
 def test_a_sub_model_built_from_its_sub_config_is_instantiated(tmp_path: Path) -> None:
     """``Tower._from_config(config.vision_config)`` is how transformers builds a VLM's towers."""
-    path = tmp_path / "modeling_toy.py"
-    path.write_text(
-        textwrap.dedent(
-            """
-            class Tower: pass
-            class Unused: pass
-            class Model:
-                def __init__(self, config):
-                    self.visual = Tower._from_config(config.vision_config)
-                    self.other = Unused.from_pretrained("a/b")
-            """
-        ),
-        encoding="utf-8",
+    source = _source(
+        tmp_path,
+        """
+        class Tower: pass
+        class Unused: pass
+        class Model:
+            def __init__(self, config):
+                self.visual = Tower._from_config(config.vision_config)
+                self.other = Unused.from_pretrained("a/b")
+        """,
     )
-    source = ModelSource(model="toy", index=ModuleIndex.parse("toy.modeling_toy", path), sources=UpstreamSources())
     assert source.instantiated == ("Tower",)
