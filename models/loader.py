@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -17,7 +19,13 @@ import transformers
 from transformers import PreTrainedConfig, PreTrainedModel, initialization
 
 from modelgraft.models.ops import OpsConfig, bind_ops
-from modelgraft.models.ops.binding import attach_ops
+from modelgraft.models.ops.binding import (
+    attach_ops,
+    current_bindings,
+    refuse_shadowing,
+    refuse_unconsulted,
+    restore_bindings,
+)
 from modelgraft.models.registry import (
     BACKEND_KERNELS,
     BACKENDS,
@@ -68,17 +76,25 @@ def backend_ops(backend: str, ops: OpsConfig | None) -> OpsConfig | None:
     return OpsConfig({**kernels, **ops.kernels}, kernel_options=ops.kernel_options)
 
 
+def _refuse_unknown_keys(config: PreTrainedConfig, keys: Iterable[str]) -> None:
+    """A key the config class does not know would be stored as an attribute no code reads (``hiden_size``),
+    and the model built with the default it was meant to replace."""
+    accepted = set(inspect.signature(type(config).__init__).parameters)
+    unknown = sorted(key for key in keys if key not in accepted and not hasattr(config, key))
+    if unknown:
+        raise ValueError(f"{type(config).__name__} has no attribute(s) {unknown} to set")
+
+
 def _config_from_architecture(architecture: str, use_hf: bool, overrides: dict[str, Any]) -> PreTrainedConfig:
     """Upstream names the config class of every model class; the registry says which one we build."""
     upstream_config_cls = _hf_class(architecture).config_class
     config_cls = upstream_config_cls if use_hf else MODEL_CONFIG_REGISTRY[upstream_config_cls.model_type]
+    _refuse_unknown_keys(config_cls(), overrides)
     return config_cls(**overrides)
 
 
 def _config_with_overrides(config: PreTrainedConfig, overrides: dict[str, Any]) -> PreTrainedConfig:
-    unknown = sorted(key for key in overrides if not hasattr(config, key))
-    if unknown:
-        raise ValueError(f"{type(config).__name__} has no attribute(s) {unknown} to override")
+    _refuse_unknown_keys(config, overrides)
     config = copy.deepcopy(config)
     for key, value in overrides.items():
         setattr(config, key, value)
@@ -124,7 +140,11 @@ def build_model(
     the model is built, for code that runs slots outside a model built with ops. Without ``ops``
     (``model.ops_config`` None) the model runs whatever is bound globally when it is called, and the
     binding is left alone. ``use_hf=True`` builds the plain transformers class, which never consults
-    slots, so non-eager ops are rejected.
+    slots, so non-eager ops are rejected. Two more bindings would do nothing or the wrong thing, and are
+    refused before anything changes (``OpsConfigError``): a kernel on a slot that no code of the model
+    consults (the experts kernel on a dense model), and ``ops`` while distributed kernels are bound
+    process-wide (``bind_ops(parallel_ops(state))``), which the model's own ops would replace on every call
+    (``OpsConflictError``: pass them as ``parallel_ops(state, base=ops)``, or use ``attach_parallel``).
 
     ``device="meta"`` builds the model without allocating its parameters or buffers, as transformers'
     ``from_pretrained`` does (``torch.device("meta")`` and ``meta_device_safe_creation_ops``; weight
@@ -148,14 +168,26 @@ def build_model(
     if use_hf and ops is not None and not ops.is_eager:
         raise ValueError(f"ops {dict(ops.kernels)} have no effect on a plain transformers model (use_hf=True)")
     cls = get_model_class(config.model_type, architecture, backend=backend, use_hf=use_hf)
+    requested = ops
     if not use_hf:
         ops = backend_ops(backend, ops)
     if ops is None:
         model = _instantiate(cls, config, device)
         model.ops_config = None
         return model
-    bind_ops(ops)  # loads and checks every kernel first: one that cannot run here changes nothing
-    return attach_ops(_instantiate(cls, config, device), ops)
+    # Loads and checks every kernel (one that cannot run here changes nothing), before bind_ops would
+    # replace the process's distributed kernels.
+    refuse_shadowing(ops, architecture)
+    found = current_bindings()
+    bind_ops(ops)
+    try:
+        model = _instantiate(cls, config, device)
+        if requested is not None:
+            refuse_unconsulted(model, requested)
+    except BaseException:
+        restore_bindings(found)
+        raise
+    return attach_ops(model, ops)
 
 
 def _instantiate(

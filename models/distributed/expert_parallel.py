@@ -44,7 +44,7 @@ from torch.distributed.tensor import DTensor, Shard
 
 from modelgraft.models.distributed.collectives import all_to_all
 from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState
-from modelgraft.models.ops.kernels import grouped_experts
+from modelgraft.models.ops.kernels import grouped_experts, is_distributed
 from modelgraft.models.ops.kernels.eager import experts_glu, split_gate_up
 
 __all__ = [
@@ -136,6 +136,13 @@ def apply_expert_parallel(model: nn.Module, state: ParallelState) -> dict[str, E
     ``moe_experts`` slot must run ``ep_alltoall`` for the sharded experts.
     """
     sharded = validate_parallel_plan(model, state.ep)
+    own = getattr(model, "ops_config", None)
+    if sharded and own is not None and not is_distributed(own.kernel_for("moe_experts")):
+        raise ParallelConfigError(
+            f"{type(model).__name__} runs its own ops (moe_experts={own.kernel_for('moe_experts')}) on every call: "
+            "with this rank's experts only, that kernel cannot reach the other ranks' experts. Build the model "
+            "without ops= and give it its parallel kernels with attach_parallel(model, state, base=<its ops>)"
+        )
     shards = {}
     for name, dim in sharded.items():
         owner_name, _, attr = name.rpartition(".")

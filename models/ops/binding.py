@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from modelgraft.models.ops.config import OpsConfig
-from modelgraft.models.ops.errors import OpsConfigError
-from modelgraft.models.ops.kernels import EAGER, eager, load_kernel
-from modelgraft.models.ops.slots import SLOTS, BoundKernel
+from modelgraft.models.ops.errors import OpsConfigError, OpsConflictError
+from modelgraft.models.ops.kernels import EAGER, eager, is_distributed, load_kernel
+from modelgraft.models.ops.slots import SLOTS, BoundKernel, OpSlot
 
 if TYPE_CHECKING:  # torch stays out of ``import modelgraft.models``
     from torch import nn
@@ -27,7 +28,11 @@ __all__ = [
     "attach_ops",
     "bind_ops",
     "bound_ops",
+    "consulted_slots",
+    "current_bindings",
     "current_ops",
+    "refuse_shadowing",
+    "refuse_unconsulted",
     "restore_bindings",
     "unbind_ops",
 ]
@@ -90,6 +95,11 @@ def unbind_ops() -> None:
         slot.unbind()
 
 
+def current_bindings() -> dict[str, BoundKernel | None]:
+    """Every slot's binding now (None: unbound), for ``restore_bindings`` to put back."""
+    return {name: slot.bound for name, slot in SLOTS.items()}
+
+
 def current_ops() -> dict[str, str]:
     """Slot name -> bound kernel name, for the slots that are bound."""
     return {name: slot.bound.name for name, slot in SLOTS.items() if slot.bound is not None}
@@ -98,7 +108,7 @@ def current_ops() -> dict[str, str]:
 @contextmanager
 def bound_ops(ops: OpsConfig) -> Iterator[None]:
     """Bind ``ops`` for the duration of a block, then restore exactly the bindings found on entry."""
-    previous = {name: slot.bound for name, slot in SLOTS.items()}
+    previous = current_bindings()
     bind_ops(ops)
     try:
         yield
@@ -106,8 +116,76 @@ def bound_ops(ops: OpsConfig) -> Iterator[None]:
         restore_bindings(previous)
 
 
-def _snapshot() -> dict[str, BoundKernel | None]:
-    return {name: slot.bound for name, slot in SLOTS.items()}
+def _shadowed(own: Mapping[str, BoundKernel | None], found: Mapping[str, BoundKernel | None]) -> dict[str, str]:
+    """Slot -> the distributed kernel in ``found`` that ``own`` would replace with one of this rank alone."""
+    shadowed = {}
+    for slot, bound in found.items():
+        if bound is None or not is_distributed(bound.name):
+            continue
+        mine = own.get(slot)
+        if mine is None or not is_distributed(mine.name):
+            shadowed[slot] = bound.name
+    return shadowed
+
+
+def refuse_shadowing(ops: OpsConfig, owner: str) -> None:
+    """Raise ``OpsConflictError`` if running ``owner`` under ``ops`` would replace distributed kernels.
+
+    What is bound process-wide may hold kernels such as ``global_batch`` or ``ep_alltoall``, bound by
+    ``bind_ops(parallel_ops(state))``. A model with ops of its own binds them around each of its calls, so
+    it would run its local kernel instead, on every call and without a word: each rank's loss instead of
+    the global batch's, this rank's experts only. The message names both sides and how to compose them.
+    """
+    _refuse_shadowing(ops, _resolve(ops), current_bindings(), owner)
+
+
+def _refuse_shadowing(
+    ops: OpsConfig, own: Mapping[str, BoundKernel | None], found: Mapping[str, BoundKernel | None], owner: str
+) -> None:
+    shadowed = _shadowed(own, found)
+    if not shadowed:
+        return
+    local = ", ".join(f"{slot}={ops.kernel_for(slot)}" for slot in sorted(shadowed))
+    parallel = ", ".join(f"{slot}={kernel}" for slot, kernel in sorted(shadowed.items()))
+    raise OpsConflictError(
+        f"{owner} runs its own ops ({local}), and the process has distributed kernels bound ({parallel}, "
+        "by bind_ops(parallel_ops(state))): the model's ops would replace them on every call, so each rank "
+        "would compute on its own share alone. Compose them instead: build the model without ops= and bind "
+        "parallel_ops(state, base=<its ops>), or give the model its parallel kernels with "
+        "attach_parallel(model, state, base=<its ops>)"
+    )
+
+
+def consulted_slots(model: nn.Module) -> frozenset[str]:
+    """The op slots the code of ``model``'s modules consults: those its classes' modules import.
+
+    Generated modules import the slot objects they guard with (``from modelgraft.models.ops.slots import
+    rms_norm_slot``); a slot none of them imports is one no code of the model ever reads.
+    """
+    modules = {type(module).__module__ for module in model.modules()}
+    return frozenset(
+        value.name
+        for name in modules
+        for value in vars(sys.modules[name]).values()
+        if isinstance(value, OpSlot) and value.name in SLOTS
+    )
+
+
+def refuse_unconsulted(model: nn.Module, ops: OpsConfig) -> None:
+    """Raise ``OpsConfigError`` for a kernel ``ops`` names on a slot ``model``'s code never consults.
+
+    Such a kernel would never run (the experts kernel on a dense model), so the binding the user asked for
+    would silently do nothing.
+    """
+    consulted = consulted_slots(model)
+    unused = sorted(slot for slot, kernel in ops.kernels.items() if kernel != EAGER and slot not in consulted)
+    if unused:
+        listed = ", ".join(f"{slot}={ops.kernel_for(slot)}" for slot in unused)
+        raise OpsConfigError(
+            f"{type(model).__name__} has no structure that consults op slot(s) {listed}: no code of it reads "
+            f"{'that slot' if len(unused) == 1 else 'those slots'}, so the kernel would never run. The slots it "
+            f"consults: {', '.join(sorted(consulted)) or 'none'}"
+        )
 
 
 #: One entry per module call running under a model's ops: the scope, and the bindings to restore on exit
@@ -131,7 +209,11 @@ class ModelOps:
         if _ACTIVE and _ACTIVE[-1][0] is self:
             _ACTIVE.append((self, None))  # nested: a submodule called by a module of the same model
             return
-        _ACTIVE.append((self, _snapshot()))  # pushed first, so exit restores even if applying fails
+        found = current_bindings()
+        outermost = not _ACTIVE
+        _ACTIVE.append((self, found))  # pushed first, so exit restores even if applying (or refusing) fails
+        if outermost:  # what it found is the process-wide binding, not another model's scope
+            _refuse_shadowing(self.ops, self._bindings, found, type(module).__name__)
         restore_bindings(self._bindings)
 
     def exit(self, module: Any, args: Any, output: Any) -> None:

@@ -11,6 +11,10 @@ class OpsConfigError(OpsError, ValueError):
     """An ops config names a slot or kernel that does not exist, or options a kernel does not take."""
 
 
+class OpsConflictError(OpsConfigError):
+    """A model's own ops would replace distributed kernels bound for the whole process on every call."""
+
+
 class KernelUnavailableError(OpsError, RuntimeError):
     """A kernel exists but cannot run on this machine (no CUDA device, package not installed)."""
 

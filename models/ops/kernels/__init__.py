@@ -19,7 +19,7 @@ from typing import Any
 from modelgraft.models.ops.errors import KernelUnavailableError, OpsConfigError
 from modelgraft.models.ops.kernels import chunked_loss, delta_rule, grouped_experts, indexers
 
-__all__ = ["EAGER", "KERNEL_FAMILIES", "KernelFamily", "kernel_names", "load_kernel"]
+__all__ = ["EAGER", "KERNEL_FAMILIES", "KernelFamily", "is_distributed", "kernel_names", "load_kernel"]
 
 EAGER = "eager"
 
@@ -34,6 +34,9 @@ class KernelFamily:
     slots: frozenset[str]
     requires_cuda: bool = False
     requires_packages: tuple[str, ...] = ()
+    #: Its kernels run collectives over process groups bound as options (``parallel_ops``): a model that
+    #: runs another kernel on such a slot computes on this rank's share alone.
+    distributed: bool = False
 
     @property
     def module(self) -> str:
@@ -145,26 +148,31 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             name="ep_alltoall",
             load=_ep_alltoall,
             slots=frozenset({"moe_experts"}),
+            distributed=True,
         ),
         "global_batch": KernelFamily(
             name="global_batch",
             load=_global_batch,
             slots=frozenset({"causal_lm_loss", "load_balancing_loss"}),
+            distributed=True,
         ),
         "sp_gather": KernelFamily(
             name="sp_gather",
             load=_sp_gather,
             slots=frozenset({"dsa_indexer"}),
+            distributed=True,
         ),
         "sp_linear": KernelFamily(
             name="sp_linear",
             load=_sp_linear,
             slots=frozenset({"causal_conv1d", "chunk_gated_delta_rule"}),
+            distributed=True,
         ),
         "sp_placeholders": KernelFamily(
             name="sp_placeholders",
             load=_sp_placeholders,
             slots=frozenset({"placeholder_features"}),
+            distributed=True,
         ),
         "liger": KernelFamily(
             name="liger",
@@ -200,6 +208,12 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
 def kernel_names(slot: str) -> tuple[str, ...]:
     """Every kernel name valid for ``slot``, ``"eager"`` first."""
     return (EAGER, *sorted(name for name, family in KERNEL_FAMILIES.items() if slot in family.slots))
+
+
+def is_distributed(kernel: str) -> bool:
+    """Whether ``kernel`` (a family name, or ``"eager"``) runs collectives over the process's groups."""
+    family = KERNEL_FAMILIES.get(kernel)
+    return family is not None and family.distributed
 
 
 def load_kernel(slot: str, kernel: str) -> Callable[..., Any]:

@@ -89,7 +89,11 @@ def moe_experts(
     if counts is None:
         counts = torch.bincount(flat_experts, minlength=num_experts).tolist()  # the one host sync per call
         if len(counts) > num_experts:
-            raise ValueError(f"top_k_index holds expert id {len(counts) - 1}, but there are {num_experts} experts")
+            raise ValueError(
+                f"top_k_index holds expert id {len(counts) - 1}, but there are {num_experts} experts; if "
+                "apply_expert_parallel kept this rank's experts only, the moe_experts slot must run 'ep_alltoall' "
+                "(parallel_ops(state)), not this kernel"
+            )
     else:
         counts = list(counts)
         if len(counts) != num_experts or sum(counts) != flat_experts.numel():
