@@ -11,7 +11,9 @@ holds more than one whole entry (one layer's fused experts at most) plus, on the
 
 The folder gets what ``save_pretrained`` writes for the weights: ``model.safetensors``, or
 ``model-0000i-of-0000n.safetensors`` files with ``model.safetensors.index.json`` when one file would pass
-``max_shard_size``, each with ``{"format": "pt"}`` metadata, and the model's ``config.json``. Tied entries
+``max_shard_size``, each with ``{"format": "pt"}`` metadata, and the model's ``config.json``. They replace the
+weights an earlier export (or ``save_pretrained``) left in the folder, and only once all of them are written:
+an export that fails leaves the folder as it was. Tied entries
 (``lm_head.weight`` sharing ``embed_tokens.weight``) are written once, under the first name, as
 ``save_pretrained`` does; non-persistent buffers are not written (no checkpoint holds them).
 
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +48,7 @@ __all__ = ["INDEX_NAME", "export_hub_checkpoint"]
 #: The index file ``from_pretrained`` reads for a checkpoint in several files.
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
 #: save_pretrained's default file size.
 DEFAULT_SHARD_SIZE = 5 * 2**30
 
@@ -78,8 +83,9 @@ class _ShardWriter:
         self.files.append({key: t.numel() * t.element_size() for key, t in self.pending.items()})
         self.pending, self.pending_bytes = {}, 0
 
-    def finish(self) -> list[Path]:
-        """Name the files as ``save_pretrained`` does and write the index when there are several."""
+    def finish(self) -> list[str]:
+        """Name the files as ``save_pretrained`` does and write the index when there are several; returns the
+        weight files' names."""
         self.flush()
         count = len(self.files)
         names = (
@@ -91,7 +97,25 @@ class _ShardWriter:
             weight_map = {key: name for name, file in zip(names, self.files, strict=True) for key in file}
             index = {"metadata": {"total_size": self.total}, "weight_map": dict(sorted(weight_map.items()))}
             (self.folder / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
-        return [self.folder / name for name in names]
+        return names
+
+
+def _commit(staging: Path, folder: Path) -> None:
+    """Move the finished export from ``staging`` into ``folder``, replacing the weights already there.
+
+    Every loader reads a folder's top-level ``*.safetensors`` files, through the index when there is one, so
+    an earlier export's files left next to the new ones would be loaded instead of them, or mixed with
+    them. They go first, shards before the index (until the index goes, it names missing files, which every
+    loader refuses), then the new shards, the index and the config arrive, each by one rename. A crash in
+    between leaves an incomplete checkpoint that loaders refuse, never an old or mixed one that loads.
+    Other files (a tokenizer, a README) stay.
+    """
+    for stale in sorted(folder.glob("*.safetensors")):
+        stale.unlink()
+    (folder / INDEX_NAME).unlink(missing_ok=True)
+    arriving = sorted(staging.iterdir(), key=lambda f: (f.suffix != ".safetensors", f.name == CONFIG_NAME))
+    for file in arriving:
+        os.replace(file, folder / file.name)
 
 
 def _whole(name: str, tensor: torch.Tensor, shards: dict[str, Any], state: ParallelState | None) -> torch.Tensor:
@@ -130,10 +154,12 @@ def export_hub_checkpoint(
     writing = (state.rank if state is not None else 0) == writer
     failure: Exception | None = None
     out: _ShardWriter | None = None
+    created = writing and not folder.exists()
     if writing:
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            out = _ShardWriter(folder, max_shard_size)
+            # Written aside first (a hidden folder no loader reads), so a failure leaves the folder as it was.
+            out = _ShardWriter(Path(tempfile.mkdtemp(prefix=".export-", dir=folder)), max_shard_size)
         except OSError as error:
             failure = error
     shards = expert_shards(model)
@@ -154,13 +180,21 @@ def export_hub_checkpoint(
             failure = error
         del whole
     files: list[Path] = []
-    with fail_together(None, "exporting a hub checkpoint"):
-        if failure is not None:
-            raise failure
+    try:
+        with fail_together(None, "exporting a hub checkpoint"):
+            if failure is not None:
+                raise failure
+            if out is not None:
+                names = out.finish()
+                if config is not None:
+                    config.save_pretrained(out.folder)
+                _commit(out.folder, folder)
+                files = [folder / name for name in names]
+    finally:
         if out is not None:
-            files = out.finish()
-            if config is not None:
-                config.save_pretrained(folder)
+            shutil.rmtree(out.folder, ignore_errors=True)
+        if created and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
     if state is not None and dist.is_initialized():
         shared: list[list[str] | None] = [[str(f) for f in files]]
         dist.broadcast_object_list(shared, src=writer)
