@@ -170,11 +170,10 @@ def load_expert_parallel_checkpoint(
             return _read_slice(handle, key, shard)
         return handle.get_tensor(key)
 
-    try:
-        result = load_checkpoint(model, path, converter=local, strict=False, read=read)
-    except ConversionError as error:
-        raise ConversionError(f"{where}: {error}") from error
-    if strict and (result.missing or result.unexpected):
+    def check(result: LoadResult) -> None:
+        """``strict``, said per rank: run before anything is copied, so a refused load changes nothing."""
+        if not strict or not (result.missing or result.unexpected):
+            return
         problems = []
         missing_experts = [key for key in result.missing if key in shards]
         others = [key for key in result.missing if key not in shards]
@@ -187,7 +186,11 @@ def load_expert_parallel_checkpoint(
         raise CheckpointError(
             f"checkpoint {path} does not fit {type(model).__name__} ({where}): " + "; ".join(problems)
         )
-    return result
+
+    try:
+        return load_checkpoint(model, path, converter=local, strict=False, read=read, check=check)
+    except ConversionError as error:
+        raise ConversionError(f"{where}: {error}") from error
 
 
 def _listed(keys: Iterable[str], limit: int = 10) -> str:

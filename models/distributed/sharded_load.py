@@ -222,11 +222,10 @@ def _load(model: nn.Module, path: Path, converter: CheckpointConverter | None, s
     ranges = {id(m): _expert_rows(m, placements) for m in _members(converter) if _expert_aware(m)}
     local = _restricted(converter, ranges)
     files = checkpoint_files(path)
-    safe_open = checkpoint_module.safe_open  # looked up now: tests wrap it to record what is read
 
     headers: dict[str, tuple[int, ...]] = {}
     for file in files:
-        with safe_open(str(file), framework="pt", device="cpu") as handle:
+        with checkpoint_module.open_safetensors(file) as handle:
             for key in handle.keys():  # noqa: SIM118 (a safe_open handle is not iterable)
                 headers[key] = tuple(handle.get_slice(key).get_shape())
     unexpected, misshaped = _shape_problems(headers, local, placements)
@@ -260,7 +259,7 @@ def _load(model: nn.Module, path: Path, converter: CheckpointConverter | None, s
             loaded[key] = None
 
     for file in files:
-        with safe_open(str(file), framework="pt", device="cpu") as handle:
+        with checkpoint_module.open_safetensors(file) as handle:
             for key in handle.keys():  # noqa: SIM118
                 target = _loaded_as(local, key)
                 if target is not None:  # loaded unchanged (maybe renamed): this rank's slice only

@@ -76,6 +76,9 @@ class _Slice:
     def get_shape(self) -> list[int]:
         return self.inner.get_shape()
 
+    def get_dtype(self) -> str:
+        return self.inner.get_dtype()
+
     def __getitem__(self, index: Any) -> torch.Tensor:
         self.reads.sliced.append((self.key, index))
         return self.inner[index]
