@@ -26,7 +26,7 @@ from modelgraft.generator.discovery import (
     load_config,
 )
 from modelgraft.generator.entrypoint import ExitStatus, run_script
-from modelgraft.generator.errors import DuplicateOutputError, OrphanedOutputError, PatchgenError
+from modelgraft.generator.errors import DuplicateOutputError, OrphanedOutputError, PatchgenError, collected
 from modelgraft.generator.output.write import write_all
 from modelgraft.generator.progress import Progress
 
@@ -100,6 +100,8 @@ class Invocation:
     loaded_configs: list[LoadedConfig]
     #: ``generate-all``: end a generation with one summary line.
     summary: bool
+    #: Configs that failed to load: reported with the generation's errors.
+    load_errors: list[PatchgenError]
 
     @property
     def with_diff(self) -> bool:
@@ -126,12 +128,15 @@ def run(argv: Sequence[str] | None = None, *, summary: bool = False) -> int:
     module_names = _select(args, settings)
     reporter = Reporter(args.verbose)
     if args.list:
-        return _list(_load(module_names, args, settings), reporter)
+        loaded_configs, errors = _load(module_names, args, settings)
+        if errors:
+            raise collected(errors)
+        return _list(loaded_configs, reporter)
     if args.check and _vouched_by_cache(args, settings, module_names, reporter):
         return EXIT_OK
     with Progress(quiet=args.quiet) as progress:
-        loaded_configs = _load(module_names, args, settings, progress)
-        invocation = Invocation(args, settings, reporter, progress, loaded_configs, summary)
+        loaded_configs, errors = _load(module_names, args, settings, progress)
+        invocation = Invocation(args, settings, reporter, progress, loaded_configs, summary, errors)
         return _check(invocation) if args.check else _write(invocation)
 
 
@@ -152,20 +157,26 @@ def _select(args: argparse.Namespace, settings: Settings) -> list[str]:
 
 def _load(
     module_names: list[str], args: argparse.Namespace, settings: Settings, progress: Progress | None = None
-) -> list[LoadedConfig]:
-    """Import each config module and pick its PatchConfig (``-c``: the one bound to that name)."""
+) -> tuple[list[LoadedConfig], list[PatchgenError]]:
+    """Import each config module and pick its PatchConfig (``-c``: the one bound to that name).
+
+    A config that fails to load is reported with the others' errors, after they were generated.
+    """
     if args.config_name and len(module_names) > 1:
         raise PatchgenError("-c NAME selects a variable in one config module; name exactly one")
-    loaded_configs = []
+    loaded_configs, errors = [], []
     if progress is not None:
         progress.phase("loading configs", len(module_names))
     for module_name in module_names:
-        loaded_configs.append(
-            load_config(module_name, settings, variable=args.config_name, output_dir=args.output_dir)
-        )
+        try:
+            loaded_configs.append(
+                load_config(module_name, settings, variable=args.config_name, output_dir=args.output_dir)
+            )
+        except PatchgenError as error:
+            errors.append(error.with_context(config=module_name))
         if progress is not None:
             progress.advance()
-    return loaded_configs
+    return loaded_configs, errors
 
 
 def _list(loaded_configs: list[LoadedConfig], reporter: Reporter) -> int:
@@ -196,7 +207,11 @@ def _generate_files(invocation: Invocation, loaded_configs: list[LoadedConfig]) 
     """Generate ``loaded_configs`` in memory: the generated files and the text each output path should hold."""
     started = time.perf_counter()
     invocation.progress.phase(f"generating {len(loaded_configs)} config(s)", len(loaded_configs))
-    files = _generate(loaded_configs, invocation.settings, invocation.args.jobs) if loaded_configs else []
+    files, errors = (
+        _generate(loaded_configs, invocation.settings, invocation.args.jobs) if loaded_configs else ([], [])
+    )
+    if invocation.load_errors or errors:
+        raise collected(invocation.load_errors + errors)
     # Across configs, so here, where every config of the run is known (those the check cache skipped too).
     check_distinct_outputs(drift.run_outputs(invocation.loaded_configs, files))
     invocation.progress.advance(len(loaded_configs))
@@ -269,8 +284,10 @@ def _check(invocation: Invocation) -> int:
             f"check cache: {len(invocation.loaded_configs) - len(todo)} of {len(invocation.loaded_configs)} config(s) "
             "unchanged since generated"
         )
-    files, expected = _generate_files(invocation, todo)
-    drifts = drift.compare(expected) + _orphans(invocation)
+    # Files from another upstream version are out of date as they are: reported, not regenerated (--fix does).
+    stale = {} if invocation.args.fix else drift.from_other_versions(todo)
+    files, expected = _generate_files(invocation, [loaded for loaded in todo if loaded.name not in stale])
+    drifts = list(stale.values()) + drift.compare(expected) + _orphans(invocation)
     if invocation.args.fix:
         return _fix(invocation, drifts, cache, files, expected)
     for item in drifts:
@@ -333,12 +350,14 @@ def _write(invocation: Invocation) -> int:
     return EXIT_OK
 
 
-def _generate(loaded_configs: list[LoadedConfig], settings: Settings, jobs: int | None) -> list:
+def _generate(
+    loaded_configs: list[LoadedConfig], settings: Settings, jobs: int | None
+) -> tuple[list, list[PatchgenError]]:
     # Imported here: a --check that the cache answers never loads the pipeline, ruff or jinja.
     from modelgraft.generator.context import RunContext
-    from modelgraft.generator.pipeline import generate
+    from modelgraft.generator.pipeline import generate_each
 
-    return generate(loaded_configs, RunContext(settings, jobs=jobs))
+    return generate_each(loaded_configs, RunContext(settings, jobs=jobs))
 
 
 def _rel(path: Path, settings: Settings) -> str:

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from modelgraft.generator.discovery import LoadedConfig, Settings
+from modelgraft.generator.installed import installed_version
+from modelgraft.generator.output.header import generated_from
 
 if TYPE_CHECKING:  # the pipeline is imported only when something has to be generated
     from modelgraft.generator.pipeline import GeneratedFile
@@ -15,7 +17,7 @@ if TYPE_CHECKING:  # the pipeline is imported only when something has to be gene
 @dataclass(frozen=True)
 class Drift:
     path: Path
-    reason: str  # "differs" | "missing" | "orphaned"
+    reason: str  # "differs" | "missing" | "orphaned" | "generated from <package>==<version>, ..."
     expected: str | None = None
 
 
@@ -61,6 +63,26 @@ def compare(expected: dict[Path, str]) -> list[Drift]:
         elif actual != expected[path]:
             drifts.append(Drift(path, "differs", expected[path]))
     return drifts
+
+
+def from_other_versions(loaded_configs: list[LoadedConfig]) -> dict[str, Drift]:
+    """Config name -> the drift of its generated file, for files generated from another upstream version.
+
+    After the pin moved, such a file is out of date whatever generation would write now, and the
+    config may not even generate under the new version: that is drift to report (``--check`` exits 1),
+    not the config's errors (exit 2), which ``generate-all`` or ``patchgen-pin try`` show.
+    """
+    found = {}
+    for loaded in loaded_configs:
+        text = read_text(loaded.output_path)
+        source = generated_from(text) if text is not None else None
+        if source is None:
+            continue
+        top = loaded.config.source_module.split(".")[0]
+        installed = f"{top}=={installed_version(top)}"
+        if source != installed:
+            found[loaded.name] = Drift(loaded.output_path, f"generated from {source}, but {installed} is installed")
+    return found
 
 
 def orphans(settings: Settings, expected: set[Path]) -> list[Drift]:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from enum import IntEnum
 
 from modelgraft.generator.discovery import find_settings
-from modelgraft.generator.errors import PatchgenError, UserError
+from modelgraft.generator.errors import CollectedErrors, PatchgenError, UserError
 
 
 class ExitStatus(IntEnum):
@@ -63,6 +63,8 @@ def run_script(prog: str, work: Callable[[], int]) -> int:
 
 def describe(error: UserError) -> str:
     """The error's message; for a generator error, with its config's file relative to the project root."""
+    if isinstance(error, CollectedErrors):
+        return error.cause + "".join(f"\n  {describe(inner)}" for inner in error.errors)
     if isinstance(error, PatchgenError):
         return error.format(_config_file(error.config))
     return str(error)

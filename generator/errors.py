@@ -79,6 +79,34 @@ def _rebuild_api_error(cause: str, config: str | None, target: str | None, locat
     return PatchApiError(cause, config=config, target=target, location=location)
 
 
+class CollectedErrors(PatchgenError):
+    """Several configs failed: a run goes on past each failure and reports every one of them together.
+
+    After a pin bump many configs fail at once, each for its own reasons; a run that stopped at the first
+    would show them one round at a time. ``errors`` keeps each error with its own config and target.
+    """
+
+    def __init__(self, errors: list[PatchgenError] | tuple[PatchgenError, ...]) -> None:
+        self.errors = tuple(errors)
+        configs = {error.config for error in self.errors}
+        super().__init__(f"{len(self.errors)} errors in {len(configs)} config(s)")
+
+    def format(self, config_file: str | None = None) -> str:
+        return self.cause + "".join(f"\n  {error.format()}" for error in self.errors)
+
+    def __reduce__(self):
+        return (CollectedErrors, (self.errors,))
+
+    def with_context(self, *, config: str | None = None, target: str | None = None) -> CollectedErrors:
+        return self
+
+
+def collected(errors: list[PatchgenError]) -> PatchgenError:
+    """The one error to raise for ``errors`` (at least one): itself when alone, else all of them together."""
+    flat = [inner for error in errors for inner in (error.errors if isinstance(error, CollectedErrors) else (error,))]
+    return flat[0] if len(flat) == 1 else CollectedErrors(flat)
+
+
 class ConfigLoadError(PatchgenError):
     """A config module could not be imported or holds no usable PatchConfig."""
 

@@ -25,7 +25,7 @@ from modelgraft.generator.codegen.plan import Plan, build_plan
 from modelgraft.generator.context import RunContext
 from modelgraft.generator.discovery import LoadedConfig
 from modelgraft.generator.dsl.config import PatchConfig
-from modelgraft.generator.errors import PatchgenError
+from modelgraft.generator.errors import PatchgenError, collected
 from modelgraft.generator.gc_pause import paused_gc
 from modelgraft.generator.normalize.ruff import Normalized, normalize, ruff_version
 from modelgraft.generator.output.diff import unified_diff
@@ -138,10 +138,21 @@ def prepare(loaded: LoadedConfig, context: RunContext) -> Prepared:
 
 
 def generate(configs: list[LoadedConfig], context: RunContext) -> list[GeneratedFile]:
-    """Every output of ``configs``, fully checked; raises the first PatchgenError.
+    """Every output of ``configs``, fully checked; raises every PatchgenError of every config together.
 
     Parsed sources live in ``context``, one per run, so a long-lived process that edits files
     between runs sees what a fresh process would.
+    """
+    files, errors = generate_each(configs, context)
+    if errors:
+        raise collected(errors)
+    return files
+
+
+def generate_each(configs: list[LoadedConfig], context: RunContext) -> tuple[list[GeneratedFile], list[PatchgenError]]:
+    """Every config on its own: the files of those that passed, and the error of each that failed.
+
+    A failed config does not stop the others, so one run shows everything that a pin bump broke.
     """
     _check_unique_outputs(configs)
     with paused_gc():
@@ -150,59 +161,47 @@ def generate(configs: list[LoadedConfig], context: RunContext) -> list[Generated
 
 @dataclass(frozen=True)
 class _Outcome:
-    """What a batch made of one config: its file, or the error that stopped the batch there (picklable)."""
+    """What a batch made of one config: its file, or the error that stopped it (picklable)."""
 
     generated: GeneratedFile | None = None
-    #: Raised while planning, checking or assembling the config: reported before any later stage's.
-    prepare_error: PatchgenError | None = None
-    #: Raised by normalization (for the whole batch) or by a final check of this config.
-    finish_error: PatchgenError | None = None
-    #: The batch's ruff run failed: that error comes before every config's final checks.
-    batch_error: bool = False
+    error: PatchgenError | None = None
 
 
-def _generate(configs: list[LoadedConfig], context: RunContext) -> list[GeneratedFile]:
+def _generate(configs: list[LoadedConfig], context: RunContext) -> tuple[list[GeneratedFile], list[PatchgenError]]:
     """Each batch prepared, normalized, checked and diffed in its worker (``workers.map_batches``).
 
-    Errors are raised in the order a single batch meets them: the first failed preparation of any
-    config, else a failed normalization, else the first config whose final checks fail; so the same
-    error is reported whatever ``-j`` says.
+    Outcomes come back in the configs' order, so the errors are reported in that order whatever ``-j``
+    says.
     """
     outcomes = map_batches(_generate_batch, configs, context)
-    for ranked in (
-        [o.prepare_error for o in outcomes if o.prepare_error is not None],
-        [o.finish_error for o in outcomes if o.finish_error is not None and o.batch_error],
-        [o.finish_error for o in outcomes if o.finish_error is not None],
-    ):
-        if ranked:
-            raise ranked[0]
-    return [o.generated for o in outcomes if o.generated is not None]
+    files = [o.generated for o in outcomes if o.generated is not None]
+    return files, [o.error for o in outcomes if o.error is not None]
 
 
 def _generate_batch(batch: list[LoadedConfig], context: RunContext) -> list[_Outcome]:
     """One worker's configs: prepared, normalized by one ruff run, checked and diffed; one outcome each.
 
-    The batch stops at its first failure, as a run does: the configs after it get an empty outcome.
+    A config that fails is left out of the later stages; the others go on. A ruff run that fails fails
+    every config it normalized.
     """
     outcomes = [_Outcome()] * len(batch)
-    prepared = []
+    prepared: dict[int, Prepared] = {}
     for i, loaded in enumerate(batch):
         try:
-            prepared.append(prepare(loaded, context))
+            prepared[i] = prepare(loaded, context)
         except PatchgenError as exc:
-            outcomes[i] = _Outcome(prepare_error=exc)
-            return outcomes
+            outcomes[i] = _Outcome(error=exc)
     try:
-        normalized = normalize({p.name: (p.filename, p.text) for p in prepared})
+        normalized = normalize({p.name: (p.filename, p.text) for p in prepared.values()}) if prepared else {}
     except PatchgenError as exc:
-        outcomes[0] = _Outcome(finish_error=exc, batch_error=True)
+        for i, item in prepared.items():
+            outcomes[i] = _Outcome(error=exc.with_context(config=item.name))
         return outcomes
-    for i, (loaded, item) in enumerate(zip(batch, prepared, strict=True)):
+    for i, item in prepared.items():
         try:
-            outcomes[i] = _Outcome(generated=_finish(loaded, item, normalized[item.name]))
+            outcomes[i] = _Outcome(generated=_finish(batch[i], item, normalized[item.name]))
         except PatchgenError as exc:
-            outcomes[i] = _Outcome(finish_error=exc)
-            return outcomes
+            outcomes[i] = _Outcome(error=exc)
     return outcomes
 
 

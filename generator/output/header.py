@@ -15,6 +15,7 @@ FORMAT_VERSION = "2"
 
 #: The first and the last line of every header.
 RULE = "# " + "=" * 100
+_SOURCE = "# Source: "
 
 
 def fingerprint(
@@ -43,7 +44,7 @@ def render_header(
         RULE,
         "# GENERATED FILE - DO NOT EDIT BY HAND.",
         f"# Regenerate with: {regenerate}",
-        f"# Source: {config.source_module} ({top}=={upstream_version})",
+        f"{_SOURCE}{config.source_module} ({top}=={upstream_version})",
         f"# Config: {config_name}",
     ]
     if config.description:
@@ -58,6 +59,16 @@ def render_header(
         lines.append(f"# Excluded: {', '.join(config.exclusions)}")
     lines.append(RULE)
     return "\n".join(lines) + "\n"
+
+
+def generated_from(text: str) -> str | None:
+    """The ``<package>==<version>`` that the header of a generated file names as its source, or None."""
+    for line in text.splitlines()[1:]:
+        if line == RULE:
+            break
+        if line.startswith(_SOURCE) and line.endswith(")") and "==" in line:
+            return line.rpartition("(")[2][:-1]
+    return None
 
 
 def below_header(text: str) -> str:

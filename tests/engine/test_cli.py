@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from .projects import TOY_MODULE, TOY_MOE_MODULE, Project, config_source
 
 TOY = "zoo/toy/generated/patched_modeling_toy_gpu.py"
@@ -406,7 +408,7 @@ def test_an_internal_error_exits_3_never_1_or_2(project, monkeypatch):
         raise RuntimeError("simulated bug in patchgen")
 
     two_models(project)
-    monkeypatch.setattr(pipeline, "generate", crash)  # the only way to provoke a bug that does not exist
+    monkeypatch.setattr(pipeline, "generate_each", crash)  # the only way to provoke a bug that does not exist
     before = project.snapshot()
 
     result = project.run("--all")
@@ -415,6 +417,60 @@ def test_an_internal_error_exits_3_never_1_or_2(project, monkeypatch):
     assert "RuntimeError: simulated bug in patchgen" in result.err
     assert "patchgen: internal error" in result.err
     assert project.snapshot() == before
+
+
+# -- every failure of every config in one run ------------------------------------------------------------------------
+
+
+def _two_broken(project: Project) -> Project:
+    project.config("toy", config_source('config.exclude_from_output("NoSuchToyClass")\n'))
+    project.config(
+        "toy_moe",
+        config_source(
+            'config.exclude_from_output("NoSuchMoeClass")\n',
+            source_module=TOY_MOE_MODULE,
+            target="patched_modeling_toy_moe_gpu.py",
+        ),
+    )
+    return project
+
+
+@pytest.mark.parametrize("mode", [("--all",), ("--all", "--dry-run"), ("--check", "--no-cache")])
+def test_every_failing_config_is_reported_in_one_run(project, mode):
+    _two_broken(project)
+    before = project.snapshot()
+
+    result = project.run(*mode)
+
+    assert result.code == 2, result.out + result.err
+    assert "2 errors in 2 config(s)" in result.err
+    assert "NoSuchToyClass" in result.err and "NoSuchMoeClass" in result.err
+    assert project.snapshot() == before
+
+
+def test_a_config_that_fails_to_load_is_reported_with_the_others_errors(project):
+    project.config("toy", config_source('raise RuntimeError("broken on purpose")\n'))
+    project.config(
+        "toy_moe",
+        config_source(
+            'config.exclude_from_output("NoSuchMoeClass")\n',
+            source_module=TOY_MOE_MODULE,
+            target="patched_modeling_toy_moe_gpu.py",
+        ),
+    )
+
+    result = project.run("--all")
+
+    assert result.code == 2
+    assert "broken on purpose" in result.err and "NoSuchMoeClass" in result.err
+
+
+def test_the_errors_of_a_run_do_not_depend_on_the_number_of_workers(project):
+    _two_broken(project)
+
+    serial, parallel = project.run("--all", "-j", "1"), project.run("--all", "-j", "2")
+
+    assert serial.err == parallel.err
 
 
 # -- generate-all -----------------------------------------------------------------------------------------------------

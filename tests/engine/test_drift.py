@@ -272,7 +272,20 @@ def test_check_catches_an_upstream_version_bump(zoo, check):
     result = zoo.run(*check)
 
     assert result.code == 1, result.out
-    assert f"drift: {TOY} (differs)" in result.out
+    assert f"drift: {TOY} (generated from toyupstream==1.0, but toyupstream==1.1 is installed)" in result.out
+
+
+def test_check_after_a_version_bump_reports_drift_even_where_a_config_no_longer_generates(zoo, check):
+    (zoo.site / "toyupstream-1.0.dist-info").rename(zoo.site / "toyupstream-1.1.dist-info")
+    metadata = zoo.site / "toyupstream-1.1.dist-info/METADATA"
+    metadata.write_text(metadata.read_text(encoding="utf-8").replace("Version: 1.0", "Version: 1.1"), encoding="utf-8")
+    upstream = zoo.site / "toyupstream/models/toy/modeling_toy.py"
+    upstream.write_text(upstream.read_text(encoding="utf-8").replace("ToyMLP", "ToyFeedForward"))  # a target gone
+
+    result = zoo.run(*check)
+
+    assert result.code == 1, result.err
+    assert f"drift: {TOY} (generated from toyupstream==1.0" in result.out
 
 
 def test_check_catches_a_deleted_generated_file(zoo, check):
