@@ -22,6 +22,7 @@ from modelgraft.generator.codegen.assemble import Assembler
 from modelgraft.generator.codegen.imports import merged_imports, requested_specs
 from modelgraft.generator.codegen.patch_source import PatchSource
 from modelgraft.generator.codegen.plan import Plan, build_plan
+from modelgraft.generator.codegen.version_check import version_check_call
 from modelgraft.generator.context import RunContext
 from modelgraft.generator.discovery import LoadedConfig
 from modelgraft.generator.dsl.config import PatchConfig
@@ -121,7 +122,8 @@ def prepare(loaded: LoadedConfig, context: RunContext) -> Prepared:
             regenerate=f"patchgen {loaded.name}",
         )
         imports = merged_imports(requested_specs(config, plan), plan)
-        text = Assembler(plan, list(imports), config.post_import_blocks, header).build()
+        check = version_check_call(config.upstream_version_check, top, version)
+        text = Assembler(plan, list(imports), config.post_import_blocks, header, version_check=check).build()
     except PatchgenError as exc:
         raise exc.with_context(config=loaded.name) from exc
     inputs = tuple(sorted(str(f) for f in files | consulted))

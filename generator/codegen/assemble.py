@@ -189,10 +189,14 @@ def _ensure_newline(text: str) -> str:
 class Assembler:
     """Emits one output module for one plan."""
 
-    def __init__(self, plan: Plan, imports: list[str], post_import_blocks: list[str], header: str) -> None:
+    def __init__(
+        self, plan: Plan, imports: list[str], post_import_blocks: list[str], header: str, *, version_check: str = ""
+    ) -> None:
         self.plan = plan
         self.index = plan.index
         self.imports = imports
+        # The call of the config's version check: first after the imports, before anything of the module runs.
+        self.version_check = version_check
         self.post_import_blocks = post_import_blocks
         self.header = header
         self.dropped = plan.dropped
@@ -206,6 +210,8 @@ class Assembler:
         parts = []
         if self.imports:
             parts.append("".join(statement + "\n" for statement in self.imports))
+        if self.version_check:
+            parts.append(self.version_check)
         for block in self.post_import_blocks:
             parts.append(_ensure_newline(textwrap.dedent(block).strip("\n")))
         for helper, description in self.plan.helpers:

@@ -1,4 +1,4 @@
-"""The imports an output adds: the config's ``add_import`` calls, then those its snippets declare.
+"""The imports an output adds: the config's ``add_import`` calls, those its snippets declare, its version check.
 
 Merged on the specs themselves and rendered once at the end: from-imports of one module become
 one statement with sorted names, so ten snippets importing ten slots read as one line, and a name
@@ -10,15 +10,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from modelgraft.generator.codegen.plan import Plan
+from modelgraft.generator.codegen.version_check import version_check_import
 from modelgraft.generator.dsl.config import PatchConfig
 from modelgraft.generator.dsl.patches import ImportSpec
 
 
 def requested_specs(config: PatchConfig, plan: Plan) -> list[ImportSpec]:
-    """Every import the output asks for, in order: ``add_import`` calls, then each body's snippet imports."""
+    """Every import the output asks for, in order: ``add_import`` calls, each body's snippet imports, then the
+    version check's (``require_upstream_version``)."""
     specs = list(config.additional_imports)
     for resolved in plan.all_resolved():
         specs.extend(resolved.source.imports if resolved.source else ())
+    if config.upstream_version_check is not None:
+        specs.append(version_check_import(config.upstream_version_check))
     return specs
 
 

@@ -47,6 +47,8 @@ class PatchConfig:
         self.post_import_blocks: list[str] = []
         self.helpers: list[Helper] = []
         self.exclusions: list[str] = []
+        #: Dotted path of the run-time check the output calls after its imports (:meth:`require_upstream_version`).
+        self.upstream_version_check: str | None = None
 
     # -- member patches -------------------------------------------------------------------
     def _register(self, kind: str, target: str, replacement: Any, description: str, **options: Any) -> Any:
@@ -172,8 +174,24 @@ class PatchConfig:
         """
         self.exclusions.extend(class_names)
 
+    def require_upstream_version(self, *, check: str) -> None:
+        """Make the output refuse to import under another upstream version than the one it is generated from.
+
+        After the imports, the output imports ``check`` (a dotted ``module.function``) and calls it with the
+        upstream distribution, the exact version this run generates against and ``__name__``; the check raises
+        where the installed version differs. Asking again for the same check changes nothing (recipes compose).
+        """
+        if "." not in check or not all(part.isidentifier() for part in check.split(".")):
+            raise _misuse(f"require_upstream_version: check must be a dotted 'module.function', got {check!r}")
+        if self.upstream_version_check not in (None, check):
+            raise _misuse(
+                f"require_upstream_version: this config already calls {self.upstream_version_check!r}, "
+                f"not {check!r}; an output has one version check"
+            )
+        self.upstream_version_check = check
+
     def inherit_from(self, other: PatchConfig, *, patches: bool = True, skip_targets: tuple[str, ...] = ()) -> None:
-        """Take a sibling config's imports, blocks, helpers, exclusions and (optionally) patches.
+        """Take a sibling config's imports, blocks, helpers, exclusions, version check and (optionally) patches.
 
         This is how a backend sibling (npu) reuses the gpu config and then swaps
         only its device kernels; ``skip_targets`` leaves those patches to the caller.
@@ -183,6 +201,8 @@ class PatchConfig:
         self.post_import_blocks.extend(other.post_import_blocks)
         self.helpers.extend(other.helpers)
         self.exclusions.extend(other.exclusions)
+        if other.upstream_version_check is not None:
+            self.require_upstream_version(check=other.upstream_version_check)
         unknown = sorted(set(skip_targets) - {p.target for p in other.patches})
         if unknown:
             raise _misuse(f"inherit_from: {other!r} has no patch for skip_targets {unknown}")

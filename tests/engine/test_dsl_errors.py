@@ -80,6 +80,24 @@ def test_inherit_from_skipping_a_target_the_sibling_lacks_names_the_line(project
     )
 
 
+def test_require_upstream_version_with_a_check_that_is_no_dotted_path_names_the_line(project):
+    rejected(
+        project,
+        'config.require_upstream_version(check="require_generated_from")\n',
+        "require_upstream_version",
+        "require_upstream_version: check must be a dotted 'module.function', got 'require_generated_from'",
+    )
+
+
+def test_require_upstream_version_with_a_second_check_names_the_line(project):
+    rejected(
+        project,
+        'config.require_upstream_version(check="zoo_ext.a.check")\nconfig.require_upstream_version(check="zoo_ext.b.check")\n',
+        "zoo_ext.b.check",
+        "this config already calls 'zoo_ext.a.check', not 'zoo_ext.b.check'; an output has one version check",
+    )
+
+
 def test_apply_snippet_with_a_misspelt_kind_names_the_line(project):
     rejected(
         project,

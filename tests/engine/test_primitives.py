@@ -8,6 +8,7 @@ upstream is lost on the way.
 from __future__ import annotations
 
 import re
+import shutil
 import textwrap
 
 from .projects import LICENSE, TOY_MODULE, TOY_MOE_MODULE, UPSTREAM_FILES, class_source, config_source, section
@@ -774,6 +775,72 @@ def test_exclude_from_output_leaves_the_rest_of_the_module_as_upstream_wrote_it(
     ]
 
 
+# -- require_upstream_version ------------------------------------------------------------------------
+
+VERSION_CHECK = 'config.require_upstream_version(check="zoo_ext.versions.require_generated_from")\n'
+VERSION_CALL = 'require_generated_from("toyupstream", "1.0", __name__)\n'
+
+
+def test_require_upstream_version_calls_the_check_with_the_upstream_version_the_header_names(project):
+    text = project.generate(VERSION_CHECK)
+
+    assert "# Source: toyupstream.models.toy.modeling_toy (toyupstream==1.0)" in text
+    assert "\nfrom zoo_ext.versions import require_generated_from\n" in text
+    assert "\n" + VERSION_CALL in text
+
+
+def test_require_upstream_version_names_the_version_installed_when_generating(project):
+    shutil.rmtree(project.site / "toyupstream-1.0.dist-info")
+    metadata = project.site / "toyupstream-2.0.dist-info" / "METADATA"
+    metadata.parent.mkdir()
+    metadata.write_text("Metadata-Version: 2.1\nName: toyupstream\nVersion: 2.0\n", encoding="utf-8")
+
+    text = project.generate(VERSION_CHECK)
+
+    assert '\nrequire_generated_from("toyupstream", "2.0", __name__)\n' in text
+
+
+def test_require_upstream_version_calls_the_check_before_post_import_blocks_and_helpers(project):
+    text = project.generate(
+        VERSION_CHECK
+        + textwrap.dedent(
+            """
+            config.add_post_import_block("BLOCK = 1\\n")
+
+            @config.add_helper
+            def block_helper(x):
+                return x + BLOCK
+            """
+        )
+    )
+
+    call = text.index(VERSION_CALL)
+    assert text.index("from toyupstream.models.toy.configuration_toy import ToyConfig") < call
+    assert call < text.index("BLOCK = 1\n") < text.index("# [HELPERS]") < text.index(FIRST_STATEMENT)
+
+
+def test_require_upstream_version_adds_only_the_check_import_and_its_call(project):
+    without = _body(project.generate("")).splitlines()
+
+    added = [line for line in _body(project.generate(VERSION_CHECK)).splitlines() if line not in without]
+
+    assert added == ["from zoo_ext.versions import require_generated_from", VERSION_CALL.rstrip("\n")]
+
+
+def test_a_config_without_require_upstream_version_emits_no_version_check(project):
+    text = project.generate("")
+
+    assert "__name__" not in text
+    assert "zoo_ext" not in text
+
+
+def test_require_upstream_version_asked_twice_for_the_same_check_emits_one_call(project):
+    text = project.generate(VERSION_CHECK + VERSION_CHECK)
+
+    assert text.count(VERSION_CALL) == 1
+    assert text.count("import require_generated_from") == 1
+
+
 # -- create_patch_from_external ----------------------------------------------------------------------
 
 
@@ -841,6 +908,24 @@ def test_inherit_from_takes_the_sibling_patches_imports_blocks_helpers_and_exclu
     assert "class ToyTalker" not in text
     assert "# Config: zoo.toy.toy_npu_patch_gen_config" in text
     assert not project.output("toy").exists()
+
+
+def test_inherit_from_takes_the_sibling_version_check(project):
+    project.config("toy", config_source(VERSION_CHECK))
+    project.config(
+        "toy",
+        config_source(
+            "config.inherit_from(gpu)\n",
+            target="patched_modeling_toy_npu.py",
+            header="from zoo.toy.toy_gpu_patch_gen_config import config as gpu\n",
+        ),
+        backend="npu",
+    )
+
+    result = project.run(project.module("toy", backend="npu"))
+
+    assert result.code == 0, result.err
+    assert "\n" + VERSION_CALL in project.generated("toy", backend="npu")
 
 
 def test_inherit_from_skip_targets_leaves_those_patches_to_the_sibling(project):
@@ -919,6 +1004,35 @@ def test_a_config_may_bind_its_patchconfig_to_any_variable_name(project):
     text = project.generated("toy")
     assert "    # [PATCHED METHOD] ToyMLP.forward\n    def forward(self, x):\n        return x\n" in text
     assert "toy_patches" not in text
+
+
+def test_generated_toy_module_with_the_project_check_refuses_another_upstream_version(project):
+    project.generate(
+        'config.require_upstream_version(check="modelgraft.models.upstream_version.require_generated_from")\n'
+    )
+    script = textwrap.dedent(
+        """
+        import toyupstream
+        import patched_modeling_toy_gpu
+
+        print("imported under", patched_modeling_toy_gpu.__name__)
+        del sys.modules["patched_modeling_toy_gpu"]
+        toyupstream.__version__ = "2.0"
+        try:
+            import patched_modeling_toy_gpu
+        except ImportError as exc:
+            print(type(exc).__name__, exc)
+        """
+    )
+
+    result = project.run_subprocess(code=f"import sys; sys.path[:0] = ['zoo/toy/generated', '.']\n{script}")
+
+    assert result.code == 0, result.err
+    imported, refused = result.out.strip().splitlines()
+    assert imported == "imported under patched_modeling_toy_gpu"
+    assert refused.startswith(
+        "UpstreamVersionError patched_modeling_toy_gpu was generated from toyupstream==1.0, but toyupstream 2.0 is installed"
+    )
 
 
 def test_generated_toy_module_imports_and_behaves_as_patched(project):
