@@ -197,6 +197,20 @@ def apply_pretrained_model(config: PatchConfig, pretrained_model: str | None, *,
         config.apply_snippet(snippet, f"{cls}.{method}", description=description, check_signature=check_signature)
 
 
+#: The run-time check every recipe's output calls after its imports (docs/design.md, "Generated from one upstream
+#: version"); a dotted string, so generation never imports the run time.
+UPSTREAM_VERSION_CHECK = "modelgraft.models.upstream_version.require_generated_from"
+
+
+def apply_upstream_version_check(config: PatchConfig) -> None:
+    """The output refuses to import under another upstream version than the one it is generated from.
+
+    Every category recipe calls it, so every model config and every scaffold gets the check; a recipe that
+    calls another (``vlm_moe`` calls ``vlm``) asks twice, which the primitive allows.
+    """
+    config.require_upstream_version(check=UPSTREAM_VERSION_CHECK)
+
+
 def dense_text(
     config: PatchConfig,
     *,
@@ -215,8 +229,10 @@ def dense_text(
     The defaults are llama's; a model passes what it has instead (``norms=()`` when no norm fits a
     slot, ``rope=None`` without a module-level RoPE function, ``sequence_classification=None`` without
     that head; ``base_model`` is the class that head builds). ``call_sites`` names classes whose forward calls nn.LayerNorm / ACT2FN modules directly.
-    ``pretrained_model`` is the base class of every model class (:func:`apply_pretrained_model`).
+    ``pretrained_model`` is the base class of every model class (:func:`apply_pretrained_model`). The output
+    refuses to import under another upstream version (:func:`apply_upstream_version_check`).
     """
+    apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
     apply_call_sites(config, call_sites, prefix=prefix)

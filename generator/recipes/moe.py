@@ -36,6 +36,7 @@ from modelgraft.generator.recipes.dense import (
     apply_pretrained_model,
     apply_rope,
     apply_sequence_classification,
+    apply_upstream_version_check,
 )
 from modelgraft.generator.recipes.parts import (
     ROUTER_OPTIONS,
@@ -78,6 +79,7 @@ def moe_text(
     ``router`` puts the router's forward behind its slot (None, the default: the router stays upstream's).
     ``pretrained_model`` is the base class of every model class, as for :func:`dense_text`.
     """
+    apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard (dense layers, shared experts)")
     apply_call_sites(config, call_sites, prefix=prefix)

@@ -39,6 +39,7 @@ from modelgraft.generator.recipes.dense import (
     apply_norms,
     apply_pretrained_model,
     apply_rope,
+    apply_upstream_version_check,
 )
 from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm, Rope
 from modelgraft.generator.recipes.vlm import VisionTower, apply_packed_documents, apply_sequence_parallel_forward
@@ -137,6 +138,7 @@ def omni(
     function the thinker calls ("" for a dense text decoder; :func:`modelgraft.generator.recipes.omni_moe.omni_moe`).
     """
     config.exclude_from_output(*(_named(cls, prefix) for cls in speech_classes))
+    apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
     apply_call_sites(config, call_sites, prefix=prefix)

@@ -53,6 +53,7 @@ from modelgraft.generator.recipes.dense import (
     apply_norms,
     apply_pretrained_model,
     apply_rope,
+    apply_upstream_version_check,
 )
 from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm, Rope
 
@@ -213,6 +214,7 @@ def vlm(
     ``aux_loss`` names the module-level MoE auxiliary-loss function the head calls ("" for a dense text
     decoder), whose call goes behind ``load_balancing_loss_slot`` (:func:`modelgraft.generator.recipes.vlm_moe.vlm_moe`).
     """
+    apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
     apply_call_sites(config, call_sites, prefix=prefix)

@@ -72,6 +72,9 @@ from modelgraft.models.ops.slots import (
     topk_softmax_router_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.upstream_version import require_generated_from
+
+require_generated_from("transformers", "5.16.1", __name__)
 
 
 # [MODIFIED CLASS] GptOssRMSNorm

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_omni.modeling_qwen2_5_omni (transformers==5.16.1)
 # Config: models.qwen2_5_omni.qwen2_5_omni_gpu_patch_gen_config
 # Description: Qwen2.5-Omni thinker with op-slot guards (text, vision, audio), the fused-loss head and training helpers; the talker and token2wav left out
-# Fingerprint: 05a3e94342c43062e7bc
+# Fingerprint: bf53e8b9e8b618395dd8
 # Patches:
 #   - override_method Qwen2_5OmniRMSNorm.forward: rms_norm slot guard
 #   - modify_init Qwen2MLP: record the activation's name for the slot guard
@@ -103,7 +103,10 @@ from modelgraft.models.ops.slots import (
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.upstream_version import require_generated_from
 from modelgraft.models.vision_metadata import omni_metadata
+
+require_generated_from("transformers", "5.16.1", __name__)
 
 
 # [HELPERS]: a tower's features of this rank's placeholders

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_vl.modeling_qwen2_5_vl (transformers==5.16.1)
 # Config: models.qwen2_5_vl.qwen2_5_vl_gpu_patch_gen_config
 # Description: Qwen2.5-VL with op-slot guards (text and vision), the fused-loss head and training helpers
-# Fingerprint: 640f6c33346f79f13b1b
+# Fingerprint: 79a41b28fe9809905cc6
 # Patches:
 #   - override_method Qwen2_5_VLRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard
@@ -95,7 +95,10 @@ from modelgraft.models.ops.slots import (
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.upstream_version import require_generated_from
 from modelgraft.models.vision_metadata import vision_metadata
+
+require_generated_from("transformers", "5.16.1", __name__)
 
 
 # [HELPERS]: a tower's features of this rank's placeholders

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_vl.modeling_qwen2_vl (transformers==5.16.1)
 # Config: models.qwen2_vl.qwen2_vl_gpu_patch_gen_config
 # Description: Qwen2-VL with op-slot guards (text and vision), the fused-loss head and training helpers
-# Fingerprint: a172abac7ce1bd2ff4fc
+# Fingerprint: c28c9bb221c3d73174e2
 # Patches:
 #   - override_method Qwen2VLRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard
@@ -97,7 +97,10 @@ from modelgraft.models.ops.slots import (
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.upstream_version import require_generated_from
 from modelgraft.models.vision_metadata import vision_metadata
+
+require_generated_from("transformers", "5.16.1", __name__)
 
 
 # [HELPERS]: a tower's features of this rank's placeholders

@@ -70,6 +70,9 @@ from modelgraft.models.ops.slots import (
     sequence_classification_loss_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.upstream_version import require_generated_from
+
+require_generated_from("transformers", "5.16.1", __name__)
 
 
 # [MODIFIED CLASS] Qwen3RMSNorm

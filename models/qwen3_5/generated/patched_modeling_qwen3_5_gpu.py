@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_5.modeling_qwen3_5 (transformers==5.16.1)
 # Config: models.qwen3_5.qwen3_5_gpu_patch_gen_config
 # Description: Qwen3.5 with op-slot guards (Gated DeltaNet, text and vision), its own towers, the fused-loss heads and training helpers
-# Fingerprint: 7c9a743bf8ed9cbc7e29
+# Fingerprint: 49b4b612678ae6e35d3d
 # Patches:
 #   - override_method Qwen3_5RMSNormGated.forward: rms_norm_gated slot guard
 #   - replace_function causal_conv1d_fn: causal_conv1d slot guard; the torch body, without the hub decorator
@@ -117,7 +117,10 @@ from modelgraft.models.ops.slots import (
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.upstream_version import require_generated_from
 from modelgraft.models.vision_metadata import vision_metadata
+
+require_generated_from("transformers", "5.16.1", __name__)
 
 
 # [HELPERS]: a tower's features of this rank's placeholders

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_5_moe.modeling_qwen3_5_moe (transformers==5.16.1)
 # Config: models.qwen3_5_moe.qwen3_5_moe_gpu_patch_gen_config
 # Description: Qwen3.5-MoE with op-slot guards (Gated DeltaNet, text, vision, experts, router), its own towers, the fused-loss heads with the aux loss, the expert-parallel plan and training helpers
-# Fingerprint: 7def161f0197b797db3c
+# Fingerprint: 02fd82acd69bea9859b7
 # Patches:
 #   - override_method Qwen3_5MoeRMSNormGated.forward: rms_norm_gated slot guard
 #   - replace_function causal_conv1d_fn: causal_conv1d slot guard; the torch body, without the hub decorator
@@ -125,7 +125,10 @@ from modelgraft.models.ops.slots import (
     softmax_topk_router_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.upstream_version import require_generated_from
 from modelgraft.models.vision_metadata import vision_metadata
+
+require_generated_from("transformers", "5.16.1", __name__)
 
 
 # [HELPERS]: a tower's features of this rank's placeholders

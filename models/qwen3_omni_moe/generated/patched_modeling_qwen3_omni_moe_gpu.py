@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe (transformers==5.16.1)
 # Config: models.qwen3_omni_moe.qwen3_omni_moe_gpu_patch_gen_config
 # Description: Qwen3-Omni-MoE thinker with op-slot guards (text, vision, audio, experts, router), the fused-loss head with the aux loss, the expert-parallel plan and training helpers; the talker and code2wav left out
-# Fingerprint: 0bd9e4d91f67883f411f
+# Fingerprint: 34ad32418adcd5ccf156
 # Patches:
 #   - override_method Qwen3OmniMoeThinkerTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3OmniMoeTextRMSNorm.forward: rms_norm slot guard
@@ -117,7 +117,10 @@ from modelgraft.models.ops.slots import (
     softmax_topk_router_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.upstream_version import require_generated_from
 from modelgraft.models.vision_metadata import omni_metadata
+
+require_generated_from("transformers", "5.16.1", __name__)
 
 
 # [HELPERS]: a tower's features of this rank's placeholders

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_vl.modeling_qwen3_vl (transformers==5.16.1)
 # Config: models.qwen3_vl.qwen3_vl_gpu_patch_gen_config
 # Description: Qwen3-VL with op-slot guards (text and vision), its own towers, the fused-loss head and training helpers
-# Fingerprint: ec506cf618f09b339d72
+# Fingerprint: 9d545d02daf5bd8eae87
 # Patches:
 #   - override_method Qwen3VLTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3VLTextMLP.forward: glu_activation slot guard
@@ -91,7 +91,10 @@ from modelgraft.models.ops.slots import (
     rope_vision_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.upstream_version import require_generated_from
 from modelgraft.models.vision_metadata import vision_metadata
+
+require_generated_from("transformers", "5.16.1", __name__)
 
 
 # [HELPERS]: a tower's features of this rank's placeholders

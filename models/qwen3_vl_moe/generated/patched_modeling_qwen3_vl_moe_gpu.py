@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe (transformers==5.16.1)
 # Config: models.qwen3_vl_moe.qwen3_vl_moe_gpu_patch_gen_config
 # Description: Qwen3-VL-MoE with op-slot guards (text, vision, experts, router), its own towers, the fused-loss head with the aux loss, the expert-parallel plan and training helpers
-# Fingerprint: 0d612bcf9c8c0377a963
+# Fingerprint: 2ff3d047ec5be8616887
 # Patches:
 #   - override_method Qwen3VLMoeTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3VLMoeTextMLP.forward: glu_activation slot guard
@@ -108,7 +108,10 @@ from modelgraft.models.ops.slots import (
     softmax_topk_router_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
+from modelgraft.models.upstream_version import require_generated_from
 from modelgraft.models.vision_metadata import vision_metadata
+
+require_generated_from("transformers", "5.16.1", __name__)
 
 
 # [HELPERS]: a tower's features of this rank's placeholders
