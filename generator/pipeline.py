@@ -31,7 +31,6 @@ from modelgraft.generator.gc_pause import paused_gc
 from modelgraft.generator.normalize.ruff import Normalized, normalize, ruff_version
 from modelgraft.generator.output.diff import unified_diff
 from modelgraft.generator.output.header import fingerprint, relative_name, render_header
-from modelgraft.generator.upstream.locate import distribution_version
 from modelgraft.generator.workers import map_batches
 
 
@@ -82,12 +81,25 @@ def _origin_modules(config: PatchConfig) -> dict[int, str]:
 
 
 def _check_plan(plan: Plan, config: PatchConfig, context: RunContext) -> None:
-    """Checks 1, 2, 4, 5 and 6: everything that can be judged before the output exists."""
+    """Checks 1, 2, 4, 5 and 6: everything that can be judged before the output exists.
+
+    A plan that planning stopped (check 1) is not judged further; otherwise every check runs and their
+    errors are raised together, so one run shows everything wrong with the config.
+    """
     check_targets(plan)
-    check_signatures(plan)
-    check_docstrings(plan)
-    check_dataclass_fields(plan, context.sources, _origin_modules(config))
-    check_exclusions(plan)
+    errors: list[PatchgenError] = []
+    for check in (
+        lambda: check_signatures(plan),
+        lambda: check_docstrings(plan),
+        lambda: check_dataclass_fields(plan, context.sources, _origin_modules(config)),
+        lambda: check_exclusions(plan),
+    ):
+        try:
+            check()
+        except PatchgenError as error:
+            errors.append(error)
+    if errors:
+        raise collected(errors)
 
 
 def prepare(loaded: LoadedConfig, context: RunContext) -> Prepared:
@@ -104,7 +116,7 @@ def prepare(loaded: LoadedConfig, context: RunContext) -> Prepared:
             files.update(resolved.source.files if resolved.source else ())
         files.update(f for helper, _ in plan.helpers if isinstance(helper, PatchSource) for f in helper.files)
         top = config.source_module.split(".")[0]
-        version = distribution_version(top)
+        version = context.version_of(top)
         upstream_root = context.sources.folder_of(top)
         upstream_files = [(relative_name(p, upstream_root), p.read_bytes()) for p in consulted if p != index.path]
         digest = fingerprint(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from modelgraft.generator.codegen.plan import Plan, ResolvedPatch
 from modelgraft.generator.dsl.patches import PatchKind
-from modelgraft.generator.errors import SignatureMismatchError
+from modelgraft.generator.errors import PatchgenError, SignatureMismatchError, collected
 from modelgraft.generator.syntax import FUNCTION_NODES, FunctionNode
 
 
@@ -103,14 +103,23 @@ def _pairs(resolved: ResolvedPatch) -> list[tuple[str, FunctionNode, FunctionNod
     return []
 
 
+#: What to do about a mismatch: follow upstream. Opting out would keep running against the old contract.
+ADVICE = "update the override to upstream's parameters; check_signature=False would keep the old contract"
+
+
 def check_signatures(plan: Plan) -> None:
-    """Raise on the first override whose signature drifted from upstream."""
+    """Raise for every override whose signature drifted from upstream (all of them, as after a pin bump)."""
+    errors: list[PatchgenError] = []
     for resolved in plan.all_resolved():
         for target, upstream, override in _pairs(resolved):
             problems = signature_problems(upstream, override)
             if problems:
-                raise SignatureMismatchError(
-                    "signature does not match upstream: " + "; ".join(problems) + " (check_signature=False opts out)",
-                    config=plan.config_name,
-                    target=target,
+                errors.append(
+                    SignatureMismatchError(
+                        "signature does not match upstream: " + "; ".join(problems) + f" ({ADVICE})",
+                        config=plan.config_name,
+                        target=target,
+                    )
                 )
+    if errors:
+        raise collected(errors)

@@ -407,9 +407,11 @@ def test_check_signature_false_opts_out(project):
     assert "def toy_scale(y):" in project.generated("toy")
 
 
-def test_the_error_says_how_to_opt_out(project):
+def test_the_error_says_to_follow_upstream_not_to_opt_out(project):
     result = _signature(project, "(x)")
-    assert "(check_signature=False opts out)" in result.err
+    assert "(update the override to upstream's parameters; check_signature=False would keep the old contract)" in (
+        result.err
+    )
 
 
 # -- check 3: undefined or redefined names -----------------------------------------------------------------
