@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from modelgraft.generator.codegen.patch_source import ParsedFiles
 from modelgraft.generator.discovery import Settings
 from modelgraft.generator.upstream.index import UpstreamSources
+from modelgraft.generator.upstream.locate import distribution_version
 
 if TYPE_CHECKING:
     import jinja2
@@ -32,6 +33,9 @@ class RunContext:
     # Worker processes; None: one per core, at most one per config.
     jobs: int | None = None
     sources: UpstreamSources = field(default_factory=UpstreamSources)
+    #: The version of the upstream ``sources`` read, when they are an unpacked reference tree of another
+    #: version (``patchgen-pin try``); None: the installed distribution's.
+    upstream_version: str | None = None
     # Config (and helper) files that patch bodies were cut from, parsed once per run.
     config_files: ParsedFiles = field(default_factory=dict)
     _templates: jinja2.Environment | None = field(default=None, repr=False)
@@ -45,13 +49,26 @@ class RunContext:
             self._templates = snippets.environment()
         return self._templates
 
+    def version_of(self, top_level: str) -> str:
+        """The version of upstream package ``top_level`` that this run generates against (the header's)."""
+        if self.upstream_version is not None and self.sources.root is not None:
+            return self.upstream_version
+        return distribution_version(top_level)
+
     def begin_config(self) -> set[Path]:
         """Start recording the upstream files one config consults; returns the (live) record."""
         self.sources.accessed.clear()
         return self.sources.accessed
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self.settings, "jobs": self.jobs, "root": self.sources.root}
+        return {
+            "settings": self.settings,
+            "jobs": self.jobs,
+            "root": self.sources.root,
+            "version": self.upstream_version,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["settings"], state["jobs"], UpstreamSources(state["root"]))  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["settings"], state["jobs"], UpstreamSources(state["root"]), upstream_version=state["version"]
+        )

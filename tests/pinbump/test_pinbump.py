@@ -6,9 +6,6 @@ the real download and unpack path runs without reaching any registry.
 
 from __future__ import annotations
 
-import sys
-import textwrap
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,93 +13,7 @@ import pytest
 from modelgraft.generator.pinbump import cli
 from modelgraft.generator.pinbump.fetch import fetch_reference, reference_root
 
-TOY_V1 = """
-class ToyModel:
-    def forward(self, input_ids, attention_mask=None):
-        return input_ids
-
-
-def helper(x, scale=1.0):
-    return x
-"""
-
-TOY_V2 = """
-class ToyModel:
-    def forward(self, input_ids, attention_mask=None, cache_position=None):
-        return input_ids
-
-
-def helper(x, scale=2.0):
-    return x
-"""
-
-
-def build_wheel(folder: Path, version: str, modeling: str) -> Path:
-    """A minimal, valid wheel of a package called ``transformers``."""
-    path = folder / f"transformers-{version}-py3-none-any.whl"
-    info = f"transformers-{version}.dist-info"
-    with zipfile.ZipFile(path, "w") as wheel:
-        wheel.writestr("transformers/__init__.py", f'__version__ = "{version}"\n')
-        wheel.writestr("transformers/models/__init__.py", "")
-        wheel.writestr("transformers/models/toy/__init__.py", "")
-        wheel.writestr("transformers/models/toy/modeling_toy.py", textwrap.dedent(modeling))
-        wheel.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: transformers\nVersion: {version}\n")
-        wheel.writestr(
-            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        )
-        wheel.writestr(f"{info}/RECORD", "")
-    return path
-
-
-@pytest.fixture
-def wheelhouse(tmp_path: Path) -> Path:
-    house = tmp_path / "wheelhouse"
-    house.mkdir()
-    build_wheel(house, "9.0.0", TOY_V1)
-    build_wheel(house, "9.1.0", TOY_V2)
-    return house
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "project"
-    (root / "zoopin" / "toy").mkdir(parents=True)
-    (root / "pyproject.toml").write_text('[tool.patchgen]\nroots = ["zoopin"]\n')
-    (root / "zoopin" / "__init__.py").write_text("")
-    (root / "zoopin" / "toy" / "__init__.py").write_text("")
-    (root / "zoopin" / "toy" / "toy_gpu_patch_gen_config.py").write_text(
-        textwrap.dedent(
-            """
-            from modelgraft.generator import PatchConfig
-
-            config = PatchConfig("transformers.models.toy.modeling_toy", "patched_modeling_toy_gpu.py")
-
-
-            @config.override_method("ToyModel.forward")
-            def forward(self, input_ids, attention_mask=None):
-                return input_ids
-
-
-            @config.replace_function("helper")
-            def helper(x, scale=1.0):
-                return x
-
-
-            @config.override_method("ToyModel.dummy_forward", add=True)
-            def dummy_forward(self):
-                return None
-            """
-        )
-    )
-    monkeypatch.chdir(root)
-    monkeypatch.syspath_prepend(str(root))
-    yield root
-    for name in [m for m in sys.modules if m == "zoopin" or m.startswith("zoopin.")]:
-        del sys.modules[name]
-
-
-def local_pip(wheelhouse: Path) -> tuple[str, ...]:
-    return ("--no-index", f"--find-links={wheelhouse}")
+from .toy import local_pip
 
 
 def test_fetch_unpacks_the_wheel_sources_under_the_versioned_folder(tmp_path: Path, wheelhouse: Path) -> None:
