@@ -141,7 +141,7 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
     return inputs_embeds
 
 
-def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any) -> bool:
+def packs_documents(position_ids: Any, attention_mask: Any, cache: Any) -> bool:
     """Whether a text model's call packs documents that upstream's mask builder would not see.
 
     True for the ``[4, B, L]`` layout whose row 0 (the text positions) restarts somewhere, called with no attention
@@ -149,7 +149,7 @@ def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any
     text model's forward must not create one (``vlm_packed_documents_guard``). The restarts are found by
     transformers' own ``find_packed_sequence_indices``, the function the mask builder then applies.
     """
-    if attention_mask is not None or past_key_values is not None or position_ids is None:
+    if attention_mask is not None or cache is not None or position_ids is None:
         return False
     if position_ids.ndim != 3 or position_ids.shape[0] != 4:
         return False
@@ -159,6 +159,7 @@ def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any
 def apply_packed_documents(config: PatchConfig, target: str) -> None:
     """``vlm_packed_documents_guard`` on ``target`` (a text model's forward), with its helper and import."""
     config.add_import("transformers.masking_utils", ["find_packed_sequence_indices"])
+    config.add_import("typing", ["Any"])  # the helpers' annotations: never assume upstream imports it
     config.add_helper(packs_documents, description="a call whose packed documents need the mask builder")
     config.apply_snippet(
         "vlm_packed_documents_guard",
@@ -174,6 +175,7 @@ def apply_sequence_parallel_forward(
     """``vlm_sequence_parallel_forward`` on ``target`` (the forward that scatters the towers' features), with its
     helpers. ``towers``: (tower, forward parameter feeding one call of it), one per tower call; ``head``:
     causal_lm_loss_guard's variables, where that forward is also the head (an Omni thinker)."""
+    config.add_import("typing", ["Any"])  # the helpers' annotations: never assume upstream imports it
     config.add_helper(placeholder_outputs, description="a tower's features of this rank's placeholders")
     config.add_helper(with_tower_dummies, description="zero from the towers a batch does not feed")
     config.apply_snippet(
@@ -247,6 +249,7 @@ def vlm(
     if text_model is not None:
         apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
     causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
+    config.add_import("typing", ["Any"])  # the helper's annotations: never assume upstream imports it
     config.add_helper(rope_index_without_model, description="upstream's get_rope_index without a model (picklable)")
     for cls in (model_cls, causal_lm_cls):
         config.apply_snippet(

@@ -137,6 +137,11 @@ def _statement_lists(node: ast.AST):
                 yield from _statement_lists(child)
 
 
+#: The names upstream has given the KV cache parameter of a forward, newest first: transformers 5.24 renamed
+#: ``past_key_values`` to ``cache``. Snippets read which one a member takes instead of assuming either.
+CACHE_NAMES = ("cache", "past_key_values")
+
+
 class UpstreamMember:
     """The upstream definition a snippet patches: parameters, header, docstring, body and call sites."""
 
@@ -153,6 +158,11 @@ class UpstreamMember:
         args = self.node.args
         names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
         return tuple(names[1:] if names and names[0] in ("self", "cls") else names)
+
+    @property
+    def cache_param(self) -> str | None:
+        """The name upstream's parameters give the KV cache (one of :data:`CACHE_NAMES`), None if it takes none."""
+        return next((name for name in CACHE_NAMES if name in self.params), None)
 
     @property
     def header(self) -> str:

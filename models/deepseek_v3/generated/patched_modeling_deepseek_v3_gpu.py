@@ -4,7 +4,7 @@
 # Source: transformers.models.deepseek_v3.modeling_deepseek_v3 (transformers==5.16.1)
 # Config: models.deepseek_v3.deepseek_v3_gpu_patch_gen_config
 # Description: DeepSeek-V3 with op-slot guards and slot-backed losses
-# Fingerprint: 324a5bf5929a574d3fb4
+# Fingerprint: 7e03f60c9398fc5a96c1
 # Patches:
 #   - override_method DeepseekV3RMSNorm.forward: rms_norm slot guard
 #   - override_method DeepseekV3MLP.forward: the whole MLP behind the gated_mlp slot

@@ -4,7 +4,7 @@
 # Source: transformers.models.gemma3.modeling_gemma3 (transformers==5.16.1)
 # Config: models.gemma3.gemma3_gpu_patch_gen_config
 # Description: Gemma3 text with op-slot guards (RMSNorm, gated MLP, RoPE) and slot-backed losses
-# Fingerprint: 1670b287f9c269327012
+# Fingerprint: 49d2cf2cc5d7aeafe9f7
 # Patches:
 #   - override_method Gemma3RMSNorm.forward: rms_norm slot guard
 #   - override_method Gemma3MLP.forward: glu_activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.gpt_oss.modeling_gpt_oss (transformers==5.16.1)
 # Config: models.gpt_oss.gpt_oss_gpu_patch_gen_config
 # Description: GptOss with op-slot guards and slot-backed losses
-# Fingerprint: e3abe9e247c6ed16064a
+# Fingerprint: 0bab75d3c49fe167022e
 # Patches:
 #   - override_method GptOssRMSNorm.forward: rms_norm slot guard
 #   - override_method GptOssMLP.forward: routed experts behind the moe_experts slot

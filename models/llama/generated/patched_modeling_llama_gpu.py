@@ -4,7 +4,7 @@
 # Source: transformers.models.llama.modeling_llama (transformers==5.16.1)
 # Config: models.llama.llama_gpu_patch_gen_config
 # Description: Llama with op-slot guards and slot-backed losses
-# Fingerprint: 20e0cbfd6240d2a82bf7
+# Fingerprint: 61f2daa1487b21b6235e
 # Patches:
 #   - override_method LlamaRMSNorm.forward: rms_norm slot guard
 #   - override_method LlamaMLP.forward: glu_activation slot guard

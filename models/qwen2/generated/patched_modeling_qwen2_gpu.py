@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2.modeling_qwen2 (transformers==5.16.1)
 # Config: models.qwen2.qwen2_gpu_patch_gen_config
 # Description: Qwen2 with op-slot guards and slot-backed losses
-# Fingerprint: 16c0fe4d4d71a0698a76
+# Fingerprint: d85ac50a54660fa97664
 # Patches:
 #   - override_method Qwen2RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard

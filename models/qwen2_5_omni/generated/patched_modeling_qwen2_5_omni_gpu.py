@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_omni.modeling_qwen2_5_omni (transformers==5.16.1)
 # Config: models.qwen2_5_omni.qwen2_5_omni_gpu_patch_gen_config
 # Description: Qwen2.5-Omni thinker with op-slot guards (text, vision, audio), the fused-loss head and training helpers; the talker and token2wav left out
-# Fingerprint: bf53e8b9e8b618395dd8
+# Fingerprint: b4801d6cadb99790472d
 # Patches:
 #   - override_method Qwen2_5OmniRMSNorm.forward: rms_norm slot guard
 #   - modify_init Qwen2MLP: record the activation's name for the slot guard
@@ -143,7 +143,7 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
 
 
 # [HELPERS]: a call whose packed documents need the mask builder
-def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any) -> bool:
+def packs_documents(position_ids: Any, attention_mask: Any, cache: Any) -> bool:
     """Whether a text model's call packs documents that upstream's mask builder would not see.
 
     True for the ``[4, B, L]`` layout whose row 0 (the text positions) restarts somewhere, called with no attention
@@ -151,7 +151,7 @@ def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any
     text model's forward must not create one (``vlm_packed_documents_guard``). The restarts are found by
     transformers' own ``find_packed_sequence_indices``, the function the mask builder then applies.
     """
-    if attention_mask is not None or past_key_values is not None or position_ids is None:
+    if attention_mask is not None or cache is not None or position_ids is None:
         return False
     if position_ids.ndim != 3 or position_ids.shape[0] != 4:
         return False

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_vl.modeling_qwen2_5_vl (transformers==5.16.1)
 # Config: models.qwen2_5_vl.qwen2_5_vl_gpu_patch_gen_config
 # Description: Qwen2.5-VL with op-slot guards (text and vision), the fused-loss head and training helpers
-# Fingerprint: 79a41b28fe9809905cc6
+# Fingerprint: b8d1cc7aa5d014ac408e
 # Patches:
 #   - override_method Qwen2_5_VLRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard
@@ -135,7 +135,7 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
 
 
 # [HELPERS]: a call whose packed documents need the mask builder
-def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any) -> bool:
+def packs_documents(position_ids: Any, attention_mask: Any, cache: Any) -> bool:
     """Whether a text model's call packs documents that upstream's mask builder would not see.
 
     True for the ``[4, B, L]`` layout whose row 0 (the text positions) restarts somewhere, called with no attention
@@ -143,7 +143,7 @@ def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any
     text model's forward must not create one (``vlm_packed_documents_guard``). The restarts are found by
     transformers' own ``find_packed_sequence_indices``, the function the mask builder then applies.
     """
-    if attention_mask is not None or past_key_values is not None or position_ids is None:
+    if attention_mask is not None or cache is not None or position_ids is None:
         return False
     if position_ids.ndim != 3 or position_ids.shape[0] != 4:
         return False

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3.modeling_qwen3 (transformers==5.16.1)
 # Config: models.qwen3.qwen3_gpu_patch_gen_config
 # Description: Qwen3 with op-slot guards and slot-backed losses
-# Fingerprint: fd642ee35089528939b9
+# Fingerprint: 32739b8bf0a7767f98d6
 # Patches:
 #   - override_method Qwen3RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MLP.forward: glu_activation slot guard

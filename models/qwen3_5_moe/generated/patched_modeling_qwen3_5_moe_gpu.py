@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_5_moe.modeling_qwen3_5_moe (transformers==5.16.1)
 # Config: models.qwen3_5_moe.qwen3_5_moe_gpu_patch_gen_config
 # Description: Qwen3.5-MoE with op-slot guards (Gated DeltaNet, text, vision, experts, router), its own towers, the fused-loss heads with the aux loss, the expert-parallel plan and training helpers
-# Fingerprint: 02fd82acd69bea9859b7
+# Fingerprint: 5a128ecf62e5794f70d3
 # Patches:
 #   - override_method Qwen3_5MoeRMSNormGated.forward: rms_norm_gated slot guard
 #   - replace_function causal_conv1d_fn: causal_conv1d slot guard; the torch body, without the hub decorator
@@ -165,7 +165,7 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
 
 
 # [HELPERS]: a call whose packed documents need the mask builder
-def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any) -> bool:
+def packs_documents(position_ids: Any, attention_mask: Any, cache: Any) -> bool:
     """Whether a text model's call packs documents that upstream's mask builder would not see.
 
     True for the ``[4, B, L]`` layout whose row 0 (the text positions) restarts somewhere, called with no attention
@@ -173,7 +173,7 @@ def packs_documents(position_ids: Any, attention_mask: Any, past_key_values: Any
     text model's forward must not create one (``vlm_packed_documents_guard``). The restarts are found by
     transformers' own ``find_packed_sequence_indices``, the function the mask builder then applies.
     """
-    if attention_mask is not None or past_key_values is not None or position_ids is None:
+    if attention_mask is not None or cache is not None or position_ids is None:
         return False
     if position_ids.ndim != 3 or position_ids.shape[0] != 4:
         return False

@@ -4,7 +4,7 @@
 # Source: transformers.models.seed_oss.modeling_seed_oss (transformers==5.16.1)
 # Config: models.seed_oss.seed_oss_gpu_patch_gen_config
 # Description: Seed-OSS with op-slot guards and slot-backed losses
-# Fingerprint: 96a4db293740b0f1c3c0
+# Fingerprint: d757d1fd48c64da5fdb3
 # Patches:
 #   - override_method SeedOssRMSNorm.forward: rms_norm slot guard
 #   - override_method SeedOssMLP.forward: glu_activation slot guard
