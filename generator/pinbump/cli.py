@@ -89,7 +89,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     module_names = [config_module_from_arg(arg, settings) for arg in args.configs] or discover(settings)
     loaded_configs = [load_config(module_name, settings) for module_name in module_names]
     findings = survey(
-        loaded_configs, _root_for(args.old, workspace, pip_args), _root_for(args.new, workspace, pip_args)
+        loaded_configs,
+        _root_for(args.old, workspace, pip_args),
+        _root_for(args.new, workspace, pip_args),
+        settings.root,
     )
     print(render(findings, show_unchanged=args.show_unchanged))
     drifted = any(finding.status != "unchanged" for finding in findings)

@@ -133,8 +133,18 @@ def render_markdown(report: TrialReport) -> str:
         if model.tests and model.tests.first_failure:
             lines += ["", f"First failing test: {model.tests.first_failure}"]
         if model.signature_changes:
-            lines += ["", "Signature changes:"]
-            lines += [f"- {f.status} `{f.target}`: {f.detail}" for f in model.signature_changes]
+            # A config that generates under the new version took the change in (its patch follows upstream's
+            # signature, e.g. a snippet that re-renders upstream's header); one that does not is broken by it.
+            kind = "absorbed" if model.generated else "breaking"
+            lines += [
+                "",
+                f"Signature changes ({kind}: the config {'generates' if model.generated else 'fails'} "
+                "under the new version):",
+            ]
+            lines += [
+                f"- {f.status} `{f.target}`" + (f" ({f.owner})" if f.owner else "") + f": {f.detail}"
+                for f in model.signature_changes
+            ]
         if model.changed_regions:
             lines += ["", "Upstream changed inside patched regions: " + ", ".join(model.changed_regions)]
     return "\n".join(lines) + "\n"

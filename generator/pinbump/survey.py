@@ -15,6 +15,7 @@ from pathlib import Path
 from modelgraft.generator.checks.signature import Param, parameters
 from modelgraft.generator.discovery import LoadedConfig
 from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.pinbump.owners import owner_of
 from modelgraft.generator.syntax import FUNCTION_NODES
 from modelgraft.generator.upstream.index import UpstreamSources
 
@@ -25,6 +26,8 @@ class Finding:
     target: str
     status: str  # "unchanged" | "changed" | "removed" | "new"
     detail: str = ""
+    #: What must change for it (``modelgraft.generator.pinbump.owners``): a snippet, recipe or config line.
+    owner: str = ""
 
 
 def _lookup(sources: UpstreamSources, source_module: str, target: str) -> ast.AST | None:
@@ -76,8 +79,11 @@ def _targets(loaded: LoadedConfig) -> list[str]:
     return targets
 
 
-def survey(loaded_configs: list[LoadedConfig], old_root: Path, new_root: Path) -> list[Finding]:
-    """Compare every target of ``loaded_configs`` between two unpacked reference trees."""
+def survey(
+    loaded_configs: list[LoadedConfig], old_root: Path, new_root: Path, project_root: Path | None = None
+) -> list[Finding]:
+    """Compare every target of ``loaded_configs`` between two unpacked reference trees; with ``project_root``,
+    each finding names its owner (the snippet, recipe or config line that patches the target)."""
     old, new = UpstreamSources(old_root), UpstreamSources(new_root)
     findings = []
     for loaded in loaded_configs:
@@ -86,13 +92,14 @@ def survey(loaded_configs: list[LoadedConfig], old_root: Path, new_root: Path) -
             before, after = _lookup(old, source_module, target), _lookup(new, source_module, target)
             if before is None and after is None:
                 continue
+            owner = owner_of(loaded, target.removesuffix(".__init__"), project_root) if project_root else ""
             if after is None:
-                findings.append(Finding(loaded.name, target, "removed", "gone in the new version"))
+                findings.append(Finding(loaded.name, target, "removed", "gone in the new version", owner))
             elif before is None:
-                findings.append(Finding(loaded.name, target, "new", "absent in the old version"))
+                findings.append(Finding(loaded.name, target, "new", "absent in the old version", owner))
             else:
                 change = describe_change(_signature(before), _signature(after))
-                findings.append(Finding(loaded.name, target, "changed" if change else "unchanged", change))
+                findings.append(Finding(loaded.name, target, "changed" if change else "unchanged", change, owner))
     return findings
 
 
@@ -101,4 +108,8 @@ def render(findings: list[Finding], *, show_unchanged: bool = False) -> str:
     if not rows:
         return "no signature drift in any patch target"
     width = max(len(f"{f.config} {f.target}") for f in rows)
-    return "\n".join(f"{f.status:<9} {(f.config + ' ' + f.target):<{width}}  {f.detail}".rstrip() for f in rows)
+    return "\n".join(
+        f"{f.status:<9} {(f.config + ' ' + f.target):<{width}}  {f.detail}".rstrip()
+        + (f"  [{f.owner}]" if f.owner else "")
+        for f in rows
+    )

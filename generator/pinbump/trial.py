@@ -90,7 +90,7 @@ def run_trial(version: str, settings: TrialSettings) -> Trial:
 
     results = _generate(scratch, reference, version, base / "generated.json")
     loaded = {name: load_config(name, project) for name in discover(project)}
-    findings = survey(list(loaded.values()), package_root("transformers").parent, reference)
+    findings = survey(list(loaded.values()), package_root("transformers").parent, reference, project.root)
     models = []
     for config, result in results.items():
         model = ModelReport(model=_model_of(config), config=config, generated=result["file"] is not None)

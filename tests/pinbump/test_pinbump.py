@@ -37,6 +37,14 @@ def test_survey_reports_changed_signatures_and_exits_one(project: Path, wheelhou
     assert "scale: scale (positional-or-keyword=1.0) -> scale (positional-or-keyword=2.0)" in out
 
 
+def test_survey_names_the_owner_of_each_changed_target(project: Path, wheelhouse: Path, capsys) -> None:
+    pip = [f"--pip-arg={a}" for a in local_pip(wheelhouse)]
+    cli.main(["--workspace", str(project / "ws"), *pip, "survey", "9.0.0", "9.1.0"])
+    out = capsys.readouterr().out
+    forward = next(line for line in out.splitlines() if "ToyModel.forward" in line)
+    assert forward.endswith("[config zoopin/toy/toy_gpu_patch_gen_config.py:7]")  # its decorator, forward
+
+
 def test_survey_leaves_out_methods_the_patches_add(project: Path, wheelhouse: Path, capsys) -> None:
     pip = [f"--pip-arg={a}" for a in local_pip(wheelhouse)]
     cli.main(["--workspace", str(project / "ws"), *pip, "survey", "9.0.0", "9.1.0", "--show-unchanged"])

@@ -19,6 +19,7 @@ from modelgraft.generator.pinbump.fetch import fetch_reference
 from modelgraft.generator.pinbump.model_tests import TestOutcome, run_model_tests
 from modelgraft.generator.pinbump.report import ModelReport, TrialReport, changed_regions, render_markdown
 from modelgraft.generator.pinbump.scratch import move_pin, pinned_version
+from modelgraft.generator.pinbump.survey import Finding
 from modelgraft.generator.pinbump.trial_generate import generate_against
 
 from .toy import local_pip
@@ -160,6 +161,20 @@ def test_the_markdown_report_lists_every_model_and_the_owners_of_the_errors() ->
     assert "| snippet s.py.j2 | 2 |" in text
     assert "| gemma3 | does not generate | - | 0 |" in text
     assert "`SignatureMismatchError` on `B.forward` (snippet s.py.j2): c" in text
+
+
+def test_a_signature_change_is_absorbed_where_the_config_generates_and_breaking_where_it_does_not() -> None:
+    change = Finding("models.llama.c", "LlamaModel.forward", "changed", "added cache", "snippet s.py.j2")
+    text = render_markdown(
+        _report(
+            ModelReport("llama", "models.llama.c", True, tests=TestOutcome(failed=1), signature_changes=[change]),
+            ModelReport("qwen3", "models.qwen3.c", False, signature_changes=[change]),
+        )
+    )
+
+    llama, qwen3 = text.split("### llama")[1].split("### qwen3")
+    assert "Signature changes (absorbed" in llama and "Signature changes (breaking" in qwen3
+    assert "- changed `LlamaModel.forward` (snippet s.py.j2): added cache" in qwen3
 
 
 def test_the_json_report_says_per_model_whether_it_passes(tmp_path: Path) -> None:
