@@ -98,6 +98,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Failed tests that assert facts of the pinned transformers (marked ``upstream_facts``) are listed apart.
+
+    After the pin moves, those are expected to fail until their expectations follow upstream; every other
+    failure is real breakage. The section says which is which at a glance (docs/following-upstream.md).
+    """
+    reports = terminalreporter.stats.get("failed", []) + terminalreporter.stats.get("error", [])
+    facts = sorted({report.nodeid for report in reports if "upstream_facts" in report.keywords})
+    if not facts:
+        return
+    terminalreporter.write_sep("=", f"{len(facts)} failed test(s) assert facts of the pinned transformers")
+    for nodeid in facts:
+        terminalreporter.write_line(nodeid)
+    terminalreporter.write_line(
+        f"{len(reports) - len(facts)} other failure(s) are behaviour. The ones above move with upstream: after a "
+        "pin bump, update what they expect from the new version's source."
+    )
+
+
 @pytest.fixture(scope="session")
 def built_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Callable[[Path], None]], Path]:
     """``built_once(name, build)``: the folder ``build`` fills, built once per test run and shared by its workers.

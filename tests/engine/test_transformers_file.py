@@ -17,6 +17,9 @@ import pytest
 from .conftest import toy_project
 from .projects import REPO_ROOT, class_source, run_python, section
 
+#: Facts of the pinned transformers' qwen2 file: expected to move with upstream when the pin moves.
+pytestmark = pytest.mark.upstream_facts
+
 QWEN2 = "transformers.models.qwen2.modeling_qwen2"
 
 CONFIG = f'''

@@ -15,6 +15,9 @@ from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import CATEGORIES, ModelStructure
 
+#: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
+pytestmark = pytest.mark.upstream_facts
+
 #: A pinned model of each category, as the reader detects it.
 EXAMPLE = {
     "dense": "mistral",

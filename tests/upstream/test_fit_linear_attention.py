@@ -27,6 +27,9 @@ MIXER_SLOTS = (
     "recurrent_gated_delta_rule",
 )
 
+#: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
+pytestmark = pytest.mark.upstream_facts
+
 
 @cache
 def structure(model: str) -> ModelStructure:

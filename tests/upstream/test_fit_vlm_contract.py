@@ -6,10 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
+import pytest
+
 from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.recipes.fit_vlm import VlmFinding, vlm_arguments
 from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.reader import read_model
+
+#: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
+pytestmark = pytest.mark.upstream_facts
 
 
 @cache

@@ -10,9 +10,14 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 
+import pytest
+
 from modelgraft.generator.recipes.fit import fit_model
 from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.reader import model_file, read_model
+
+#: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
+pytestmark = pytest.mark.upstream_facts
 
 
 def _upstream_constant(attr: str) -> float:

@@ -12,10 +12,15 @@ import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from modelgraft.generator.recipes.fit import fit_model
 from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.index import UpstreamSources
 from modelgraft.generator.upstream.reader import read_model
+
+#: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
+pytestmark = pytest.mark.upstream_facts
 
 #: The attribute each argument of the slot is read from, in DeepSeek-V3's router.
 DEEPSEEK_V3_ROUTER = {

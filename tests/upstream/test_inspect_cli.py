@@ -8,6 +8,9 @@ import pytest
 
 from modelgraft.generator import inspect_cli
 
+#: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
+pytestmark = pytest.mark.upstream_facts
+
 
 def test_report_names_category_and_kinds(capsys: pytest.CaptureFixture[str]) -> None:
     assert inspect_cli.main(["qwen3"]) == 0

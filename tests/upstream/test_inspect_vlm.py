@@ -8,6 +8,9 @@ import pytest
 
 from modelgraft.generator import inspect_cli
 
+#: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
+pytestmark = pytest.mark.upstream_facts
+
 
 def test_qwen2_vl_report_names_towers_methods_processors_and_both_ropes(capsys: pytest.CaptureFixture[str]) -> None:
     assert inspect_cli.main(["qwen2_vl"]) == 0

@@ -15,6 +15,9 @@ from modelgraft.generator import inspect_cli
 from modelgraft.generator.upstream.read_conversion import expert_conversion, transposes_fused_experts
 from modelgraft.generator.upstream.reader import read_model
 
+#: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
+pytestmark = pytest.mark.upstream_facts
+
 INSTALLED = Path(next(iter(importlib.util.find_spec("transformers").submodule_search_locations)))
 
 

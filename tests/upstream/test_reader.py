@@ -12,6 +12,9 @@ from modelgraft.generator.errors import UpstreamError
 from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import ModelStructure
 
+#: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
+pytestmark = pytest.mark.upstream_facts
+
 
 @cache
 def read(model: str) -> ModelStructure:

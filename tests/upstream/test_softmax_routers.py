@@ -24,6 +24,9 @@ from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.source import ModelSource
 from modelgraft.generator.upstream.structure import RouterInfo
 
+#: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
+pytestmark = pytest.mark.upstream_facts
+
 QWEN3_MOE_ROUTER = {"weight": "weight", "top_k": "top_k", "norm_topk_prob": "norm_topk_prob"}
 GPT_OSS_ROUTER = {"weight": "weight", "bias": "bias", "top_k": "top_k"}
 
