@@ -47,4 +47,39 @@ MODEL_PACKAGES: tuple[str, ...] = _model_packages()
 for _package in MODEL_PACKAGES:
     importlib.import_module(f"{__name__}.{_package}")
 
-__all__ = ["MODELING_REGISTRY", "MODEL_CONFIG_REGISTRY", "MODEL_PACKAGES", "MODEL_PROCESSOR_REGISTRY"]
+#: The common path of a training script, importable from here (``from modelgraft.models import build_model``),
+#: each name resolved on first use (PEP 562) so that this import stays free of torch: the module defining it.
+#: Parallelism has its own entry point, ``modelgraft.models.distributed.parallelize``.
+_ENTRY_POINTS = {
+    "build_model": "modelgraft.models.loader",
+    "get_model_class": "modelgraft.models.loader",
+    "load_checkpoint": "modelgraft.models.checkpoint",
+    "OpsConfig": "modelgraft.models.ops",
+    "bind_ops": "modelgraft.models.ops",
+    "bound_ops": "modelgraft.models.ops",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _ENTRY_POINTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_ENTRY_POINTS])
+
+
+__all__ = [
+    "MODELING_REGISTRY",
+    "MODEL_CONFIG_REGISTRY",
+    "MODEL_PACKAGES",
+    "MODEL_PROCESSOR_REGISTRY",
+    "OpsConfig",
+    "bind_ops",
+    "bound_ops",
+    "build_model",
+    "get_model_class",
+    "load_checkpoint",
+]

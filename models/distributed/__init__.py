@@ -52,6 +52,7 @@ from modelgraft.models.distributed.losses import global_token_count
 from modelgraft.models.distributed.materialize import UninitializedBufferError, materialize
 from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState, hsdp_sizes, parallel_sizes
 from modelgraft.models.distributed.multimodal import shard_multimodal
+from modelgraft.models.distributed.parallelize import parallelize
 from modelgraft.models.distributed.scope import attach_parallel
 from modelgraft.models.distributed.sequence import gather_sequence, scatter_sequence, sequence_slice, shard_sequence
 from modelgraft.models.distributed.sharded_load import load_sharded_checkpoint
@@ -93,6 +94,7 @@ __all__ = [
     "mixed_precision",
     "parallel_ops",
     "parallel_sizes",
+    "parallelize",
     "register_ulysses",
     "router_modules",
     "save_train_state",
