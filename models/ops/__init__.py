@@ -6,7 +6,13 @@ Generated code imports the slot instances from here; training code builds an ``O
 
 from modelgraft.models.ops.binding import ModelOps, attach_ops, bind_ops, bound_ops, current_ops, unbind_ops
 from modelgraft.models.ops.config import OpsConfig
-from modelgraft.models.ops.errors import KernelUnavailableError, OpsConfigError, OpsError, UnboundSlotError
+from modelgraft.models.ops.errors import (
+    FormulationRefusedError,
+    KernelUnavailableError,
+    OpsConfigError,
+    OpsError,
+    UnboundSlotError,
+)
 from modelgraft.models.ops.kernels import KERNEL_FAMILIES, kernel_names
 from modelgraft.models.ops.slots import (
     SLOTS,
@@ -46,6 +52,7 @@ __all__ = [
     "KERNEL_FAMILIES",
     "SLOTS",
     "BoundKernel",
+    "FormulationRefusedError",
     "KernelUnavailableError",
     "ModelOps",
     "OpSlot",

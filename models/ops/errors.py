@@ -25,5 +25,17 @@ class KernelUnavailableError(OpsError, RuntimeError):
         self.cause = cause
 
 
+class FormulationRefusedError(OpsError, ValueError):
+    """A bound kernel cannot compute what a model asks of its slot: a formulation its operator lacks (torch_npu's
+    RMSNorm needs a weight, its SwiGLU is SiLU only). Raised when the slot is called; bind another kernel to
+    ``slot`` (``'eager'`` computes every formulation) for that model."""
+
+    def __init__(self, slot: str, kernel: str, cause: str) -> None:
+        super().__init__(f"{kernel} {slot} {cause}; bind the 'eager' kernel to the {slot} slot for this model")
+        self.slot = slot
+        self.kernel = kernel
+        self.cause = cause
+
+
 class UnboundSlotError(OpsError, RuntimeError):
     """A slot was called with no kernel bound; generated code checks ``use_non_eager_impl`` first."""

@@ -3,7 +3,9 @@
 The npu generated files carry the same slot guards as the gpu ones; what makes
 a model run NPU kernels is binding this family. Imported only by
 ``modelgraft.models.ops.kernels.load_kernel`` after it checked that ``torch_npu`` exists.
-Argument layouts follow torch_npu's documented fused operators.
+Argument layouts follow torch_npu's documented fused operators. A formulation those operators cannot compute
+(an unweighted RMSNorm, a GLU other than SiLU's, partial or interleaved rotary) is refused when the slot is
+called, with a ``FormulationRefusedError`` naming the slot to bind ``'eager'``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,11 @@ from __future__ import annotations
 import torch
 import torch_npu
 
+from modelgraft.models.ops.errors import FormulationRefusedError
 from modelgraft.models.ops.kernels.gated_mlp import gated_mlp_with
+
+#: The activations ``npu_swiglu`` computes: SiLU, under both of transformers' names.
+SWIGLU_ACTIVATIONS = ("silu", "swish")
 
 
 def rms_norm(
@@ -27,7 +33,7 @@ def rms_norm(
     A cast-last formulation (gemma, olmo2) normalizes and scales in fp32, then casts back.
     """
     if weight is None:
-        raise ValueError("npu rms_norm needs a weight; bind the 'eager' kernel to the rms_norm slot for this model")
+        raise FormulationRefusedError("rms_norm", "npu", "needs a weight")
     if cast_last is None:
         cast_last = offset != 0.0
     scale = weight.float() + offset if offset else weight
@@ -37,10 +43,14 @@ def rms_norm(
     return torch_npu.npu_rms_norm(hidden_states, scale.to(hidden_states.dtype), epsilon=eps)[0]
 
 
+def _refuse_unless_swiglu(slot: str, activation: str) -> None:
+    if activation not in SWIGLU_ACTIVATIONS:
+        raise FormulationRefusedError(slot, "npu", f"supports hidden_act silu/swish, got {activation!r}")
+
+
 def glu_activation(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
     """``npu_swiglu`` takes gate and up concatenated on the last dimension; SiLU only."""
-    if activation not in ("silu", "swish"):
-        raise ValueError(f"npu glu_activation supports hidden_act silu/swish, got {activation!r}; bind 'eager'")
+    _refuse_unless_swiglu("glu_activation", activation)
     return torch_npu.npu_swiglu(torch.cat((gate, up), dim=-1), dim=-1)
 
 
@@ -55,7 +65,8 @@ def gated_mlp(
     up_bias: torch.Tensor | None = None,
     down_bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The whole MLP around this family's GLU kernel (models.ops.kernels.gated_mlp)."""
+    """The whole MLP around this family's GLU kernel (models.ops.kernels.gated_mlp); a refusal names this slot."""
+    _refuse_unless_swiglu("gated_mlp", activation)
     return gated_mlp_with(
         glu_activation,
         x,
@@ -84,9 +95,10 @@ def rope(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``npu_rotary_mul`` applies rotate-half RoPE with cos/sin broadcast over the heads dimension."""
     if interleaved or repeat_cos or upcast or upcast_terms or cast_back or cos.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            "npu rope computes llama's full rotate-half only (no interleaved pairs, partial rotary or dtype "
-            "casts); bind the 'eager' kernel to the rope slot for this model"
+        raise FormulationRefusedError(
+            "rope",
+            "npu",
+            "computes llama's full rotate-half only (no interleaved pairs, partial rotary or dtype casts)",
         )
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
     return torch_npu.npu_rotary_mul(q, cos, sin), torch_npu.npu_rotary_mul(k, cos, sin)
