@@ -4,6 +4,8 @@ Without torch_npu (every CI machine), binding is refused at bind time and the fa
 imported. With a stand-in for torch_npu (its three fused operators written in plain torch, counting their
 calls), every zoo model built for backend "npu" runs the npu kernels in the slots it guards and computes
 what the same model computes eagerly: the kernels pass each slot's arguments on as torch_npu expects them.
+Where a kernel refuses a model's formulation (a ``FormulationRefusedError`` naming the slot), that slot runs
+eager, as the refusal tells a user to bind it: no list of models is kept here, so a new model is tested as is.
 """
 
 from __future__ import annotations
@@ -16,13 +18,23 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from transformers import PreTrainedConfig
+from transformers.utils import ModelOutput
 
 from modelgraft.models import MODEL_PACKAGES
 from modelgraft.models.loader import build_model, get_model_class
-from modelgraft.models.ops import KERNEL_FAMILIES, SLOTS, KernelUnavailableError, OpsConfig, bind_ops
+from modelgraft.models.ops import (
+    KERNEL_FAMILIES,
+    SLOTS,
+    FormulationRefusedError,
+    KernelUnavailableError,
+    OpsConfig,
+    bind_ops,
+)
 from modelgraft.models.registry import BACKENDS, MODELING_REGISTRY
 from modelgraft.models.testing import causal_lm_batch, seed_everything
 from modelgraft.models.testing.declarations import parity_declaration
+from modelgraft.models.testing.dense_suite import DenseModel
 
 NPU_SLOTS = sorted(KERNEL_FAMILIES["npu"].slots)
 NPU_MODULE = "modelgraft.models.ops.kernels.npu"
@@ -33,14 +45,6 @@ OPERATOR_OF_SLOT = {
     "glu_activation": "npu_swiglu",
     "gated_mlp": "npu_swiglu",
     "rope": "npu_rotary_mul",
-}
-
-#: Formulations the npu kernels refuse (they raise, naming the slot to run eager): the slot runs eager there.
-EAGER_WHERE_NPU_CANNOT = {
-    "deepseek_v4": {"rms_norm": "eager"},  # an unweighted RMSNorm: npu_rms_norm needs a weight
-    "gemma3": {"glu_activation": "eager"},  # a GELU GLU: npu_swiglu is SiLU only
-    "qwen3_5": {"rope": "eager"},  # partial rotary: npu_rotary_mul rotates the whole head
-    "qwen3_5_moe": {"rope": "eager"},  # the same partial rotary
 }
 
 
@@ -135,16 +139,40 @@ def test_ops_given_with_the_npu_backend_win_on_the_slots_they_name(torch_npu_sta
 
 
 @pytest.mark.usefixtures("one_thread")
-@pytest.mark.parametrize(("package", "refusal"), [("deepseek_v4", "needs a weight"), ("gemma3", "silu/swish")])
-def test_a_formulation_the_npu_kernels_cannot_compute_is_refused_naming_what_to_bind(
-    package: str, refusal: str, torch_npu_stand_in: Counter[str]
+@pytest.mark.parametrize(
+    ("package", "slot", "refusal"),
+    [
+        ("deepseek_v4", "rms_norm", "needs a weight"),  # an unweighted RMSNorm: npu_rms_norm needs a weight
+        ("gemma3", "glu_activation", "silu/swish"),  # a GELU GLU: npu_swiglu is SiLU only
+        ("qwen3_5", "rope", "partial rotary"),  # npu_rotary_mul rotates the whole head
+    ],
+)
+def test_a_formulation_the_npu_kernels_cannot_compute_is_refused_naming_the_slot_to_bind_eager(
+    package: str, slot: str, refusal: str, torch_npu_stand_in: Counter[str]
 ) -> None:
     model = parity_declaration(package)
     config = model.config()
     built = build_model(config, architecture=model.causal_lm, backend="npu")
 
-    with pytest.raises(ValueError, match=f"{refusal}.*bind.*'eager'"):
+    with pytest.raises(
+        FormulationRefusedError, match=f"{refusal}.*bind the 'eager' kernel to the {slot} slot"
+    ) as raised:
         built(**causal_lm_batch(config))
+
+    assert isinstance(raised.value, ValueError)
+    assert (raised.value.slot, raised.value.kernel) == (slot, "npu")
+
+
+def test_the_gated_mlp_kernel_refuses_a_non_silu_glu_naming_its_own_slot(torch_npu_stand_in: Counter[str]) -> None:
+    """The whole-MLP kernel goes through the GLU kernel; binding eager to glu_activation would not help it."""
+    from modelgraft.models.ops.kernels import npu
+
+    x, weight = torch.ones(2, 4), torch.ones(4, 4)
+    with pytest.raises(FormulationRefusedError) as raised:
+        npu.gated_mlp(x, weight, weight, weight, "gelu_pytorch_tanh")
+
+    assert raised.value.slot == "gated_mlp"
+    assert torch_npu_stand_in["npu_swiglu"] == 0
 
 
 @pytest.fixture
@@ -158,23 +186,45 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def _step_on_npu(
+    model: DenseModel, config: PreTrainedConfig, batch: dict[str, torch.Tensor], calls: Counter[str]
+) -> tuple[torch.nn.Module, ModelOutput, list[str]]:
+    """``model`` built for npu (seeded), one forward and backward: (the model, its output, the slots left eager).
+
+    Where an npu kernel refuses the model's formulation, the refused slot is bound eager, as the refusal says,
+    and the model is built and stepped again, its operator calls counted afresh. Each retry leaves one more npu
+    slot eager and a slot is never refused twice, so there are at most as many retries as npu slots.
+    """
+    eager: list[str] = []
+    while True:
+        calls.clear()
+        seed_everything(0)
+        ops = OpsConfig(dict.fromkeys(eager, "eager"))
+        on_npu = build_model(config, architecture=model.causal_lm, backend="npu", ops=ops)
+        on_npu.eval()  # no dropout (seed_oss's tiny config has some): the npu and eager runs must agree
+        try:
+            output = on_npu(**batch)
+            output.loss.backward()
+        except FormulationRefusedError as refusal:
+            assert refusal.slot in NPU_SLOTS and refusal.slot not in eager, f"refused with {eager} eager: {refusal}"
+            eager.append(refusal.slot)
+            continue
+        return on_npu, output, eager
+
+
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("package", MODEL_PACKAGES)
-def test_npu_kernels_run_in_every_slot_a_zoo_model_guards_and_match_eager(
+def test_npu_kernels_run_in_every_slot_a_zoo_model_guards_unless_refused_and_match_eager(
     package: str, torch_npu_stand_in: Counter[str]
 ) -> None:
     model = parity_declaration(package)
-    eager_slots = EAGER_WHERE_NPU_CANNOT.get(package, {})
     config = model.config()
     batch = causal_lm_batch(config)
-    seed_everything(0)
-    on_npu = build_model(config, architecture=model.causal_lm, backend="npu", ops=OpsConfig(eager_slots))
+
+    on_npu, npu_out, eager_slots = _step_on_npu(model, config, batch, torch_npu_stand_in)
     on_gpu = build_model(config, architecture=model.causal_lm, backend="gpu", ops=OpsConfig())  # every slot eager
     on_gpu.load_state_dict(on_npu.state_dict())
-    on_npu.eval(), on_gpu.eval()  # no dropout (seed_oss's tiny config has some): the two runs must agree
-
-    npu_out = on_npu(**batch)
-    npu_out.loss.backward()
+    on_gpu.eval()
     gpu_out = on_gpu(**batch)
 
     npu_slots = sorted(set(model.guarded) & set(NPU_SLOTS) - set(eager_slots))
