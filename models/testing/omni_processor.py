@@ -2,8 +2,8 @@
 
 No hub download, as for the VLMs (``modelgraft.models.testing.vlm_processor``): the tokenizer is word-level with the
 model's special tokens, named as the processor reads them (``tokenizer.image_token``, ``tokenizer.audio_bos_token``,
-...); images go through the PIL image processor and video frames through :class:`FramesVideoProcessor`; audio
-through transformers' ``WhisperFeatureExtractor`` (numpy), at the model's mel bins and a short padded length. The
+...); images go through the PIL image processor and video frames through it too
+(``modelgraft.models.processors.FramesVideoProcessor``); audio through transformers' ``WhisperFeatureExtractor`` (numpy), at the model's mel bins and a short padded length. The
 processor class is the model's own (``Qwen2_5OmniProcessor``), so placeholder expansion, audio-in-video
 interleaving and the feature lengths are upstream's.
 """
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, ProcessorMixin, WhisperFeatureExtractor
-from transformers.video_processing_utils import BaseVideoProcessor
 
-from modelgraft.models.testing.vlm_processor import EOS, PAD, UNK, FramesVideoProcessor
+from modelgraft.models.processors import build_processor
+from modelgraft.models.testing.vlm_processor import EOS, PAD, UNK
 
 __all__ = [
     "QWEN_OMNI_SPECIAL_TOKENS",
@@ -75,34 +75,11 @@ def whisper_features(num_mel_bins: int, *, seconds: int = 1) -> WhisperFeatureEx
 def build_omni_processor(
     processor_class: type[ProcessorMixin], image_processor: Any, feature_extractor: Any, tokenizer: Any
 ) -> ProcessorMixin:
-    """``processor_class(image_processor, FramesVideoProcessor(image_processor), feature_extractor, tokenizer)``.
-
-    As for the VLMs (``vlm_processor.build_processor``), ``ProcessorMixin``'s check of the video processor is made
-    against the real ``BaseVideoProcessor`` (without torchvision transformers exports a placeholder class), for
-    this instance's construction only; every other argument is checked as upstream checks it.
-    """
-    processor = processor_class.__new__(processor_class)
-    check = processor.check_argument_for_proper_class
-
-    def check_video_processor_by_its_real_base(name: str, argument: Any) -> Any:
-        if name == "video_processor":
-            if not isinstance(argument, BaseVideoProcessor):
-                raise TypeError(f"video_processor must be a BaseVideoProcessor, got {type(argument).__name__}")
-            return BaseVideoProcessor
-        return check(name, argument)
-
-    processor.check_argument_for_proper_class = check_video_processor_by_its_real_base
-    try:
-        processor_class.__init__(
-            processor,
-            image_processor=image_processor,
-            video_processor=FramesVideoProcessor(image_processor),
-            feature_extractor=feature_extractor,
-            tokenizer=tokenizer,
-        )
-    finally:
-        del processor.check_argument_for_proper_class
-    return processor
+    """``processor_class`` over these parts and video frames through the image processor, without torchvision
+    (``modelgraft.models.processors.build_processor``)."""
+    return build_processor(
+        processor_class, image_processor=image_processor, feature_extractor=feature_extractor, tokenizer=tokenizer
+    )
 
 
 def synthetic_audio(seconds: float, *, seed: int) -> np.ndarray:

@@ -32,6 +32,7 @@ import torch
 from transformers import PreTrainedConfig, ProcessorMixin
 
 from modelgraft.models.loader import build_model
+from modelgraft.models.processors import build_processor
 from modelgraft.models.registry import MODELING_REGISTRY
 from modelgraft.models.testing.dense_suite import reference_kernels_bound
 from modelgraft.models.testing.moe_suite import plan_matches
@@ -41,7 +42,7 @@ from modelgraft.models.testing.seed import seed_everything
 from modelgraft.models.testing.tiny import tiny_overrides_for
 from modelgraft.models.testing.vlm_metadata_checks import metadata_keys
 from modelgraft.models.testing.vlm_moe_suite import VlmMoeModel, VlmMoeParitySuite
-from modelgraft.models.testing.vlm_processor import build_processor, synthetic_image, synthetic_video, tiny_tokenizer
+from modelgraft.models.testing.vlm_processor import synthetic_image, synthetic_video, tiny_tokenizer
 from modelgraft.models.testing.vlm_suite import (
     DTYPES,
     IMAGE,
@@ -235,8 +236,8 @@ class _Derived:
         """``image_token_id`` / ``video_token_id`` -> the processor's placeholder token (its own default)."""
         probe = build_processor(
             self.processor_class,
-            _image_processor(self.image_processor_class, self.vision_config),
-            tiny_tokenizer(special_tokens=tuple(MARKER_TOKENS.values())),
+            image_processor=_image_processor(self.image_processor_class, self.vision_config),
+            tokenizer=tiny_tokenizer(special_tokens=tuple(MARKER_TOKENS.values())),
         )
         return {"image_token_id": probe.image_token, "video_token_id": probe.video_token}
 
@@ -246,7 +247,9 @@ class _Derived:
 
     def processor(self) -> ProcessorMixin:
         return build_processor(
-            self.processor_class, _image_processor(self.image_processor_class, self.vision_config), self.tokenizer
+            self.processor_class,
+            image_processor=_image_processor(self.image_processor_class, self.vision_config),
+            tokenizer=self.tokenizer,
         )
 
     def _special_ids(self) -> dict[str, int]:

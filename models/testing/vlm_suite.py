@@ -39,6 +39,7 @@ from modelgraft.models.distributed.multimodal import packed_position_ids
 from modelgraft.models.loader import build_model, get_model_class
 from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
 from modelgraft.models.ops.kernels.loss_inputs import shift_causal_labels
+from modelgraft.models.processors import build_processor
 from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
 from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.dense_suite import CHUNKED_LOSS
@@ -57,7 +58,6 @@ from modelgraft.models.testing.spawned import run_in_spawned_worker
 from modelgraft.models.testing.vlm_metadata_checks import VisionMetadataChecks
 from modelgraft.models.testing.vlm_processor import (
     QWEN_VL_SPECIAL_TOKENS,
-    build_processor,
     synthetic_image,
     synthetic_video,
     tiny_tokenizer,
@@ -115,7 +115,7 @@ class VlmModel:
             min_pixels=MIN_PIXELS,
             max_pixels=MAX_PIXELS,
         )
-        return build_processor(self.processor_class, image_processor, self.tokenizer)
+        return build_processor(self.processor_class, image_processor=image_processor, tokenizer=self.tokenizer)
 
     def config(self, **overrides: Any) -> PreTrainedConfig:
         """The tiny config: fp32, eager attention, the tokenizer's vocabulary and vision token ids."""

@@ -1,0 +1,176 @@
+"""A VLM's or Omni model's own processor on a CPU machine where torchvision does not load.
+
+Upstream's processors take a video processor, and upstream's video processors need torchvision (the package
+index serves a CUDA build of it that does not load with a CPU torch). Nothing else of a Qwen-VL-style
+processor needs it: the slow image processors are numpy and PIL. So the processor is built from its parts:
+
+* :class:`FramesVideoProcessor` sends each frame through the image processor and stacks the frames of one
+  temporal patch, the layout upstream's Qwen-VL video processors write. Frames are sized by the image
+  processor's settings (its ``min_pixels`` / ``max_pixels``), not by a video configuration of their own;
+* :func:`build_processor` builds the model's processor class from its parts. ``ProcessorMixin`` checks a
+  video processor against ``transformers.BaseVideoProcessor``, which without torchvision is a placeholder
+  class that nothing is an instance of; for this one construction, that argument is checked against the real
+  base class instead. Every other argument is checked as upstream checks it;
+* :func:`load_processor` does it for a folder that holds a checkpoint's processor files (a hub download, or
+  what ``save_pretrained`` wrote): its tokenizer, the numpy/PIL class of its image processor (transformers'
+  ``AutoImageProcessor`` itself requires torchvision), its feature extractor (Omni), its chat template.
+
+Importing this module imports transformers' processing modules, not torchvision.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import transformers
+from transformers import AutoTokenizer, BatchFeature, ProcessorMixin
+from transformers.video_processing_utils import BaseVideoProcessor
+from transformers.video_utils import VideoMetadata, make_batched_videos
+
+from modelgraft.models.registry import MODEL_PROCESSOR_REGISTRY, resolve_dotted
+
+__all__ = ["FramesVideoProcessor", "build_processor", "load_processor"]
+
+
+class FramesVideoProcessor(BaseVideoProcessor):
+    """Videos through an image processor: each frame processed as an image, ``temporal_patch_size`` frames per patch.
+
+    The image processor patchifies one frame into rows ``[C, temporal_patch_size, P, P]`` with the frame repeated
+    along the temporal axis; a video's row holds ``temporal_patch_size`` consecutive frames there instead, which
+    is what upstream's Qwen2-VL video processor writes (same patch order: merge blocks, then channels, time, pixels).
+    ``fps`` is the sampling rate the metadata reports (the processor derives ``second_per_grid_ts`` from it).
+    """
+
+    def __init__(self, image_processor: Any, fps: float = 1.0) -> None:
+        super().__init__()
+        self.image_processor = image_processor
+        self.patch_size = image_processor.patch_size
+        self.merge_size = image_processor.merge_size
+        self.temporal_patch_size = image_processor.temporal_patch_size
+        self.fps = fps
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``save_pretrained`` writes: the frame sizes and rate; the image processor is saved as itself."""
+        return {
+            "video_processor_type": type(self).__name__,
+            "patch_size": self.patch_size,
+            "merge_size": self.merge_size,
+            "temporal_patch_size": self.temporal_patch_size,
+            "fps": self.fps,
+        }
+
+    def __call__(self, videos: Any, **kwargs: Any) -> BatchFeature:
+        step = self.temporal_patch_size
+        rows, grids, metadata = [], [], []
+        for frames in make_batched_videos(videos):
+            frames = list(frames)
+            if len(frames) % step:
+                raise ValueError(f"a video needs a multiple of {step} frames, got {len(frames)}")
+            images = self.image_processor(images=frames, return_tensors="np")
+            _, grid_h, grid_w = (int(n) for n in images["image_grid_thw"][0])
+            patches = images["pixel_values"].reshape(
+                len(frames), grid_h * grid_w, -1, step, self.patch_size, self.patch_size
+            )
+            single = patches[:, :, :, 0]  # [frames, patches, C, P, P]: each frame once
+            groups = [np.stack(list(single[t : t + step]), axis=2) for t in range(0, len(frames), step)]
+            rows.append(np.concatenate([group.reshape(grid_h * grid_w, -1) for group in groups]))
+            grids.append([len(frames) // step, grid_h, grid_w])
+            metadata.append(
+                VideoMetadata(total_num_frames=len(frames), fps=self.fps, frames_indices=list(range(len(frames))))
+            )
+        return BatchFeature(
+            {
+                "pixel_values_videos": np.concatenate(rows),
+                "video_grid_thw": np.array(grids),
+                "video_metadata": metadata,
+            }
+        )
+
+
+def build_processor(processor_class: type[ProcessorMixin], **parts: Any) -> ProcessorMixin:
+    """``processor_class(**parts)``, with a :class:`FramesVideoProcessor` over ``parts["image_processor"]``
+    as its video processor when the class takes one and ``parts`` gives none."""
+    if "video_processor" in processor_class.get_attributes() and "video_processor" not in parts:
+        parts = {**parts, "video_processor": FramesVideoProcessor(parts["image_processor"])}
+    processor = processor_class.__new__(processor_class)
+    check = processor.check_argument_for_proper_class
+
+    def check_video_processor_by_its_real_base(name: str, argument: Any) -> Any:
+        if name == "video_processor":
+            if not isinstance(argument, BaseVideoProcessor):
+                raise TypeError(f"video_processor must be a BaseVideoProcessor, got {type(argument).__name__}")
+            return BaseVideoProcessor
+        return check(name, argument)
+
+    processor.check_argument_for_proper_class = check_video_processor_by_its_real_base
+    try:
+        processor_class.__init__(processor, **parts)
+    finally:
+        del processor.check_argument_for_proper_class
+    return processor
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _part_config(folder: Path, part: str, file: str) -> dict[str, Any]:
+    """The saved settings of one part: nested in ``processor_config.json`` (what ``save_pretrained`` writes),
+    else in the part's own file (hub checkpoints: ``preprocessor_config.json``)."""
+    return _json(folder / "processor_config.json").get(part) or _json(folder / file)
+
+
+def _processor_class(folder: Path) -> type[ProcessorMixin]:
+    """The class the folder's processor files name, else the one registered for its config's model type."""
+    for name in ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json"):
+        named = _json(folder / name).get("processor_class")
+        if named:
+            return resolve_dotted(f"transformers.{named}")
+    model_type = _json(folder / "config.json").get("model_type")
+    if model_type in MODEL_PROCESSOR_REGISTRY:
+        return MODEL_PROCESSOR_REGISTRY[model_type]
+    raise ValueError(
+        f"{folder}: no processor_class in its processor files and no config.json of a registered model type; "
+        "pass processor_class="
+    )
+
+
+def _from_settings(settings: dict[str, Any], key: str, folder: Path) -> Any:
+    """The part the settings name under ``key``, built from them: the numpy/PIL class of an image processor
+    (``<Name>Pil``, else ``<Name>`` without ``Fast``), never the torchvision one."""
+    name = settings.get(key)
+    if not name:
+        raise ValueError(f"{folder}: the processor files name no {key}")
+    base = name.removesuffix("Fast")
+    cls = getattr(transformers, f"{base}Pil", None) or getattr(transformers, base)
+    return cls.from_dict({k: v for k, v in settings.items() if k != key})
+
+
+def load_processor(folder: str | Path, *, processor_class: type[ProcessorMixin] | None = None) -> ProcessorMixin:
+    """The model's processor from the checkpoint files in ``folder``, built without torchvision.
+
+    ``processor_class`` defaults to the class the files name (``processor_class`` in their JSON), else the one
+    registered for the model type of the folder's ``config.json``. The image processor is the numpy/PIL class
+    of the one the files name; videos go through it (:class:`FramesVideoProcessor`); the tokenizer and an
+    Omni model's feature extractor load as upstream loads them. The chat template the folder holds is kept.
+    """
+    folder = Path(folder)
+    cls = processor_class or _processor_class(folder)
+    attributes = cls.get_attributes()
+    image_settings = _part_config(folder, "image_processor", "preprocessor_config.json")
+    parts: dict[str, Any] = {"image_processor": _from_settings(image_settings, "image_processor_type", folder)}
+    if "tokenizer" in attributes:
+        parts["tokenizer"] = AutoTokenizer.from_pretrained(folder)
+    if "feature_extractor" in attributes:
+        audio_settings = _part_config(folder, "feature_extractor", "preprocessor_config.json")
+        parts["feature_extractor"] = _from_settings(audio_settings, "feature_extractor_type", folder)
+    processor = build_processor(cls, **parts)
+    template = folder / "chat_template.jinja"
+    if template.is_file():
+        processor.chat_template = template.read_text(encoding="utf-8")
+    elif getattr(parts.get("tokenizer"), "chat_template", None):
+        processor.chat_template = parts["tokenizer"].chat_template
+    return processor

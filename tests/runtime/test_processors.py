@@ -1,0 +1,63 @@
+"""A VLM's processor on a CPU machine without torchvision: built from its parts, saved, and loaded back from
+a checkpoint folder (what save_pretrained writes, and the hub's layout), giving upstream's outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor
+
+from modelgraft.models.processors import FramesVideoProcessor, build_processor, load_processor
+from modelgraft.models.testing.vlm_processor import synthetic_image, synthetic_video, tiny_tokenizer
+
+TEXT = ["w1 <|vision_start|><|image_pad|><|vision_end|> w2 <|vision_start|><|video_pad|><|vision_end|>"]
+
+
+@pytest.fixture
+def built() -> Qwen2_5_VLProcessor:
+    image_processor = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112)
+    return build_processor(Qwen2_5_VLProcessor, image_processor=image_processor, tokenizer=tiny_tokenizer())
+
+
+def _outputs(processor: Qwen2_5_VLProcessor) -> dict[str, np.ndarray]:
+    image, video = synthetic_image(64, 64, seed=0), synthetic_video(56, 56, frames=2, seed=1)
+    return dict(processor(text=TEXT, images=[image], videos=[video], return_tensors="np"))
+
+
+def _same(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> bool:
+    return actual.keys() == expected.keys() and all(np.array_equal(actual[k], expected[k]) for k in expected)
+
+
+def test_a_processor_built_without_torchvision_takes_videos_through_its_image_processor(built) -> None:
+    assert isinstance(built.video_processor, FramesVideoProcessor)
+    outputs = _outputs(built)
+    assert outputs["video_grid_thw"].tolist() == [[1, 4, 4]]
+    assert "second_per_grid_ts" in outputs
+
+
+def test_what_save_pretrained_wrote_loads_back_with_the_same_outputs(built, tmp_path: Path) -> None:
+    built.save_pretrained(tmp_path)
+
+    loaded = load_processor(tmp_path)
+
+    assert type(loaded) is Qwen2_5_VLProcessor
+    assert _same(_outputs(loaded), _outputs(built))
+
+
+def test_a_hub_layout_folder_loads_with_the_class_its_config_registers(built, tmp_path: Path) -> None:
+    built.image_processor.to_json_file(tmp_path / "preprocessor_config.json")
+    built.tokenizer.save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl"}))
+
+    loaded = load_processor(tmp_path)
+
+    assert type(loaded) is Qwen2_5_VLProcessor
+    assert _same(_outputs(loaded), _outputs(built))
+
+
+def test_a_folder_that_names_no_processor_is_refused_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=rf"{tmp_path}: no processor_class"):
+        load_processor(tmp_path)
