@@ -2,7 +2,7 @@
 
 Plain frozen dataclasses, no logic: the reader fills them from the pinned modeling and configuration
 modules (by path, with ``ast``), ``patchgen-inspect`` prints them, and the scaffold's fit
-(``modelgraft.generator.scaffold_fit``) turns them into recipe arguments or a refusal. A ``kind`` of ``"unknown"``
+(``modelgraft.generator.recipes.fit``) turns them into recipe arguments or a refusal. A ``kind`` of ``"unknown"``
 always comes with a ``reason``: the reader recognises a formulation only when upstream's code has
 exactly one of the shapes it knows, so a guard it enables can never compute something else.
 
