@@ -1,7 +1,8 @@
 """Op slots that generated modeling code consults, the kernels that can fill them, and how to bind them.
 
-Generated code imports the slot instances from here; training code builds an ``OpsConfig`` and binds it
-(``bind_ops`` / ``bound_ops``, or through ``modelgraft.models.loader.build_model``) before building a model.
+Generated code imports the slot instances from ``modelgraft.models.ops.slots`` (this package re-exports them);
+training code builds an ``OpsConfig`` and binds it (``bind_ops`` / ``bound_ops``, or through
+``modelgraft.models.loader.build_model``) before building a model.
 """
 
 from modelgraft.models.ops.binding import ModelOps, attach_ops, bind_ops, bound_ops, current_ops, unbind_ops
