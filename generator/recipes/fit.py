@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from modelgraft.generator import categories
+from modelgraft.generator.categories import OUT_OF_CATEGORY
 from modelgraft.generator.recipes.causal_lm_path import towers_on_causal_lm_path
 from modelgraft.generator.recipes.fit_omni import omni_arguments, omni_processors
 from modelgraft.generator.recipes.fit_vlm import (
@@ -38,19 +40,6 @@ DOCS = "docs/adding-a-model.md#hand-written-patches"
 
 #: ACT2FN activations with learned parameters: a kernel told only the name would compute with fresh ones.
 PARAMETRIZED_ACTIVATIONS = ("xielu",)
-
-#: Categories that have a scaffold today.
-SCAFFOLDED = ("dense", "moe", "vlm", "vlm_moe", "omni", "omni_moe")
-
-#: The text categories: what a package with a tower may be answered as when its causal LM builds none.
-TEXT_CATEGORIES = ("dense", "moe")
-
-#: The VLM categories, fitted by :mod:`modelgraft.generator.recipes.fit_vlm` over the text fit.
-VLM_CATEGORIES = ("vlm", "vlm_moe")
-
-#: The Omni categories (thinker only), fitted by :mod:`modelgraft.generator.recipes.fit_omni` over the text fit
-#: (docs/scaffolding.md, "Omni scaffolds").
-OMNI_CATEGORIES = ("omni", "omni_moe")
 
 
 @dataclass(frozen=True)
@@ -465,28 +454,27 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
     return tuple(guarded)
 
 
-#: The categories whose models route to experts.
-_EXPERTS = ("moe", "vlm_moe", "omni_moe")
-
-#: The categories the reader gives a package holding a vision or audio tower.
-_TOWERS = ("vlm", "vlm_moe", "omni", "omni_moe")
+def _text_categories() -> tuple[str, ...]:
+    """The text categories: what a package with a tower may be answered as when its causal LM builds none."""
+    return categories.names(scaffolded=True, towers=())
 
 
 def _text_category(structure: ModelStructure) -> str:
     """The text recipe's category for the model's decoder: moe where it routes to experts, else dense."""
-    return "moe" if structure.moe is not None else "dense"
+    return categories.category_for(experts=structure.moe is not None).name
 
 
 def _contradiction(structure: ModelStructure, answered: str, towers: tuple[str, ...]) -> Finding:
     """The answered category against the one upstream's structure shows, with what the reader detected."""
     detected = structure.category
     reason = f"answered {answered}, but upstream's structure is {detected}: {structure.category_reason}"
-    if towers and answered in TEXT_CATEGORIES and structure.causal_lm is not None:
+    if towers and answered in _text_categories() and structure.causal_lm is not None:
         reason += f"; its causal LM {structure.causal_lm.cls} builds {', '.join(towers)}"
     moe = structure.moe
-    if answered in _EXPERTS and moe is None:
+    experts = categories.names(experts=True)
+    if answered in experts and moe is None:
         reason += "; upstream has no routed experts"
-    elif answered not in _EXPERTS and answered != "out_of_category" and moe is not None:
+    elif answered not in experts and answered != OUT_OF_CATEGORY and moe is not None:
         reason += f"; upstream routes to experts in {moe.sparse_block} (line {moe.sparse_block_line})"
     return Finding("category answer", structure.model, 0, reason)
 
@@ -503,23 +491,25 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
     answered = category or structure.category
     if answered != structure.category:
         towers: tuple[str, ...] = ()
-        if structure.category in _TOWERS and answered in TEXT_CATEGORIES:
+        if categories.category(structure.category).towers and answered in _text_categories():
             towers = towers_on_causal_lm_path(structure, root=root)
             if not towers and answered == _text_category(structure):
                 return _fit_scaffold(structure, answered)
         detected = fit_model(structure, root=root)
         refusals = (_contradiction(structure, answered, towers), *detected.refusals)
         return replace(detected, category=answered, arguments={}, guarded=(), skipped=(), refusals=refusals)
-    if structure.category == "out_of_category":
+    if structure.category == OUT_OF_CATEGORY:
         finding = Finding("category", structure.model, 0, f"out of category: {structure.category_reason}")
         why = "the snippets cover decoder-only text models, and this one is out of category"
         return Fit(structure, answered, refusals=(finding,), no_patches_because=why)
-    if answered in VLM_CATEGORIES:
+    row = categories.lookup(answered)
+    if row is not None and row.vlm:  # fitted by fit_vlm over the text fit
         return _fit_vlm(structure, answered)
-    if answered in OMNI_CATEGORIES:
+    if row is not None and row.omni:  # fitted by fit_omni over the text fit (docs/scaffolding.md, "Omni scaffolds")
         return _fit_omni(structure, answered)
-    if answered not in SCAFFOLDED:
-        finding = Finding("category", structure.model, 0, f"{answered} is not a category ({', '.join(SCAFFOLDED)})")
+    if row is None or not row.scaffolded:
+        scaffolded = categories.names(scaffolded=True)
+        finding = Finding("category", structure.model, 0, f"{answered} is not a category ({', '.join(scaffolded)})")
         return Fit(structure, answered, refusals=(finding,), no_patches_because="the category is unknown")
     return _fit_scaffold(structure, answered)
 
@@ -527,7 +517,7 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
 def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
     """The vlm / vlm_moe recipe's fit: the text decoder's as the dense / MoE fit's, the vision side's read
     from the reader's VLM report (:func:`modelgraft.generator.recipes.fit_vlm.vlm_arguments`)."""
-    text = _fit_scaffold(structure, "moe" if category == "vlm_moe" else "dense")
+    text = _fit_scaffold(structure, categories.category(category).text)
     found: list[VlmFinding] = []
     arguments = {key: value for key, value in text.arguments.items() if key != "sequence_classification"}
     if "gated_delta_net" in arguments:
@@ -563,9 +553,10 @@ def _fit_omni(structure: ModelStructure, category: str) -> Fit:
     """The omni / omni_moe recipe's fit: the thinker's text decoder as the dense / MoE fit's, less the classes
     only the speech side uses, and the thinker's towers, speech side and top-level class read from upstream's
     class tree (:func:`modelgraft.generator.recipes.fit_omni.omni_arguments`)."""
-    text = _fit_scaffold(structure, "moe" if category == "omni_moe" else "dense")
+    answered = categories.category(category)
+    text = _fit_scaffold(structure, answered.text)
     found: list[tuple[str, str]] = []
-    arguments = omni_arguments(structure, text.arguments, found, moe=category == "omni_moe")
+    arguments = omni_arguments(structure, text.arguments, found, moe=answered.experts)
     processors = omni_processors(structure, found) if arguments else {}
     speech = set(arguments.get("speech_classes") or ())
     skipped = tuple(
@@ -609,7 +600,7 @@ def _fit_scaffold(structure: ModelStructure, category: str) -> Fit:
         arguments["sequence_classification"] = None
         if seq is not None:
             skipped.append(Finding("sequence_classification", seq.cls, seq.line, seq.reason or "its own forward"))
-    if category == "moe":
+    if categories.category(category).experts:
         arguments["experts"] = _experts(structure, skipped)
         router = _router(structure)
         if router is not None:  # recorded only where there is one: other scaffolds' answers stay as they were

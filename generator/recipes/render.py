@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
+from modelgraft.generator import categories
 from modelgraft.generator.errors import PatchgenError
 from modelgraft.generator.normalize.ruff import ruff_binary
 from modelgraft.generator.recipes.parts import Router
@@ -71,14 +72,19 @@ def _gated_delta_net_line(mixer: Mapping[str, Any]) -> str:
 
 
 def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
-    """(import line, call) of the recipe for ``arguments`` (see :func:`modelgraft.generator.recipes.fit.fit_model`)."""
-    recipe = {"moe": "moe_text", "vlm": "vlm", "vlm_moe": "vlm_moe", "omni": "omni", "omni_moe": "omni_moe"}.get(
-        category, "dense_text"
-    )
+    """(import line, call) of the recipe for ``arguments`` (see :func:`modelgraft.generator.recipes.fit.fit_model`).
+
+    The recipe, and which of its arguments are written, are the category's (``modelgraft.generator.categories``);
+    a category without a scaffold renders as dense.
+    """
+    spec = categories.lookup(category)
+    if spec is None or not spec.scaffolded:
+        spec = categories.category_for(experts=False)
+    recipe = spec.recipe
     parts = {"LossHead"}
     mixer = arguments.get("gated_delta_net")
-    if mixer:  # a Gated DeltaNet hybrid: the same recipe after the mixer's guards (generator/recipes/hybrid.py)
-        recipe = "gated_delta_net_moe_text" if category == "moe" else "gated_delta_net_text"
+    if mixer:  # a Gated DeltaNet hybrid: its text recipe after the mixer's guards (generator/recipes/hybrid.py)
+        recipe = categories.category(spec.text).hybrid_recipe
         parts.add("GatedDeltaNet")
     lines = [f"{recipe}(", "    config,", f"    prefix={prefix!r},"]
     if mixer:
@@ -87,7 +93,7 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
     if vision:  # a VLM (generator/recipes/vlm.py): the tower first, as the zoo's configs name it
         parts.add("VisionTower")
         lines.append(f"    vision={_vision_tower(vision)},")
-    omni = category in ("omni", "omni_moe")
+    omni = spec.omni
     if omni:  # an Omni thinker (generator/recipes/omni.py): the audio tower and the speech side next
         parts.add("AudioTower")
         lines += _omni_lines(arguments)
@@ -138,14 +144,14 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         head_fields["router_logits"] = tuple(head["router_logits"])
     lines.append("    causal_lm=" + _call("LossHead", head["cls"], head_fields) + ",")
     if vision and not omni:
-        lines += _vlm_lines(category, prefix, arguments)
+        lines += _vlm_lines(spec, prefix, arguments)
     if omni:
         lines.append(f"    mrope={arguments.get('mrope') or None!r},")
         if arguments.get("text_model") != f"{prefix}ThinkerTextModel":
             lines.append(f"    text_model={arguments.get('text_model')!r},")
         if arguments.get("top_level") != f"{prefix}ForConditionalGeneration":
             lines.append(f"    top_level={arguments.get('top_level')!r},")
-    if category in ("moe", "vlm_moe", "omni_moe"):
+    if spec.experts:
         experts = arguments.get("experts")
         if experts:
             parts.add("Experts")
@@ -169,7 +175,7 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
     imports = f"from modelgraft.generator.recipes import {', '.join(sorted(parts) + [recipe])}"
     if len(imports) > LINE_LENGTH:  # split as ruff splits it (omni_moe's ten parts)
         imports = format_source(imports).rstrip("\n")
-    if category == "omni_moe":
+    if spec.omni and spec.experts:
         extra_imports, extra = _omni_moe_lines(prefix, arguments)
         imports = "\n".join([imports, *extra_imports])
         lines += extra
@@ -256,11 +262,12 @@ def init_weights_override(model: str, init: Mapping[str, Any]) -> tuple[str, str
     return format_source(imports).rstrip("\n"), format_source(override).rstrip("\n")
 
 
-def _vlm_lines(category: str, prefix: str, arguments: Mapping[str, Any]) -> list[str]:
-    """The vlm / vlm_moe recipe's own arguments: the multimodal RoPE, the base model, the AutoModel towers."""
+def _vlm_lines(spec: categories.Category, prefix: str, arguments: Mapping[str, Any]) -> list[str]:
+    """The vlm / vlm_moe recipe's own arguments: the multimodal RoPE, the base model (the vlm recipe's only),
+    the AutoModel towers."""
     lines = [f"    mrope={arguments.get('mrope') or None!r},"]
     model = arguments.get("model")
-    if category == "vlm" and model and model != f"{prefix}Model":
+    if not spec.experts and model and model != f"{prefix}Model":
         lines.append(f"    model={model!r},")
     towers = arguments.get("towers")
     if towers:

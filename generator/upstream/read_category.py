@@ -1,5 +1,8 @@
 """Which of design.md's categories a model falls into, decided from the structure of its modeling module.
 
+The categories are the table of ``modelgraft.generator.categories``: the towers and experts found here pick the
+row (:func:`~modelgraft.generator.categories.category_for`).
+
 The scaffold holds one template per category; a model outside all of them (an encoder, a recurrent or
 state-space hybrid, a decoder that needs an encoder) must be refused before anything is written, so
 each refusal names the class that shows why.
@@ -10,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
+from modelgraft.generator.categories import OUT_OF_CATEGORY, category_for
 from modelgraft.generator.upstream.read_linear_attention import gated_delta_net_classes, mixer_kind
 from modelgraft.generator.upstream.source import ModelSource, called_name
 from modelgraft.generator.upstream.structure import GatedDeltaNetInfo
@@ -32,7 +36,7 @@ _CROSS_ATTRS = ("crossattention", "encoder_attn", "cross_attention")
 #: Packages structure cannot classify, each with why.
 OVERRIDES: dict[str, tuple[str, str]] = {
     # The Auto* factory classes, not a model of its own.
-    "auto": ("out_of_category", "auto holds the Auto* factories, not a model"),
+    "auto": (OUT_OF_CATEGORY, "auto holds the Auto* factories, not a model"),
 }
 
 
@@ -66,17 +70,17 @@ def classify(
     classes = source.classes
     masked = [c for c in classes if c.endswith("ForMaskedLM")]
     if masked:
-        return "out_of_category", f"encoder: defines {masked[0]} (line {classes[masked[0]].lineno})"
+        return OUT_OF_CATEGORY, f"encoder: defines {masked[0]} (line {classes[masked[0]].lineno})"
     if lm_class is None:
-        return "out_of_category", "no *ForCausalLM (nor a *ForConditionalGeneration with a vision tower)"
+        return OUT_OF_CATEGORY, "no *ForCausalLM (nor a *ForConditionalGeneration with a vision tower)"
     forward = source.method(lm_class, "forward")
     if forward is not None and any(a.arg == "encoder_hidden_states" for a in forward[0].args.args):
-        return "out_of_category", f"{lm_class}.forward takes encoder_hidden_states: the decoder of an encoder-decoder"
+        return OUT_OF_CATEGORY, f"{lm_class}.forward takes encoder_hidden_states: the decoder of an encoder-decoder"
     layer_classes = [c for c in classes if c.endswith(("DecoderLayer", "Layer", "Block"))]
     for cls in ([decoder_layer] if decoder_layer else []) + layer_classes:
         cross = [a for a in _CROSS_ATTRS if a in source.init_assigns(cls)]
         if cross:
-            return "out_of_category", f"{cls} (line {classes[cls].lineno}) has cross-attention (self.{cross[0]})"
+            return OUT_OF_CATEGORY, f"{cls} (line {classes[cls].lineno}) has cross-attention (self.{cross[0]})"
     prefix = _common_prefix(source)
     covered = gated_delta_net_classes(source, gated_delta_net) if gated_delta_net else set()
     for pattern in _RECURRENT_NAMES:
@@ -86,14 +90,14 @@ def classify(
         if recurrent:
             mixer = recurrent[0]
             return (
-                "out_of_category",
+                OUT_OF_CATEGORY,
                 f"recurrent / state-space / linear-attention mixer {mixer} (line {classes[mixer].lineno}): "
                 + mixer_kind(source, mixer, prefix),
             )
     caches = [c for c in classes if c.endswith("Cache")]
     if caches:
         return (
-            "out_of_category",
+            OUT_OF_CATEGORY,
             f"defines its own cache {caches[0]} (line {classes[caches[0]].lineno}): state a standard cache does not hold",
         )
     text_path = reachable(source, decoder_layer) if decoder_layer else []
@@ -103,21 +107,22 @@ def classify(
         for attr, values in source.init_assigns(cls).items():
             if any("Conv1d" in _text(v) for v in values):
                 return (
-                    "out_of_category",
+                    OUT_OF_CATEGORY,
                     f"{cls}.{attr} (line {classes[cls].lineno}) is a Conv1d in the decoder: a convolutional state",
                 )
     has_vision = _has(source, _VISION_NAME, _VISION_ATTRS)
     has_audio = _has(source, _AUDIO_NAME, _AUDIO_ATTRS)
-    suffix = "_moe" if is_moe else ""
+    towers = tuple(kind for kind, found in (("audio", has_audio), ("vision", has_vision)) if found)
+    detected = category_for(experts=is_moe, towers=towers).name
     if has_audio:
-        return "omni" + suffix, f"an audio tower ({has_audio})" + (
+        return detected, f"an audio tower ({has_audio})" + (
             f" and a vision tower ({has_vision})" if has_vision else ""
         )
     if has_vision:
-        return "vlm" + suffix, f"a vision tower ({has_vision})"
+        return detected, f"a vision tower ({has_vision})"
     if is_moe:
-        return "moe", "routed experts (a class holding self.experts)"
-    return "dense", "decoder-only text model"
+        return detected, "routed experts (a class holding self.experts)"
+    return detected, "decoder-only text model"
 
 
 def _has(source: ModelSource, pattern: re.Pattern[str], attrs: tuple[str, ...]) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from modelgraft.generator import categories
 from modelgraft.generator.errors import UpstreamError
 from modelgraft.generator.upstream.index import UpstreamSources
 from modelgraft.generator.upstream.locate import package_root
@@ -38,8 +39,6 @@ from modelgraft.generator.upstream.vlm_structure import VlmInfo
 
 _TOP = "transformers"
 _FEED_FORWARD_ATTRS = ("mlp", "feed_forward", "ffn", "block_sparse_moe")
-_VLM_CATEGORIES = ("vlm", "vlm_moe")
-_OMNI_CATEGORIES = ("omni", "omni_moe")
 
 
 def modeling_module(model: str) -> str:
@@ -107,8 +106,9 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
             )
     norms = read_norms(source)
     mlps = read_mlps(source, extra)
-    vlm = read_vlm(source, config.model_type) if category in _VLM_CATEGORIES else None
-    omni = read_omni(source) if category in _OMNI_CATEGORIES else None
+    detected = categories.category(category)
+    vlm = read_vlm(source, config.model_type) if detected.vlm else None
+    omni = read_omni(source) if detected.omni else None
     return ModelStructure(
         model=model,
         modeling_module=module,
@@ -135,7 +135,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         conditional=source.conditionally_instantiated,
         vlm=vlm,
         omni=omni,
-        linear_attention=gated_delta_net if category != "out_of_category" else None,
+        linear_attention=gated_delta_net if category != categories.OUT_OF_CATEGORY else None,
         call_sites=read_call_sites(
             source,
             {n.cls for n in norms if n.kind != "unknown"}

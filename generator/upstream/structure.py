@@ -18,9 +18,6 @@ if TYPE_CHECKING:
     from modelgraft.generator.upstream.read_omni import OmniInfo
     from modelgraft.generator.upstream.vlm_structure import VlmInfo
 
-#: Model categories (docs/design.md, "Model categories"), plus the refusal for everything else.
-CATEGORIES = ("dense", "moe", "vlm", "vlm_moe", "omni", "omni_moe", "out_of_category")
-
 #: Norm formulations, each with the slot call that recomputes it:
 #: ``rms_weight``           llama: ``weight * normed.to(input_dtype)``            -> rms_norm_slot(x, w, eps)
 #: ``rms_one_plus_weight``  gemma: ``(normed * (1 + weight.float())).type_as(x)`` -> rms_norm_slot(x, w, eps, offset=1.0)
@@ -269,7 +266,7 @@ class ModelStructure:
     prefix: str  # "Llama", "SmolLM3", "HunYuanDenseV1"
     model_type: str | None  # the config class's model_type ("gemma3_text")
     config_class: str | None  # "LlamaConfig"
-    category: str  # one of CATEGORIES
+    category: str  # a name of the category table (modelgraft.generator.categories), out_of_category included
     category_reason: str = ""
     #: Head kind -> class: "causal_lm", "sequence_classification", "token_classification", "question_answering".
     heads: dict[str, str] = field(default_factory=dict)
