@@ -1,7 +1,9 @@
 """Each surveyed model's category, from the upstream reader of the clone (guessed from class names without one).
 
 The reader runs in a child process inside the clone, so the categories are the clone's (the working tree
-surveyed), and this process imports neither the generator nor transformers.
+surveyed), and this process imports neither the reader nor transformers. What the survey says of a category
+(its name, label, pass-rate target, whether it has towers) is the one table, ``modelgraft.generator.categories``:
+pure data, imported on first use, so importing the survey loads nothing of the generator.
 """
 
 from __future__ import annotations
@@ -16,9 +18,38 @@ from pathlib import Path
 
 from modelgraft.scaffold.survey.clones import subprocess_env
 
-#: The categories of generator.upstream.structure.CATEGORIES (not imported: this process stays light).
-CATEGORIES = ("dense", "moe", "vlm", "vlm_moe", "omni", "omni_moe", "out_of_category")
+#: A model the reader could not read.
 UNKNOWN = "unknown"
+
+
+def category_names() -> tuple[str, ...]:
+    """The reader's categories, in the table's order (``modelgraft.generator.categories``)."""
+    from modelgraft.generator.categories import category_names
+
+    return category_names()
+
+
+def multimodal_categories() -> tuple[str, ...]:
+    """The categories of a package holding a vision or audio tower (VLMs and Omni models)."""
+    from modelgraft.generator.categories import CATEGORIES
+
+    return tuple(entry.name for entry in CATEGORIES if entry.towers)
+
+
+def category_label(name: str) -> str:
+    """How the report names a category ("MoE", "VLM + MoE"); any other name (``unknown``) as it is, without "_"."""
+    from modelgraft.generator.categories import CATEGORIES
+
+    labels = {entry.name: entry.label for entry in CATEGORIES}
+    return labels.get(name, name.replace("_", " "))
+
+
+def category_target(name: str) -> float | None:
+    """The pass rate the survey measures a category's scaffold against; None for no target."""
+    from modelgraft.generator.categories import CATEGORIES
+
+    return next((entry.target for entry in CATEGORIES if entry.name == name), None)
+
 
 _READER_SCRIPT = r"""
 import json, sys
@@ -59,12 +90,12 @@ _GUESS_OUT = re.compile(
 
 def guess_category(modeling_source: str) -> tuple[str, str]:
     """A category from class names alone, for when the reader is missing: moe, out_of_category or dense."""
+    from modelgraft.generator.categories import OUT_OF_CATEGORY, category_for
+
     note = "guessed from class names (no generator.upstream.reader)"
     if _GUESS_OUT.search(modeling_source):
-        return "out_of_category", note
-    if _GUESS_MOE.search(modeling_source):
-        return "moe", note
-    return "dense", note
+        return OUT_OF_CATEGORY, note
+    return category_for(experts=bool(_GUESS_MOE.search(modeling_source))).name, note
 
 
 @dataclass(frozen=True)

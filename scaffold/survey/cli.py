@@ -17,14 +17,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from modelgraft.scaffold.survey.categories import CATEGORIES, read_categories
+from modelgraft.scaffold.survey.categories import category_names, multimodal_categories, read_categories
 from modelgraft.scaffold.survey.classify import PASS
 from modelgraft.scaffold.survey.clones import CloneFactory, repository_root
 from modelgraft.scaffold.survey.display import Display
 from modelgraft.scaffold.survey.errors import SurveyError
 from modelgraft.scaffold.survey.model_run import Settings
 from modelgraft.scaffold.survey.population import (
-    MULTIMODAL_CATEGORIES,
     causal_lm_models,
     conditional_generation_models,
     select,
@@ -56,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("models", nargs="*", metavar="MODEL", help="survey only these (default: the population)")
-    parser.add_argument("--category", choices=CATEGORIES, help="only models the reader puts in this category")
+    parser.add_argument("--category", choices=category_names(), help="only models the reader puts in this category")
     parser.add_argument("--limit", type=int, metavar="N", help="at most N models (after the other filters)")
     parser.add_argument(
         "-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
@@ -139,7 +138,7 @@ def _survey(argv: Sequence[str] | None) -> int:
         names = [
             n
             for n in names
-            if n not in multimodal or n in args.models or categorized.by_model[n][0] in MULTIMODAL_CATEGORIES
+            if n not in multimodal or n in args.models or categorized.by_model[n][0] in multimodal_categories()
         ]
         if args.category:
             names = [n for n in names if categorized.by_model[n][0] == args.category]

@@ -21,9 +21,6 @@ NOT_MODELS = frozenset({"auto", "deprecated"})
 _CAUSAL_LM = re.compile(r"^class\s+(\w+ForCausalLM)\s*[(:]", re.MULTILINE)
 _CONDITIONAL_GENERATION = re.compile(r"^class\s+(\w+ForConditionalGeneration)\s*[(:]", re.MULTILINE)
 
-#: The reader's categories of a package holding a vision or audio tower, surveyed without a ``*ForCausalLM``.
-MULTIMODAL_CATEGORIES = ("vlm", "vlm_moe", "omni", "omni_moe")
-
 
 def transformers_models_dir() -> Path:
     """``transformers/models`` of the installed transformers, found without importing it."""
@@ -61,7 +58,8 @@ def conditional_generation_models(models_dir: Path) -> dict[str, str]:
     """Packages whose ``modeling_<m>.py`` defines a ``*ForConditionalGeneration`` and no ``*ForCausalLM``.
 
     These are the multimodal models (glm4v, llava) and the encoder-decoders (t5, whisper); the survey keeps
-    those the reader puts in a multimodal category (:data:`MULTIMODAL_CATEGORIES`), so encoder-decoders stay out.
+    those the reader puts in a multimodal category (:func:`~modelgraft.scaffold.survey.categories.multimodal_categories`),
+    so encoder-decoders stay out.
     """
     found = {}
     for package in sorted(models_dir.iterdir()):

@@ -11,19 +11,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from modelgraft.scaffold.survey.categories import CATEGORIES
+from modelgraft.scaffold.survey.categories import category_label, category_names, category_target
 from modelgraft.scaffold.survey.classify import BROKEN, OUTCOMES, PASS, REFUSED, WRONG, ModelResult, headline
 
 EXIT_OK, EXIT_FAILURES = 0, 1
 
-#: The pass-rate targets for transformers 5.16.1 (docs/scaffolding.md, "How far the scaffold reaches").
-TARGETS = {"dense": 0.85, "moe": 0.70}
-
 
 def category_order(categories: Iterable[str]) -> list[str]:
     """The categories in the reader's order, unknown ones after them."""
-    known = [c for c in CATEGORIES if c in set(categories)]
-    return known + sorted(set(categories) - set(CATEGORIES))
+    known = [c for c in category_names() if c in set(categories)]
+    return known + sorted(set(categories) - set(category_names()))
 
 
 def summarize(results: Sequence[ModelResult]) -> list[dict]:
@@ -37,7 +34,7 @@ def summarize(results: Sequence[ModelResult]) -> list[dict]:
         row = {"category": category, "models": len(members)}
         row.update({outcome: sum(1 for r in members if r.outcome == outcome) for outcome in OUTCOMES})
         row["pass_rate"] = row[PASS] / len(members) if members else 0.0
-        row["target"] = TARGETS.get(category)
+        row["target"] = category_target(category)
         rows.append(row)
     return rows
 
@@ -54,9 +51,7 @@ def _target(row: dict) -> str:
 
 
 def _label(category: str) -> str:
-    return {"out_of_category": "out of category", "moe": "MoE", "vlm": "VLM", "vlm_moe": "VLM + MoE"}.get(
-        category, category.replace("_", " ")
-    )
+    return category_label(category)
 
 
 def _md_cell(text: str) -> str:
@@ -78,7 +73,7 @@ def markdown_tables(results: Sequence[ModelResult], *, width: int = 160, caption
         )
     out += ["", "| model | category | outcome | slots guarded | reason |", "|---|---|---|---|---|"]
     for result in sorted(
-        results, key=lambda r: (category_order([r.category, *CATEGORIES]).index(r.category), r.model)
+        results, key=lambda r: (category_order([r.category, *category_names()]).index(r.category), r.model)
     ):
         slots = ", ".join(f"`{s}`" for s in result.slots)
         out.append(

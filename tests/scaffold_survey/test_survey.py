@@ -325,6 +325,17 @@ def test_bad_arguments_exit_2(capsys) -> None:
     assert "must be at least 1" in capsys.readouterr().err
 
 
+def test_the_categories_are_the_tables() -> None:
+    """--category takes the reader's categories, from the one table; the report labels them from it too."""
+    from modelgraft.generator.categories import CATEGORIES
+
+    choices = next(a.choices for a in cli.build_parser()._actions if "--category" in a.option_strings)
+    assert tuple(choices) == tuple(c.name for c in CATEGORIES) == categories.category_names()
+    assert categories.multimodal_categories() == tuple(c.name for c in CATEGORIES if c.towers)
+    assert [tables._label(c.name) for c in CATEGORIES] == [c.label for c in CATEGORIES]
+    assert tables._label("unknown") == "unknown"
+
+
 def test_the_survey_runs_without_importing_transformers_torch_or_the_generator() -> None:
     code = (
         "import sys, modelgraft.scaffold.survey\n"
