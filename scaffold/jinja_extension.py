@@ -11,7 +11,14 @@ what upstream cannot say and every other answer defaults to what the reader foun
 - ``scaffold_arguments(model, category)``: the recipe arguments, raising the refusal instead;
 - ``recipe_import(...)`` / ``recipe_call(...)``: the config's import line and recipe call, formatted;
 - ``recipe_guards(recipe)``: the slots a recorded recipe guards (the parity suite's ``guarded``);
-- ``omni_init_weights(model, init)``: an Omni scaffold's ``_init_weights`` override and its imports.
+- ``omni_init_weights(model, init)``: an Omni scaffold's ``_init_weights`` override and its imports;
+- the category table (``modelgraft.generator.categories``), so that no condition of ``copier.yml`` or
+  ``template/`` lists category names: ``category | has_experts`` (it routes to experts), ``category |
+  has_towers`` (a vision or audio tower), ``category | is_vlm`` (a vision tower alone), ``category | is_omni``
+  (an audio tower: a thinker), ``category | category_kind`` (its name in a config's docstring) and ``category |
+  parity_suite`` (the parity suite its tests run: ``module``, ``model``, ``suite``, ``title``). Each is a global
+  too, for the template's file names, where a ``|`` would not be a portable character:
+  ``{% if has_experts(category) and recipe.experts %}checkpoint.py{% endif %}.jinja``.
 
 Reading a model takes milliseconds and is cached per process, so Copier may ask for it per question.
 """
@@ -26,6 +33,7 @@ from copier.errors import UserMessageError
 from jinja2 import Environment
 from jinja2.ext import Extension
 
+from modelgraft.generator import categories
 from modelgraft.generator.errors import PatchgenError
 from modelgraft.generator.recipes.fit import Fit, fit_model, guarded_slots
 from modelgraft.generator.recipes.render import init_weights_override, recipe_call
@@ -126,9 +134,49 @@ def recipe_guards(arguments: dict[str, Any]) -> list[str]:
     return list(guarded_slots(arguments))
 
 
+def has_experts(category: str) -> bool:
+    """The category routes to experts: the MoE answers, and ``checkpoint.py`` where the experts are guarded."""
+    return categories.category(category).experts
+
+
+def has_towers(category: str) -> bool:
+    """The category has a vision or audio tower: the processor answers, which the registry and the tests need."""
+    return bool(categories.category(category).towers)
+
+
+def is_vlm(category: str) -> bool:
+    """A vision tower alone: the VLM recipes, the reader's VLM report and the VLM suites."""
+    return categories.category(category).vlm
+
+
+def is_omni(category: str) -> bool:
+    """An audio tower: an Omni thinker, its speech side left out, and the Omni suites."""
+    return categories.category(category).omni
+
+
+def category_kind(category: str) -> str:
+    """How a scaffold's config docstring names the category ("MoE text", "VLM + MoE", "Omni, thinker only")."""
+    return categories.category(category).kind
+
+
+def parity_suite(category: str) -> dict[str, str]:
+    """The parity suite of ``modelgraft.models.testing`` the category's scaffold tests run: ``module``, the
+    declaration class ``model``, the ``suite`` class and its ``title`` in the test module's docstring."""
+    suite = categories.category(category).suite
+    if suite is None:
+        raise ScaffoldRefused(f"no scaffold, and so no test suite, for the category {category}")
+    return {"module": suite.module, "model": suite.model, "suite": suite.suite, "title": suite.title}
+
+
+#: The category table's helpers, each registered as a filter and as a global.
+CATEGORY_HELPERS = {
+    helper.__name__: helper for helper in (has_experts, has_towers, is_vlm, is_omni, category_kind, parity_suite)
+}
+
+
 class ScaffoldExtension(Extension):
-    """Registers the reader and the fit with Copier's Jinja environment, which compiles each source once
-    per process (``modelgraft.scaffold.jinja_compile_cache``)."""
+    """Registers the reader, the fit and the category table with Copier's Jinja environment, which compiles each
+    source once per process (``modelgraft.scaffold.jinja_compile_cache``)."""
 
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
@@ -141,3 +189,5 @@ class ScaffoldExtension(Extension):
         environment.globals["omni_init_weights"] = omni_init_weights
         environment.globals["recipe_import"] = recipe_import
         environment.globals["recipe_call"] = recipe_call_source
+        environment.globals.update(CATEGORY_HELPERS)
+        environment.filters.update(CATEGORY_HELPERS)
