@@ -17,10 +17,12 @@ GPU modeling guards. A summary per category ends the run. One module per job:
 - ``model_run``: one model, copied and tested; ``classify``: what its outcome is;
 - ``workers``: the worker threads, one clone each;
 - ``tables`` (Markdown, plain text, rich, JSON) and ``display`` (progress): the report;
-- ``cli``: the command, its arguments and exit statuses.
+- ``cli``: the command, its arguments and exit statuses (the shared table's).
 
-This process never imports transformers, torch or the generator: the population is found by path, and
-everything that reads upstream runs in the clone.
+This process never imports transformers, torch or the generator's reader: the population is found by path, and
+everything that reads upstream runs in the clone. Of the generator it uses only the category table
+(``modelgraft.generator.categories``) and the console scripts' exit-status handler, both imported on first use:
+importing the survey loads nothing of the generator.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The ``scaffold-survey`` command: arguments, the run from clone to report, interrupts and exit statuses.
 
-Exit statuses (``modelgraft.generator.entrypoint``): 0 no model is wrong or broken; 1 some are; 2 bad
-arguments, or a survey that could not start; 3 a bug (a traceback); 130 when interrupted.
+The command ends through the handler every console script shares (``modelgraft.generator.entrypoint``), with
+its one table: 0 no model is wrong or broken; 1 some are (findings); 2 bad arguments, or a survey that could not
+start (a :class:`SurveyError`, printed as one line); 3 a bug (a traceback). An interrupt ends it with 130, as a
+shell reports any process Ctrl-C ends, once its processes and clones are gone.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from modelgraft.scaffold.survey.population import (
 )
 from modelgraft.scaffold.survey.processes import Runner
 from modelgraft.scaffold.survey.tables import (
-    EXIT_OK,
     exit_code,
     markdown_tables,
     plain_tables,
@@ -42,7 +43,8 @@ from modelgraft.scaffold.survey.tables import (
 )
 from modelgraft.scaffold.survey.workers import run_survey
 
-EXIT_USAGE = 2
+#: The status of an interrupted survey: a shell's for a process Ctrl-C ends (128 + SIGINT), outside the table.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,19 +102,29 @@ def _interrupt_on_sigterm():  # -> the previous handler, or None when not in the
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``scaffold-survey`` console script under the shared exit-status handler: a bug exits 3, not 1."""
+    """The ``scaffold-survey`` console script under the shared exit-status handler: bad input exits 2 with one
+    line (``scaffold-survey: error: <cause>``), a bug 3, never 1."""
     # Imported here: importing this module (as the survey's workers do) must not load the generator.
     from modelgraft.generator.entrypoint import run_script
+    from modelgraft.generator.errors import UserError
 
-    return run_script("scaffold-survey", lambda: _survey(argv))
+    def survey() -> int:
+        try:
+            return _survey(argv)
+        except SurveyError as error:  # bad input, which the shared handler prints and ends with 2
+            raise UserError(str(error)) from error
+
+    return run_script("scaffold-survey", survey)
 
 
 def _survey(argv: Sequence[str] | None) -> int:
+    from modelgraft.generator.entrypoint import ExitStatus
+
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
-        return EXIT_USAGE if exit_.code not in (0, None) else EXIT_OK
+        return ExitStatus.BAD_INPUT if exit_.code not in (0, None) else ExitStatus.OK
     tty = sys.stderr.isatty()
     base: Path | None = None
     runner = Runner()
@@ -157,12 +169,9 @@ def _survey(argv: Sequence[str] | None) -> int:
         )
         with Display(len(names), tty=tty) as display:
             results = run_survey(factory, jobs, names, categorized.by_model, settings, display, runner)
-    except SurveyError as error:
-        print(f"scaffold-survey: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
     except KeyboardInterrupt:
         print("scaffold-survey: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         if base is not None:
             if args.keep:

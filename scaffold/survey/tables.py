@@ -14,8 +14,6 @@ from pathlib import Path
 from modelgraft.scaffold.survey.categories import category_label, category_names, category_target
 from modelgraft.scaffold.survey.classify import BROKEN, OUTCOMES, PASS, REFUSED, WRONG, ModelResult, headline
 
-EXIT_OK, EXIT_FAILURES = 0, 1
-
 
 def category_order(categories: Iterable[str]) -> list[str]:
     """The categories in the reader's order, unknown ones after them."""
@@ -115,8 +113,12 @@ def rich_summary(results: Sequence[ModelResult]):  # -> rich.table.Table
 
 
 def exit_code(results: Sequence[ModelResult]) -> int:
-    """1 when a model is broken or wrong, else 0."""
-    return EXIT_FAILURES if any(r.outcome in (BROKEN, WRONG) for r in results) else EXIT_OK
+    """The shared table's status (``modelgraft.generator.entrypoint.ExitStatus``): findings (1) when a model is
+    broken or wrong, else ok (0)."""
+    # Imported here: importing the survey loads nothing of the generator.
+    from modelgraft.generator.entrypoint import ExitStatus
+
+    return ExitStatus.FINDINGS if any(r.outcome in (BROKEN, WRONG) for r in results) else ExitStatus.OK
 
 
 def model_line(result: ModelResult, done: int, total: int) -> str:

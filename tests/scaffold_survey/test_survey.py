@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from modelgraft.generator.entrypoint import ExitStatus
 from modelgraft.scaffold.survey import (
     categories,
     cli,
@@ -89,9 +90,10 @@ def test_plain_tables_list_what_did_not_pass() -> None:
 
 
 def test_exit_code_fails_on_wrong_or_broken_only() -> None:
-    assert tables.exit_code(RESULTS) == 1
-    assert tables.exit_code([r for r in RESULTS if r.outcome in (PASS, REFUSED)]) == 0
-    assert tables.exit_code([r for r in RESULTS if r.outcome != BROKEN]) == 1
+    """The shared table's statuses: a broken or wrong model is a finding (1), refusals are not."""
+    assert tables.exit_code(RESULTS) is ExitStatus.FINDINGS
+    assert tables.exit_code([r for r in RESULTS if r.outcome in (PASS, REFUSED)]) is ExitStatus.OK
+    assert tables.exit_code([r for r in RESULTS if r.outcome != BROKEN]) is ExitStatus.FINDINGS
 
 
 def test_model_line() -> None:
@@ -316,13 +318,18 @@ def test_workers_survey_every_model_once_and_keep_the_order(capsys) -> None:
 
 
 def test_bad_arguments_exit_2(capsys) -> None:
-    assert cli.main(["--bogus"]) == 2
-    assert cli.main(["-j", "0"]) == 2
-    assert cli.main(["--limit", "0"]) == 2
-    assert cli.main(["--timeout", "-1"]) == 2
-    assert cli.main(["--category", "encoder"]) == 2
-    assert cli.main(["--json", "/no/such/folder/x.json"]) == 2
-    assert "must be at least 1" in capsys.readouterr().err
+    assert cli.main(["--bogus"]) == ExitStatus.BAD_INPUT
+    assert cli.main(["--category", "encoder"]) == ExitStatus.BAD_INPUT
+    capsys.readouterr()
+    # The survey's own checks end through the shared handler: one line, as every console script prints it.
+    for argv, cause in (
+        (["-j", "0"], "-j/--jobs must be at least 1"),
+        (["--limit", "0"], "--limit must be at least 1"),
+        (["--timeout", "-1"], "--timeout must be positive"),
+        (["--json", "/no/such/folder/x.json"], "--json /no/such/folder/x.json: /no/such/folder does not exist"),
+    ):
+        assert cli.main(argv) == ExitStatus.BAD_INPUT
+        assert capsys.readouterr().err == f"scaffold-survey: error: {cause}\n"
 
 
 def test_the_categories_are_the_tables() -> None:
@@ -334,6 +341,34 @@ def test_the_categories_are_the_tables() -> None:
     assert categories.multimodal_categories() == tuple(c.name for c in CATEGORIES if c.towers)
     assert [tables._label(c.name) for c in CATEGORIES] == [c.label for c in CATEGORIES]
     assert tables._label("unknown") == "unknown"
+
+
+def _fail_at_start(monkeypatch: pytest.MonkeyPatch, error: BaseException) -> None:
+    """The survey fails where it starts: finding the repository to clone."""
+
+    def repository_root(start: Path) -> Path:
+        raise error
+
+    monkeypatch.setattr(cli, "repository_root", repository_root)
+
+
+def test_a_survey_that_cannot_start_is_bad_input_through_the_shared_handler(monkeypatch, capsys) -> None:
+    _fail_at_start(monkeypatch, errors.SurveyError("/tmp is not inside a git repository"))
+    assert cli.main(["--limit", "1"]) == ExitStatus.BAD_INPUT
+    assert capsys.readouterr().err == "scaffold-survey: error: /tmp is not inside a git repository\n"
+
+
+def test_a_bug_in_the_survey_exits_3_with_its_traceback(monkeypatch, capsys) -> None:
+    _fail_at_start(monkeypatch, RuntimeError("a bug"))
+    assert cli.main(["--limit", "1"]) == ExitStatus.INTERNAL
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: a bug" in err and "scaffold-survey: internal error" in err
+
+
+def test_an_interrupted_survey_exits_130_as_the_shell_reports_ctrl_c(monkeypatch, capsys) -> None:
+    _fail_at_start(monkeypatch, KeyboardInterrupt())
+    assert cli.main(["--limit", "1"]) == cli.EXIT_INTERRUPTED == 130
+    assert capsys.readouterr().err == "scaffold-survey: interrupted\n"
 
 
 def test_the_survey_runs_without_importing_transformers_torch_or_the_generator() -> None:
