@@ -105,7 +105,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     failure is real breakage. The section says which is which at a glance (docs/following-upstream.md).
     """
     reports = terminalreporter.stats.get("failed", []) + terminalreporter.stats.get("error", [])
-    facts = sorted({report.nodeid for report in reports if "upstream_facts" in report.keywords})
+    facts = sorted({report.nodeid for report in reports if "upstream_facts" in getattr(report, "keywords", ())})
     if not facts:
         return
     terminalreporter.write_sep("=", f"{len(facts)} failed test(s) assert facts of the pinned transformers")

@@ -68,11 +68,11 @@ def page_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _env() -> dict[str, str]:
-    """This interpreter's folder first on PATH, so ``torchrun`` is the one installed with it."""
+def _run(command: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` in ``folder``, with this interpreter's folder first on PATH (``torchrun`` is its own)."""
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTEST_ADDOPTS"}}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
+    return subprocess.run(command, check=False, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_every_block_of_the_page_runs_or_says_why_not() -> None:
@@ -82,15 +82,7 @@ def test_every_block_of_the_page_runs_or_says_why_not() -> None:
 
 
 def test_the_pages_python_blocks_run_as_one_script(page_folder: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "page_script.py"],
-        check=False,
-        cwd=page_folder,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = _run([sys.executable, "page_script.py"], page_folder)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Qwen3Config has no attribute(s) ['hiden_size'] to set" in result.stdout
     assert "checkpoint shape [128, 64], model shape [128, 32]" in result.stdout
@@ -101,14 +93,6 @@ def test_the_pages_commands_run(page_folder: Path) -> None:
     for block in blocks():
         if _kind(block) != "run":
             continue
-        result = subprocess.run(
-            ["bash", "-ec", block.code],
-            check=False,
-            cwd=page_folder,
-            env=_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        result = _run(["bash", "-ec", block.code], page_folder)
         assert result.returncode == 0, f"docs/library.md:{block.line}\n{result.stdout}{result.stderr}"
         assert "step 2: loss" in result.stdout

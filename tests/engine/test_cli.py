@@ -422,8 +422,9 @@ def test_an_internal_error_exits_3_never_1_or_2(project, monkeypatch):
 # -- every failure of every config in one run ------------------------------------------------------------------------
 
 
-def _two_broken(project: Project) -> Project:
-    project.config("toy", config_source('config.exclude_from_output("NoSuchToyClass")\n'))
+def _two_broken(project: Project, toy: str = 'config.exclude_from_output("NoSuchToyClass")\n') -> Project:
+    """``toy`` as the toy config's body; the MoE config excludes a class its upstream lacks."""
+    project.config("toy", config_source(toy))
     project.config(
         "toy_moe",
         config_source(
@@ -449,15 +450,7 @@ def test_every_failing_config_is_reported_in_one_run(project, mode):
 
 
 def test_a_config_that_fails_to_load_is_reported_with_the_others_errors(project):
-    project.config("toy", config_source('raise RuntimeError("broken on purpose")\n'))
-    project.config(
-        "toy_moe",
-        config_source(
-            'config.exclude_from_output("NoSuchMoeClass")\n',
-            source_module=TOY_MOE_MODULE,
-            target="patched_modeling_toy_moe_gpu.py",
-        ),
-    )
+    _two_broken(project, toy='raise RuntimeError("broken on purpose")\n')
 
     result = project.run("--all")
 

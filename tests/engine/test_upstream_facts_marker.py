@@ -56,6 +56,15 @@ def test_a_run_without_failing_facts_has_no_such_section(tmp_path: Path) -> None
     assert "facts of the pinned transformers" not in _run(tmp_path).stdout
 
 
+def test_a_collection_error_is_reported_as_pytest_reports_it(tmp_path: Path) -> None:
+    (tmp_path / "test_broken.py").write_text("import a_module_that_does_not_exist\n", encoding="utf-8")
+
+    result = _run(tmp_path)
+
+    assert "ERROR test_broken.py" in result.stdout
+    assert "INTERNALERROR" not in result.stdout + result.stderr
+
+
 def test_the_reader_tests_of_named_upstream_models_are_marked_and_the_toy_ones_are_not() -> None:
     listed = subprocess.run(
         [
