@@ -9,27 +9,21 @@ without running that folder's own ``.pth`` files, so the editable install of thi
 sight), it runs a tiny generated model from a script outside the repository that has packages of its own
 named ``models`` and ``generator`` next to it, with pytest unimportable. The wheel is built from a copy of
 the checkout's files, so the build leaves nothing in the working tree; under pytest-xdist the workers share
-one build and one environment.
+one build and one environment (``wheel_builds.py``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import sysconfig
 import zipfile
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+from wheel_builds import build_wheel, install_with_outer_environment, run, the_wheel
 
 from modelgraft.models.registry import MODELING_REGISTRY
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Marks the script's own top-level packages, which must win over anything the wheel might install.
 DUMMY_OWNER = "the script next to me"
@@ -62,62 +56,9 @@ print(json.dumps({
 """
 
 
-def _run(command: list[str], **kwargs: Any) -> str:
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
-    result = subprocess.run(command, check=False, capture_output=True, text=True, env=env, **kwargs)
-    assert result.returncode == 0, f"{command}: {result.stderr}"
-    return result.stdout
-
-
-def _copy_checkout(target: Path) -> Path:
-    """The checkout's files (tracked and untracked, not ignored) under ``target``: what a clone would build."""
-    listed = _run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT)
-    for name in filter(None, listed.split("\0")):
-        source = REPO_ROOT / name
-        if source.is_file():  # a tracked file deleted in the working tree is not part of it
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name)
-    return target
-
-
-def _build_wheel(root: Path) -> None:
-    source = _copy_checkout(root / "source")
-    _run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(root), str(source)]
-    )
-
-
-def _install(wheel: Path) -> Callable[[Path], None]:
-    """A fresh venv with ``wheel`` installed; torch and transformers come from this environment by a .pth line."""
-
-    def build(venv: Path) -> None:
-        _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
-        python = venv / "bin" / "python"
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "--python",
-                str(python),
-                "install",
-                "-q",
-                "--no-deps",
-                "--no-index",
-                str(wheel),
-            ]
-        )
-        site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip())
-        # Written after the install, so pip saw an empty environment and never this checkout's editable install.
-        (site / "outer_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
-
-    return build
-
-
 @pytest.fixture(scope="module")
 def wheel(built_once: Callable[[str, Callable[[Path], None]], Path]) -> Path:
-    (found,) = built_once("wheel", _build_wheel).glob("modelgraft-*.whl")
-    return found
+    return the_wheel(built_once("wheel", build_wheel))
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +69,7 @@ def wheel_names(wheel: Path) -> list[PurePosixPath]:
 
 @pytest.fixture(scope="module")
 def environment(wheel: Path, built_once: Callable[[str, Callable[[Path], None]], Path]) -> Path:
-    return built_once("venv", _install(wheel))
+    return built_once("venv", install_with_outer_environment(wheel))
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +79,7 @@ def script_run(environment: Path, tmp_path_factory: pytest.TempPathFactory) -> d
         (outside / package).mkdir()
         (outside / package / "__init__.py").write_text(f"OWNER = {DUMMY_OWNER!r}\n", encoding="utf-8")
     (outside / "run_model.py").write_text(SCRIPT, encoding="utf-8")
-    output = _run([str(environment / "bin" / "python"), "run_model.py"], cwd=outside)
+    output = run([str(environment / "bin" / "python"), "run_model.py"], cwd=outside)
     return {**json.loads(output), "site": str(environment)}
 
 
