@@ -1,5 +1,5 @@
 import sys
 
-from modelgraft.generator.cli import main
+from modelgraft.generator.entrypoint import patchgen
 
-sys.exit(main())
+sys.exit(patchgen())

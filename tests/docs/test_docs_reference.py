@@ -15,7 +15,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 import modelgraft.generator.errors
-from modelgraft.generator import cli
+from modelgraft.generator import cli, entrypoint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -50,10 +50,10 @@ def _parser_options() -> list[str]:
 
 
 def _script_parsers() -> dict[str, argparse.ArgumentParser]:
-    """Console script -> its argparse parser (the module of its entry point defines ``build_parser``)."""
+    """Console script -> its argparse parser (``build_parser`` of the module its work is in: entrypoint.SCRIPTS)."""
     parsers = {}
-    for name, entry in PYPROJECT["project"]["scripts"].items():
-        module = importlib.import_module(entry.split(":", 1)[0])
+    for name in PYPROJECT["project"]["scripts"]:
+        module = importlib.import_module(entrypoint.SCRIPTS[name].split(":", 1)[0])
         parsers[name] = module.build_parser()
     return parsers
 
@@ -145,11 +145,11 @@ def test_readme_test_command_is_what_ci_runs() -> None:
 
 
 def test_readme_main_command_matches_ci_install() -> None:
-    """The main job installs exactly like CI (without the test extra) and runs generate-all."""
+    """The main job installs exactly like CI, with the tools extra instead of the test extra, and runs generate-all."""
     ci = _ci_command()
     install, _, _ = ci.partition(" -e '.[test]' && ")
     assert install != ci, f"unexpected CI command: {ci}"
-    assert f"{install} -e . && generate-all" in _readme_commands()
+    assert f"{install} -e '.[tools]' && generate-all" in _readme_commands()
 
 
 def test_the_pinned_torch_is_admitted_by_the_project() -> None:

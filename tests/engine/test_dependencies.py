@@ -1,10 +1,15 @@
-"""pyproject.toml declares exactly what the code imports: no dependency unused, none missing.
+"""pyproject.toml declares exactly what the code imports, layer by layer: no dependency unused, none missing.
 
 Imports are read with ``ast`` (module level and inside functions alike) from the shipped packages, those
-setup.py installs under ``modelgraft``. The runtime code must import every ``[project]`` dependency
-and nothing else from outside the standard library; what only tests import (``tests/``, the parity
-harness ``models/testing/`` and each ``models/<m>/tests/``) belongs to the ``test`` extra; the Liger
-kernels to the ``gpu`` extra.
+setup.py installs under ``modelgraft``. The layers (README, "Installation layers"):
+
+- the base install, ``[project] dependencies``: exactly what ``models/`` imports at run time, its optional kernel families, its patch configs and its tests left out;
+  and ``models/`` at run time imports nothing of ``modelgraft.generator`` or ``modelgraft.scaffold``;
+- the ``tools`` extra: exactly what ``generator/``, ``scaffold/`` and the patch configs (which run at
+  generation time) import beyond the base, and the modules the console scripts name when one is missing;
+- the ``gpu`` extra: what the GPU kernel families import beyond the base;
+- the ``test`` extra: the tools extra (``modelgraft[tools]``), and what only tests import (``tests/``, the
+  parity harness ``models/testing/`` and each ``models/<m>/tests/``) beyond the base and the tools.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import sys
 from pathlib import Path
 
 from packaging.requirements import Requirement
+
+from modelgraft.generator.entrypoint import TOOLS_BEFORE_PYTHON, TOOLS_EXTRA, TOOLS_MODULES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -46,9 +53,17 @@ PLUGINS = {"pytest-xdist": "-n"}
 #: Files of the shipped packages that belong to an extra rather than to the runtime.
 GPU_FILES = ("models/ops/kernels/liger.py", "models/ops/kernels/fla_delta.py", "models/ops/kernels/causal_conv.py")
 
+#: The distribution itself, as an extra names another of its extras (``modelgraft[tools]``).
+PROJECT = PYPROJECT["project"]["name"]
+
 
 def _is_test_file(rel: str) -> bool:
     return rel.startswith(("tests/", "models/testing/")) or re.match(r"models/[^/]+/tests/", rel) is not None
+
+
+def _is_patch_config(rel: str) -> bool:
+    """A model's patch config: it lives in models/ but runs at generation time, through the generator."""
+    return re.fullmatch(r"models/[^/]+/[^/]+_patch_gen_config\.py", rel) is not None
 
 
 def _shipped_packages() -> list[str]:
@@ -95,14 +110,48 @@ def _modules(requirements: list[str]) -> dict[str, str]:
 
 
 def _files() -> dict[str, list[Path]]:
-    """``runtime``, ``gpu`` and ``test``: the Python files whose imports each requirement list must cover."""
-    groups: dict[str, list[Path]] = {"runtime": [], "gpu": [], "test": []}
+    """``base``, ``tools``, ``gpu`` and ``test``: the Python files whose imports each layer must cover."""
+    groups: dict[str, list[Path]] = {"base": [], "tools": [], "gpu": [], "test": []}
     shipped = [path for package in _shipped_packages() for path in (REPO_ROOT / package).rglob("*.py")]
     for path in shipped + sorted((REPO_ROOT / "tests").rglob("*.py")):
         rel = path.relative_to(REPO_ROOT).as_posix()
-        group = "gpu" if rel in GPU_FILES else "test" if _is_test_file(rel) else "runtime"
+        if rel in GPU_FILES:
+            group = "gpu"
+        elif _is_test_file(rel):
+            group = "test"
+        elif rel.startswith(("generator/", "scaffold/")) or _is_patch_config(rel):
+            group = "tools"
+        else:
+            group = "base"
         groups[group].append(path)
     return groups
+
+
+def _requirements(extra: str | None = None) -> list[str]:
+    """The base requirements, or those of ``extra``, another extra it names (``modelgraft[tools]``) expanded."""
+    texts = (
+        PYPROJECT["project"]["dependencies"] if extra is None else PYPROJECT["project"]["optional-dependencies"][extra]
+    )
+    out = []
+    for text in texts:
+        requirement = Requirement(text)
+        if requirement.name == PROJECT:
+            out += [r for name in sorted(requirement.extras) for r in _requirements(name)]
+        else:
+            out.append(text)
+    return out
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every absolute import of ``path``, dotted in full (``from a.b import c`` gives ``a.b`` and ``a.b.c``)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
 
 
 def _first_party() -> set[str]:
@@ -128,28 +177,74 @@ def test_the_shipped_packages_are_the_ones_scanned():
     assert _shipped_packages() == ["generator", "models", "scaffold"]
 
 
-def test_project_dependencies_are_exactly_the_runtime_imports():
-    runtime = _modules(PYPROJECT["project"]["dependencies"])
-    imported = _third_party(_files()["runtime"], _first_party())
-    # ruff is run as a binary, located through the package: generator/normalize/ruff.py imports
-    # ruff.__main__.find_ruff_bin, so that use is an import too.
-    assert "generator/normalize/ruff.py" in imported.get("ruff", []), "how generator/normalize/ruff.py finds ruff"
-    problems = _mismatch("[project] dependencies", runtime, imported, set(PLATFORM_PROVIDED))
+def test_the_base_dependencies_are_exactly_what_the_models_import_at_run_time():
+    base = _modules(_requirements())
+    imported = _third_party(_files()["base"], _first_party())
+    assert {"torch", "transformers"} <= set(imported), "the run-time files are the ones we think they are"
+    problems = _mismatch("[project] dependencies", base, imported, set(PLATFORM_PROVIDED))
     assert not problems, "pyproject.toml and the imports disagree:\n  " + "\n  ".join(problems)
 
 
+def test_the_models_import_nothing_of_the_generator_or_the_scaffolder_at_run_time():
+    """What the base install runs never reaches code that needs the tools extra."""
+    found = [
+        f"{path.relative_to(REPO_ROOT).as_posix()}: {name}"
+        for path in _files()["base"]
+        for name in sorted(_imported_modules(path))
+        if name.split(".")[:2] in (["modelgraft", "generator"], ["modelgraft", "scaffold"])
+    ]
+    assert found == []
+
+
+def test_the_tools_extra_is_exactly_what_the_generator_and_the_scaffolder_import_beyond_the_base():
+    base = _modules(_requirements())
+    tools = _modules(_requirements("tools"))
+    imported = {m: f for m, f in _third_party(_files()["tools"], _first_party()).items() if m not in base}
+    # ruff is run as a binary, located through the package: generator/normalize/ruff.py imports
+    # ruff.__main__.find_ruff_bin, so that use is an import too.
+    assert "generator/normalize/ruff.py" in imported.get("ruff", []), "how generator/normalize/ruff.py finds ruff"
+    problems = _mismatch("the tools extra", tools, imported, set())
+    assert not problems, "pyproject.toml and the imports disagree:\n  " + "\n  ".join(problems)
+
+
+def test_no_tool_is_in_the_base_dependencies():
+    assert sorted(set(_modules(_requirements("tools"))) & set(_modules(_requirements()))) == []
+
+
+def test_the_console_scripts_know_the_modules_of_the_tools_extra():
+    """A console script that misses one of them names the extra (generator/entrypoint.py, TOOLS_MODULES)."""
+    tools = _modules(_requirements("tools"))
+    assert sorted(TOOLS_MODULES) == sorted(tools)
+    assert TOOLS_EXTRA in PYPROJECT["project"]["optional-dependencies"]
+    # Where the extra installs a module only before a Python version, the scripts ask for it only there.
+    assert sorted(m for m, text in tools.items() if Requirement(text).marker) == sorted(TOOLS_BEFORE_PYTHON)
+    for module, (major, minor) in TOOLS_BEFORE_PYTHON.items():
+        marker = Requirement(tools[module]).marker
+        assert marker.evaluate({"python_version": f"{major}.{minor - 1}", "extra": "tools"}), tools[module]
+        assert not marker.evaluate({"python_version": f"{major}.{minor}", "extra": "tools"}), tools[module]
+
+
 def test_the_gpu_extra_is_exactly_what_the_gpu_kernels_import():
-    declared = _modules(PYPROJECT["project"]["optional-dependencies"]["gpu"])
-    runtime = _modules(PYPROJECT["project"]["dependencies"])
-    imported = {m: f for m, f in _third_party(_files()["gpu"], _first_party()).items() if m not in runtime}
+    declared = _modules(_requirements("gpu"))
+    base = _modules(_requirements())
+    imported = {m: f for m, f in _third_party(_files()["gpu"], _first_party()).items() if m not in base}
     problems = _mismatch("the gpu extra", declared, imported, set())
     assert not problems, "pyproject.toml and the imports disagree:\n  " + "\n  ".join(problems)
 
 
+def test_the_test_extra_holds_the_tools():
+    """The suite tests the generator and the scaffolder: `pip install -e '.[test]'` must bring their tools."""
+    extras = [Requirement(text) for text in PYPROJECT["project"]["optional-dependencies"]["test"]]
+    assert [sorted(r.extras) for r in extras if r.name == PROJECT] == [["tools"]]
+
+
 def test_the_test_extra_is_exactly_what_only_tests_import():
-    declared = _modules(PYPROJECT["project"]["optional-dependencies"]["test"])
-    runtime = _modules(PYPROJECT["project"]["dependencies"])
-    imported = {m: f for m, f in _third_party(_files()["test"], _first_party()).items() if m not in runtime}
+    tools = _modules(_requirements("tools"))
+    declared = {m: text for m, text in _modules(_requirements("test")).items() if m not in tools}
+    base = _modules(_requirements())
+    imported = {
+        m: f for m, f in _third_party(_files()["test"], _first_party()).items() if m not in base and m not in tools
+    }
     ci = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
     plugins = set()
     for dist, flag in PLUGINS.items():

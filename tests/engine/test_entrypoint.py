@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from modelgraft.generator.entrypoint import ExitStatus, run_script
+from modelgraft.generator import entrypoint
+from modelgraft.generator.entrypoint import TOOLS_BEFORE_PYTHON, TOOLS_MODULES, ExitStatus, missing_tools, run_script
 from modelgraft.generator.errors import PatchgenError, UserError
 
 if sys.version_info >= (3, 11):
@@ -136,3 +137,72 @@ def test_a_console_script_process_exits_with_the_status_of_the_table(tmp_path: P
 
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(f"scaffold-conflicts: error: git rev-parse --show-toplevel failed in {tmp_path}")
+
+
+def test_every_entry_point_launches_its_own_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    """[project.scripts] points at generator/entrypoint.py, whose SCRIPTS names the work of every script."""
+    assert set(entrypoint.SCRIPTS) == set(SCRIPTS)
+    launched = []
+    monkeypatch.setattr(entrypoint, "launch", lambda prog, argv=None: launched.append((prog, argv)) or 0)
+    for script, entry in sorted(SCRIPTS.items()):
+        module, _, function = entry.partition(":")
+        assert module == "modelgraft.generator.entrypoint", entry
+        assert getattr(entrypoint, function)(["--x"]) == 0
+        assert launched.pop() == (script, ["--x"])
+    for target in entrypoint.SCRIPTS.values():
+        module, _, function = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
+
+
+def test_with_the_tools_installed_none_is_missing() -> None:
+    assert missing_tools() == []
+
+
+def _without_tools(code: str, modules: frozenset[str] = TOOLS_MODULES) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter in which importing any of ``modules`` fails as if uninstalled."""
+    hide = f"import sys\nfor name in {sorted(modules)!r}:\n    sys.modules[name] = None\n"
+    return subprocess.run(
+        [sys.executable, "-c", hide + code], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_without_the_tools_extra_every_console_script_exits_2_with_one_line_naming_it(script: str) -> None:
+    """Even --help: the script names the extra before it imports its tool, and prints no traceback."""
+    module, _, function = SCRIPTS[script].partition(":")
+    result = _without_tools(f"from {module} import {function}\nsys.exit({function}(['--help']))")
+
+    needed = sorted(m for m in TOOLS_MODULES if sys.version_info < TOOLS_BEFORE_PYTHON.get(m, (4,)))  # tomli: 3.10
+    assert "copier" in needed and "ruff" in needed
+    assert result.returncode == ExitStatus.BAD_INPUT, result.stderr
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"{script}: error: {', '.join(needed)} are not installed: {script} needs modelgraft's "
+        "tools extra: pip install 'modelgraft[tools]' (in a checkout: pip install -e '.[tools]')\n"
+    )
+
+
+def test_a_tool_missing_while_a_script_runs_exits_2_with_one_line_naming_the_extra() -> None:
+    """Past the launcher (``python -m modelgraft.scaffold.update``, a lazy import): the same line, from run_script."""
+    result = _without_tools(
+        "from modelgraft.generator.entrypoint import run_script\n"
+        "def work():\n"
+        "    import copier\n"
+        "sys.exit(run_script('scaffold-update', work))\n",
+        frozenset({"copier"}),
+    )
+
+    assert result.returncode == ExitStatus.BAD_INPUT, result.stderr
+    assert result.stderr == (
+        "scaffold-update: error: copier is not installed: scaffold-update needs modelgraft's tools extra: "
+        "pip install 'modelgraft[tools]' (in a checkout: pip install -e '.[tools]')\n"
+    )
+
+
+def test_a_module_missing_that_no_extra_installs_is_a_bug(capsys: pytest.CaptureFixture[str]) -> None:
+    def work() -> int:
+        importlib.import_module("modelgraft_no_such_module")  # by name: no import that test_dependencies reads
+        return 0
+
+    assert run_script("tool", work) == ExitStatus.INTERNAL
+    assert "ModuleNotFoundError: No module named 'modelgraft_no_such_module'" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """What the packaging tests build, each once per run (the root conftest's ``built_once``): the wheel, and the
-virtual environment it is installed into.
+virtual environments it is installed into.
 
 - :func:`build_wheel`: ``pip wheel`` of a copy of the checkout's files (tracked and untracked, not ignored),
   so the build leaves nothing in the working tree.
@@ -7,18 +7,28 @@ virtual environment it is installed into.
   environment that reaches this environment's packages through a ``.pth`` line naming its site-packages (a
   ``.pth`` line adds the folder to ``sys.path`` without running that folder's own ``.pth`` files, so the
   editable install of this checkout stays out of sight).
+- :func:`install_with_base_requirements`: the wheel and only what its base requirements need, recursively:
+  a base install, as ``pip install modelgraft`` makes it, without the tools extra. The distributions are the
+  ones this environment has installed, linked file by file from its site-packages (no download, no copy:
+  torch alone is 900 MiB); which of them, and at which versions, the wheel's metadata decides.
 """
 
 from __future__ import annotations
 
+import email
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from packaging.requirements import Requirement
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,6 +64,18 @@ def the_wheel(folder: Path) -> Path:
     return found
 
 
+def requires_dist(wheel: Path) -> list[str]:
+    """The wheel's ``Requires-Dist`` lines, from its METADATA."""
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
+        return email.message_from_bytes(archive.read(name)).get_all("Requires-Dist") or []
+
+
+def base_requirements(wheel: Path) -> list[Requirement]:
+    """The requirements a plain ``pip install`` of the wheel installs: those of no extra, for this Python."""
+    return [r for r in map(Requirement, requires_dist(wheel)) if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+
 def _venv(folder: Path) -> tuple[Path, Path]:
     """A fresh virtual environment at ``folder`` without pip; its python and its site-packages."""
     run([sys.executable, "-m", "venv", "--without-pip", str(folder)])
@@ -74,5 +96,60 @@ def install_with_outer_environment(wheel: Path) -> Callable[[Path], None]:
         _pip_install_alone(python, wheel)
         # Written after the install, so pip saw an empty environment and never this checkout's editable install.
         (site / "outer_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+
+    return build
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def closure(requirements: list[Requirement]) -> dict[str, metadata.Distribution]:
+    """Normalized name -> the installed distribution, for ``requirements`` and what they require, recursively.
+
+    Markers are evaluated for this Python, with the extras each requirement asks for. Every distribution
+    needed must be installed here at a version the requirement admits: the set is what pip would install.
+    """
+    found: dict[str, metadata.Distribution] = {}
+    expanded: set[tuple[str, str]] = set()  # (distribution, extra) whose requirements are pending or done
+    pending = [(requirement, "") for requirement in requirements]
+    while pending:
+        requirement, extra = pending.pop()
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": extra}):
+            continue
+        name = _normalized(requirement.name)
+        try:
+            distribution = found.get(name) or metadata.distribution(requirement.name)
+        except metadata.PackageNotFoundError:
+            raise AssertionError(f"{requirement} is needed by the base install but not installed here") from None
+        assert requirement.specifier.contains(distribution.version, prereleases=True), (
+            f"{requirement}: {distribution.version} is installed here"
+        )
+        found[name] = distribution
+        for wanted in ("", *sorted(requirement.extras)):
+            if (name, wanted) not in expanded:
+                expanded.add((name, wanted))
+                pending.extend((own, wanted) for own in map(Requirement, distribution.requires or []))
+    return found
+
+
+def install_with_base_requirements(wheel: Path) -> Callable[[Path], None]:
+    """A fresh venv with ``wheel`` and the installed copies of exactly the distributions its base install needs.
+
+    Each distribution's files (its RECORD) are linked into the new site-packages, folders made as folders, so
+    the environment holds those distributions and no other: nothing of the tools extra, and no editable install.
+    """
+
+    def build(venv: Path) -> None:
+        python, site = _venv(venv)
+        _pip_install_alone(python, wheel)
+        for distribution in closure(base_requirements(wheel)).values():
+            root = Path(distribution.locate_file("")).resolve()
+            for file in distribution.files or []:
+                target = site / file
+                if ".." in file.parts or target.exists():  # scripts in bin/, files two distributions share
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(root / file)
 
     return build
