@@ -3,7 +3,8 @@
 Imports are read with ``ast`` (module level and inside functions alike) from the shipped packages, those
 setup.py installs under ``modelgraft``. The layers (README, "Installation layers"):
 
-- the base install, ``[project] dependencies``: exactly what ``models/`` imports at run time, its optional kernel families, its patch configs and its tests left out;
+- the base install, ``[project] dependencies``: exactly what ``models/`` imports at run time (the package
+  ``modelgraft`` itself included), its optional kernel families, its patch configs and its tests left out;
   and ``models/`` at run time imports nothing of ``modelgraft.generator`` or ``modelgraft.scaffold``;
 - the ``tools`` extra: exactly what ``generator/``, ``scaffold/`` and the patch configs (which run at
   generation time) import beyond the base, and the modules the console scripts name when one is missing;
@@ -113,7 +114,8 @@ def _files() -> dict[str, list[Path]]:
     """``base``, ``tools``, ``gpu`` and ``test``: the Python files whose imports each layer must cover."""
     groups: dict[str, list[Path]] = {"base": [], "tools": [], "gpu": [], "test": []}
     shipped = [path for package in _shipped_packages() for path in (REPO_ROOT / package).rglob("*.py")]
-    for path in shipped + sorted((REPO_ROOT / "tests").rglob("*.py")):
+    root_package = sorted((REPO_ROOT / "src" / "modelgraft").rglob("*.py"))
+    for path in root_package + shipped + sorted((REPO_ROOT / "tests").rglob("*.py")):
         rel = path.relative_to(REPO_ROOT).as_posix()
         if rel in GPU_FILES:
             group = "gpu"

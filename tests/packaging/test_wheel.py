@@ -101,6 +101,14 @@ def test_the_wheel_installs_only_under_the_modelgraft_namespace(wheel_names: lis
     assert sorted({name.parts[0] for name in wheel_names} - {"modelgraft"}) == ["modelgraft-0.1.0.dist-info"]
 
 
+def test_the_wheel_ships_modelgraft_as_a_regular_package(wheel_names: list[PurePosixPath]) -> None:
+    """src/modelgraft/__init__.py, beside the three packages: no folder named modelgraft can shadow it."""
+    assert PurePosixPath("modelgraft/__init__.py") in wheel_names
+    assert {PurePosixPath(f"modelgraft/{p}/__init__.py") for p in ("generator", "models", "scaffold")} <= set(
+        wheel_names
+    )
+
+
 def test_the_script_runs_a_generated_model_from_the_installed_wheel(script_run: dict[str, Any]) -> None:
     assert (script_run["logits"], script_run["finite"]) == ([1, 3, 64], True)
     assert script_run["generated"].startswith(script_run["site"]), script_run["generated"]
