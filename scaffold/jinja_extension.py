@@ -12,6 +12,10 @@ what upstream cannot say and every other answer defaults to what the reader foun
 - ``recipe_import(...)`` / ``recipe_call(...)``: the config's import line and recipe call, formatted;
 - ``recipe_guards(recipe)``: the slots a recorded recipe guards (the parity suite's ``guarded``);
 - ``omni_init_weights(model, init)``: an Omni scaffold's ``_init_weights`` override and its imports;
+- ``scaffold_destination(dst, model)``: where the copy goes (``modelgraft.scaffold.destination``) as a dict:
+  ``package`` (its import name), ``relative`` (``models/<m>`` from the repository root) and ``root``
+  (the root from the destination, where the tasks run); ``scaffold_destination_problem(dst, model)``:
+  "" when a package can be made there, else why not;
 - the category table (``modelgraft.generator.categories``), so that no condition of ``copier.yml`` or
   ``template/`` lists category names: ``category | has_experts`` (it routes to experts), ``category |
   has_towers`` (a vision or audio tower), ``category | is_vlm`` (a vision tower alone), ``category | is_omni``
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from copier.errors import UserMessageError
@@ -39,6 +44,7 @@ from modelgraft.generator.recipes.fit import Fit, fit_model, guarded_slots
 from modelgraft.generator.recipes.render import init_weights_override, recipe_call
 from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import ModelStructure
+from modelgraft.scaffold.destination import DestinationError, destination
 from modelgraft.scaffold.jinja_compile_cache import share_compiled_code
 
 
@@ -174,6 +180,24 @@ CATEGORY_HELPERS = {
 }
 
 
+def scaffold_destination(dst: Path | str, model: str) -> dict[str, str]:
+    """The destination as a dict (empty values where none can be made: the model question says why)."""
+    try:
+        found = destination(dst, model)
+    except DestinationError:
+        return {"package": "", "relative": "", "root": "."}
+    return {"package": found.package, "relative": found.relative, "root": found.root_from_folder}
+
+
+def scaffold_destination_problem(dst: Path | str, model: str) -> str:
+    """ "" when a model package can be made at ``dst``, else the reason (the model question's validator)."""
+    try:
+        destination(dst, model)
+    except DestinationError as error:
+        return str(error)
+    return ""
+
+
 class ScaffoldExtension(Extension):
     """Registers the reader, the fit and the category table with Copier's Jinja environment, which compiles each
     source once per process (``modelgraft.scaffold.jinja_compile_cache``)."""
@@ -189,5 +213,7 @@ class ScaffoldExtension(Extension):
         environment.globals["omni_init_weights"] = omni_init_weights
         environment.globals["recipe_import"] = recipe_import
         environment.globals["recipe_call"] = recipe_call_source
+        environment.globals["scaffold_destination"] = scaffold_destination
+        environment.globals["scaffold_destination_problem"] = scaffold_destination_problem
         environment.globals.update(CATEGORY_HELPERS)
         environment.filters.update(CATEGORY_HELPERS)

@@ -12,17 +12,23 @@ with upstream. Exit 0 on success, 1 with the reason otherwise.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
 
-def smoke(model: str, *, models_root: Path | None = None) -> None:
+def smoke(model: str, *, models_root: Path | None = None, package: str | None = None) -> None:
     """Raise AssertionError (or whatever upstream raises) unless the scaffold of ``model`` matches upstream.
 
-    ``models_root`` is the folder holding the model packages (default: this checkout's ``models/``).
+    ``package`` is the new package's import name: it is imported first, which registers the model, and
+    ``models_root`` (the folder holding the model packages) defaults to the folder holding it, else to this
+    checkout's ``models/``.
     """
+    if package is not None:
+        module = importlib.import_module(package)
+        models_root = models_root or Path(module.__file__).resolve().parents[1]
     from modelgraft.models.testing import EAGER_TOLERANCE, check_parity
     from modelgraft.models.testing.declarations import (
         MODELS_ROOT,
@@ -80,20 +86,34 @@ def _smoke_vlm(declaration: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Copier's task: exit 0 when the new scaffold matches upstream, 1 (with the reason) so Copier removes it."""
     parser = argparse.ArgumentParser(prog="python -m modelgraft.scaffold.smoke", description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="the model package under models/")
+    parser.add_argument("model", help="the upstream model, the new package's folder name")
+    parser.add_argument(
+        "--package",
+        help="the new package's import name (default: modelgraft.models.<model>), from the working directory",
+    )
     args = parser.parse_args(argv)
+    package = args.package or f"modelgraft.models.{args.model}"
     try:
-        smoke(args.model)
+        importlib.import_module("modelgraft.models.testing.parity")
+    except ImportError as exc:
+        print(
+            f"scaffold smoke check: cannot check {package}: the parity harness does not import ({exc}); install "
+            "modelgraft with its test extra (pip install 'modelgraft[test]'). Copier removes the directory",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        smoke(args.model, package=package)
     except Exception as exc:  # noqa: BLE001 - every failure is the model's, reported and turned into exit 1
         traceback.print_exc()
         print(
-            f"scaffold smoke check: the new models/{args.model} does not match upstream "
+            f"scaffold smoke check: the new {package} does not match upstream "
             f"({type(exc).__name__}: {exc}); Copier removes the directory",
             file=sys.stderr,
         )
         return 1
     print(
-        f"scaffold smoke check: models/{args.model} matches upstream (forward and backward, eager and "
+        f"scaffold smoke check: {package} matches upstream (forward and backward, eager and "
         "reference kernels, each bound kernel called)"
     )
     return 0
