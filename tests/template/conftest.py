@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .repos import build_template_source, clone, commit_all, copy_model, git
+from .repos import build_template_source, clone, commit_all, copy_model, git, outside_zoo, upstream_prefix
 
 
 @pytest.fixture(scope="session")
@@ -39,15 +39,26 @@ def clean_clone(shared_clone: Path) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def scaffolded_source(template_source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The template source plus one commit adding two scaffolds outside the zoo, copied at its template version:
-    models/mistral (a dense model) and models/smollm3 (another one), their modeling not generated; never changed."""
+def scaffolded_models() -> tuple[str, str]:
+    """The two dense models outside the zoo that :func:`scaffolded_source` copies (mistral and smollm3 until one of
+    them joins the zoo)."""
+    first = outside_zoo("dense")
+    return first, outside_zoo("dense", besides=(first,))
+
+
+@pytest.fixture(scope="session")
+def scaffolded_source(
+    template_source: Path, scaffolded_models: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The template source plus one commit adding two scaffolds outside the zoo (:func:`scaffolded_models`), copied
+    at its template version, their modeling not generated; never changed."""
+    first, second = scaffolded_models
     repo = clone(template_source, tmp_path_factory.mktemp("scaffolded") / "modelgraft")
-    copy_model(repo, "mistral", generate=False, prefix="Mistral")
-    commit_all(repo, "add mistral")  # a copy needs a committed template source
-    copy_model(repo, "smollm3", generate=False, prefix="SmolLM3")
+    copy_model(repo, first, generate=False, prefix=upstream_prefix(first))
+    commit_all(repo, f"add {first}")  # a copy needs a committed template source
+    copy_model(repo, second, generate=False, prefix=upstream_prefix(second))
     git(repo, "reset", "--soft", "HEAD~1")
-    commit_all(repo, "add mistral and smollm3")  # one commit: the tests count the commits after it
+    commit_all(repo, f"add {first} and {second}")  # one commit: the tests count the commits after it
     return repo
 
 

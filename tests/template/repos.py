@@ -6,7 +6,9 @@ source is the repository itself (``copier copy --trust . models/<m>`` from its r
 repository is this checkout's working tree (tracked files and new ones git does not ignore) committed in
 two steps, as a template change is: the first commit holds the template and is the template version; the
 second makes every zoo answers file record that commit's id as ``_commit`` and leaves the template
-alone, so the version stays the first commit. Tests work in ``git clone --no-tags`` clones of it.
+alone, so the version stays the first commit. Tests work in ``git clone --no-tags`` clones of it. A test that
+copies "a model outside the zoo" takes one from :func:`outside_zoo`, never a fixed name: the zoo grows with
+every model a user scaffolds into this repository.
 """
 
 from __future__ import annotations
@@ -27,10 +29,56 @@ import yaml
 from copier.errors import DirtyLocalWarning
 from plumbum import local
 
+from modelgraft.generator.upstream.reader import read_model
 from modelgraft.models.testing.preloaded_python import run_module
 from modelgraft.scaffold.import_root import import_root
+from modelgraft.scaffold.survey.population import zoo_models
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: Upstream models the scaffold copies and whose own tests pass (docs/scaffolding.md, "How far the scaffold
+#: reaches"), by what a test needs of one, in order of preference: the tests copy the first that is not in the
+#: zoo (:func:`outside_zoo`), so a model a user scaffolds into this repository hands its place to the next.
+OUTSIDE_ZOO_CANDIDATES: dict[str, tuple[str, ...]] = {
+    # Llama-like: one RMSNorm class, a gated MLP, RoPE, both heads; every structure guarded, nothing skipped.
+    "dense": ("mistral", "smollm3", "olmo2", "ministral", "olmo3", "exaone4", "minicpm3"),
+    # An MLP that is not gated (up -> act -> down), whose activation the scaffold records in __init__.
+    "dense_plain_mlp": ("starcoder2", "gpt_neox", "persimmon", "gpt_neox_japanese"),
+    # An old decoder: nn.LayerNorm modules and an ACT2FN activation called in its blocks, no norm class.
+    "dense_layer_norm_calls": ("gpt_neo", "gptj", "codegen", "biogpt", "mpt"),
+    # MoE with a shared expert behind a sigmoid gate (shared_expert_gate).
+    "moe_gated_shared_expert": ("qwen2_moe", "qwen3_next"),
+    # MoE guarding so many slots that its parity test's guarded= tuple takes more than one line, ruff-clean as
+    # rendered (qwen3_next is not yet: its parity test's imports are rendered out of order).
+    "moe_many_slots": ("qwen2_moe", "mixtral", "mellum", "axk1", "phimoe"),
+    # MoE whose hub checkpoints name the experts' projections otherwise than gate_proj/up_proj/down_proj.
+    "moe_hub_projection_names": ("mixtral", "minimax_m2", "phimoe"),
+    # MoE with DeepSeek's sigmoid group-limited router (a correction bias) and shared experts.
+    "moe_group_limited_router": ("glm4_moe", "dots1", "solar_open", "exaone_moe", "glm4_moe_lite"),
+}
+
+
+def outside_zoo(kind: str, *, besides: tuple[str, ...] = ()) -> str:
+    """The first model of ``kind`` (:data:`OUTSIDE_ZOO_CANDIDATES`) that has no package in this checkout's models/.
+
+    ``besides``: models the caller has taken already. The zoo is what the scaffold survey leaves out: every
+    ``models/<m>/`` holding a patch config. Fails the test only when every candidate is taken.
+    """
+    zoo = zoo_models(REPO_ROOT)
+    free = [model for model in OUTSIDE_ZOO_CANDIDATES[kind] if model not in zoo and model not in besides]
+    candidates = ", ".join(OUTSIDE_ZOO_CANDIDATES[kind])
+    assert free, (
+        f"every {kind} model the template tests may copy is in the zoo or taken ({candidates}): add another "
+        "upstream model of that kind that the scaffold passes to OUTSIDE_ZOO_CANDIDATES in tests/template/repos.py "
+        "(docs/scaffolding.md, 'How far the scaffold reaches')"
+    )
+    return free[0]
+
+
+def upstream_prefix(model: str) -> str:
+    """The class prefix the upstream reader finds for ``model`` (``SmolLM3``), which the scaffold records."""
+    return read_model(model).prefix
+
 
 #: Who commits in test repositories; no signing, whatever the machine's git configuration says.
 _GIT_CONFIG = ("-c", "user.name=template tests", "-c", "user.email=tests@example.invalid")
@@ -139,6 +187,34 @@ def copy_model(repo: Path, model: str, /, *, generate: bool = True, record: bool
             _RECORDED_VERSION.sub(f"_commit: {template_version(repo)}", text, count=1), encoding="utf-8"
         )
     return model_dir
+
+
+def without(repo: Path, model: str) -> Path:
+    """``repo`` without ``models/<model>``: removed and committed where the clone holds it (a user scaffolded it).
+
+    For a test that must copy that very model, the only one of its kind the scaffold copies (GLM-4V, the VLM
+    outside the Qwen-VL family; olmo_hybrid, the dense Gated DeltaNet hybrid), as test_copy_omni.py copies the
+    zoo's Qwen2.5-Omni again.
+    """
+    if (repo / "models" / model).exists():
+        git(repo, "rm", "-r", "--quiet", f"models/{model}")
+        commit_all(repo, f"{model} removed, to be scaffolded again")
+    return repo
+
+
+@contextmanager
+def writes_nothing(repo: Path, model: str) -> Iterator[None]:
+    """Around a copy into ``models/<model>`` of ``repo`` that must be refused: the clone is left as it was.
+
+    git sees no change, and ``models/<model>`` exists afterwards only where it did before (a zoo model's own
+    package: a refusal is the same whether or not the zoo holds the model), never as a new, empty folder.
+    """
+    destination = repo / "models" / model
+    existed = destination.exists()
+    status = git(repo, "status", "--porcelain", "--untracked-files=all")
+    yield
+    assert destination.exists() == existed, f"a refused copy must leave nothing behind: {destination}"
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == status, "a refused copy wrote files"
 
 
 def copy_and_generate(repo: Path, model: str, /, **answers: Any) -> Path:

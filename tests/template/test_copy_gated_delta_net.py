@@ -1,15 +1,16 @@
 """``copier copy`` of a Gated DeltaNet hybrid: the mixer's slots are guarded and the rendered tests exercise them.
 
-One copy only (the cheapest hybrid, olmo_hybrid: dense, text-only): the other hybrids of transformers 5.16 go
-through ``scaffold-survey`` (docs/scaffolding.md, "How far the scaffold reaches"); which models fit or are
-refused is specified at fit level in tests/upstream/test_fit_linear_attention.py.
+One copy only (the cheapest hybrid, olmo_hybrid: dense, text-only; where a user scaffolded it into this repository,
+into a clone that no longer holds it, repos.py's ``without``): the other hybrids of transformers 5.16 go through
+``scaffold-survey`` (docs/scaffolding.md, "How far the scaffold reaches"); which models fit or are refused is
+specified at fit level in tests/upstream/test_fit_linear_attention.py.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .repos import copy_and_generate
+from .repos import copy_and_generate, without
 from .test_copy import _assert_ruff_clean, _assert_tests_pass
 
 #: The slot calls the mixer's guards add to the generated module.
@@ -25,7 +26,7 @@ MIXER_SLOT_CALLS = (
 def test_a_gated_delta_net_hybrid_guards_its_mixer_and_passes_its_decode_and_packed_document_tests(
     repo: Path,
 ) -> None:
-    model_dir = copy_and_generate(repo, "olmo_hybrid")
+    model_dir = copy_and_generate(without(repo, "olmo_hybrid"), "olmo_hybrid")
     generated = (model_dir / "generated" / "patched_modeling_olmo_hybrid_gpu.py").read_text(encoding="utf-8")
     for call in MIXER_SLOT_CALLS:
         assert call in generated, call

@@ -2,9 +2,11 @@
 processor and the VLM suite's tests, and the copy passes them; a VLM the recipe cannot patch is refused while
 Copier asks (docs/scaffolding.md, "VLM scaffolds").
 
-One copy only, of GLM-4V (a Qwen-VL-like VLM outside the zoo), shared by the module; the refusals are the
-category validator's answers, which Copier raises before it writes anything (test_copy.py shows that a
-refused copy leaves nothing behind), so they need no copy. Which VLMs fit is specified at fit level in
+One copy only, of GLM-4V (a Qwen-VL-like VLM outside the Qwen-VL family), shared by the module; the refusals are
+the category validator's answers, which Copier raises before it writes anything (test_copy.py shows that a
+refused copy leaves nothing behind), so they need no copy. GLM-4V is the one VLM outside the zoo's Qwen-VL family
+that the scaffold passes (docs/scaffolding.md, "VLM scaffolds"): where a user scaffolded it into this repository,
+the copy goes into a clone that no longer holds it (repos.py's ``without``). Which VLMs fit is specified at fit level in
 tests/upstream/test_fit_vlm_contract.py; the VLM-MoE copy (glm4v_moe) goes through ``scaffold-survey``.
 """
 
@@ -17,7 +19,7 @@ import pytest
 
 from modelgraft.scaffold.jinja_extension import scaffold_refusal
 
-from .repos import clone, copy_model, run
+from .repos import clone, copy_model, run, without
 from .test_copy import _assert_ruff_clean
 
 
@@ -28,7 +30,7 @@ def glm4v(template_source: Path, built_once: Callable[[str, Callable[[Path], Non
     Read only by the tests, so one copy serves both xdist workers where worksteal splits this module."""
 
     def build(folder: Path) -> None:
-        copy_model(clone(template_source, folder / "modelgraft"), "glm4v")
+        copy_model(without(clone(template_source, folder / "modelgraft"), "glm4v"), "glm4v")
 
     repo = built_once("glm4v-copy", build) / "modelgraft"
     return repo, repo / "models" / "glm4v"

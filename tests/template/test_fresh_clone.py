@@ -73,7 +73,7 @@ def test_scaffold_update_in_a_fresh_clone_where_everything_is_current_changes_no
 
 
 def test_plain_copier_update_cli_works_without_tags(
-    repo_with_scaffolds: Path, capsys: pytest.CaptureFixture[str]
+    repo_with_scaffolds: Path, scaffolded_models: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`copier update --trust --defaults models/<m>`: Copier finds no tag, takes HEAD and records it abbreviated.
 
@@ -81,23 +81,24 @@ def test_plain_copier_update_cli_works_without_tags(
     line changes (the template is the same), and scaffold-update writes the full id back.
     """
     repo = repo_with_scaffolds
+    plain_model, pinned_model = scaffolded_models
     version = template_version(repo)
     head = git(repo, "rev-parse", "HEAD").strip()
 
-    plain = _copier(repo, "update", "--trust", "--defaults", "models/mistral")
+    plain = _copier(repo, "update", "--trust", "--defaults", f"models/{plain_model}")
     assert plain.returncode == 0, plain.stdout + plain.stderr
     assert "No git tags found in template; using HEAD as ref" in plain.stderr
-    pinned = _copier(repo, "update", "--trust", "--defaults", "--vcs-ref", version, "models/smollm3")
+    pinned = _copier(repo, "update", "--trust", "--defaults", "--vcs-ref", version, f"models/{pinned_model}")
     assert pinned.returncode == 0, pinned.stdout + pinned.stderr
 
-    assert _changed(repo) == ["models/mistral/.copier-answers.yml", "models/smollm3/.copier-answers.yml"]
+    assert _changed(repo) == sorted(f"models/{model}/.copier-answers.yml" for model in scaffolded_models)
     lines = _commit_lines(repo)
     assert len(lines) == 4 and all(line[1:].startswith("_commit: ") for line in lines), lines
-    assert head.startswith(_recorded(repo, "mistral")) and len(_recorded(repo, "mistral")) < 40
-    assert version.startswith(_recorded(repo, "smollm3")) and len(_recorded(repo, "smollm3")) < 40
+    assert head.startswith(_recorded(repo, plain_model)) and len(_recorded(repo, plain_model)) < 40
+    assert version.startswith(_recorded(repo, pinned_model)) and len(_recorded(repo, pinned_model)) < 40
 
-    assert _update(repo, "models/mistral", "models/smollm3") == EXIT_OK
-    assert f"models/mistral: current, recorded as {version}" in capsys.readouterr().out
+    assert _update(repo, f"models/{plain_model}", f"models/{pinned_model}") == EXIT_OK
+    assert f"models/{plain_model}: current, recorded as {version}" in capsys.readouterr().out
     assert _changed(repo) == []
 
 
@@ -105,26 +106,27 @@ def test_plain_copier_update_cli_works_without_tags(
 # updating as uncommitted changes of the repository: it warns that it folds them into a commit of its own.
 @pytest.mark.filterwarnings("ignore::copier.errors.DirtyLocalWarning")
 def test_plain_copier_update_carries_a_template_change(
-    repo_with_scaffolds: Path, capsys: pytest.CaptureFixture[str]
+    repo_with_scaffolds: Path, scaffolded_models: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     repo = repo_with_scaffolds
-    model_dir = repo / "models" / "mistral"
+    model = scaffolded_models[0]
+    model_dir = repo / "models" / model
     template = repo / CONFIG_TEMPLATE
     template.write_text(template.read_text(encoding="utf-8") + TEMPLATE_LINE, encoding="utf-8")
     commit_all(repo, "template: a new last line of the config")
     version = template_version(repo)
 
     with working_directory(repo):
-        copier.run_update("models/mistral", defaults=True, overwrite=True, unsafe=True, quiet=True)
+        copier.run_update(f"models/{model}", defaults=True, overwrite=True, unsafe=True, quiet=True)
 
-    assert (model_dir / "mistral_gpu_patch_gen_config.py").read_text(encoding="utf-8").endswith(TEMPLATE_LINE)
-    assert version.startswith(_recorded(repo, "mistral"))  # HEAD: the template change, abbreviated
-    assert _changed(repo) == ["models/mistral/.copier-answers.yml", "models/mistral/mistral_gpu_patch_gen_config.py"]
+    assert (model_dir / f"{model}_gpu_patch_gen_config.py").read_text(encoding="utf-8").endswith(TEMPLATE_LINE)
+    assert version.startswith(_recorded(repo, model))  # HEAD: the template change, abbreviated
+    assert _changed(repo) == [f"models/{model}/.copier-answers.yml", f"models/{model}/{model}_gpu_patch_gen_config.py"]
 
     # The update is done; scaffold-update records its full id (no clean tree needed for that).
-    assert _update(repo, "models/mistral") == EXIT_OK
-    assert f"models/mistral: current, recorded as {version}" in capsys.readouterr().out
-    assert _recorded(repo, "mistral") == version
+    assert _update(repo, f"models/{model}") == EXIT_OK
+    assert f"models/{model}: current, recorded as {version}" in capsys.readouterr().out
+    assert _recorded(repo, model) == version
 
 
 def test_scaffolds_recording_a_tag_are_refused_then_adopted(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:

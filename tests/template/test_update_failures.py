@@ -21,9 +21,14 @@ FAILURES = {
 
 @pytest.mark.parametrize("failure", sorted(FAILURES))
 def test_a_failed_update_exits_2_naming_the_scaffold_and_the_cause(
-    repo_with_scaffolds: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, failure: str
+    repo_with_scaffolds: Path,
+    scaffolded_models: tuple[str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    failure: str,
 ) -> None:
     repo = repo_with_scaffolds
+    model, other = scaffolded_models
     change_template(repo)
 
     def fail(*args: object, **kwargs: object) -> None:
@@ -31,11 +36,11 @@ def test_a_failed_update_exits_2_naming_the_scaffold_and_the_cause(
 
     monkeypatch.setattr("modelgraft.scaffold.update.run_update", fail)
 
-    assert update(repo, "models/mistral", "models/smollm3") == EXIT_ERROR
+    assert update(repo, f"models/{model}", f"models/{other}") == EXIT_ERROR
 
     captured = capsys.readouterr()
-    assert f"scaffold-update: error: models/mistral: copier update failed: {type(FAILURES[failure]).__name__}" in (
+    assert f"scaffold-update: error: models/{model}: copier update failed: {type(FAILURES[failure]).__name__}" in (
         captured.err
     )
     assert "Traceback" not in captured.err
-    assert "models/smollm3: not updated: fix the failure above first" in captured.out
+    assert f"models/{other}: not updated: fix the failure above first" in captured.out
