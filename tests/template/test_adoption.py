@@ -5,8 +5,9 @@ reproduce it as closely as it can, at the current template version (a commit id,
 In a test repository that version is its first commit (repos.py). Whatever differs from that rendering was
 written by hand on purpose (llama's docstring, gemma3's ``_init_weights`` override, the parity tests'
 tiny sizes): for ``copier update`` these are local modifications, kept through every update. These tests
-pin the list of such files, check that an update without a template change changes nothing, and that a
-template change reaches every model and keeps the modifications (docs/scaffolding.md, "Adopting").
+pin the list of such files (a scaffold not listed has none: a fresh ``copier copy`` joins the zoo without an
+edit here), check that an update without a template change changes nothing, and that a template change
+reaches every scaffold and keeps the modifications (docs/scaffolding.md, "Adopting").
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from modelgraft.scaffold.folders import model_scaffolds
 from modelgraft.scaffold.jinja_extension import scaffold_refusal
+from modelgraft.scaffold.survey.population import zoo_models
 from modelgraft.scaffold.update import EXIT_CONFLICT, EXIT_OK, main
 
 from .repos import (
@@ -31,7 +34,8 @@ from .repos import (
     working_directory,
 )
 
-#: Every model of the zoo, and its files that differ from the template's rendering of its answers.
+#: The zoo's scaffolds that differ from the template's rendering of their answers, and the files that do; every
+#: other scaffold is that rendering (a model copied with ``copier copy`` and left as copied).
 LOCAL_MODIFICATIONS = {
     # Each config is the template's rendering of what the reader found upstream; the parity tests keep their
     # hand-chosen tiny sizes (sliding windows on, dropout on, sizes that predate the derived ones).
@@ -86,6 +90,11 @@ REFUSED_BY_THE_SCAFFOLD = {
 NEW_TEMPLATE_FILE, NEW_FILE = "template/TEMPLATE_NOTE.md.jinja", "TEMPLATE_NOTE.md"
 
 
+def _scaffolds(repo: Path) -> list[str]:
+    """The model packages of ``repo`` that are scaffolds, as ``scaffold-update`` finds them."""
+    return [model_dir.name for model_dir in model_scaffolds(repo)]
+
+
 def _modified(repo: Path, model: str) -> list[str]:
     """Files of models/<model> that differ from HEAD, or are new, relative to the model folder."""
     status = git(repo, "status", "--porcelain", "--untracked-files=all", f"models/{model}").splitlines()
@@ -99,10 +108,10 @@ def _update(repo: Path, *args: str) -> int:
 
 def test_every_model_of_the_zoo_is_a_scaffold() -> None:
     """A model package (a folder of models/ with a patch config) without answers would miss every update."""
-    packages = sorted(p.parent.name for p in REPO_ROOT.glob("models/*/*_patch_gen_config.py"))
-    scaffolds = sorted(set(packages) - set(REFUSED_BY_THE_SCAFFOLD))
-    assert scaffolds == sorted(LOCAL_MODIFICATIONS), "a new model? adopt it (docs/scaffolding.md)"
-    for model in LOCAL_MODIFICATIONS:
+    scaffolds = sorted(zoo_models(REPO_ROOT) - set(REFUSED_BY_THE_SCAFFOLD))
+    assert scaffolds == _scaffolds(REPO_ROOT), "a model package without answers? adopt it (docs/scaffolding.md)"
+    assert set(LOCAL_MODIFICATIONS) <= set(scaffolds), "LOCAL_MODIFICATIONS names a model the zoo lacks"
+    for model in scaffolds:
         answers = yaml.safe_load((REPO_ROOT / "models" / model / ".copier-answers.yml").read_text(encoding="utf-8"))
         # A copy from the repository root, recording the full id of a commit, which every clone can check out
         # (which commit: test_versions.py).
@@ -118,7 +127,7 @@ def test_a_zoo_model_without_answers_is_one_the_scaffold_refuses(model: str) -> 
     assert REFUSED_BY_THE_SCAFFOLD[model] in scaffold_refusal(model)
 
 
-@pytest.mark.parametrize("model", sorted(LOCAL_MODIFICATIONS))
+@pytest.mark.parametrize("model", _scaffolds(REPO_ROOT))
 def test_recorded_answers_render_the_zoo_but_its_local_modifications(clean_clone: Path, model: str) -> None:
     """Rendered over the zoo's own package from its answers, only the files written by hand on purpose change."""
     repo = clean_clone
@@ -126,7 +135,7 @@ def test_recorded_answers_render_the_zoo_but_its_local_modifications(clean_clone
 
     # .copier-answers.yml is not among them: the recorded file is what Copier writes for these answers.
     # Another file among them after a template change: the zoo is behind the template (commit, scaffold-update).
-    assert _modified(repo, model) == LOCAL_MODIFICATIONS[model], git(repo, "diff", f"models/{model}")
+    assert _modified(repo, model) == LOCAL_MODIFICATIONS.get(model, []), git(repo, "diff", f"models/{model}")
 
 
 def test_an_update_without_a_template_change_changes_nothing(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,7 +143,7 @@ def test_an_update_without_a_template_change_changes_nothing(repo: Path, capsys:
     assert _update(repo) == EXIT_OK
 
     out = capsys.readouterr().out
-    for model in LOCAL_MODIFICATIONS:
+    for model in _scaffolds(repo):
         assert f"models/{model}: current (template {version[:12]})" in out
     # Byte for byte: nothing modified, nothing new, nothing left unmerged.
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
@@ -160,7 +169,7 @@ def test_a_template_change_reaches_every_model_and_keeps_its_local_modifications
     assert _update(repo) == EXIT_OK
 
     out = capsys.readouterr().out
-    for model in LOCAL_MODIFICATIONS:
+    for model in _scaffolds(repo):
         model_dir = repo / "models" / model
         assert f"models/{model}: updated (template {v1[:12]} -> {v2[:12]})" in out
         note = (model_dir / NEW_FILE).read_text(encoding="utf-8")
@@ -177,7 +186,7 @@ def test_a_template_change_reaches_every_model_and_keeps_its_local_modifications
     # generate-all after the update (as the docs say) writes the modeling as committed, byte for byte.
     generated = run(repo, "-m", "modelgraft.generator", "--all", "--diff")
     assert generated.returncode == 0, generated.stdout + generated.stderr
-    for model in LOCAL_MODIFICATIONS:
+    for model in _scaffolds(repo):
         assert set(_modified(repo, model)) == {".copier-answers.yml", NEW_FILE}, model
     assert not [line for line in git(repo, "status", "--porcelain").splitlines() if "/generated/" in line]
     commit_all(repo, "the zoo at the new template version")  # commit B: leaves the template alone
