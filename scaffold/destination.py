@@ -7,13 +7,15 @@ discovers configs, and there the copy's tasks run, so the new package is importe
 (``models/olmo2`` -> ``models.olmo2``; ``mytrainer/models/olmo2`` -> ``mytrainer.models.olmo2``), each folder on
 the way a package. modelgraft's own ``models/`` is the one exception: it installs as ``modelgraft.models``.
 
-Nothing here imports the project's run time; the scaffold's Jinja extension asks it for Copier's defaults and
-validators (docs/scaffolding.md, "Scaffolding into your own repository").
+Nothing here imports the project's run time. The scaffold's Jinja extension asks it for Copier's defaults, and
+``python -m modelgraft.scaffold.destination <folder> <model>`` is a copy's first task, which refuses a folder
+where no package can be made (docs/scaffolding.md, "Scaffolding into your own repository").
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,3 +83,19 @@ def destination(folder: Path | str, model: str) -> Destination:
                 f"{root}, so every folder on the way must be a package"
             )
     return Destination(folder, root, ".".join(parts))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Copier's first task: exit 0 when a model package can be made at the folder, 1 with the reason."""
+    folder, model = sys.argv[1:] if argv is None else argv
+    try:
+        found = destination(folder, model)
+    except DestinationError as error:
+        print(f"scaffold destination: {error}; Copier removes the new folder", file=sys.stderr)
+        return 1
+    print(f"scaffold destination: {found.relative} in {found.root}, imported as {found.package}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

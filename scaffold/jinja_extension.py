@@ -14,8 +14,7 @@ what upstream cannot say and every other answer defaults to what the reader foun
 - ``omni_init_weights(model, init)``: an Omni scaffold's ``_init_weights`` override and its imports;
 - ``scaffold_destination(dst, model)``: where the copy goes (``modelgraft.scaffold.destination``) as a dict:
   ``package`` (its import name), ``relative`` (``models/<m>`` from the repository root) and ``root``
-  (the root from the destination, where the tasks run); ``scaffold_destination_problem(dst, model)``:
-  "" when a package can be made there, else why not;
+  (the root from the destination, where the tasks run);
 - the category table (``modelgraft.generator.categories``), so that no condition of ``copier.yml`` or
   ``template/`` lists category names: ``category | has_experts`` (it routes to experts), ``category |
   has_towers`` (a vision or audio tower), ``category | is_vlm`` (a vision tower alone), ``category | is_omni``
@@ -189,15 +188,6 @@ def scaffold_destination(dst: Path | str, model: str) -> dict[str, str]:
     return {"package": found.package, "relative": found.relative, "root": found.root_from_folder}
 
 
-def scaffold_destination_problem(dst: Path | str, model: str) -> str:
-    """ "" when a model package can be made at ``dst``, else the reason (the model question's validator)."""
-    try:
-        destination(dst, model)
-    except DestinationError as error:
-        return str(error)
-    return ""
-
-
 class ScaffoldExtension(Extension):
     """Registers the reader, the fit and the category table with Copier's Jinja environment, which compiles each
     source once per process (``modelgraft.scaffold.jinja_compile_cache``)."""
@@ -214,6 +204,5 @@ class ScaffoldExtension(Extension):
         environment.globals["recipe_import"] = recipe_import
         environment.globals["recipe_call"] = recipe_call_source
         environment.globals["scaffold_destination"] = scaffold_destination
-        environment.globals["scaffold_destination_problem"] = scaffold_destination_problem
         environment.globals.update(CATEGORY_HELPERS)
         environment.filters.update(CATEGORY_HELPERS)
