@@ -13,7 +13,7 @@ what upstream cannot say and every other answer defaults to what the reader foun
 - ``recipe_guards(recipe)``: the slots a recorded recipe guards (the parity suite's ``guarded``);
 - ``omni_init_weights(model, init)``: an Omni scaffold's ``_init_weights`` override and its imports;
 - ``scaffold_destination(dst, model)``: where the copy goes (``modelgraft.scaffold.destination``) as a dict:
-  ``package`` (its import name), ``relative`` (``models/<m>`` from the repository root) and ``root``
+  ``folder`` (its absolute path), ``package`` (its import name), ``relative`` (``models/<m>`` from the repository root) and ``root``
   (the root from the destination, where the tasks run);
 - the category table (``modelgraft.generator.categories``), so that no condition of ``copier.yml`` or
   ``template/`` lists category names: ``category | has_experts`` (it routes to experts), ``category |
@@ -180,12 +180,14 @@ CATEGORY_HELPERS = {
 
 
 def scaffold_destination(dst: Path | str, model: str) -> dict[str, str]:
-    """The destination as a dict (empty values where none can be made: the model question says why)."""
+    """The destination as a dict: ``folder`` (absolute), ``package``, ``relative`` and ``root``; the last three
+    are empty where no package can be made there (the copy's first task says why)."""
+    folder = str(Path(dst).resolve())
     try:
         found = destination(dst, model)
     except DestinationError:
-        return {"package": "", "relative": "", "root": "."}
-    return {"package": found.package, "relative": found.relative, "root": found.root_from_folder}
+        return {"folder": folder, "package": "", "relative": "", "root": "."}
+    return {"folder": folder, "package": found.package, "relative": found.relative, "root": found.root_from_folder}
 
 
 class ScaffoldExtension(Extension):
