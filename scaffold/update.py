@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import yaml
 from copier import run_update
 from copier.errors import CopierError
 from plumbum import ProcessExecutionError
@@ -48,8 +49,8 @@ from modelgraft.generator.entrypoint import ExitStatus, run_script
 from modelgraft.scaffold import versions
 from modelgraft.scaffold.conflicts import Conflict, find_conflicts
 from modelgraft.scaffold.errors import ScaffoldError
-from modelgraft.scaffold.folders import chosen_scaffolds, model_scaffolds
-from modelgraft.scaffold.versions import ANSWERS_FILE, TEMPLATE_PATHS
+from modelgraft.scaffold.folders import ANSWERS_FILE, chosen_scaffolds, model_scaffolds
+from modelgraft.scaffold.versions import TEMPLATE_PATHS
 
 #: The statuses scaffold-update returns (``modelgraft.generator.entrypoint``), under the names its tests know them by.
 EXIT_OK, EXIT_CONFLICT, EXIT_ERROR, EXIT_BUG = (
@@ -154,13 +155,40 @@ def _short(version: str | None) -> str:
 
 
 def _find_root(start: Path) -> Path:
+    """The repository holding ``start``: the one whose scaffolds are updated."""
     found = versions.git(start, "rev-parse", "--show-toplevel")
     if found.returncode != 0:
         raise ScaffoldError(f"{start} is not inside a git repository")
-    root = Path(found.stdout.strip()).resolve()
-    if not (root / "copier.yml").is_file():
-        raise ScaffoldError(f"{root} has no copier.yml: run scaffold-update inside the modelgraft repository")
-    return root
+    return Path(found.stdout.strip()).resolve()
+
+
+def _template_repository(root: Path) -> Path:
+    """The repository of the template the scaffolds of ``root`` were copied from.
+
+    modelgraft itself holds its template (``copier.yml``). A training repository's scaffolds record where they
+    were copied from (``_src_path``): one local git repository of modelgraft, whose history gives the template
+    versions. A source given as a URL is refused, naming the way out: a local clone of it.
+    """
+    if (root / "copier.yml").is_file():
+        return root
+    sources = {}
+    for model_dir in model_scaffolds(root):
+        answers = yaml.safe_load((model_dir / ANSWERS_FILE).read_text(encoding="utf-8")) or {}
+        sources[model_dir.relative_to(root).as_posix()] = str(answers.get("_src_path", ""))
+    if not sources:
+        raise ScaffoldError(f"{root} has no copier.yml and no scaffolds (models/*/{ANSWERS_FILE}) to update")
+    found = set(sources.values())
+    if len(found) > 1:
+        listed = ", ".join(f"{rel}: {source}" for rel, source in sorted(sources.items()))
+        raise ScaffoldError(f"the scaffolds of {root} were copied from several templates ({listed}): one at a time")
+    source = found.pop()
+    template = (root / source).resolve() if source else None
+    if template is None or not (template / "copier.yml").is_file() or versions.resolve(template, "HEAD") is None:
+        raise ScaffoldError(
+            f"the scaffolds of {root} were copied from {source!r}, which is not a local git repository of the "
+            "template here: clone modelgraft, and copier copy from that clone (its path is recorded as _src_path)"
+        )
+    return template
 
 
 def _target_version(root: Path, vcs_ref: str | None) -> str:
@@ -184,14 +212,16 @@ def _scaffold_dirs(root: Path, start: Path, model_dirs: Sequence[Path]) -> list[
     return chosen_scaffolds(root, model_dirs, start=start, every=model_scaffolds)
 
 
-def _plan_step(root: Path, model_dir: Path, version: str, adopt: bool) -> tuple[Step | None, str | None]:
-    """What to do with one scaffold, or why nothing can be done (a problem, reported with exit 2)."""
+def _plan_step(
+    root: Path, template: Path, model_dir: Path, version: str, adopt: bool
+) -> tuple[Step | None, str | None]:
+    """What to do with one scaffold of ``root`` copied from ``template``, or why nothing can be done (exit 2)."""
     rel = model_dir.relative_to(root).as_posix()
     recorded = versions.recorded_version(model_dir)
     if recorded == version:
         return Step(model_dir, rel, recorded, version, "current"), None
-    commit = versions.resolve(root, recorded) if recorded else None
-    if commit is not None and versions.same_template(root, commit, version):
+    commit = versions.resolve(template, recorded) if recorded else None
+    if commit is not None and versions.same_template(template, commit, version):
         # The template is the same on both sides: nothing to render, only the id to write in full.
         return Step(model_dir, rel, recorded, commit, "record"), None
     if adopt:
@@ -207,7 +237,7 @@ def _plan_step(root: Path, model_dir: Path, version: str, adopt: bool) -> tuple[
             "travel with clones; or a commit Copier made of uncommitted changes). If the scaffold matches the "
             f"current template, record it with `scaffold-update --adopt {rel}`; otherwise copy it again"
         )
-    if not versions.is_ancestor(root, commit, version):
+    if not versions.is_ancestor(template, commit, version):
         return None, (
             f"{rel}: records template version {_short(commit)}, which is not in the history of template "
             f"version {_short(version)}: an update cannot go back, nor across branches (pass --vcs-ref)"
@@ -222,18 +252,19 @@ def make_plan(
 ) -> Plan:
     """Check everything that can be checked before touching a file; raise :class:`ScaffoldError` otherwise."""
     root = _find_root(start)
-    version = _target_version(root, vcs_ref)
+    template = _template_repository(root)
+    version = _target_version(template, vcs_ref)
     dirs = _scaffold_dirs(root, start, model_dirs)
     steps, problems = [], []
     for model_dir in dirs:
-        step, problem = _plan_step(root, model_dir, version, adopt)
+        step, problem = _plan_step(root, template, model_dir, version, adopt)
         if problem:
             problems.append(problem)
         else:
             steps.append(step)
     if problems:
         raise ScaffoldError("nothing was changed:\n  " + "\n  ".join(problems))
-    return Plan(root, version, tuple(steps), tuple(versions.uncommitted_template_changes(root)))
+    return Plan(root, version, tuple(steps), tuple(versions.uncommitted_template_changes(template)))
 
 
 @contextmanager
@@ -385,14 +416,15 @@ def report(plan: Plan, outcomes: Sequence[Outcome], not_attempted: Sequence[str]
 def check(start: Path) -> int:
     """``--check``: exit 1 if a scaffold does not record the current template version; change nothing."""
     root = _find_root(start)
+    template = _template_repository(root)
     try:
-        drifted = versions.drifted(root)
+        drifted = versions.drifted(root, template)
     except ValueError as error:
         raise ScaffoldError(str(error)) from None
     if not drifted:
-        print(f"every scaffold records the current template version {versions.template_version(root)}")
+        print(f"every scaffold records the current template version {versions.template_version(template)}")
         return EXIT_OK
-    current = versions.template_version(root)
+    current = versions.template_version(template)
     for rel, recorded in drifted.items():
         print(f"{rel}: records template {recorded!r}, not the current {current}")
     print("scaffold-update: run scaffold-update and commit the scaffolds it changes", file=sys.stderr)

@@ -106,14 +106,16 @@ def record_version(model_dir: Path, commit: str) -> bool:
     return True
 
 
-def drifted(root: Path) -> dict[str, str | None]:
-    """Scaffolds that do not record the current template version: ``models/<m>`` -> what they record.
+def drifted(root: Path, template: Path | None = None) -> dict[str, str | None]:
+    """Scaffolds of ``root`` that do not record the current version of the template in ``template`` (default:
+    ``root`` itself): ``models/<m>`` -> what they record.
 
     Empty when every scaffold is current. Raises ValueError where no commit holds the template.
     """
-    current = template_version(root)
+    template = template or root
+    current = template_version(template)
     if current is None:
-        raise ValueError(f"no commit of {root} holds the template ({', '.join(TEMPLATE_PATHS)})")
+        raise ValueError(f"no commit of {template} holds the template ({', '.join(TEMPLATE_PATHS)})")
     found = {}
     for model_dir in model_scaffolds(root):
         recorded = recorded_version(model_dir)
