@@ -3,8 +3,8 @@
 The metadata is in pyproject.toml; only the package mapping needs code, because setuptools' package
 discovery cannot add a prefix. The package ``modelgraft`` itself is src/modelgraft/__init__.py, a regular
 package, so that no folder named ``modelgraft`` elsewhere on sys.path shadows it (docs/design.md,
-"Importing changes nothing"). The wheel holds no tests: test folders and the parity harness
-(models/testing, which needs pytest) stay in the repository, where an editable install still reaches them.
+"Importing changes nothing"). The wheel holds no tests, but it holds the parity harness (models/testing,
+which needs the test extra): a model scaffolded into a training repository runs its tests with it.
 """
 
 import sys
@@ -14,7 +14,7 @@ from setuptools import find_namespace_packages, setup
 from setuptools.command.editable_wheel import editable_wheel
 
 ROOT_FOLDERS = ("generator", "models", "scaffold")
-NOT_SHIPPED = ("*.tests", "*.tests.*", "models.testing", "models.testing.*", "*.__pycache__")
+NOT_SHIPPED = ("*.tests", "*.tests.*", "*.__pycache__")
 #: The folder that holds the package ``modelgraft`` (its __init__.py) and nothing else.
 ROOT_PACKAGE_PARENT = "src"
 

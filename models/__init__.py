@@ -9,7 +9,7 @@ Model packages are found with ``pkgutil.iter_modules`` over this package's ``__p
 own listing, so it sees what is installed (a wheel, an editable checkout) and nothing next to it, and it
 reads each subpackage's file list without importing it. Run-time support (``ops``, ``converters``,
 ``distributed``, ``testing``) has no patch config and is never imported here: ``distributed`` would pull in
-torch, ``testing`` needs pytest and is not shipped.
+torch, ``testing`` needs pytest (the test extra).
 
 Discovery is eager, at import, rather than on the first registry lookup: the registries live in
 ``registry.py`` and are iterated directly (every registered model type, at test collection, by the

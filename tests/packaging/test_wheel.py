@@ -87,9 +87,9 @@ def test_the_wheel_ships_no_test_folder(wheel_names: list[PurePosixPath]) -> Non
     assert [str(name) for name in wheel_names if "tests" in name.parts] == []
 
 
-def test_the_wheel_ships_no_parity_harness(wheel_names: list[PurePosixPath]) -> None:
-    harness = PurePosixPath("modelgraft/models/testing")
-    assert [str(name) for name in wheel_names if harness in name.parents] == []
+def test_the_wheel_ships_the_parity_harness_a_scaffolds_tests_import(wheel_names: list[PurePosixPath]) -> None:
+    assert PurePosixPath("modelgraft/models/testing/parity.py") in wheel_names
+    assert PurePosixPath("modelgraft/models/testing/declarations.py") in wheel_names
 
 
 def test_the_wheel_ships_every_registered_generated_module(wheel_names: list[PurePosixPath]) -> None:

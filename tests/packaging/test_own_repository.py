@@ -1,0 +1,87 @@
+"""modelgraft inside a training framework's own repository, as a user meets it: modelgraft installed from its
+wheel in a fresh environment, a new git repository with its own package of models, a model copied into it from
+a clone of modelgraft, the model's tests run there, and a template change carried in by ``scaffold-update``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from wheel_builds import build_wheel, copy_checkout, install_with_outer_environment, run, the_wheel
+
+MODEL = "olmo2"
+#: Commits made by the test, whatever the machine's git says.
+IDENTITY = ["-c", "user.name=modelgraft test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
+PYPROJECT = '[project]\nname = "mytrainer"\nversion = "0.1"\n\n[tool.patchgen]\nroots = ["models"]\n'
+TEMPLATE_LINE = "# a line the template gained after the copy\n"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return run(["git", *IDENTITY, *args], cwd=repo)
+
+
+def _repository(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text, encoding="utf-8")
+    _git(folder, "init", "-q", "-b", "main")
+    _git(folder, "add", "--all")
+    _git(folder, "commit", "-q", "-m", "start")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def python(built_once: Callable[[str, Callable[[Path], None]], Path]) -> Path:
+    """The fresh environment's interpreter: the wheel installed, torch and the tools reached from this one."""
+    wheel = the_wheel(built_once("wheel", build_wheel))
+    return built_once("venv", install_with_outer_environment(wheel)) / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def trainer(python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """A clone of this checkout as the template source, and ``mytrainer`` with a model copied into it, tested,
+    committed, then updated after the template changed: the outputs of each step."""
+    base = tmp_path_factory.mktemp("own-repository")
+    source = copy_checkout(base / "modelgraft")
+    _git(source, "init", "-q", "-b", "main")
+    _git(source, "add", "--all")
+    _git(source, "commit", "-q", "-m", "the template")
+    repo = _repository(base / "mytrainer", {"pyproject.toml": PYPROJECT, "models/__init__.py": ""})
+
+    copied = run(
+        [str(python), "-m", "copier", "copy", "--trust", "--defaults", str(source), f"models/{MODEL}"], cwd=repo
+    )
+    tests = run([str(python), "-m", "pytest", f"models/{MODEL}", "-q", "-p", "no:cacheprovider"], cwd=repo)
+    where = run([str(python), "-c", "import modelgraft.models.testing as t; print(t.__file__)"], cwd=repo)
+    _git(repo, "add", "--all")
+    _git(repo, "commit", "-q", "-m", MODEL)
+
+    template = source / "template" / "{{ model }}_gpu_patch_gen_config.py.jinja"
+    template.write_text(template.read_text(encoding="utf-8") + TEMPLATE_LINE, encoding="utf-8")
+    _git(source, "commit", "-q", "-am", "a template change")
+    updated = run([str(python.parent / "scaffold-update")], cwd=repo)
+    return {"repo": repo, "copied": copied, "tests": tests, "harness": where.strip(), "updated": updated}
+
+
+def test_a_copy_into_a_training_repository_registers_the_repositorys_own_package(trainer: dict) -> None:
+    init = (trainer["repo"] / "models" / MODEL / "__init__.py").read_text(encoding="utf-8")
+    assert f'"gpu": "models.{MODEL}.generated.patched_modeling_{MODEL}_gpu"' in init
+    assert "modelgraft.models." + MODEL not in init
+
+
+def test_the_copy_generates_its_modeling_and_passes_its_smoke_check(trainer: dict) -> None:
+    assert (trainer["repo"] / "models" / MODEL / "generated" / f"patched_modeling_{MODEL}_gpu.py").is_file()
+    assert f"scaffold smoke check: models.{MODEL} matches upstream" in trainer["copied"]
+
+
+def test_the_models_tests_pass_with_the_harness_of_the_installed_wheel(trainer: dict) -> None:
+    assert " passed" in trainer["tests"] and " failed" not in trainer["tests"], trainer["tests"]
+    assert "/site-packages/modelgraft/models/testing/" in trainer["harness"], trainer["harness"]
+
+
+def test_scaffold_update_carries_a_template_change_into_the_training_repository(trainer: dict) -> None:
+    assert f"models/{MODEL}: updated" in trainer["updated"]
+    config = trainer["repo"] / "models" / MODEL / f"{MODEL}_gpu_patch_gen_config.py"
+    assert config.read_text(encoding="utf-8").endswith(TEMPLATE_LINE)
