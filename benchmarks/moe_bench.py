@@ -198,13 +198,13 @@ def _prepare(model_type: str, sizes: MoeSizes):
 
 def default_attention(upstream_cls: Any, config: Any) -> str:
     """The attention upstream's side runs: the one ``from_pretrained`` gives ``upstream_cls`` on CPU (sdpa where
-    the class supports it, else eager), but eager for a DSA model (a config with ``index_topk``) whose upstream
-    sdpa path drops its causal and sparse masks (transformers 5.16.1; ``modelgraft.models.attention``).
+    the class supports it, else eager). (A DSA model's sdpa path lost its causal and sparse masks before
+    transformers 5.25, so earlier rows of docs/performance.md ran eager there.)
 
     The tiny configs ask for eager attention (exact parity tests); a train step against upstream's default
     should run upstream's default attention.
     """
-    if not getattr(upstream_cls, "_supports_sdpa", False) or hasattr(config, "index_topk"):
+    if not getattr(upstream_cls, "_supports_sdpa", False):
         return "eager"
     return "sdpa"
 

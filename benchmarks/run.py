@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
     load_before = _load()
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     rows, setup = run_sections(args)
     command = shlex.join(["python", "-m", "benchmarks.run", *(sys.argv[1:] if argv is None else argv)])
     preamble = [

@@ -27,7 +27,8 @@ Hybrid linear-attention models (:data:`HYBRID`, Qwen3.5) are composite but run o
 Gated DeltaNet layers then a full-attention one, and their row answers another question: what a user gets from
 the generated model with its CPU kernels bound (:data:`HYBRID_KERNELS`: ``chunked_delta`` for the conv and the
 chunked delta rule) against upstream's default (its torch fallbacks, where neither fla nor causal-conv1d is
-installed). Their first-step losses then differ by the kernels' reassociated sums.
+installed). Their first-step losses differ only where the kernels' arithmetic does: ``chunked_delta``'s delta rule
+is upstream's, bit for bit without packed documents (the report prints the difference).
 """
 
 from __future__ import annotations

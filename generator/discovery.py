@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import tomllib
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +21,6 @@ from modelgraft.generator.errors import ConfigLoadError, DiscoveryError, Patchge
 if TYPE_CHECKING:  # imported where a config is loaded: a check the cache answers loads none
     from modelgraft.generator.dsl.config import PatchConfig
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 CONFIG_SUFFIX = "_patch_gen_config.py"
 

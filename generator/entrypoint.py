@@ -40,9 +40,7 @@ from modelgraft.generator.errors import CollectedErrors, PatchgenError, UserErro
 TOOLS_EXTRA = "tools"
 #: What the tools extra installs, by the top-level module each is imported as
 #: (tests/engine/test_dependencies.py keeps this equal to the extra in pyproject.toml).
-TOOLS_MODULES = frozenset({"copier", "jinja2", "plumbum", "rich", "ruff", "tomli", "yaml"})
-#: Those of them that the extra installs only before a version of Python (its markers in pyproject.toml).
-TOOLS_BEFORE_PYTHON = {"tomli": (3, 11)}
+TOOLS_MODULES = frozenset({"copier", "jinja2", "plumbum", "rich", "ruff", "yaml"})
 #: How to install the tools extra, from the package index or from a checkout.
 _TOOLS_ADVICE = (
     f"modelgraft's {TOOLS_EXTRA} extra: pip install 'modelgraft[{TOOLS_EXTRA}]'"
@@ -97,9 +95,8 @@ def run_script(prog: str, work: Callable[[], int]) -> int:
 
 
 def missing_tools() -> list[str]:
-    """The modules of the tools extra that this Python needs and cannot find; none is imported."""
-    needed = [name for name in TOOLS_MODULES if sys.version_info < TOOLS_BEFORE_PYTHON.get(name, (4,))]
-    return sorted(name for name in needed if importlib.util.find_spec(name) is None)
+    """The modules of the tools extra that cannot be found; none is imported."""
+    return sorted(name for name in TOOLS_MODULES if importlib.util.find_spec(name) is None)
 
 
 def missing_tool(error: BaseException) -> str | None:
@@ -131,7 +128,7 @@ def _config_file(module: str | None) -> str | None:
     """The file of config module ``module`` relative to the project root, where both can be found."""
     if not module:
         return None
-    from modelgraft.generator.discovery import find_settings  # here: it reads TOML with tomli on Python 3.10
+    from modelgraft.generator.discovery import find_settings
 
     try:
         root = find_settings().root

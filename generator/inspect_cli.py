@@ -125,7 +125,8 @@ def render(s: ModelStructure) -> str:
     gdn = s.linear_attention
     if gdn is not None:
         add(f"gated deltanet   {gdn.mixer} (line {gdn.line}) calls {gdn.chunk}, {gdn.recurrent}")
-        add(f"  conv           {gdn.conv} / decode step {gdn.conv_update}  packed={gdn.packed}")
+        via = f"  (through {' -> '.join(gdn.conv_via)})" if gdn.conv_via else ""
+        add(f"  conv           {gdn.conv} / decode step {gdn.conv_update}{via}  packed={gdn.packed}")
         norm = f"{gdn.norm} (line {gdn.norm_line}) eps={gdn.norm_eps_attr}" if gdn.norm else "none guardable"
         add(f"  gated norm     {norm}" + (f"  -- {gdn.reason}" if gdn.reason else ""))
     if s.vlm is not None:

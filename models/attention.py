@@ -23,12 +23,10 @@ keys and values and knows no learned sink. Three attention forms of the MoE zoo 
   path masks it.
 
 Masks are eager's (additive floats, ``transformers.masking_utils.eager_mask``), not sdpa's booleans:
-DeepSeek-V4 concatenates its compressors' additive block bias onto the mask, and GLM-MoE-DSA's indexer
-adds the mask to its scores, which is right for an additive mask only. (Under upstream's own ``"sdpa"``
-GLM-MoE-DSA goes wrong in transformers 5.16.1: ``masked_fill(..., finfo.min)`` on a boolean mask writes
-True, so masked keys, later tokens included, become visible, and its indexer adds 1 per visible key.
-With ``"fused_attention"`` it attends like upstream's ``"eager"``.) The name holds no "sdpa": transformers
-checks any name containing it against the class's ``_supports_sdpa``, which gpt_oss and DeepSeek-V4 lack.
+DeepSeek-V4 concatenates its compressors' additive block bias onto the mask, which is right for an
+additive mask only, and GLM-MoE-DSA then attends exactly as upstream's ``"eager"``. The name holds no
+"sdpa": transformers checks any name containing it against the class's ``_supports_sdpa``, which gpt_oss
+and DeepSeek-V4 lack.
 
 Results equal upstream's eager attention (and sdpa's where upstream has it) within float rounding: the
 fused kernel sums in another order; tests/runtime/test_fused_attention.py holds the tolerances. Forms with

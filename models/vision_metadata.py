@@ -1,6 +1,6 @@
 """The vision tower's packing metadata of a Qwen-VL batch, computed once by a collator step instead of in each forward.
 
-transformers 5.16 computes, in every forward of a Qwen-VL vision tower, the packed attention boundaries of its
+The pinned transformers computes, in every forward of a Qwen-VL vision tower, the packed attention boundaries of its
 patches (``cu_seqlens``: one segment per frame), their longest segment (``max_seqlen``, which flash attention
 reads) and the (row, column) rotary position of each patch (``position_ids``), from the batch's ``grid_thw``
 (``transformers.vision_utils``). They are data-dependent (``.tolist()``, ``repeat_interleave``, a Python loop
@@ -17,7 +17,7 @@ An Omni thinker's audio tower does the same per forward from ``feature_attention
 features into chunks of ``2 * n_window`` frames and pads them (``chunk_and_pad_features``: a ``.tolist()``),
 finds the frames that survive its convolutions (``get_valid_indices``: an ``.item()``), Qwen2.5-Omni also the pairs
 its average pool takes (``get_pool_indices``), and the attention windows (``get_audio_cu_seqlens``, with
-``max_seqlen``). transformers 5.16.1's audio towers pop each of them from their kwargs when given, under these
+``max_seqlen``). the pinned transformers' audio towers pop each of them from their kwargs when given, under these
 unprefixed names, but the thinker's ``get_audio_features`` has no ``accepts_precomputed_kwargs`` (no ``audio_``
 prefix is stripped), and the thinker's forward hands the same kwargs to ``get_image_features`` /
 ``get_video_features``, whose vision tower pops an unprefixed ``cu_seqlens`` / ``max_seqlen`` as its own, and to
@@ -66,7 +66,7 @@ def vision_metadata(spatial_merge_size: int, batch: Mapping[str, Any]) -> dict[s
     return out
 
 
-#: What each Omni audio tower of transformers 5.16.1 takes precomputed through its thinker's forward, by upstream
+#: What each Omni audio tower of the pinned transformers takes precomputed through its thinker's forward, by upstream
 #: modeling module: the unprefixed names it pops that no vision tower or text decoder reads (see the module
 #: docstring for why its ``cu_seqlens`` and ``max_seqlen`` are not among them).
 AUDIO_METADATA_KEYS: Mapping[str, tuple[str, ...]] = {

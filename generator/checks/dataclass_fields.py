@@ -1,9 +1,17 @@
 """Check 5: a reused patch (``name_map``) must not silently drop output-dataclass fields.
 
-A body written for a dense sibling builds ``<Dense>ModelOutputWithPast(...)``;
-after renaming it builds the MoE dataclass, which has extra fields (such as
-``router_logits``) the body never fills.  The field sets of the sibling's and
-the target's dataclass must be equal, else the body has to be cloned.
+A body written for a dense sibling builds the dense model's output dataclass. Two ways that goes wrong for
+the MoE sibling it is reused in, both checked:
+
+- the dataclass is the sibling's own (``<Dense>ModelOutputWithPast``): after renaming, the body builds the
+  MoE dataclass, which has extra fields (such as ``router_logits``) the body never fills. The field sets of
+  the sibling's and the target's dataclass must be equal.
+- the dataclass is shared (``BaseModelOutputWithPast``, which the rename leaves alone), while upstream's
+  member of the target builds a richer one (``MoeModelOutputWithPast``): the body would return a dataclass
+  without the fields upstream's callers read. Every dataclass upstream's member builds and the body does not
+  must have no field the body's own dataclasses lack.
+
+Either way the body has to be cloned for the model.
 """
 
 from __future__ import annotations
@@ -37,6 +45,27 @@ def _constructed_names(fn: ast.AST) -> set[str]:
     }
 
 
+def _missing_upstream_fields(
+    sources: UpstreamSources, body: set[str], origin: ModuleIndex, upstream: ast.AST, index: ModuleIndex
+) -> tuple[str, str, list[str]] | None:
+    """(the body's dataclass, upstream's, the fields only upstream's has) where upstream's member builds a
+    dataclass with fields that none of the body's dataclasses has; None when there is no such pair. The body's
+    names resolve in ``origin``, the module it was written for; upstream's in ``index``."""
+    built = {name: dataclass_fields(sources, origin, name) for name in body}
+    built = {name: fields for name, fields in built.items() if fields}
+    if not built:
+        return None
+    for theirs in sorted(_constructed_names(upstream) - body):
+        their_fields = dataclass_fields(sources, index, theirs)
+        if not their_fields:
+            continue
+        mine, mine_fields = max(built.items(), key=lambda item: len(item[1] & their_fields))
+        missing = sorted(their_fields - mine_fields)
+        if mine_fields <= their_fields and missing:
+            return mine, theirs, missing
+    return None
+
+
 def check_dataclass_fields(plan: Plan, sources: UpstreamSources, origin_modules: dict[int, str]) -> None:
     """``origin_modules`` maps id(patch) -> the upstream module the reused body was written for."""
     for resolved in plan.all_resolved():
@@ -51,7 +80,21 @@ def check_dataclass_fields(plan: Plan, sources: UpstreamSources, origin_modules:
         except UpstreamError:
             continue
         inverse = {new: old for old, new in patch.name_map.items()}
-        for name in sorted(_constructed_names(source.node)):
+        constructed = _constructed_names(source.node)
+        if resolved.upstream is not None:
+            richer = _missing_upstream_fields(
+                sources, constructed, origin_index, resolved.upstream, resolved.upstream_index or plan.index
+            )
+            if richer is not None:
+                mine, theirs, missing = richer
+                raise DataclassFieldError(
+                    f"reused body (name_map) constructs {mine} where upstream's {patch.target} constructs {theirs}: "
+                    f"fields the reused body never sets: {', '.join(missing)}; clone the body for this model instead "
+                    "of reusing it",
+                    config=plan.config_name,
+                    target=patch.target,
+                )
+        for name in sorted(constructed):
             original = name
             for new, old in sorted(inverse.items(), key=lambda kv: -len(kv[0])):
                 original = original.replace(new, old)

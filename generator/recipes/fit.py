@@ -378,8 +378,14 @@ def _gated_delta_net(structure: ModelStructure, skipped: list[Finding], refusals
     The delta rule and both causal convs always go behind their slots (a mixer without a conv of the slots'
     signature is refused: its layers would run unguarded); the gated norm only when the reader matched its
     forward to the formulation rms_norm_gated recomputes, else it stays upstream's and is listed as skipped.
-    ``packed`` records whether the model hands packed documents' boundaries to the delta rule, so its tests
-    check that the chunked_delta kernels keep them apart.
+    ``conv`` and ``conv_update`` are the module-level functions that run the convs, wherever the mixer reaches
+    them: in transformers 5.25 not from its forward but through ``causal_conv1d_forward`` (the reader's
+    ``conv_via``), which reads the cache's conv state and calls both, so guarding ``causal_conv1d_fn`` and
+    ``causal_conv1d_update`` still puts every conv the mixer runs behind its slot (``causal_conv1d_forward``
+    itself stays upstream's: only ``kernelize`` with a mapping for it, which 5.25 does not ship, replaces it).
+    ``packed`` records whether packed documents' boundaries reach the whole-sequence path (the chunked delta
+    rule as ``cu_seqlens``, the conv as ``cu_seq_lens_q`` in its ``**kwargs``), so its tests check that the
+    chunked_delta kernels keep them apart.
     """
     info = structure.linear_attention
     assert info is not None

@@ -4,7 +4,9 @@ A Qwen-Omni-like model (docs/scaffolding.md, "Omni scaffolds") is scaffolded as 
 configured, from what :mod:`modelgraft.generator.upstream.read_omni` reads of upstream's class tree:
 
 - the thinker's text decoder gets the dense (or MoE) fit's guards, less the classes only the speech side uses;
-- ``vision`` / ``audio``: the towers the thinker builds, which get ``dummy_forward`` (the audio clip sized by the
+- ``model``: the thinker model the thinker holds as ``self.model`` (its towers, text decoder and the scatter of the
+  towers' features), which gets the sequence-parallel forward, the position-id function and the collator step;
+- ``vision`` / ``audio``: the towers the thinker model builds, which get ``dummy_forward`` (the audio clip sized by the
   tower's first convolution), the vision tower's rotary function behind ``rope_vision``;
 - ``speech``: the top-level attributes of the speech side, whose checkpoint keys the state-dict hook drops
   (``talker.*``, ``token2wav.*`` or ``code2wav.*``); ``speech_classes``: the classes only they use, excluded;
@@ -16,8 +18,8 @@ For ``omni_moe`` the text fit is the MoE one (experts, router, aux loss), and th
 too (Qwen3-Omni-MoE's): ``pretrained_models``, the kept ``PreTrainedModel`` classes other than the base class (the
 thinker text model's own base), which get the base class's conversions, strict loading and attention;
 ``experts_activation_init``, experts whose activation only ``__init__`` names, recorded there and read as
-``self.experts.activation_name``; and the router logits the thinker's output leaves out, which the generated
-output keeps (``causal_lm.router_logits``).
+``self.experts.activation_name``; and the router logits a thinker's output leaves out, which the generated
+output keeps (``causal_lm.router_logits``; transformers 5.25's Qwen3-Omni-MoE thinker keeps them itself).
 
 A model that is not Qwen-Omni-like (an audio tower without a talker, no thinker), or whose inputs the tests
 cannot build without torchvision, is refused with the reason, before anything is written.
@@ -49,9 +51,16 @@ def omni_arguments(
     if omni.differences:
         refusals += [(where, f"not Qwen-Omni-like: {difference}") for difference in omni.differences]
         return {}
-    for attr, found in (("audio_tower", omni.audio), ("visual", omni.vision), ("model", omni.text_model)):
-        if found is None:
-            refusals.append((omni.thinker or where, f"the thinker builds no self.{attr} of this module's classes"))
+    if omni.thinker_model is None:
+        refusals.append(
+            (omni.thinker or where, "the thinker builds no self.model of this module's classes (its thinker model)")
+        )
+    else:
+        for attr, found in (("audio_tower", omni.audio), ("visual", omni.vision), ("language_model", omni.text_model)):
+            if found is None:
+                refusals.append(
+                    (omni.thinker_model, f"the thinker model builds no self.{attr} of this module's classes")
+                )
     if omni.top_level_config is None:
         refusals.append((where, "the top-level class names no config class (config: <Config> or config_class)"))
     conv = omni.audio_conv
@@ -97,6 +106,7 @@ def omni_arguments(
                 "mel_bins": "weight.shape[1]" if kind == "Conv1d" else "self.num_mel_bins",
             },
             "mrope": omni.text_rope if omni.text_rope_sectioned else None,
+            "model": omni.thinker_model,
             "text_model": omni.text_model,
             "top_level": omni.top_level,
             "top_level_config": omni.top_level_config or "",

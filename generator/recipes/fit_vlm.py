@@ -7,8 +7,10 @@ upstream (docs/scaffolding.md, "VLM scaffolds"):
 
 - ``vision``: the tower class that gets ``dummy_forward``, the expressions of its patch embedding's weight and
   of its merge size, and its rotary function (the ``rope_vision`` slot), when its attention calls one;
-- ``mrope``: the text attention's sectioned multimodal RoPE (Qwen2-VL's ``apply_multimodal_rotary_pos_emb``),
-  behind the ``rope`` slot; a plain rotate-half text RoPE goes behind it through ``rope`` as for a dense model;
+- ``mrope``: the text attention's sectioned multimodal RoPE, a function taking ``mrope_section`` (Qwen2-VL's
+  ``apply_multimodal_rotary_pos_emb`` before its rotary embedding sectioned the positions itself), behind the
+  ``rope`` slot; a plain rotate-half text RoPE (the whole Qwen-VL family's in the pinned transformers) goes
+  behind it through ``rope`` as for a dense model;
 - ``towers``: each ``AutoModel.from_config(config.<sub>)`` of the ``Model``, rewritten to this module's class;
 - ``model``: the class holding both towers, whose ``get_rope_index`` the position-id function runs.
 
@@ -79,7 +81,7 @@ def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict
             "cls": tower.cls,
             "patch_weight": tower.patch_weight or "",
             "rope": rope.name if rope is not None and rope.name else "",
-            # A tower whose merger sits in the Model (cosmos3_edge) keeps no merge size of its own: its config's.
+            # A tower that keeps no merge size of its own (hunyuan_vl's leaves it to its merger): its config's.
             "merge_size": "self.spatial_merge_size" if tower.spatial_merge_size else "self.config.spatial_merge_size",
         },
         "mrope": multimodal_rope_name(structure),

@@ -5,13 +5,17 @@ Qwen3.5's decoder interleaves full-attention layers with Gated DeltaNet layers. 
 upstream's code; what a kernel replaces is behind a slot:
 
 - ``rms_norm_gated_guard`` on the gated output norm (``<Prefix>RMSNormGated.forward``);
-- ``causal_conv1d_guard`` on the module-level ``causal_conv1d_fn`` and ``causal_conv1d_update``;
+- ``causal_conv1d_guard`` on the module-level ``causal_conv1d_fn`` and ``causal_conv1d_update`` (transformers
+  5.25's mixers reach them through the module-level ``causal_conv1d_forward``, which stays upstream's: it reads
+  the cache's conv state, then calls one of the two, handing ``causal_conv1d_fn`` the mixer's ``**kwargs``);
 - ``gated_delta_rule_guard`` on ``torch_chunk_gated_delta_rule`` and ``torch_recurrent_gated_delta_rule``.
 
 Upstream decorates those four functions with ``use_kernel_func_from_hub_with_fallback``, which swaps in FLA or
 causal-conv1d at import time whenever they are installed. The guards drop that decorator: the generated
 functions are upstream's torch bodies, and those packages run only when bound as the ``fla`` and
-``causal_conv1d`` kernel families (models/ops/kernels/__init__.py). The rest is :func:`vlm`'s (the 1+weight
+``causal_conv1d`` kernel families (models/ops/kernels/__init__.py). Each gets ``use_kernel_forward_from_hub``
+under upstream's name instead, which the mixer class's ``use_kernelized_func`` requires, and which changes
+nothing unless the user calls ``kernelize``. The rest is :func:`vlm`'s (the 1+weight
 RMSNorm behind ``rms_norm`` with its offset, the gated MLP, the partial rotate-half RoPE, the vision tower, the
 towers rewrite), and ``<Prefix>ForCausalLM`` (the text-only model upstream also ships) gets the same loss head
 as the conditional-generation class.

@@ -1,7 +1,7 @@
 """The MoE text-model recipe: the dense slot guards plus the routed experts, the aux loss and the expert plan.
 
-A MoE config is then one PatchConfig plus one :func:`moe_text` call. What a MoE model of transformers
-5.16 has upstream is kept: fused experts (``gate_up_proj [E, 2I, H]``, ``down_proj [E, H, I]``), its
+A MoE config is then one PatchConfig plus one :func:`moe_text` call. What a MoE model of the pinned
+transformers has upstream is kept: fused experts (``gate_up_proj [E, 2I, H]``, ``down_proj [E, H, I]``), its
 router (softmax top-k or sigmoid group-limited, whatever upstream computes), shared experts and their
 gates, and ``_can_record_outputs`` recording the router logits. The recipe adds:
 

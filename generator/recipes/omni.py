@@ -1,20 +1,27 @@
 """The Omni recipe (Qwen2.5-Omni): the thinker as training modeling, the speech side left out.
 
-An Omni model of transformers 5.16 is a thinker (an audio tower, a vision tower and a text decoder behind a
-conditional-generation head), a talker and a token2wav vocoder, wrapped by a top-level class whose only job is
-generation with audio output. This module keeps the thinker and builds on the VLM recipe's pieces:
+An Omni model of transformers 5.25 is a thinker, a talker and a token2wav vocoder, wrapped by a top-level class whose
+only job is generation with audio output. The thinker is built as a Qwen-VL model is: ``<Prefix>ThinkerModel``
+holds the audio tower, the vision tower and the text decoder (``self.audio_tower``, ``self.visual``,
+``self.language_model``), scatters the towers' features into the placeholders and computes the multimodal
+positions (``compute_3d_position_ids``); ``<Prefix>ThinkerForConditionalGeneration`` holds it as ``self.model``
+with the ``lm_head``. This module keeps the thinker and builds on the VLM recipe's pieces:
 
 - the text and vision guards of :func:`modelgraft.generator.recipes.vlm.vlm` (``norms``, ``mlps``, ``call_sites``,
-  the sectioned multimodal RoPE, the vision RoPE behind ``rope_vision`` in either of its forms), the fused-loss
-  head on the thinker and ``vlm_vision_dummy_forward`` on the vision tower;
+  the text RoPE, the vision RoPE behind ``rope_vision`` in either of its forms), ``vlm_vision_dummy_forward`` on the
+  vision tower;
+- ``vlm_sequence_parallel_forward`` on the thinker model's forward (audio, image and video features of this rank's
+  placeholders, dummy towers, dict masks) and the fused-loss head on the thinker (``causal_lm_loss_guard``), as the
+  VLM recipe applies them to ``<Prefix>Model`` and ``<Prefix>ForConditionalGeneration``;
 - ``omni_audio_dummy_forward`` on the audio tower: a zero loss term through it, for ranks without audio;
-- ``omni_position_id_func`` plus :func:`omni_rope_index_without_model`: upstream's ``get_rope_index`` (audio and
-  audio-in-video included) as a picklable function, also for text-only batches without an attention mask;
+- ``omni_position_id_func`` plus :func:`omni_rope_index_without_model`, on the thinker model and the thinker:
+  upstream's ``get_rope_index`` (audio and audio-in-video included) as a picklable function, also for text-only
+  batches without an attention mask;
 - ``vlm_packed_documents_guard`` on the thinker's text model, as for a VLM: packed documents kept apart on eager
   and sdpa attention;
-- ``omni_metadata_collate_func`` on the thinker: the VLM collator step precomputing the vision tower's packing
-  metadata, plus what the audio tower computes per forward from the clips and takes precomputed through the
-  thinker (``modelgraft.models.vision_metadata.omni_metadata``);
+- ``omni_metadata_collate_func`` on the thinker model and the thinker: the VLM collator step precomputing the
+  vision tower's packing metadata, plus what the audio tower computes per forward from the clips and takes
+  precomputed through the thinker (``modelgraft.models.vision_metadata.omni_metadata``);
 - ``exclude_from_output`` of the speech classes (``speech_classes``) and everything only they used; a kept member
   that names one (an ``_init_weights`` branch) must be patched by the config, or check 1 stops generation;
 - ``omni_thinker_only_model`` replaces the top-level class: the thinker alone, a load_state_dict pre-hook
@@ -35,6 +42,7 @@ from modelgraft.generator.dsl.config import PatchConfig
 from modelgraft.generator.recipes.dense import (
     _named,
     apply_call_sites,
+    apply_causal_lm,
     apply_mlps,
     apply_norms,
     apply_pretrained_model,
@@ -68,11 +76,12 @@ def omni_rope_index_without_model(
 ) -> Any:
     """``model_class.get_rope_index(*args, **kwargs)`` with ``config`` and ``attributes``, without building a model.
 
-    Upstream's ``get_rope_index`` reads ``self.config``, the ``attributes`` (an Omni thinker's
-    ``spatial_merge_size``) and helper methods that read nothing else: an instance made without ``__init__``
-    holding them is all it needs, so the position ids are upstream's own code, not a copy. The attention mask is
-    unwrapped from a dict by attention type, as the model's forward does; a missing one counts every token (for a
-    multimodal batch that is what upstream does without one; its text-only branch would fail on ``None``).
+    Upstream's ``get_rope_index`` (of the thinker model's and the thinker's common base class) reads
+    ``self.config``, the ``attributes`` (``spatial_merge_size``) and helper methods that read nothing else: an
+    instance made without ``__init__`` holding them is all it needs, so the position ids are upstream's own code,
+    not a copy. The attention mask is unwrapped from a dict by attention type, as the model's forward does; a
+    missing one counts every token (for a multimodal batch that is what upstream does without one; its text-only
+    branch would fail on ``None``).
     """
     owner = object.__new__(model_class)
     owner.__dict__["config"] = config
@@ -116,8 +125,9 @@ def omni(
     mlps: Sequence[Mlp] = (Mlp(),),
     call_sites: Sequence[CallSites] = (),
     rope: str | Rope | None = None,
-    mrope: str | None = "apply_multimodal_rotary_pos_emb",
+    mrope: str | None = None,
     causal_lm: LossHead = LossHead("{prefix}ThinkerForConditionalGeneration"),
+    model: str = "{prefix}ThinkerModel",
     text_model: str | None = "{prefix}ThinkerTextModel",
     aux_loss: str = "",
     top_level: str = "{prefix}ForConditionalGeneration",
@@ -131,11 +141,13 @@ def omni(
     The defaults are Qwen2.5-Omni's. ``speech_classes`` are excluded with whatever only they used; ``speech``
     names the top-level attributes that held them (their checkpoint keys are dropped on load); ``refused`` maps
     each top-level member that only serves audio output to what it does, for its error. ``causal_lm`` is the
-    thinker, whose ``get_rope_index`` the position-id function runs with ``rope_index_attributes``, and
-    ``text_model`` its text decoder, whose forward reads the packed ``[4, B, L]`` layout (None: no guard). ``rope`` and
-    ``mrope`` mean what they mean for :func:`modelgraft.generator.recipes.vlm.vlm` (Qwen3-Omni interleaves the
-    sections in its rotary embedding and calls a plain ``rope`` function); ``aux_loss`` names the MoE auxiliary-loss
-    function the thinker calls ("" for a dense text decoder; :func:`modelgraft.generator.recipes.omni_moe.omni_moe`).
+    thinker (the head: logits and loss), ``model`` the thinker model it holds as ``self.model`` (the towers, the
+    features' scatter and the positions), whose ``get_rope_index`` the position-id function runs with
+    ``rope_index_attributes``, and ``text_model`` its text decoder, whose forward reads the packed ``[4, B, L]``
+    layout (None: no guard). ``rope`` and ``mrope`` mean what they mean for
+    :func:`modelgraft.generator.recipes.vlm.vlm` (every Qwen-Omni thinker of transformers 5.25 sections the positions
+    in its rotary embedding and calls a plain ``rope`` function); ``aux_loss`` names the MoE auxiliary-loss function
+    the thinker calls ("" for a dense text decoder; :func:`modelgraft.generator.recipes.omni_moe.omni_moe`).
     """
     config.exclude_from_output(*(_named(cls, prefix) for cls in speech_classes))
     apply_upstream_version_check(config)
@@ -165,46 +177,41 @@ def omni(
         frames=audio.frames,
         description="a zero loss term through the audio tower, for ranks without audio",
     )
-    # The thinker's forward scatters the towers' features and is its head: one snippet does both.
-    thinker = _named(causal_lm.cls, prefix)
+    # The thinker model scatters the towers' features; the thinker is the head, as a VLM's two classes are.
+    model_cls = _named(model, prefix)
     apply_sequence_parallel_forward(
         config,
-        f"{thinker}.forward",
+        f"{model_cls}.forward",
         [
             ("self.audio_tower", "input_features"),
             ("self.visual", "pixel_values"),
             ("self.visual", "pixel_values_videos"),
         ],
-        softcap=causal_lm.softcap,
-        scale=tuple(causal_lm.scale),
-        head=causal_lm.head,
-        bias=causal_lm.bias,
-        router_logits=tuple(causal_lm.router_logits),
-        aux_loss=aux_loss,
-        forward_kwargs=True,
     )
     if text_model is not None:
         apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
+    thinker = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
     config.add_import("inspect", is_from_import=False)
     config.add_helper(
         omni_rope_index_without_model, description="upstream's get_rope_index without a model (picklable)"
     )
-    config.apply_snippet(
-        "omni_position_id_func",
-        f"{thinker}.get_position_id_func",
-        add=True,
-        helper=omni_rope_index_without_model.__name__,
-        model=thinker,
-        attributes=list(rope_index_attributes),
-        description="picklable multimodal position ids (audio included) for the data pipeline",
-    )
-    config.apply_snippet(
-        "omni_metadata_collate_func",
-        f"{thinker}.get_metadata_collate_func",
-        add=True,
-        module=config.source_module,
-        description="picklable collator step precomputing the vision and audio towers' metadata",
-    )
+    for cls in (model_cls, thinker):
+        config.apply_snippet(
+            "omni_position_id_func",
+            f"{cls}.get_position_id_func",
+            add=True,
+            helper=omni_rope_index_without_model.__name__,
+            model=model_cls,
+            attributes=list(rope_index_attributes),
+            description="picklable multimodal position ids (audio included) for the data pipeline",
+        )
+        config.apply_snippet(
+            "omni_metadata_collate_func",
+            f"{cls}.get_metadata_collate_func",
+            add=True,
+            module=config.source_module,
+            description="picklable collator step precomputing the vision and audio towers' metadata",
+        )
     _apply_thinker_only(
         config, _named(top_level, prefix), thinker=thinker, speech=speech, refused=refused, prefix=prefix
     )

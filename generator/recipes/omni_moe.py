@@ -10,10 +10,10 @@ step) and the MoE pieces the VLM + MoE recipe applies to its text decoder
 - ``<kind>_router_guard`` on the router, which keeps returning the router logits first (upstream's
   ``_can_record_outputs`` records them into the output's ``router_logits``);
 - the thinker's aux-loss call behind ``load_balancing_loss_slot`` (the Omni recipe's ``aux_loss``);
-- ``moe_parallel_plan`` on the thinker: the fused expert tensors of its text stack (``model.layers``) sharded by
-  expert.
+- ``moe_parallel_plan`` on the thinker: the fused expert tensors of its text stack (``model.language_model.layers``,
+  the text decoder inside the thinker model) sharded by expert.
 
-The output dataclass (``aux_loss``, ``router_logits`` and ``rope_deltas``) is upstream's, untouched.
+The output dataclass (``aux_loss`` and ``router_logits``) is upstream's, untouched.
 """
 
 from __future__ import annotations
@@ -47,10 +47,11 @@ def omni_moe(
     rope: str | Rope | None = None,
     mrope: str | None = None,
     causal_lm: LossHead = LossHead("{prefix}ThinkerForConditionalGeneration"),
+    model: str = "{prefix}ThinkerModel",
     text_model: str | None = "{prefix}ThinkerTextModel",
     top_level: str = "{prefix}ForConditionalGeneration",
     aux_loss: str = "load_balancing_loss_func",
-    layers: str = "model.layers",
+    layers: str = "model.language_model.layers",
     sparse_block_attr: str = "mlp",
 ) -> PatchConfig:
     """Apply the Omni snippets and the MoE snippets to ``config`` for the model whose classes start with ``prefix``.
@@ -72,6 +73,7 @@ def omni_moe(
         rope=rope,
         mrope=mrope,
         causal_lm=causal_lm,
+        model=model,
         text_model=text_model,
         top_level=top_level,
         aux_loss=aux_loss,

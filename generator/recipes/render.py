@@ -147,6 +147,8 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         lines += _vlm_lines(spec, prefix, arguments)
     if omni:
         lines.append(f"    mrope={arguments.get('mrope') or None!r},")
+        if arguments.get("model", f"{prefix}ThinkerModel") != f"{prefix}ThinkerModel":
+            lines.append(f"    model={arguments.get('model')!r},")
         if arguments.get("text_model") != f"{prefix}ThinkerTextModel":
             lines.append(f"    text_model={arguments.get('text_model')!r},")
         if arguments.get("top_level") != f"{prefix}ForConditionalGeneration":

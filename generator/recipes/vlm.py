@@ -2,7 +2,7 @@
 rotary embedding behind rope_vision, the fused-loss head of ``<Prefix>ForConditionalGeneration``, a vision
 ``dummy_forward`` and a picklable position-id function.
 
-What a Qwen-VL model of transformers 5.16 has upstream is kept: the vision tower's attention through the
+What a Qwen-VL model of the pinned transformers has upstream is kept: the vision tower's attention through the
 registered attention implementations, its patch merger, the placeholder scatter of image and video features,
 ``get_rope_index`` and the output dataclasses. The recipe adds:
 
@@ -114,17 +114,20 @@ def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | No
     """A tower's ``outputs`` with ``features`` (and the per-layer ``layers``) cut to the placeholders of ``mask``.
 
     ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, or a tuple
-    of one per image, concatenated here); the ``placeholder_features`` slot keeps those of this process's
-    positions, so upstream's statements that follow (the count check, the scatter, Qwen3-VL's deepstack merge)
+    of one per image, concatenated here into a tuple of one), and so does each of ``outputs.<layers>`` (Qwen3-VL's
+    deepstack features: one tensor, or one tuple per layer); the ``placeholder_features`` slot keeps those of this
+    process's positions, so upstream's statements that follow (the count check, the scatter, the deepstack merge)
     run unchanged on this rank's slice of the sequence.
     """
-    value = getattr(outputs, features)
-    if isinstance(value, (tuple, list)):
-        setattr(outputs, features, (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),))
-    else:
-        setattr(outputs, features, placeholder_features_slot(mask, value))
+
+    def selected(value: Any) -> Any:
+        if isinstance(value, (tuple, list)):
+            return (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),)
+        return placeholder_features_slot(mask, value)
+
+    setattr(outputs, features, selected(getattr(outputs, features)))
     if layers is not None and getattr(outputs, layers, None) is not None:
-        setattr(outputs, layers, [placeholder_features_slot(mask, layer) for layer in getattr(outputs, layers)])
+        setattr(outputs, layers, [selected(layer) for layer in getattr(outputs, layers)])
     return outputs
 
 
@@ -169,12 +172,9 @@ def apply_packed_documents(config: PatchConfig, target: str) -> None:
     )
 
 
-def apply_sequence_parallel_forward(
-    config: PatchConfig, target: str, towers: Sequence[tuple[str, str]], **head: Any
-) -> None:
+def apply_sequence_parallel_forward(config: PatchConfig, target: str, towers: Sequence[tuple[str, str]]) -> None:
     """``vlm_sequence_parallel_forward`` on ``target`` (the forward that scatters the towers' features), with its
-    helpers. ``towers``: (tower, forward parameter feeding one call of it), one per tower call; ``head``:
-    causal_lm_loss_guard's variables, where that forward is also the head (an Omni thinker)."""
+    helpers. ``towers``: (tower, forward parameter feeding one call of it), one per tower call."""
     config.add_import("typing", ["Any"])  # the helpers' annotations: never assume upstream imports it
     config.add_helper(placeholder_outputs, description="a tower's features of this rank's placeholders")
     config.add_helper(with_tower_dummies, description="zero from the towers a batch does not feed")
@@ -182,10 +182,7 @@ def apply_sequence_parallel_forward(
         "vlm_sequence_parallel_forward",
         target,
         towers=[list(pair) for pair in towers],
-        with_loss_head=bool(head),
-        **head,
-        description="sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks"
-        + ("; logits and loss behind the causal_lm_loss slot" if head else ""),
+        description="sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks",
     )
 
 
@@ -198,7 +195,7 @@ def vlm(
     mlps: Sequence[Mlp] = (Mlp(),),
     call_sites: Sequence[CallSites] = (),
     rope: str | Rope | None = None,
-    mrope: str | None = "apply_multimodal_rotary_pos_emb",
+    mrope: str | None = None,
     causal_lm: LossHead = LossHead("{prefix}ForConditionalGeneration"),
     model: str = "{prefix}Model",
     text_model: str | None = "{prefix}TextModel",
@@ -208,9 +205,11 @@ def vlm(
 ) -> PatchConfig:
     """Apply the VLM snippets to ``config`` for the model whose classes start with ``prefix``.
 
-    The defaults are Qwen2.5-VL's. ``mrope`` names the sectioned multimodal RoPE function (Qwen2-VL,
-    Qwen2.5-VL; None where the rotary embedding interleaves the sections itself and the attention calls a plain
-    ``rope`` function, Qwen3-VL). ``model`` is the class whose ``get_rope_index`` the position-id function runs;
+    The defaults are Qwen2.5-VL's, but for the text RoPE, which a config names in ``rope``. ``mrope`` names a
+    module-level sectioned multimodal RoPE function (one that takes ``mrope_section``; transformers up to 5.16 had
+    Qwen2-VL's; None where the rotary embedding sections the positions itself and the attention calls a plain
+    ``rope`` function, as every Qwen-VL model now does). ``model`` is the class whose ``get_rope_index`` the
+    position-id function runs;
     ``text_model`` the text decoder whose forward reads the packed ``[4, B, L]`` layout (None: a model without
     that layout, no guard).
     ``aux_loss`` names the module-level MoE auxiliary-loss function the head calls ("" for a dense text

@@ -164,6 +164,14 @@ class UpstreamMember:
         """The name upstream's parameters give the KV cache (one of :data:`CACHE_NAMES`), None if it takes none."""
         return next((name for name in CACHE_NAMES if name in self.params), None)
 
+    def decorator_arguments(self, name: str) -> tuple[str, ...] | None:
+        """The positional arguments, as source text, of upstream's decorator call ``@name(...)`` on this member;
+        None when upstream does not decorate it so. A guard that drops such a decorator reads what it named."""
+        for decorator in self.node.decorator_list:
+            if isinstance(decorator, ast.Call) and dotted_name(decorator.func) == name:
+                return tuple(self.index.segment(a) or ast.unparse(a) for a in decorator.args)
+        return None
+
     @property
     def header(self) -> str:
         """``def name(...) -> ...:`` exactly as upstream writes it, at column 0, without decorators."""

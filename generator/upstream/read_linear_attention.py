@@ -5,7 +5,14 @@ functions, the chunked and the recurrent form, both called by one mixer class's 
 no evidence of its own (a short-convolution mixer, lfm2's, calls one too, and so does GLM-5-Next's Kimi-delta
 attention), so the reader keys on the delta rule and the mixer that calls it, then reads around the mixer what
 the hybrid recipe's guards need: the causal conv (whole and decode step) it calls, its gated output norm and
-whether its forward hands the packed documents' ``cu_seq_lens_q`` on to the delta rule.
+whether packed documents' ``cu_seq_lens_q`` reaches the chunked delta rule and the whole-sequence conv.
+
+"Calls" reaches through module-level functions the forward calls by name, up to :data:`CALL_DEPTH` deep
+(:func:`reached_calls`). Transformers 5.16's mixers called ``causal_conv1d_fn`` / ``causal_conv1d_update``
+themselves; 5.25's call ``causal_conv1d_forward(self.conv1d, hidden_states, cache, layer_idx, activation=...,
+**kwargs)``, a module-level function (hub-kernelizable) that reads the cache's conv state and calls the two
+convs, handing ``causal_conv1d_fn`` the mixer's ``**kwargs``. The guards stay on the two convs, which every
+path still calls; the report names the functions in between (``conv_via``).
 
 Every other linear or recurrent mixer gets a kind and a reason for the refusal (:func:`mixer_kind`): a short
 convolution alone, a Mamba-style state space, lightning attention, Kimi-delta attention; no snippet covers them.
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 
 from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in
 from modelgraft.generator.upstream.structure import GatedDeltaNetInfo
@@ -24,8 +32,9 @@ _CONV_PARAMS = ("hidden_states", "weight", "bias", "activation")
 _CONV_UPDATE_PARAMS = ("hidden_states", "conv_state", "weight", "bias", "activation")
 
 #: The gated output norm's forward the rms_norm_gated slot recomputes (Qwen3-Next's and every Gated DeltaNet
-#: model's of transformers 5.16): normalise in fp32, cast back, scale, then gate with ``ACT2FN[activation]``.
-#: ``{eps}`` and ``{activation}`` are the attributes that hold them.
+#: model's of transformers 5.16 and 5.25): normalise in fp32, cast back, scale, then gate with
+#: ``ACT2FN[activation]``. ``{eps}`` and ``{activation}`` are the attributes that hold them; parameter
+#: annotations and defaults are not compared (:func:`_dump`).
 _GATED_NORM_FORWARD = """
 def forward(self, hidden_states, gate=None):
     input_dtype = hidden_states.dtype
@@ -60,12 +69,17 @@ _REFUSED_KINDS: tuple[tuple[str, re.Pattern[str], str], ...] = (
 
 
 def _dump(function: ast.FunctionDef) -> str:
-    """The function's parameters and body without its docstring, as ``ast.dump`` spells them (formatting-blind,
-    comments are not in the tree)."""
+    """The function's parameter names and body without its docstring, as ``ast.dump`` spells them: blind to
+    formatting and comments (not in the tree), and to annotations and defaults (5.25 annotates the gated norm's
+    ``forward(self, hidden_states: torch.Tensor, gate: torch.Tensor) -> torch.Tensor`` where 5.16 had
+    ``forward(self, hidden_states, gate=None)``, the same computation)."""
     body = function.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
-    return ast.dump(function.args) + ast.dump(ast.Module(body=list(body), type_ignores=[]))
+    args = function.args
+    names = [arg.arg for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    variadic = [arg.arg if arg is not None else None for arg in (args.vararg, args.kwarg)]
+    return repr((names, variadic)) + ast.dump(ast.Module(body=list(body), type_ignores=[]))
 
 
 def _delta_rules(source: ModelSource) -> tuple[str, str] | None:
@@ -79,6 +93,50 @@ def _delta_rules(source: ModelSource) -> tuple[str, str] | None:
 def _forward_calls(source: ModelSource, cls: str) -> list[ast.Call]:
     forward = source.own_method(cls, "forward")
     return calls_in(forward) if forward is not None else []
+
+
+#: How many module-level functions deep :func:`reached_calls` follows a forward: transformers 5.25 puts the convs
+#: one level down (``causal_conv1d_forward``); the bound keeps the walk near the mixer and finite.
+CALL_DEPTH = 3
+
+#: The packed documents' boundaries as transformers' attention kwargs carry them.
+_PACKED_LENGTHS = "cu_seq_lens_q"
+
+
+@dataclass(frozen=True)
+class Reached:
+    """A call a forward makes, itself or inside module-level functions it calls by name (:func:`reached_calls`)."""
+
+    call: ast.Call
+    #: The module-level functions entered on the way, outermost first (() for a call in the forward's own body).
+    via: tuple[str, ...] = ()
+    #: The calls that entered them, one per name of ``via``.
+    hops: tuple[ast.Call, ...] = ()
+
+    @property
+    def name(self) -> str | None:
+        return called_name(self.call)
+
+
+def _module_function(source: ModelSource, call: ast.Call) -> str | None:
+    """The module-level function a call names bare (``f(...)``); None for methods, attributes and imports."""
+    func = call.func
+    return func.id if isinstance(func, ast.Name) and func.id in source.functions else None
+
+
+def reached_calls(source: ModelSource, forward: ast.FunctionDef, depth: int = CALL_DEPTH) -> list[Reached]:
+    """Every call in ``forward``, then in the module-level functions it calls by name, and theirs, ``depth``
+    functions deep at most (never re-entering one on the same path): nearest first, each in source order."""
+    found: list[Reached] = []
+    todo: list[tuple[ast.FunctionDef, tuple[str, ...], tuple[ast.Call, ...]]] = [(forward, (), ())]
+    while todo:
+        function, via, hops = todo.pop(0)
+        for call in calls_in(function):
+            found.append(Reached(call, via, hops))
+            name = _module_function(source, call)
+            if name is not None and name not in via and len(via) < depth:
+                todo.append((source.functions[name], (*via, name), (*hops, call)))
+    return found
 
 
 def _params(source: ModelSource, function: str) -> tuple[str, ...]:
@@ -103,15 +161,62 @@ def _gated_norm(source: ModelSource, mixer: str) -> tuple[str, int, str, str] | 
     return None
 
 
-def _hands_on_packed_lengths(call: ast.Call) -> bool:
-    """The delta rule call passes ``cu_seqlens=kwargs.pop("cu_seq_lens_q", ...)`` (or ``.get``)."""
-    for keyword in call.keywords:
-        value = keyword.value
-        if keyword.arg == "cu_seqlens" and isinstance(value, ast.Call) and value.args:
-            first = value.args[0]
-            if isinstance(first, ast.Constant) and first.value == "cu_seq_lens_q":
-                return True
-    return False
+def _kwargs_name(function: ast.FunctionDef) -> str | None:
+    return function.args.kwarg.arg if function.args.kwarg is not None else None
+
+
+def _reads_packed_lengths(node: ast.AST, kwargs: str | None, methods: tuple[str, ...] = ("pop", "get")) -> bool:
+    """``node`` is ``<kwargs>.pop("cu_seq_lens_q", ...)`` (or ``.get``), ``kwargs`` the function's ``**`` name."""
+    if not isinstance(node, ast.Call) or not node.args or not isinstance(node.func, ast.Attribute):
+        return False
+    receiver, first = node.func.value, node.args[0]
+    return (
+        node.func.attr in methods
+        and isinstance(receiver, ast.Name)
+        and receiver.id == kwargs
+        and isinstance(first, ast.Constant)
+        and first.value == _PACKED_LENGTHS
+    )
+
+
+def _hands_on_kwargs(function: ast.FunctionDef, call: ast.Call) -> bool:
+    """``call``, in ``function``, passes the function's own ``**kwargs`` on, no ``cu_seq_lens_q`` popped from them
+    on an earlier line (source order: upstream's forwards pop it in the delta-rule calls, after the conv)."""
+    kwargs = _kwargs_name(function)
+    passes = any(
+        keyword.arg is None and isinstance(keyword.value, ast.Name) and keyword.value.id == kwargs
+        for keyword in call.keywords
+    )
+    position = (call.lineno, call.col_offset)
+    popped = any(
+        _reads_packed_lengths(other, kwargs, ("pop",))
+        for other in calls_in(function)
+        if (other.lineno, other.col_offset) < position
+    )
+    return passes and not popped
+
+
+def _chain(source: ModelSource, forward: ast.FunctionDef, reached: Reached) -> list[tuple[ast.FunctionDef, ast.Call]]:
+    """Each function on the way to ``reached.call`` with the call it makes on that way: the forward's hop first."""
+    functions = [forward, *(source.functions[name] for name in reached.via)]
+    return list(zip(functions, [*reached.hops, reached.call], strict=True))
+
+
+def _kwargs_reach(source: ModelSource, forward: ast.FunctionDef, reached: Reached) -> bool:
+    """The forward's ``**kwargs``, ``cu_seq_lens_q`` still in them, reach ``reached.call``'s ``**kwargs``."""
+    return all(_hands_on_kwargs(function, call) for function, call in _chain(source, forward, reached))
+
+
+def _hands_on_packed_lengths(source: ModelSource, forward: ast.FunctionDef, reached: Reached) -> bool:
+    """The delta rule call passes ``cu_seqlens=kwargs.pop("cu_seq_lens_q", ...)`` (or ``.get``), ``kwargs`` its
+    function's own, which the forward's reach through the functions in between (:func:`_hands_on_kwargs`)."""
+    chain = _chain(source, forward, reached)
+    function, call = chain[-1]
+    kwargs = _kwargs_name(function)
+    hands_on = any(
+        keyword.arg == "cu_seqlens" and _reads_packed_lengths(keyword.value, kwargs) for keyword in call.keywords
+    )
+    return hands_on and all(_hands_on_kwargs(outer, hop) for outer, hop in chain[:-1])
 
 
 def _layer_passes_kwargs(source: ModelSource, mixer: str) -> bool:
@@ -128,32 +233,66 @@ def _layer_passes_kwargs(source: ModelSource, mixer: str) -> bool:
     return False
 
 
+def _conv_functions(source: ModelSource, reached: list[Reached], params: tuple[str, ...]) -> list[Reached]:
+    """The reached calls of module-level functions whose parameters start with ``params``, nearest first."""
+    found = []
+    for item in reached:
+        name = _module_function(source, item.call)
+        if name is not None and _params(source, name)[: len(params)] == params:
+            found.append(item)
+    return found
+
+
 def read_gated_delta_net(source: ModelSource) -> GatedDeltaNetInfo | None:
-    """The Gated DeltaNet mixer of the module, or None when it has no class calling both gated delta rules."""
+    """The Gated DeltaNet mixer of the module, or None when it has no class reaching both gated delta rules.
+
+    The delta rules, the convs and the packed documents' kwargs are looked for in the mixer's forward and in the
+    module-level functions it calls (:func:`reached_calls`): each conv is the first of its signature reached.
+    ``packed`` is read on the whole-sequence path a packed batch takes (no cache): every call of the chunked
+    rule gets ``cu_seqlens=kwargs.pop("cu_seq_lens_q")``, and every call of the whole-sequence conv the
+    forward's ``**kwargs`` with ``cu_seq_lens_q`` still in them (the conv slot's guard reads it there). The
+    recurrent rule is not asked: 5.25's forwards call it without the boundaries, one token at a time, for the
+    states a cache keeps after the chunked part.
+    """
     rules = _delta_rules(source)
     if rules is None:
         return None
     chunk, recurrent = rules
     for mixer in source.classes:
-        calls = _forward_calls(source, mixer)
-        called = {called_name(call) for call in calls}
+        forward = source.own_method(mixer, "forward")
+        if forward is None:
+            continue
+        reached = reached_calls(source, forward)
+        called = {item.name for item in reached}
         if chunk not in called or recurrent not in called:
             continue
-        module_functions = [name for name in called if name in source.functions]
-        conv = [name for name in module_functions if _params(source, name)[:4] == _CONV_PARAMS]
-        update = [name for name in module_functions if _params(source, name)[:5] == _CONV_UPDATE_PARAMS]
+        conv = _conv_functions(source, reached, _CONV_PARAMS)
+        update = _conv_functions(source, reached, _CONV_UPDATE_PARAMS)
+        conv_name = _module_function(source, conv[0].call) if conv else None
         norm = _gated_norm(source, mixer)
-        packed = all(_hands_on_packed_lengths(call) for call in calls if called_name(call) in rules)
+        chunk_calls = [item for item in reached if item.name == chunk]
+        conv_calls = [item for item in conv if _module_function(source, item.call) == conv_name]
+        packed = (
+            conv_name is not None
+            and _kwargs_name(source.functions[conv_name]) is not None
+            and all(_kwargs_reach(source, forward, item) for item in conv_calls)
+            and all(_hands_on_packed_lengths(source, forward, item) for item in chunk_calls)
+        )
         reasons = []
         if not conv or not update:
-            reasons.append("calls no causal conv1d of the slots' signature (hidden_states, [conv_state,] weight, ...)")
+            reasons.append(
+                "calls no causal conv1d of the slots' signature (hidden_states, [conv_state,] weight, ...), "
+                f"itself or through the module-level functions it calls ({CALL_DEPTH} deep)"
+            )
         return GatedDeltaNetInfo(
             mixer=mixer,
             line=source.classes[mixer].lineno,
             chunk=chunk,
             recurrent=recurrent,
-            conv=conv[0] if conv else None,
-            conv_update=update[0] if update else None,
+            conv=conv_name,
+            conv_update=_module_function(source, update[0].call) if update else None,
+            conv_via=conv[0].via if conv else (),
+            conv_update_via=update[0].via if update else (),
             norm=norm[0] if norm else None,
             norm_line=norm[1] if norm else 0,
             norm_eps_attr=norm[2] if norm else None,

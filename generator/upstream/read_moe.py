@@ -111,7 +111,7 @@ _TOPK_SOFTMAX_ROUTER_ROLES = {"weight": "w", "bias": "b", "top_k": "k"}
 _EXPERTS_GATE_UP = """
 P_out = torch.zeros_like(P_x)
 with torch.no_grad():
-    P_mask = torch.nn.functional.one_hot(P_idx, num_classes=self.P_ne)
+    P_mask = torch.nn.functional.one_hot(P_idx, num_classes=self.P_ne + 1)
     P_mask = P_mask.permute(2, 1, 0)
     P_hit = torch.greater(P_mask.sum(dim=(-1, -2)), 0).nonzero()
 for P_e in P_hit:
@@ -196,7 +196,11 @@ def _experts_attr(source: ModelSource, cls: str) -> str | None:
     return None
 
 
-def read_moe(source: ModelSource, decoder_layer: str | None) -> MoeInfo | None:
+def read_moe(
+    source: ModelSource, decoder_layer: str | None, config_defaults: dict[str, str] | None = None
+) -> MoeInfo | None:
+    """The MoE structure; ``config_defaults`` (the config class's fields, as source text) give the values of
+    settings the experts read from their config (gpt_oss's clamp limit and alpha)."""
     holders = experts_holders(source)
     if not holders:
         return None
@@ -205,7 +209,7 @@ def read_moe(source: ModelSource, decoder_layer: str | None) -> MoeInfo | None:
     experts_attr = _experts_attr(source, block) or "experts"
     experts_cls = _first(source.instantiated_classes(block, experts_attr))
     router_attr, router_cls = _router(source, block)
-    experts = _experts(source, block, experts_cls) if experts_cls else None
+    experts = _experts(source, block, experts_cls, config_defaults or {}) if experts_cls else None
     router = _router_info(source, block, router_attr, router_cls)
     shared = _shared(source, block)
     settings = [c for c in (router_cls, experts_cls, block) if c]
@@ -367,7 +371,7 @@ def _router_features(func: ast.FunctionDef) -> str:
     return "not a known router shape (" + shape + (f"; uses {', '.join(extras)}" if extras else "") + ")"
 
 
-def _experts(source: ModelSource, block: str, cls: str) -> ExpertsInfo:
+def _experts(source: ModelSource, block: str, cls: str, config_defaults: dict[str, str]) -> ExpertsInfo:
     line = source.classes[cls].lineno
     assigns = source.init_assigns(cls)
     has_bias = any(a.endswith("_bias") and "proj" in a for a in assigns)
@@ -385,7 +389,7 @@ def _experts(source: ModelSource, block: str, cls: str) -> ExpertsInfo:
     text = "\n".join(ast.unparse(n) for n in (forward, source.own_method(cls, "_apply_gate")) if n is not None)
     custom = "_apply_gate" in text or "self.act_fn" not in text
     if "::2]" in text and "1::2]" in text:
-        recognised = _clamped_swiglu_experts(source, cls, forward, doubled)
+        recognised = _clamped_swiglu_experts(source, cls, forward, doubled, config_defaults)
         if recognised is not None:
             return ExpertsInfo(cls, line, "interleaved", has_bias=has_bias, custom_activation=True, **recognised)
         return ExpertsInfo(
@@ -426,12 +430,17 @@ def _experts(source: ModelSource, block: str, cls: str) -> ExpertsInfo:
 
 
 def _clamped_swiglu_experts(
-    source: ModelSource, cls: str, forward: ast.FunctionDef | None, doubled: list[int]
+    source: ModelSource,
+    cls: str,
+    forward: ast.FunctionDef | None,
+    doubled: list[int],
+    config_defaults: dict[str, str],
 ) -> dict[str, object] | None:
     """gpt_oss's experts, recognised exactly: transposed weights, both biases, the clamped SwiGLU unit.
 
-    Returns the ExpertsInfo fields naming the biases and the clamp limit and alpha (attributes and the
-    constants ``__init__`` assigns them), or None when any piece has another shape.
+    Returns the ExpertsInfo fields naming the biases and the clamp limit and alpha (attributes, and what
+    ``__init__`` assigns them: a number, or a config field with its default), or None when any piece has
+    another shape. The slot reads the attributes at run time, so either source gives upstream's values.
     """
     if forward is None or doubled != [2]:
         return None
@@ -443,23 +452,41 @@ def _clamped_swiglu_experts(
     if bound is None or bound["gu"] != unit.args.args[1].arg:
         return None
     assigns = source.init_assigns(cls)
-    constants = {}
+    settings: dict[str, tuple[float | None, str]] = {}
     for role in ("limit", "alpha"):
         values = assigns.get(attr_binding(bound, role) or "", [])
-        if len(values) != 1 or not isinstance(values[0], ast.Constant) or type(values[0].value) not in (int, float):
+        setting = _numeric_setting(values[0], config_defaults) if len(values) == 1 else None
+        if setting is None:
             return None
-        constants[role] = float(values[0].value)
+        settings[role] = setting
     return {
         "transposed": True,
         "gate_up_bias": attr_binding(loop, "gub"),
         "down_bias": attr_binding(loop, "db"),
         "gated_unit": "clamped_swiglu",
         "limit_attr": attr_binding(bound, "limit"),
-        "limit": constants["limit"],
+        "limit": settings["limit"][0],
+        "limit_config": settings["limit"][1],
         "alpha_attr": attr_binding(bound, "alpha"),
-        "alpha": constants["alpha"],
+        "alpha": settings["alpha"][0],
+        "alpha_config": settings["alpha"][1],
         "reason": "gate/up columns alternate; gate_up_proj is [E, H, 2I] (transposed); biases; clamped SwiGLU",
     }
+
+
+def _numeric_setting(value: ast.expr, config_defaults: dict[str, str]) -> tuple[float | None, str] | None:
+    """(value, config field) of a setting ``__init__`` assigns: ``1.7`` gives (1.7, ""), ``config.x`` gives
+    (x's default when it is a number, else None; "x"); anything else None."""
+    if isinstance(value, ast.Constant) and type(value.value) in (int, float):
+        return float(value.value), ""
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "config":
+        try:
+            default = ast.literal_eval(config_defaults.get(value.attr, ""))
+        except (ValueError, SyntaxError):
+            default = None
+        number = float(default) if type(default) in (int, float) else None
+        return number, value.attr
+    return None
 
 
 def _param_shape(value: ast.expr) -> list[ast.expr] | None:

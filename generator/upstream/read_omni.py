@@ -1,16 +1,17 @@
 """Read an Omni model's thinker and speech side from its pinned source: what the omni recipe keeps and drops.
 
 A Qwen-Omni-like model (docs/scaffolding.md, "Omni scaffolds") is a top-level ``*ForConditionalGeneration``
-that holds a thinker (the audio and vision towers and the text decoder behind a conditional-generation head)
-and a speech side (a talker, and token2wav or code2wav), each as an attribute built in its ``__init__``. The
-omni recipe keeps the thinker and excludes the speech side: the classes only the speech attributes reach are
-the recipe's ``speech_classes``, the attributes its state-dict hook drops (``talker.*``, ``token2wav.*``). Both
-are read here from the class tree, with ``ast`` (nothing is imported); a model without that shape gets one
-line per difference, for the scaffold's refusal.
+that holds a thinker and a speech side (a talker, and token2wav or code2wav), each as an attribute built in its
+``__init__``. The thinker is a conditional-generation head over a thinker model (``self.model``; transformers 5.16's
+thinker held its parts itself) that holds the audio and vision towers and the text decoder, as a Qwen-VL head holds
+its ``<Prefix>Model``. The omni recipe keeps the thinker and excludes the speech side: the classes only the speech
+attributes reach are the recipe's ``speech_classes``, the attributes its state-dict hook drops (``talker.*``,
+``token2wav.*``). Both are read here from the class tree, with ``ast`` (nothing is imported); a model without that
+shape gets one line per difference, for the scaffold's refusal.
 
-For the scaffold's recipe call (docs/scaffolding.md, "Omni scaffolds") the thinker's own parts are read too: the
-towers and text decoder it builds, the audio tower's first convolution, the text attention's rotary function,
-the top-level members that only serve audio output, the package's processors, and the base class's
+For the scaffold's recipe call (docs/scaffolding.md, "Omni scaffolds") the thinker's own parts are read too: its
+thinker model and the towers and text decoder that builds, the audio tower's first convolution, the text attention's
+rotary function, the top-level members that only serve audio output, the package's processors, and the base class's
 ``_init_weights`` with the branches that name a speech class taken out (a kept method naming an excluded class
 would stop generation). For a MoE thinker (Qwen3-Omni-MoE) also: the ``PreTrainedModel`` classes of the module
 other than the base class (its thinker text model's base, which only the talker derives from), experts whose
@@ -33,8 +34,10 @@ __all__ = ["InitWeights", "OmniInfo", "read_omni"]
 #: The attribute the top-level class holds its thinker under, and the words a speech attribute's name holds.
 THINKER_ATTR = "thinker"
 SPEECH_WORDS = ("talker", "token2wav", "code2wav", "vocoder")
-#: The thinker's attributes holding its audio tower, its vision tower and its text decoder.
-AUDIO_ATTR, VISION_ATTR, TEXT_ATTR = "audio_tower", "visual", "model"
+#: The thinker's attribute holding its thinker model, and the thinker model's attributes holding its audio tower,
+#: its vision tower and its text decoder.
+MODEL_ATTR = "model"
+AUDIO_ATTR, VISION_ATTR, TEXT_ATTR = "audio_tower", "visual", "language_model"
 #: Top-level members that only serve audio output (Qwen-Omni's), each with what it does, for its error.
 AUDIO_OUTPUT_MEMBERS = {"generate": "generation", "enable_talker": "audio output", "load_speakers": "speaker loading"}
 
@@ -70,7 +73,9 @@ class OmniInfo:
     differences: tuple[str, ...] = ()
     #: The top-level class's config class (``config: Qwen2_5OmniConfig`` or ``config_class = ...``).
     top_level_config: str | None = None
-    #: The thinker's towers and text decoder (``self.audio_tower``, ``self.visual``, ``self.model``).
+    #: The thinker model the thinker holds as ``self.model`` ("Qwen2_5OmniThinkerModel"), and the towers and text
+    #: decoder it holds (``self.audio_tower``, ``self.visual``, ``self.language_model``).
+    thinker_model: str | None = None
     audio: str | None = None
     vision: str | None = None
     text_model: str | None = None
@@ -126,7 +131,8 @@ def read_omni(source: ModelSource) -> OmniInfo:
         for cls in source.classes
         if cls not in kept and cls not in speech_classes and set(source.base_names(cls)) & set(speech_classes)
     ]
-    parts = _built(source, thinker) if thinker else {}
+    model = _built(source, thinker).get(MODEL_ATTR, [None])[0] if thinker else None
+    parts = _built(source, model) if model else {}
     audio, vision, text = (parts.get(attr, [None])[0] for attr in (AUDIO_ATTR, VISION_ATTR, TEXT_ATTR))
     rope = _rope_called(source, text, vision)
     methods = {node.name for node in ast.walk(source.classes[top]) if isinstance(node, ast.FunctionDef)}
@@ -137,6 +143,7 @@ def read_omni(source: ModelSource) -> OmniInfo:
         speech_classes=tuple(speech_classes),
         differences=tuple(differences),
         top_level_config=_config_class(source.classes[top]),
+        thinker_model=model,
         audio=audio,
         vision=vision,
         text_model=text,

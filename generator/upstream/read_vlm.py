@@ -1,11 +1,12 @@
 """Read a vision-language model's towers, mergers, position-id and placeholder methods from its pinned source.
 
 The vlm recipe swaps parts of a Qwen-VL-like model (its towers, its ``get_rope_index``, its placeholder
-masks); what it needs is read here, from the modeling module, the configuration module's ``sub_configs``
-and the package's processing modules, all by path with ``ast`` (nothing is imported). The text RoPE of a
-VLM is the function its text attention calls, which is not always ``apply_rotary_pos_emb``: qwen2_vl and
-qwen2_5_vl apply ``apply_multimodal_rotary_pos_emb`` and keep ``apply_rotary_pos_emb_vision`` for the
-tower, so both are read from their call sites.
+masks); what it needs is read here, from the modeling module, the configuration module's sub-config
+table (``sub_configs_defaults`` or ``sub_configs``) and the package's processing modules, all by path with
+``ast`` (nothing is imported). The text RoPE of a VLM is the function its text attention calls, which is
+not always ``apply_rotary_pos_emb``: a model may apply its own multimodal function (older Qwen2-VL-family
+sources called ``apply_multimodal_rotary_pos_emb``) and keeps another (``apply_rotary_pos_emb_vision``) for
+the tower, so both are read from their call sites.
 """
 
 from __future__ import annotations
@@ -294,8 +295,14 @@ def _is_auto_from_config(call: ast.Call) -> bool:
     )
 
 
+#: Class attributes of a composite config that map each sub-config attribute to its config: ``sub_configs``
+#: (a class each), and ``sub_configs_defaults``, which supersedes it (a class or a ``SubConfigSpec(...)`` each).
+_SUB_CONFIG_TABLES = ("sub_configs_defaults", "sub_configs")
+
+
 def read_sub_configs(source: ModelSource) -> dict[str, str]:
-    """``sub_configs`` of the package's configuration module (its first class declaring one): attr -> class."""
+    """The sub-config table of the package's configuration module (its first class declaring one): attr ->
+    class (``AutoConfig`` where the checkpoint's model_type picks it)."""
     module = f"transformers.models.{source.model}.configuration_{source.model}"
     try:
         index = source.sources.get(module)
@@ -305,17 +312,37 @@ def read_sub_configs(source: ModelSource) -> dict[str, str]:
         if not isinstance(node, ast.ClassDef):
             continue
         for stmt in node.body:
-            if (
-                isinstance(stmt, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == "sub_configs" for t in stmt.targets)
-                and isinstance(stmt.value, ast.Dict)
+            target, value = (
+                (stmt.targets, stmt.value)
+                if isinstance(stmt, ast.Assign)
+                else ([stmt.target], stmt.value)
+                if isinstance(stmt, ast.AnnAssign)
+                else ([], None)
+            )
+            if isinstance(value, ast.Dict) and any(
+                isinstance(t, ast.Name) and t.id in _SUB_CONFIG_TABLES for t in target
             ):
                 return {
-                    k.value: dotted(v)
-                    for k, v in zip(stmt.value.keys, stmt.value.values, strict=True)
-                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                    k.value: config_class
+                    for k, v in zip(value.keys, value.values, strict=True)
+                    if isinstance(k, ast.Constant)
+                    and isinstance(k.value, str)
+                    and (config_class := _sub_config_class(v)) is not None
                 }
     return {}
+
+
+def _sub_config_class(value: ast.expr) -> str | None:
+    """``X`` for ``X``, and for a spec call ``Spec(config_class=X, ...)`` or ``Spec(X, ...)``."""
+    if isinstance(value, (ast.Name, ast.Attribute)):
+        return dotted(value)
+    if isinstance(value, ast.Call):
+        for kw in value.keywords:
+            if kw.arg == "config_class":
+                return _sub_config_class(kw.value)
+        if value.args:
+            return _sub_config_class(value.args[0])
+    return None
 
 
 def _class_for_config(source: ModelSource, config_class: str | None) -> str | None:

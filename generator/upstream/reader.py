@@ -85,7 +85,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
 
     causal_lm = read_causal_lm(source, lm_class) if lm_class else None
     seq_cls = heads.get("sequence_classification")
-    moe = read_moe(source, decoder_layer) if holders else None
+    moe = read_moe(source, decoder_layer, config.defaults) if holders else None
     decoder_mlp = _decoder_mlp(source, decoder_layer, holders)
     extra = tuple(
         c

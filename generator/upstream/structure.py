@@ -181,11 +181,15 @@ class ExpertsInfo:
     #: A gated unit other than ``ACT(gate) * up`` that the reader recognised exactly ("" for none):
     #: "clamped_swiglu" is gpt_oss's ``(up.clamp(-l, l) + 1) * g * sigmoid(alpha * g)``, ``g = gate.clamp(max=l)``.
     gated_unit: str = ""
-    #: The experts' attributes holding the clamp limit and alpha, and the constants upstream assigns them.
+    #: The experts' attributes holding the clamp limit and alpha, and their values: the constants upstream
+    #: assigns them, or the defaults of the config fields they are read from (None when not a number).
     limit_attr: str = ""
     limit: float | None = None
     alpha_attr: str = ""
     alpha: float | None = None
+    #: The config fields ``__init__`` reads the limit and alpha from ("" when it assigns a constant).
+    limit_config: str = ""
+    alpha_config: str = ""
 
 
 @dataclass(frozen=True)
@@ -235,14 +239,21 @@ class GatedDeltaNetInfo:
     #: The whole-sequence and decode-step causal conv the mixer calls (None: none of the slots' signature).
     conv: str | None = None
     conv_update: str | None = None
+    #: The module-level functions through which the mixer's forward reaches each conv, outermost first: () when
+    #: the forward calls it itself (transformers 5.16), ("causal_conv1d_forward",) in 5.25, whose body reads
+    #: the cache's conv state and calls both convs. The guards stay on ``conv`` and ``conv_update``.
+    conv_via: tuple[str, ...] = ()
+    conv_update_via: tuple[str, ...] = ()
     #: The gated output norm, when its forward is the formulation rms_norm_gated recomputes (else None), with
     #: the attribute holding eps and the expression naming the gate's activation.
     norm: str | None = None
     norm_line: int = 0
     norm_eps_attr: str | None = None
     norm_activation: str | None = None
-    #: The mixer hands ``cu_seq_lens_q`` of packed documents on to the delta rule, and its decoder layer hands
-    #: the mixer its ``**kwargs``: a kernel that honours the boundaries keeps the documents apart.
+    #: The whole-sequence path honours packed documents: the mixer hands ``cu_seq_lens_q`` on to every call of
+    #: the chunked delta rule (as ``cu_seqlens``) and its ``**kwargs``, still holding it, to the whole-sequence
+    #: conv (through ``conv_via``), and its decoder layer hands the mixer its ``**kwargs``: kernels that honour
+    #: the boundaries keep the documents apart.
     packed: bool = False
     #: Why a piece cannot be guarded ("" when all can).
     reason: str = ""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from modelgraft.generator.upstream.vlm_structure import VlmInfo
 
-#: ``get_rope_index``'s named inputs in transformers 5.16.1's Qwen-VL models (``mm_token_type_ids`` required).
+#: ``get_rope_index``'s named inputs in the pinned transformers' Qwen-VL models (``mm_token_type_ids`` required).
 #: Further optional inputs fit (qwen2_5_vl's ``second_per_grid_ts``): the position-id function passes the
 #: processor's outputs through by name.
 ROPE_INDEX_PARAMS = ("input_ids", "mm_token_type_ids", "image_grid_thw", "video_grid_thw", "attention_mask")

@@ -5,7 +5,7 @@ no ``model.`` prefix: ``embed.weight``, ``head.weight``, ``layers.<l>.attn.wq_a.
 ``layers.<l>.attn.compressor.wkv.weight``, ``layers.<l>.attn.indexer.compressor.ape``,
 ``layers.<l>.ffn.gate.bias``, ``layers.<l>.hc_attn_fn``, ``hc_head_fn``, ..., and one linear per routed
 expert: ``layers.<l>.ffn.experts.<e>.{w1,w3,w2}.weight`` (gate ``[I, H]``, up ``[I, H]``, down ``[H, I]``).
-The modeling of transformers 5.16 names them ``model.layers.<l>.self_attn.q_a_proj.weight``, ... and holds
+The pinned transformers' modeling names them ``model.layers.<l>.self_attn.q_a_proj.weight``, ... and holds
 the experts fused: ``experts.gate_up_proj [E, 2I, H]`` (gate rows first) and ``experts.down_proj [E, H, I]``.
 transformers converts on load with the "deepseek_v4" entry of ``conversion_mapping.py``; the renames
 below are the same facts, and the fusing is :class:`~models.converters.moe.FusedExpertsConverter` with

@@ -6,7 +6,7 @@ docs/adding-a-model.md. The ``moe_text`` recipe guards what V4 shares with the o
 own structures get snippets of their own. Every guard keeps upstream's statements as the eager path.
 
 Guarded (slot):
-- ``DeepseekV4RMSNorm`` (rms_norm, llama's formulation) and ``DeepseekV4UnweightedRMSNorm`` (rms_norm,
+- ``DeepseekV4RMSNorm`` (rms_norm, scaled in fp32, then cast) and ``DeepseekV4UnweightedRMSNorm`` (rms_norm,
   unweighted);
 - the routed experts of ``DeepseekV4SparseMoeBlock`` (moe_experts, with the clamp of V4's SwiGLU as the
   slot's ``limit``), their activation's name recorded by ``activation_name_init`` because
@@ -48,8 +48,10 @@ moe_text(
     config,
     prefix="DeepseekV4",
     norms=[
-        Norm("DeepseekV4RMSNorm", formulation="rms_weight", eps="variance_epsilon", weight="weight"),
-        Norm("DeepseekV4UnweightedRMSNorm", formulation="rms_unweighted_cast_scale", eps="eps", weight=""),
+        Norm("DeepseekV4RMSNorm", formulation="rms_weight_cast_last", eps="variance_epsilon", weight="weight"),
+        Norm(
+            "DeepseekV4UnweightedRMSNorm", formulation="rms_unweighted_cast_scale", eps="variance_epsilon", weight=""
+        ),
     ],
     mlps=[],
     rope=None,

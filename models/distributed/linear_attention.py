@@ -31,8 +31,9 @@ Boundaries one rank cannot use are refused on every rank before any exchange
 
 Limits, refused with ``NotImplementedError``: a cache (``use_cache=True``: the conv and recurrent states a
 slice would leave are not one process's), hence the decode-step slots, which only a cache reaches. The value
-head count must divide by ``sp`` (``ParallelConfigError``). q and k reach the slot already repeated to the
-value heads (upstream repeats them before the call), so grouped heads are exchanged repeated.
+head count must divide by ``sp`` (``ParallelConfigError``). q and k reach the slot with the key heads (upstream's
+grouped value attention: its function repeats them to the value heads); they are repeated before the exchange,
+so grouped heads are exchanged repeated and any key head count works.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from modelgraft.models.distributed.guard import fail_together
 from modelgraft.models.distributed.mesh import ParallelConfigError
 from modelgraft.models.distributed.ulysses import heads_to_sequence, sequence_to_heads
 from modelgraft.models.ops.kernels import EAGER, eager, kernel_names, load_kernel
+from modelgraft.models.ops.kernels.linear_attention_reference import grouped_query_key
 
 __all__ = ["FAMILY", "causal_conv1d", "chunk_gated_delta_rule", "inner_kernels"]
 
@@ -176,6 +178,7 @@ def chunk_gated_delta_rule(
             f"sequence-parallel linear attention needs the value head count ({heads}) to divide by sp={sp}"
         )
     bounds = _checked_bounds(cu_seqlens, query.shape[0], query.shape[1] * sp, group)
+    query, key = grouped_query_key(query, key, value)  # one q/k head per value head, so all five split alike
     q, k, v, decay, b = _to_heads([query, key, value, g.unsqueeze(-1), beta.unsqueeze(-1)], group)
     whole = None if bounds is None else torch.tensor(bounds, dtype=cu_seqlens.dtype, device=cu_seqlens.device)
     out, _ = rule(

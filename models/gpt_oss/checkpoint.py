@@ -1,6 +1,6 @@
 """GptOss checkpoints: the bf16 hub layout is the modeling layout; this converter checks it and refuses MXFP4.
 
-transformers 5.16 has no ``conversion_mapping.py`` entry for gpt_oss: its unquantized checkpoints store the
+The pinned transformers has no ``conversion_mapping.py`` entry for gpt_oss: its unquantized checkpoints store the
 experts exactly as ``GptOssExperts`` holds them, per layer ``mlp.experts.gate_up_proj [E, H, 2I]`` (gate
 and up in alternating columns), ``gate_up_proj_bias [E, 2I]``, ``down_proj [E, I, H]`` and
 ``down_proj_bias [E, H]`` (I = ``intermediate_size``). So the expert tensors pass through unchanged; what

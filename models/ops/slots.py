@@ -229,14 +229,17 @@ causal_conv1d_update_slot = _define("causal_conv1d_update")
 # chunk_gated_delta_rule_slot(query, key, value, g, beta, *, chunk_size=64, initial_state=None,
 #                             output_final_state=False, use_qk_l2norm_in_kernel=False, cu_seqlens=None)
 #     -> (out [B, T, H, V] in the query's dtype, final state [B, H, K, V] fp32 or None): the gated delta rule over
-#     q, k [B, T, H, K], v [B, T, H, V], g (log decay) and beta [B, T, H], in fp32, queries scaled by K ** -0.5,
-#     q and k first L2-normalised (eps 1e-6) when use_qk_l2norm_in_kernel. cu_seqlens as for causal_conv1d
-#     (upstream's torch path ignores it; the chunked_delta kernel runs each document from its own state, the
-#     initial states then [N, H, K, V]).
+#     q, k [B, T, Hk, K], v [B, T, H, V], g (log decay) and beta [B, T, H]. Grouped value attention: H is a
+#     multiple of Hk and each q/k head serves H / Hk consecutive value heads (the kernel repeats q and k with
+#     repeat_interleave on the head axis, as upstream's function does since its mixer stopped repeating them).
+#     All in fp32: inputs cast first, then q and k L2-normalised (eps 1e-6) when use_qk_l2norm_in_kernel, then
+#     queries scaled by K ** -0.5. cu_seqlens as for causal_conv1d (upstream's torch path ignores it; the
+#     chunked_delta kernel runs each document from its own state, the initial states then [N, H, K, V]).
 chunk_gated_delta_rule_slot = _define("chunk_gated_delta_rule")
 # recurrent_gated_delta_rule_slot(query, key, value, g, beta, *, initial_state, output_final_state,
 #                                 use_qk_l2norm_in_kernel=False, cu_seqlens=None) -> (out, final state or None):
-#     the same recurrence token by token (upstream calls it for one-token cached decode steps).
+#     the same recurrence token by token, on the same shapes and grouping (upstream calls it for one-token cached
+#     decode steps, and for the last tokens of a call whose intermediate states a cache recording its past keeps).
 recurrent_gated_delta_rule_slot = _define("recurrent_gated_delta_rule")
 
 #: Every slot by name, in definition order.

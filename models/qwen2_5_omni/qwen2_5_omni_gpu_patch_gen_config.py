@@ -1,17 +1,18 @@
 """Qwen2.5-Omni (Omni, thinker only), GPU backend: the omni recipe's guards on the thinker, the speech side left out.
 
-Kept: the thinker (audio tower, vision tower, text decoder, conditional-generation head) and the top-level class,
-which builds the thinker alone. Excluded: the talker, the token2wav DiT and BigVGAN vocoder, and everything only they
-used (their output dataclass, layers, RoPE, filters), and the vocoder's deprecated aliases (Activation1d,
-UpSample1d, DownSample1d, SnakeBeta, AMPBlock), which nothing uses. The base class's _init_weights loses its two branches for the
-vocoder's resampling filters (a one-off patch: no other model has them); the top-level class refuses generation
-and audio output, and drops the speech side's keys from a checkpoint of the whole model.
+Kept: the thinker (the conditional-generation head over the thinker model, which holds the audio tower, the vision
+tower and the text decoder) and the top-level class, which builds the thinker alone. Excluded: the talker, the
+token2wav DiT and BigVGAN vocoder, and everything only they used (their output dataclass, layers, RoPE, filters), and
+the vocoder's deprecated aliases (Activation1d, UpSample1d, DownSample1d, SnakeBeta, AMPBlock), which nothing uses.
+The base class's _init_weights loses its two branches for the vocoder's resampling filters (a one-off patch: no
+other model has them); the top-level class refuses generation and audio output, and drops the speech side's keys
+from a checkpoint of the whole model.
 
 Guarded: the RMSNorm class (text decoder, vision blocks, patch merger), the text MLP (Qwen2MLP) and the vision
 blocks' gated MLP (Qwen2_5OmniMLP), neither of which keeps a config (activation names recorded in __init__), the
-audio layers' two LayerNorm calls and activation call, the audio tower's final LayerNorm call, the sectioned multimodal RoPE, the vision RoPE in its
-(tensor, freqs) form, and the thinker's logits and loss. Added: dummy_forward on both towers and the picklable
-position-id function.
+audio layers' two LayerNorm calls and activation call, the audio tower's final LayerNorm call, the text RoPE (sectioned
+by the rotary embedding), the vision RoPE, and the thinker's logits and loss. Added: dummy_forward on both towers, the
+sequence-parallel forward of the thinker model, and the picklable position-id function and collator step.
 
 Left as upstream's on purpose (KEPT_UPSTREAM_MODULES): torch's own layers (the audio convolutions, average pool
 and LayerNorms whose calls are guarded, the audio tower's final one included, the patch embedding's Conv3d, the
@@ -22,17 +23,13 @@ guarded MLPs and audio layers hold.
 from typing import TYPE_CHECKING
 
 from modelgraft.generator import PatchConfig
-from modelgraft.generator.recipes import AudioTower, CallSites, LossHead, Mlp, Norm, VisionTower, omni
+from modelgraft.generator.recipes import AudioTower, CallSites, LossHead, Mlp, Norm, Rope, VisionTower, omni
 
 # Names the patch bodies use, for readers and linters only: a patch body runs in the generated module,
 # which has its own imports, and configs never import torch or transformers.
 if TYPE_CHECKING:
-    import torch
     from transformers import initialization as init
-    from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import (
-        Qwen2_5_VisionRotaryEmbedding,
-        SinusoidsPositionEmbedding,
-    )
+    from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import SinusoidsPositionEmbedding
 
 config = PatchConfig(
     source_module="transformers.models.qwen2_5_omni.modeling_qwen2_5_omni",
@@ -72,6 +69,7 @@ omni(
         ),
         CallSites("Qwen2_5OmniAudioEncoder", layer_norms=("ln_post",)),
     ],
+    rope=Rope("apply_rotary_pos_emb", formulation="rotate_half"),
     causal_lm=LossHead("Qwen2_5OmniThinkerForConditionalGeneration"),
 )
 
@@ -85,9 +83,6 @@ def qwen2_5_omni_init_weights(self, module):
     if isinstance(module, SinusoidsPositionEmbedding):
         position_embeddings = module.compute_default_singular_positional_embedding()
         init.copy_(module.positional_embedding, position_embeddings)
-    elif isinstance(module, Qwen2_5_VisionRotaryEmbedding):
-        inv_freq = 1.0 / (module.theta ** (torch.arange(0, module.dim, 2, dtype=torch.float) / module.dim))
-        init.copy_(module.inv_freq, inv_freq)
 
 
 #: Modules of a built model that are not classes of the generated file, each left as upstream has it on

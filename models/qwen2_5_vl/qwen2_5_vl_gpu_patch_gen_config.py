@@ -2,7 +2,7 @@
 
 Guarded: both norms' class (Qwen2_5_VLRMSNorm, in the decoder and in the vision blocks and merger), the decoder's
 MLP (Qwen2MLP) and the vision blocks' gated MLP (Qwen2_5_VLMLP, which keeps no config: its activation name is
-recorded in __init__), the sectioned multimodal RoPE, the vision RoPE, and the conditional-generation head's
+recorded in __init__), the text RoPE (the rotary embedding sections it by modality), the vision RoPE, and the conditional-generation head's
 logits and loss. Added: the vision tower's dummy_forward and the picklable position-id function.
 
 Left as upstream's on purpose (KEPT_UPSTREAM_MODULES): torch's own layers (the patch embedding's Conv3d, the
@@ -11,7 +11,7 @@ MLPs hold, which the glu_activation guard bypasses when a kernel is bound.
 """
 
 from modelgraft.generator import PatchConfig
-from modelgraft.generator.recipes import LossHead, Mlp, Norm, VisionTower, vlm
+from modelgraft.generator.recipes import LossHead, Mlp, Norm, Rope, VisionTower, vlm
 
 config = PatchConfig(
     source_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
@@ -27,7 +27,7 @@ vlm(
         Mlp("Qwen2MLP", kind="gated", activation="self.config.hidden_act"),
         Mlp("Qwen2_5_VLMLP", kind="gated", activation="self.activation_name", init_activation="hidden_act"),
     ],
-    mrope="apply_multimodal_rotary_pos_emb",
+    rope=Rope("apply_rotary_pos_emb", formulation="rotate_half"),
     causal_lm=LossHead("Qwen2_5_VLForConditionalGeneration"),
 )
 

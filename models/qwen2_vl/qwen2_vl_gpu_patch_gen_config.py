@@ -1,6 +1,6 @@
 """Qwen2-VL (VLM), GPU backend: the vlm recipe's guards on the text decoder and the vision tower.
 
-Shared with Qwen2.5-VL through the recipe: the text RMSNorm and MLP, the sectioned multimodal RoPE, the vision
+Shared with Qwen2.5-VL through the recipe: the text RMSNorm and MLP, the text RoPE (the rotary embedding sections it by modality), the vision
 RoPE, the conditional-generation head, dummy_forward and the position-id function. Qwen2-VL's own vision tower
 has LayerNorms and a plain MLP instead: the vision blocks' and the patch merger's LayerNorm calls go behind the
 layer_norm slot, the vision MLP's activation (quick_gelu) behind the activation slot, its name recorded in
@@ -14,7 +14,7 @@ nn.GELU, containers) and the activation modules the guarded MLPs hold.
 from __future__ import annotations
 
 from modelgraft.generator import PatchConfig
-from modelgraft.generator.recipes import CallSites, LossHead, Mlp, Norm, VisionTower, vlm
+from modelgraft.generator.recipes import CallSites, LossHead, Mlp, Norm, Rope, VisionTower, vlm
 
 config = PatchConfig(
     source_module="transformers.models.qwen2_vl.modeling_qwen2_vl",
@@ -34,7 +34,7 @@ vlm(
         CallSites("Qwen2VLVisionBlock", layer_norms=("norm1", "norm2")),
         CallSites("PatchMerger", layer_norms=("ln_q",)),
     ],
-    mrope="apply_multimodal_rotary_pos_emb",
+    rope=Rope("apply_rotary_pos_emb", formulation="rotate_half"),
     causal_lm=LossHead("Qwen2VLForConditionalGeneration"),
 )
 

@@ -1,23 +1,24 @@
 """Qwen3-Omni-MoE (Omni + MoE, thinker only), GPU backend: the omni_moe recipe's guards on the thinker, the speech
 side left out.
 
-Kept: the thinker (audio tower, vision tower with its DeepStack mergers, the MoE text decoder, the
-conditional-generation head) and the top-level class, which builds the thinker alone. Excluded: the talker (its
-MoE text model and its code predictor), the code2wav vocoder, and everything only they used (their layers,
-RoPE, norms, output dataclasses), and the vocoder's deprecated SnakeBeta alias, which nothing uses. The base
-class's _init_weights loses its branch for the vocoder's code offsets; the top-level class refuses generation
-and audio output, and drops the speech side's keys (``talker.*``, ``code2wav.*``) from a checkpoint of the whole
-model.
+Kept: the thinker (the conditional-generation head over the thinker model, which holds the audio tower, the vision
+tower with its DeepStack mergers and the MoE text decoder) and the top-level class, which builds the thinker alone.
+Excluded: the talker (its MoE text model and its code predictor), the code2wav vocoder, and everything only they used
+(their layers, RoPE, norms, output dataclasses), and the vocoder's deprecated SnakeBeta alias, which nothing uses.
+The base class's _init_weights loses its branch for the vocoder's code offsets; the top-level class refuses
+generation and audio output, and drops the speech side's keys (``talker.*``, ``code2wav.*``) from a checkpoint of the
+whole model.
 
 Guarded, as Qwen3-VL-MoE's: the text RMSNorms (decoder layers and the final norm, two classes upstream), the
 dense text MLP of ``mlp_only_layers``, the vision MLP's activation (its name recorded in __init__), the vision
-blocks' and the mergers' LayerNorm calls and the plain rotate-half RoPE of the text attention (the interleaved sections are
-already in cos and sin), the vision RoPE in its (q, k, cos, sin) form, the thinker's logits and loss with the
-aux-loss call (its output keeps the router logits, which upstream's leaves out); the routed experts' call (their activation name recorded in __init__: the experts keep no
-config), the softmax-top-k router with its ``norm_topk_prob``, and the expert-parallel plan. The audio tower as
-Qwen2.5-Omni's: its layers' two LayerNorm calls and activation call, and its final LayerNorm call. Added: dummy_forward on both towers (the
-audio clip's mel bins from the config: the first convolution is a one-channel Conv2d) and the picklable
-position-id function.
+blocks' and the mergers' LayerNorm calls and the plain rotate-half RoPE of the text attention (the interleaved
+sections are already in cos and sin), the vision RoPE in its (q, k, cos, sin) form, the thinker's logits and loss
+with the aux-loss call (its output holds the router logits, as upstream's does in transformers 5.25); the routed
+experts' call (their activation name recorded in __init__: the experts keep no config), the softmax-top-k router
+with its ``norm_topk_prob``, and the expert-parallel plan. The audio tower as Qwen2.5-Omni's: its layers' two
+LayerNorm calls and activation call, and its final LayerNorm call. Added: dummy_forward on both towers (the audio
+clip's mel bins from the config: the first convolution is a one-channel Conv2d), the sequence-parallel forward of
+the thinker model, and the picklable position-id function and collator step.
 
 Left as upstream's on purpose (KEPT_UPSTREAM_MODULES): torch's own layers (the audio tower's three Conv2d, the
 LayerNorms whose calls are guarded, the patch embedding's Conv3d, the mergers' nn.GELU inside a ModuleList loop,
@@ -44,11 +45,9 @@ from modelgraft.generator.recipes.dense import apply_pretrained_model
 # Names the patch bodies use, for readers and linters only: a patch body runs in the generated module,
 # which has its own imports, and configs never import torch or transformers.
 if TYPE_CHECKING:
-    import torch
     from transformers import initialization as init
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
         Qwen3OmniMoeThinkerTextSparseMoeBlock,
-        Qwen3OmniMoeVisionRotaryEmbedding,
         SinusoidsPositionEmbedding,
     )
 
@@ -102,11 +101,7 @@ omni_moe(
         ),
     ],
     rope=Rope("apply_rotary_pos_emb", formulation="rotate_half"),
-    # upstream's thinker builds its MoE output without the router logits its text model returned: kept here
-    causal_lm=LossHead(
-        "Qwen3OmniMoeThinkerForConditionalGeneration",
-        router_logits=("Qwen3OmniMoeThinkerCausalLMOutputWithPast", "outputs.router_logits"),
-    ),
+    causal_lm=LossHead("Qwen3OmniMoeThinkerForConditionalGeneration"),
     experts=Experts("Qwen3OmniMoeThinkerTextSparseMoeBlock", activation="self.experts.activation_name"),
     router=Router("Qwen3OmniMoeThinkerTextTopKRouter", kind="softmax_topk"),
 )
@@ -136,9 +131,6 @@ def qwen3_omni_moe_init_weights(self, module):
     elif isinstance(module, SinusoidsPositionEmbedding):
         position_embeddings = module.compute_default_singular_positional_embedding()
         init.copy_(module.positional_embedding, position_embeddings)
-    elif isinstance(module, Qwen3OmniMoeVisionRotaryEmbedding):
-        inv_freq = 1.0 / (module.theta ** (torch.arange(0, module.dim, 2, dtype=torch.float) / module.dim))
-        init.copy_(module.inv_freq, inv_freq)
 
 
 #: Modules of a built model that are not classes of the generated file, each left as upstream has it on

@@ -39,9 +39,7 @@ def decode_logits(model: Any, batch: dict[str, torch.Tensor], next_tokens: torch
     with torch.no_grad():
         prefill = model(**batch, use_cache=True)
         mask = torch.cat([batch["attention_mask"], torch.ones_like(next_tokens)], dim=1)
-        step = model(
-            input_ids=next_tokens, attention_mask=mask, past_key_values=prefill.past_key_values, use_cache=True
-        )
+        step = model(input_ids=next_tokens, attention_mask=mask, cache=prefill.cache, use_cache=True)
     return step.logits
 
 

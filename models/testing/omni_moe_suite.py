@@ -8,10 +8,11 @@ experts kernel, the slots consulted per sparse layer, the expert-parallel plan, 
 the converter), every batch asking for router logits.
 
 The VLM + MoE suite's two hub-layout tests do not apply: that layout (fused, transposed) is Qwen3-VL-MoE's hub
-format, and Qwen3-Omni-MoE's hub checkpoints store one ``nn.Linear`` per expert, which is what transformers'
-``save_pretrained`` writes for it too (the "qwen2_moe" conversion, reversed). What this suite checks instead is
-that real layout: upstream's own ``save_pretrained`` of the thinker and of the whole model, speech side included
-(whose talker has experts of other sizes), read by ``load_checkpoint`` through the model's converter.
+format, and Qwen3-Omni-MoE's hub checkpoints store one ``nn.Linear`` per expert under the thinker's hub names
+(``model.layers``, ``audio_tower``, ``visual``), which is what transformers' ``save_pretrained`` writes for it too (the
+"qwen2_moe" and thinker conversions, reversed). What this suite checks instead is that real layout: upstream's own
+``save_pretrained`` of the thinker and of the whole model, speech side included (whose talker has experts of other
+sizes), read by ``load_checkpoint`` through the model's converter.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class OmniMoeParitySuite(OmniParitySuite, VlmMoeParitySuite):
     test_hub_layout_checkpoint_loads_as_transformers_loads_it = None
     test_hub_layout_is_told_from_the_other_projection_where_gate_up_is_square = None
 
-    # -- router logits: upstream's thinker leaves them out of its output, the generated one keeps them ------------
+    # -- router logits: the thinker's output holds them (transformers 5.16's left them out) ---------------------
     def _upstream_router_logits(self, upstream: Any, batch: Mapping[str, Any]) -> tuple[Any, list[torch.Tensor]]:
         """Upstream's output on ``batch`` and the logits each of its routers returned (first output)."""
         recorded: list[torch.Tensor] = []
@@ -96,18 +97,21 @@ class OmniMoeParitySuite(OmniParitySuite, VlmMoeParitySuite):
         assert torch.equal(actual.aux_loss, expected.aux_loss)
         assert torch.equal(actual.loss, expected.loss)
 
-    def test_output_keeps_the_router_logits_upstreams_leaves_out(self, backend: str) -> None:
+    def test_output_holds_the_router_logits_as_upstreams_does(self, backend: str) -> None:
         pair = self._pair(backend)
         batch = self.model.multimodal_batch(labels=False)
         with torch.no_grad():
-            assert pair.upstream(**batch).router_logits is None
-            assert pair.generated(**batch).router_logits is not None
+            expected, actual = pair.upstream(**batch).router_logits, pair.generated(**batch).router_logits
+        assert expected is not None and actual is not None and len(actual) == len(expected)
+        assert all(torch.equal(a, e) for a, e in zip(actual, expected, strict=True))
 
     # -- checkpoints: the real upstream layout ---------------------------------------------------------------
     def test_upstream_save_pretrained_writes_per_expert_weights_that_load_through_the_converter(
         self, backend: str, tmp_path: Path
     ) -> None:
-        """transformers saves this model's experts one ``nn.Linear`` per expert, as its hub checkpoints are."""
+        """transformers saves this model's experts one ``nn.Linear`` per expert under the hub's names (the text
+        decoder's ``model.layers``, not the thinker model's ``model.language_model.layers``), as its hub checkpoints
+        are."""
         upstream = self._noisy(self._upstream())
         upstream.save_pretrained(tmp_path)
         saved = _saved(tmp_path)

@@ -17,9 +17,10 @@ module tree); this suite adds or replaces what Omni does differently:
   equal, a missing thinker weight named);
 - the module has none of the speech classes.
 
-Upstream's thinker takes no ``logits_to_keep``, so the VLM suite's two tests of it do not apply here, nor its tests
-that the base model's position-id function and metadata step are the thinker's (the thinker's text model has
-neither). The VLM suite's collator-step checks (``vlm_metadata_checks``) run on the Omni batches.
+Upstream's thinker takes no ``logits_to_keep``, so the VLM suite's two tests of it do not apply here. The thinker
+holds its towers and text decoder in ``model`` (the thinker model, as a VLM's head holds ``<Prefix>Model``), whose
+position-id function and metadata step are the thinker's, as the VLM suite checks. The VLM suite's collator-step
+checks (``vlm_metadata_checks``) run on the Omni batches.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -37,7 +39,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedConfig, ProcessorMixin
 
-from modelgraft.models.checkpoint import CheckpointError
+from modelgraft.models.checkpoint import CheckpointError, load_checkpoint
 from modelgraft.models.loader import build_model, get_model_class
 from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
 from modelgraft.models.testing.batches import IGNORE_INDEX
@@ -102,8 +104,8 @@ class OmniModel(VlmModel):
     #: feature extractor pads every clip to.
     clip_seconds: tuple[float, float, float] = (0.3, 0.2, 0.3)
     audio_padding_seconds: int = 1
-    audio_attr: str = "audio_tower"
-    vision_attr: str = "visual"
+    #: Attribute path of the audio tower from the thinker (the vision tower's is the VLM suite's ``model.visual``).
+    audio_attr: str = "model.audio_tower"
     guarded: tuple[str, ...] = (
         "rms_norm",
         "layer_norm",
@@ -167,9 +169,16 @@ class OmniModel(VlmModel):
         """The processor's tensors for ``rows``, padded as the processor pads, with labels.
 
         Labels ignore padding and every placeholder the processor expanded (what a trainer does). The video
-        metadata the processor returns is dropped: the model takes ``video_second_per_grid`` instead.
+        metadata the processor returns is dropped: the model takes ``video_second_per_grid`` instead. With
+        ``use_audio_in_video`` each row's clips are the audio tracks of its videos, in order, handed to the
+        processor as already decoded (``load_audio_from_video`` with ``audio_from_video_indices``).
         """
         flat = [[item for row in rows for item in row[i]] for i in (1, 2, 3)]
+        tracks: dict[str, Any] = {}
+        if use_audio_in_video:
+            offsets = [sum(len(row[2]) for row in rows[:index]) for index in range(len(rows))]
+            indices = [offset + clip for offset, row in zip(offsets, rows, strict=True) for clip in range(len(row[3]))]
+            tracks = {"load_audio_from_video": True, "audio_from_video_indices": indices}
         features = self.processor()(
             text=[row[0] for row in rows],
             images=flat[0] or None,
@@ -177,7 +186,7 @@ class OmniModel(VlmModel):
             audio=flat[2] or None,
             return_tensors="pt",
             padding=True,
-            use_audio_in_video=use_audio_in_video,
+            **tracks,
         )
         batch = {name: value for name, value in features.items() if name != "video_metadata"}
         if use_audio_in_video:
@@ -288,10 +297,6 @@ class OmniParitySuite(VlmParitySuite):
     # Upstream's thinker takes no logits_to_keep (its forward has no such parameter): nothing to compare.
     test_chunked_loss_sees_only_the_positions_logits_to_keep_keeps = None
     test_logits_to_keep_selects_the_same_positions_as_upstream = None
-    # The thinker's text model has no get_rope_index and no vision tower: only the thinker has the position-id
-    # function and the metadata collator step.
-    test_position_id_func_of_the_base_model_is_the_same_function = None
-    test_metadata_step_of_the_base_model_is_the_same_function = None
     # Packed rows: every kind of sample, audio and audio inside a video included; through the model, an audio
     # document and an image document, with the clips' features and feature masks concatenated as the pixels are.
     packed_kinds = ("text-only", "image", "video", "audio", "mixed", "audio-in-video")
@@ -415,7 +420,7 @@ class OmniParitySuite(VlmParitySuite):
         model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend).to(dtype).train()
         loss = model(**batch).loss
         if dummy:
-            loss = loss + getattr(model, dummy).dummy_forward()
+            loss = loss + attrgetter(dummy)(model).dummy_forward()
         loss.backward()
         return loss.detach(), {name: param.grad for name, param in model.named_parameters()}
 
@@ -553,18 +558,36 @@ class OmniParitySuite(VlmParitySuite):
         assert not info["missing_keys"] and not info["unexpected_keys"], info
         self._assert_thinker_equal(model, upstream)
 
+    def test_whole_upstream_checkpoint_loads_through_the_registered_converter(
+        self, backend: str, tmp_path: Path
+    ) -> None:
+        """The hub keeps the thinker's names from before its thinker model (``thinker.visual``, ``thinker.model.layers``);
+        ``load_checkpoint`` reads them through the converter the model's package registers, speech side dropped."""
+        upstream = self._whole_upstream()
+        upstream.save_pretrained(tmp_path)
+        assert any(key.startswith("thinker.visual.") for key in load_file(str(tmp_path / "model.safetensors")))
+        seed_everything(1)  # other initial weights than the source: everything must come from the checkpoint
+        model = self._top_level(backend)(self.model.whole_config()).eval()
+        load_checkpoint(model, tmp_path)
+        self._assert_thinker_equal(model, upstream)
+
     def test_whole_upstream_checkpoint_missing_a_thinker_weight_fails_naming_it(
         self, backend: str, tmp_path: Path
     ) -> None:
-        self._whole_upstream().save_pretrained(tmp_path)
+        upstream = self._whole_upstream()
+        upstream.save_pretrained(tmp_path)
         file = tmp_path / "model.safetensors"
         tensors = load_file(str(file))
         dropped = min(key for key in tensors if key.startswith("thinker.") and key.endswith("norm.weight"))
         del tensors[dropped]
         save_file(tensors, str(file), metadata={"format": "pt"})
+        # Upstream saves the thinker in the hub layout (``thinker.audio_tower...``, ``thinker.model.layers...``);
+        # the error names the model's key (``thinker.model.audio_tower...``, ``thinker.model.language_model...``).
+        shared = dropped.removeprefix("thinker.").removeprefix("model.")
+        (named,) = [key for key in upstream.state_dict() if key.startswith("thinker.") and key.endswith("." + shared)]
         with pytest.raises(CheckpointError, match="missing from the checkpoint") as raised:
             self._top_level(backend).from_pretrained(tmp_path, attn_implementation="eager")
-        assert dropped in str(raised.value)
+        assert named in str(raised.value)
 
     def test_whole_upstream_state_dict_loads_strictly_with_the_speech_keys_dropped(self, backend: str) -> None:
         upstream = self._whole_upstream()

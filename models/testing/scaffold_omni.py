@@ -8,7 +8,7 @@ no one has sized by hand, so :class:`ScaffoldOmni` derives them at run time, by 
 - the thinker's text and vision sizes as a VLM scaffold's (:func:`tiny_text_sizes`, :func:`tiny_vision_sizes`);
 - the audio tower's, for the attributes its config class declares (:data:`AUDIO_SIZES`), its output width the text
   decoder's; where the processor pins the chunk size it counts audio placeholders with (Qwen3-Omni's
-  ``audio_kwargs`` default ``n_window``: its length formula holds for that chunk size only), the tower's chunk
+  ``n_window``: its length formula holds for that chunk size only), the tower's chunk
   is the processor's, its attention windows one chunk, and the sample clips long enough to span two chunks;
 - the special tokens' config keys from the config class: ``*_token_index`` where it declares that name
   (Qwen2.5-Omni), else ``*_token_id`` (Qwen3-Omni); the thinker's ``position_id_per_seconds`` the processor's
@@ -139,10 +139,15 @@ def _declared(config_class: type[PreTrainedConfig]) -> set[str]:
     return _fields(config_class) or set(config_class().to_dict())
 
 
-def processor_defaults(processor_class: type[ProcessorMixin] | None, kind: str) -> dict[str, Any]:
-    """The processor's own defaults for ``kind`` (``audio_kwargs``, ``videos_kwargs``), as its call merges them."""
+def processor_default(processor_class: type[ProcessorMixin] | None, kind: str, name: str) -> Any:
+    """The processor's own default of ``name`` (None: it has none): a class attribute its call falls back to
+    (transformers 5.25's Omni processors: ``n_window``, ``position_id_per_seconds``), else the default of its
+    ``kind`` keyword arguments (``audio_kwargs``, ``videos_kwargs``), as its call merges them."""
+    value = getattr(processor_class, name, None)
+    if value is not None:
+        return value
     kwargs = getattr(processor_class, "valid_processor_kwargs", None)
-    return dict((getattr(kwargs, "_defaults", None) or {}).get(kind) or {})
+    return ((getattr(kwargs, "_defaults", None) or {}).get(kind) or {}).get(name)
 
 
 def tiny_audio_sizes(
@@ -151,14 +156,14 @@ def tiny_audio_sizes(
     """The tiny audio config: :data:`AUDIO_SIZES` for the attributes the audio config class declares, and its
     output width (``output_dim``) the text decoder's ``text_hidden``.
 
-    A processor that counts each clip's placeholders for a chunk size of its own (an ``n_window`` default of its
-    ``audio_kwargs``, Qwen3-Omni's) gets a tower of that chunk size, or the placeholders would not match the
+    A processor that counts each clip's placeholders for a chunk size of its own (an ``n_window`` default,
+    Qwen3-Omni's) gets a tower of that chunk size, or the placeholders would not match the
     tower's output; its attention windows (``n_window_infer``) are then one chunk, two ``n_window``.
     """
     audio_class = config_class.sub_configs["audio_config"]
     declared = _declared(audio_class)
     sizes = {name: value for name, value in AUDIO_SIZES.items() if name in declared}
-    pinned = processor_defaults(processor_class, "audio_kwargs").get("n_window")
+    pinned = processor_default(processor_class, "audio_kwargs", "n_window")
     if pinned is not None and "n_window" in declared:
         sizes["n_window"] = pinned
         if "n_window_infer" in declared:
@@ -194,7 +199,7 @@ def tiny_top_level_sizes(
 ) -> dict[str, Any]:
     """The thinker config's own values: ``position_id_per_seconds`` the processor's default, where both have it
     (the processor lays a video's placeholders out at that rate, the thinker's positions must follow it)."""
-    rate = processor_defaults(processor_class, "videos_kwargs").get("position_id_per_seconds")
+    rate = processor_default(processor_class, "videos_kwargs", "position_id_per_seconds")
     if rate is None or "position_id_per_seconds" not in _declared(config_class):
         return {}
     return {"position_id_per_seconds": int(rate) if float(rate).is_integer() else rate}

@@ -6,9 +6,13 @@ A scaffold of any upstream model gets sizes its own config accepts.
 down to tiny, pairwise-distinct values (so a transposed or mis-sliced weight cannot pass) while keeping
 the model's own constraints: heads divisible by kv heads, ``hidden_size`` vs ``head_dim`` as the class
 validates it, per-layer lists rebuilt for the tiny depth with every kind of layer the default mixes,
-sliding windows shorter than the test sequence, MoE routing that group-limited routers accept, MLA
-ranks tiny and distinct, rotary dims even. Slot-visible values (norm eps, aux-loss coefficient) get
-non-default values so a dropped or hard-coded argument shows (docs/design.md, "The parity contract").
+counts, indices and periods of layers that fit the tiny depth, sliding windows shorter than the test
+sequence, MoE routing that group-limited routers accept, MLA ranks tiny and distinct, rotary dims even.
+What the class derives from other fields (a remainder of layers, a per-layer map of layer indices) is
+left for it to derive again from the tiny values; sizes a validator ties to another size (an adapter's
+width to a hidden size) follow the size their default equals (:func:`tiny_config_for`). Composites get
+the rules in each sub-config. Slot-visible values (norm eps, aux-loss coefficient) get non-default
+values so a dropped or hard-coded argument shows (docs/design.md, "The parity contract").
 ``overrides`` win over all.
 
 The rules are generic, keyed by attribute name (after resolving the class's ``attribute_map``);
@@ -109,7 +113,8 @@ _ROLE_NAMES: dict[str, tuple[str, ...]] = {
         "dim_ff",
         "decoder_ffn_dim",
     ),
-    # the dense MLP of models whose experts take intermediate_size (llama4, minimax_m3, cohere2_moe)
+    # the dense MLP of models whose experts take intermediate_size (llama4, minimax_m3, cohere2_moe); other
+    # spellings (ergo's first_dense_, kolibri1_1's mlp_only_) by their form, _role_by_pattern
     "dense_intermediate": ("dense_intermediate_size", "intermediate_size_mlp", "prefix_dense_intermediate_size"),
     "heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads", "swa_num_attention_heads"),
     "kv_heads": (
@@ -130,7 +135,8 @@ _ROLE_NAMES: dict[str, tuple[str, ...]] = {
         "swa_head_dim",
     ),
     "layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
-    "vocab": ("vocab_size", "vocab_size_per_layer_input"),
+    # unpadded_vocab_size: the LM head's rows of a checkpoint whose embedding is padded (inkling2)
+    "vocab": ("vocab_size", "vocab_size_per_layer_input", "unpadded_vocab_size"),
     "max_positions": ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "context_length"),
     "sliding_window": (
         "sliding_window",
@@ -163,8 +169,9 @@ _ROLE_NAMES: dict[str, tuple[str, ...]] = {
     "o_groups": ("o_groups",),
     "low_rank": ("laurel_rank",),
     "linear_key_heads": ("linear_num_key_heads",),
-    "linear_value_heads": ("linear_num_value_heads",),
-    "linear_key_head_dim": ("linear_key_head_dim",),
+    # one head count and head dim for q, k and v (Kimi delta attention: kimi_linear, bailing_hybrid)
+    "linear_value_heads": ("linear_num_value_heads", "linear_num_heads"),
+    "linear_key_head_dim": ("linear_key_head_dim", "linear_head_dim"),
     "linear_value_head_dim": ("linear_value_head_dim",),
 }
 _NAME_ROLE: dict[str, str] = {name: role for role, names in _ROLE_NAMES.items() for name in names}
@@ -241,6 +248,19 @@ MODEL_OVERRIDES: MappingProxyType[str, Mapping[str, Any]] = MappingProxyType(
         "mimo_v2_flash": {"num_key_value_heads": 1},
         # The config validates num_experts_per_tok == 1.
         "zaya": {"num_experts_per_tok": 1},
+        # Sliding layers take their attention sizes from a per_layer_config the config builds from swa_*
+        # keyword arguments (not fields, so no rule sees them) defaulting to the checkpoint's (64 heads, ranks
+        # 1024: 38M parameters). It validates the sliding head_dim as qk_nope + qk_rope (rope = head_dim - nope,
+        # here 8 of 32: an exact partial rotary factor); kv heads equal heads, as in every layer.
+        "dots3_note_text": {
+            "swa_num_attention_heads": 4,
+            "swa_num_key_value_heads": 4,
+            "swa_q_lora_rank": 40,
+            "swa_kv_lora_rank": 30,
+            "swa_head_dim": 32,
+            "swa_qk_nope_head_dim": 24,
+            "swa_v_head_dim": 10,
+        },
     }
 )
 
@@ -286,7 +306,66 @@ def _role(config_class: type[PreTrainedConfig], name: str) -> str | None:
     for alias, target in (getattr(config_class, "attribute_map", None) or {}).items():
         if target == name and alias in _NAME_ROLE:
             return _NAME_ROLE[alias]
-    return None
+    return _role_by_pattern(name)
+
+
+def _role_by_pattern(name: str) -> str | None:
+    """The role of a size name no list of :data:`_ROLE_NAMES` holds, from its form.
+
+    Each release brings new spellings of an MLP width (``first_dense_intermediate_size``,
+    ``shared_experts_intermediate_size``); left at its default it makes a model of millions of
+    parameters, so any ``*intermediate_size`` takes the intermediate role its words name.
+    """
+    if not name.endswith("intermediate_size") or name in _NAME_ROLE:
+        return None
+    if "shared" in name:
+        return "shared_intermediate"
+    if "moe" in name or "expert" in name:
+        return "moe_intermediate"
+    return "dense_intermediate"
+
+
+def _declared_defaults(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
+    """The defaults the class declares, before its ``__post_init__`` derives anything.
+
+    A field declared ``None`` that holds a value on the default instance was derived by the class from
+    other fields (dory's ``n_recurrent_layers``, kolibri1_1's ``kv_source_layers``); where no rule can
+    scale it, leaving it ``None`` lets the class derive it again from the tiny values.
+    """
+    if dataclasses.is_dataclass(config_class):
+        declared = {}
+        for field in dataclasses.fields(config_class):
+            if field.default is not dataclasses.MISSING:
+                declared[field.name] = field.default
+            elif field.default_factory is not dataclasses.MISSING:
+                declared[field.name] = field.default_factory()
+        return declared
+    params = inspect.signature(config_class.__init__).parameters.values()
+    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+
+
+def _counts_layers(name: str) -> bool:
+    """A quantity measured in layers: a count, an index or a period (``n_input_layers``,
+    ``loop_layer_index_end``, ``n_layers_per_attn_res_block``, ``global_attn_every_n_layers``). Sized for
+    the default depth, it would point past the tiny one (a loop over layers that do not exist, a negative
+    remainder of layers)."""
+    words = name.split("_")
+    return "layer" in words or "layers" in words
+
+
+def _is_layer_period(name: str) -> bool:
+    """A period of layer kinds (``global_attn_every_n_layers``, ``no_rope_layer_interval``,
+    ``layer_group_size``): every n-th layer is of the other kind."""
+    return bool({"every", "interval", "period", "step", "group"} & set(name.split("_")))
+
+
+def _kinds(values: Sequence[Any]) -> list[Any]:
+    """The distinct entries of ``values``, in order of first appearance (entries may be unhashable)."""
+    kinds: list[Any] = []
+    for value in values:
+        if value not in kinds:
+            kinds.append(value)
+    return kinds
 
 
 def _rebuild_per_layer(values: Sequence[Any], n_layers: int) -> list[Any]:
@@ -295,10 +374,7 @@ def _rebuild_per_layer(values: Sequence[Any], n_layers: int) -> list[Any]:
     The first ``n_layers`` entries are kept; a kind that only appears later replaces the tail, so e.g.
     gemma3's ``5 sliding : 1 full`` becomes ``[sliding, sliding, full]``.
     """
-    kinds: list[Any] = []
-    for value in values:
-        if value not in kinds:
-            kinds.append(value)
+    kinds = _kinds(values)
     out = list(values[:n_layers])
     missing = [kind for kind in kinds if kind not in out]
     if len(kinds) > n_layers:
@@ -318,6 +394,16 @@ def _is_layer_index_list(name: str, value: Sequence[Any], n_layers: int) -> bool
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     increasing = all(a < b for a, b in itertools.pairwise(value))
     return ints and increasing and name.endswith(_LAYER_INDEX_SUFFIXES) and all(0 <= v < n_layers for v in value)
+
+
+def _is_layer_index_map(name: str, value: Sequence[Any]) -> bool:
+    """One earlier (or the same) layer's index per layer (kolibri1_1's ``kv_source_layers``: whose keys and
+    values each layer reads), not a kind per layer: mostly each layer's own index."""
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    if not ints or not name.endswith(_LAYER_INDEX_SUFFIXES):
+        return False
+    own = sum(v == i for i, v in enumerate(value))
+    return all(0 <= v <= i for i, v in enumerate(value)) and 2 * own >= len(value)
 
 
 def _even_rotary_factor(factor: float, head_dim: int) -> float:
@@ -343,13 +429,33 @@ def _fix_rope(rope: Any, head_dim: int) -> Any:
     return rope
 
 
-def tiny_overrides_for(config_class: type[PreTrainedConfig], *, head_dim_explicit: bool = True) -> dict[str, Any]:
+def tiny_overrides_for(
+    config_class: type[PreTrainedConfig], *, head_dim_explicit: bool = True, tie_sizes: bool = False
+) -> dict[str, Any]:
     """The constructor arguments :func:`tiny_config_for` passes (before the caller's overrides).
 
     ``head_dim_explicit``: give an explicit ``head_dim`` (16, so ``heads * head_dim != hidden``); when
     False the head dim is ``hidden / heads`` (8), for models whose code or validation requires it.
+    ``tie_sizes``: also give the sizes no rule names the tiny value of the size their default equals
+    (:func:`_tied_sizes`), here and in the sub-configs, for classes whose validation ties one size to
+    another. Off by default: an equal default is often a coincidence.
     """
+    out, values, sub_sizes = _rule_overrides(config_class, head_dim_explicit=head_dim_explicit, tie_sizes=tie_sizes)
+    if tie_sizes:
+        out = {**_tied_sizes(config_class, values, out, sub_sizes), **out}
+    out.update(_TOKEN_IDS)
+    out.update(MODEL_OVERRIDES.get(getattr(config_class, "model_type", ""), {}))
+    return out
+
+
+def _rule_overrides(
+    config_class: type[PreTrainedConfig], *, head_dim_explicit: bool, tie_sizes: bool
+) -> tuple[dict[str, Any], dict[str, Any], list[tuple[str, int, int]]]:
+    """The generic rules' values for ``config_class`` and its sub-configs (not its own tied sizes, special
+    ids or :data:`MODEL_OVERRIDES`), its default values, and its sub-configs' sizes (:func:`_size_table`),
+    the text config's first."""
     _, values = _defaults(config_class)
+    declared = _declared_defaults(config_class)
     roles = {name: _role(config_class, name) for name in values}
     present = {role for role in roles.values() if role}
     out: dict[str, Any] = {}
@@ -432,6 +538,23 @@ def tiny_overrides_for(config_class: type[PreTrainedConfig], *, head_dim_explici
             out[name] = head_dim // 2
         elif name == "max_window_layers" and isinstance(value, int):
             out[name] = min(value, n_layers)
+        elif (
+            _counts_layers(name)
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+            and value > n_layers  # past the tiny depth; what fits may count another stack (conv layers)
+            and default_layers
+            and declared.get(name) is not None  # a derived count (declared None) is derived again
+        ):
+            if _is_layer_period(name):
+                # at most the tiny depth, so the last tiny layer is of the other kind, as in the per-layer
+                # lists rebuilt below (ergo's every 4th layer full: [sliding, sliding, full])
+                out[name] = min(value, n_layers)
+            else:
+                # scaled with the depth, at least 1 and at most the tiny depth: dory's 8 input / 8 output
+                # layers of 36 become 1 and 1 (its recurrent rest is derived: 1), inkling2_loop's loop over
+                # layers 6-18 of 24 in blocks of 6 becomes layers 1-2 in blocks of 1
+                out[name] = min(n_layers, max(1, round(value * n_layers / default_layers)))
 
     # per-layer lists: layer-index lists keep the indices that exist; one-entry-per-layer lists are
     # rebuilt for the tiny depth keeping every kind
@@ -441,6 +564,11 @@ def tiny_overrides_for(config_class: type[PreTrainedConfig], *, head_dim_explici
         if _is_layer_index_list(name, value, default_layers):
             out[name] = [v for v in value if v < n_layers] or [n_layers - 1]
         elif len(value) == default_layers and default_layers > 1:
+            if len(_kinds(value)) > n_layers and declared.get(name) is None:
+                continue  # more kinds than tiny layers, derived by the class: derived again for the tiny layout
+            if len(_kinds(value)) > n_layers and _is_layer_index_map(name, value):
+                out[name] = list(range(n_layers))  # each layer its own (no layer reads another's)
+                continue
             out[name] = _rebuild_per_layer(value, n_layers)
     if out.get("mlp_layer_types") and set(out["mlp_layer_types"]) == {"sparse"}:
         # every layer sparse by default, but the "dense" kind is the same config's other branch: layer 0
@@ -461,32 +589,140 @@ def tiny_overrides_for(config_class: type[PreTrainedConfig], *, head_dim_explici
             if role == "sliding_window" and values[name] is None and name not in out:
                 out[name] = TINY["sliding_window"]
 
-    # composite (dbrx, mpt): sub-configs get the same rules
-    for name, sub_class in (getattr(config_class, "sub_configs", None) or {}).items():
+    # composite (dbrx, mpt, VLMs): sub-configs get the same rules. A sub-config declared as AutoConfig
+    # (moss_transcribe_diarize's qwen3 text config) is of the class its default instance has.
+    subs = {}
+    for name, declared in (getattr(config_class, "sub_configs", None) or {}).items():
+        current = values.get(name)
+        sub_class = type(current) if isinstance(current, PreTrainedConfig) else declared
         if name in values and isinstance(sub_class, type) and issubclass(sub_class, PreTrainedConfig):
-            sub = _sub_overrides(sub_class, values[name])
-            if sub:
-                out[name] = sub
+            subs[name] = (sub_class, current, declared)
+    text_first = sorted(subs, key=lambda key: key != "text_config")
+    scaled = {
+        name: _sub_overrides(sub, current, declared_class=declared, tie_sizes=tie_sizes)
+        for name, (sub, current, declared) in subs.items()
+    }
+    for name, (sub_class, current, declared) in subs.items():
+        sub = scaled[name][0]
+        if tie_sizes:  # a size of one sub-config may be tied to another's (a vision adapter's to the text hidden)
+            siblings = [entry for key in text_first if key != name for entry in scaled[key][1]]
+            sub, _ = _sub_overrides(
+                sub_class, current, declared_class=declared, tie_sizes=True, related_sizes=siblings
+            )
+        if sub:
+            out[name] = sub
+    return out, values, [entry for name in text_first for entry in scaled[name][1]]
 
-    out.update(_TOKEN_IDS)
-    out.update(MODEL_OVERRIDES.get(getattr(config_class, "model_type", ""), {}))
-    return out
 
+def _sub_overrides(
+    sub_class: type[PreTrainedConfig],
+    current: Any,
+    *,
+    declared_class: Any,
+    tie_sizes: bool = False,
+    related_sizes: Sequence[tuple[str, int, int]] = (),
+) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
+    """A sub-config (dbrx's ``attn_config`` / ``ffn_config``, mpt's ``attn_config``, a VLM's text and vision
+    configs) under the same rules.
 
-def _sub_overrides(sub_class: type[PreTrainedConfig], current: Any) -> dict[str, Any]:
-    """A sub-config (dbrx's ``attn_config`` / ``ffn_config``, mpt's ``attn_config``) under the same rules.
-
-    Returned as the dict of the sub-config's own fields, which the parent accepts in place of the object.
+    Returned as the dict of the sub-config's own fields, which the parent accepts in place of the object,
+    and the sub-config's sizes as :func:`_size_table` lists them, for the sizes of its siblings tied to
+    them. The parent's instance may differ from the sub-config class's defaults (a ``SubConfigSpec``'s
+    ``init_kwargs``), so tied sizes read the parent's values, ``related_sizes`` being its siblings'.
+    The special ids the sub-config sets take the tiny ones (a text config's must fit the tiny vocab);
+    the keyword arguments :data:`MODEL_OVERRIDES` gives its model_type are passed along.
     """
     if isinstance(current, PreTrainedConfig):
         current = vars(current)
     if not isinstance(current, Mapping):
-        return {}
+        return {}, []
     _, own = _defaults(sub_class)
-    own = {k: v for k, v in own.items() if k not in _TOKEN_IDS}
-    sub = {k: current[k] for k in own if k in current}
-    tiny = tiny_overrides_for(sub_class)
-    return {**sub, **{k: v for k, v in tiny.items() if k in own}}
+    sub = {k: current[k] for k in own if k in current and k not in _TOKEN_IDS}
+    tiny, _, _ = _rule_overrides(sub_class, head_dim_explicit=True, tie_sizes=tie_sizes)
+    tiny = {k: v for k, v in tiny.items() if k in own}
+    if tie_sizes:
+        tiny = {**_tied_sizes(sub_class, sub, tiny, related_sizes), **tiny}
+    tiny.update(MODEL_OVERRIDES.get(getattr(sub_class, "model_type", ""), {}))
+    if not tiny:
+        return {}, []  # nothing to scale (a timm backbone): the parent keeps its default object
+    tiny.update({k: v for k, v in _TOKEN_IDS.items() if current.get(k) is not None})
+    if declared_class is not sub_class and getattr(sub_class, "model_type", ""):
+        tiny["model_type"] = sub_class.model_type  # declared AutoConfig: the dict names its class
+    return {**sub, **tiny}, _size_table(sub_class, sub, tiny)
+
+
+#: The size roles a size no rule names may be tied to, most likely first: adapters and projections meet
+#: a hidden size; ``group`` is the query heads per key/value head.
+_TIE_ROLES = (
+    "hidden",
+    "head_dim",
+    "heads",
+    "group",
+    "intermediate",
+    "dense_intermediate",
+    "moe_intermediate",
+    "shared_intermediate",
+    "vocab",
+)
+
+
+def _size_table(
+    config_class: type[PreTrainedConfig], values: Mapping[str, Any], tiny: Mapping[str, Any]
+) -> list[tuple[str, int, int]]:
+    """``(role, default, tiny)`` of each size of ``values`` the rules scaled, in :data:`_TIE_ROLES` order."""
+
+    def is_size(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+    sizes: dict[str, list[tuple[str, int, int]]] = {}
+    for name, value in values.items():
+        role = _role(config_class, name)
+        if role in (*_TIE_ROLES, "kv_heads") and is_size(value) and is_size(tiny.get(name)):
+            sizes.setdefault(role, []).append((role, value, tiny[name]))
+    if sizes.get("heads") and sizes.get("kv_heads"):
+        (_, heads, tiny_heads), (_, kv_heads, tiny_kv_heads) = sizes["heads"][0], sizes["kv_heads"][0]
+        if heads % kv_heads == 0 and tiny_heads % tiny_kv_heads == 0:
+            sizes["group"] = [("group", heads // kv_heads, tiny_heads // tiny_kv_heads)]
+    return [entry for role in _TIE_ROLES for entry in sizes.get(role, [])]
+
+
+def _tied_sizes(
+    config_class: type[PreTrainedConfig],
+    values: Mapping[str, Any],
+    tiny: Mapping[str, Any],
+    related_sizes: Sequence[tuple[str, int, int]],
+) -> dict[str, int]:
+    """The sizes no rule scaled, each at the tiny value of the size its default equals.
+
+    Validators tie such a size to another (dots3_note's vision ``adapter_in_dim`` must equal its
+    ``hidden_size``, its ``adapter_out_dim`` the text config's; inkling2's vision ``text_hidden_size`` the
+    text ``hidden_size``; kolibri1_1's ``index_num_heads`` at most the query heads per key/value head),
+    and the default that satisfies the validator shows which. ``related_sizes`` are those of the configs
+    this one sits with (a composite's sub-configs, the text config's first). Own hidden size first, then
+    the related hidden sizes, then the other sizes, own before related.
+    """
+    own = _size_table(config_class, values, tiny)
+    table = [
+        *(entry for entry in own if entry[0] == "hidden"),
+        *(entry for entry in related_sizes if entry[0] == "hidden"),
+        *(entry for entry in own if entry[0] != "hidden"),
+        *(entry for entry in related_sizes if entry[0] != "hidden"),
+    ]
+    tied = {}
+    for name, value in values.items():
+        if name in tiny or name.endswith("_token_id") or _role(config_class, name) is not None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            continue
+        words = set(name.split("_"))
+        counts_heads = bool(words & {"head", "heads"}) and not words & {"dim", "size"}
+        is_width = bool(words & {"dim", "size", "hidden", "width"}) and not counts_heads
+        for role, default, small in table:
+            # a head count ties to a head count, a width to a width (a subsampling factor of 8 is no head count)
+            if default == value and (counts_heads if role in ("heads", "group") else is_width):
+                tied[name] = small
+                break
+    return tied
 
 
 _COMMON: Mapping[str, Any] = MappingProxyType(
@@ -499,11 +735,15 @@ def tiny_config_for(config_class: type[_C], **overrides: Any) -> _C:
 
     The generic rules (module docstring) apply first, then :data:`MODEL_OVERRIDES` for the model_type,
     then ``overrides``. If the class rejects an explicit ``head_dim`` that differs from
-    ``hidden / heads`` (its own validation raises), the head dim falls back to ``hidden / heads``.
+    ``hidden / heads`` (its own validation raises), the head dim falls back to ``hidden / heads``; if
+    it rejects both, the sizes no rule names are tied to the sizes their defaults equal
+    (``tie_sizes`` of :func:`tiny_overrides_for`: a validator tying one size to another) and both head
+    dims are tried again.
     """
     errors: list[Exception] = []
-    for explicit in (True, False):
-        kwargs = {**_COMMON, **tiny_overrides_for(config_class, head_dim_explicit=explicit), **overrides}
+    for tie_sizes, explicit in itertools.product((False, True), (True, False)):
+        tiny = tiny_overrides_for(config_class, head_dim_explicit=explicit, tie_sizes=tie_sizes)
+        kwargs = {**_COMMON, **tiny, **overrides}
         try:
             return config_class(**kwargs)
         except (StrictDataclassError, ValueError, TypeError) as error:  # the class's own validation
@@ -520,6 +760,10 @@ def weight_dims(config: PreTrainedConfig) -> dict[str, int]:
     text = config.get_text_config()
     stored = vars(text)
 
+    def names_of(role: str) -> tuple[str, ...]:
+        by_pattern = sorted(name for name in stored if name not in _NAME_ROLE and _role_by_pattern(name) == role)
+        return (*_ROLE_NAMES[role], *by_pattern)
+
     def get(*names: str) -> int | None:
         for name in names:
             value = stored.get(name)
@@ -534,9 +778,9 @@ def weight_dims(config: PreTrainedConfig) -> dict[str, int]:
         "hidden": get("hidden_size", "d_model", "n_embd"),
         "intermediate": get(*_ROLE_NAMES["intermediate"]),
         "vocab": get("vocab_size"),
-        "moe_intermediate": get(*_ROLE_NAMES["moe_intermediate"]),
-        "dense_intermediate": get(*_ROLE_NAMES["dense_intermediate"]),
-        "shared_intermediate": get(*_ROLE_NAMES["shared_intermediate"]),
+        "moe_intermediate": get(*names_of("moe_intermediate")),
+        "dense_intermediate": get(*names_of("dense_intermediate")),
+        "shared_intermediate": get(*names_of("shared_intermediate")),
         "experts": get(*_ROLE_NAMES["experts"]),
     }
     heads = get(*_ROLE_NAMES["heads"])

@@ -1,6 +1,6 @@
 """The VLM suite's checks of ``get_metadata_collate_func()``: the collator step precomputing the vision metadata.
 
-transformers 5.16 computes the vision tower's ``cu_seqlens``, ``max_seqlen`` and patch position ids from the
+The pinned transformers computes the vision tower's ``cu_seqlens``, ``max_seqlen`` and patch position ids from the
 grids in every forward and takes them precomputed as ``image_*`` / ``video_*`` keyword arguments
 (``modelgraft.models.vision_metadata``). What is checked, per model: the step adds exactly those keys for the
 modalities a batch has; the model fed them gives the logits, loss and gradients it gives without them

@@ -73,7 +73,8 @@ def test_sink_models_run_fused_attention_against_upstream_eager(model_type: str)
     assert (config._attn_implementation, generated_attention) == ("eager", "fused_attention")
 
 
-def test_dsa_models_run_eager_upstream_where_sdpa_drops_their_masks() -> None:
+def test_dsa_models_run_upstreams_sdpa_against_the_generated_fused_attention() -> None:
+    """The pinned transformers' GLM-MoE-DSA masks sdpa's boolean masks as booleans, so its default is compared."""
     config, upstream, _, generated_attention = _prepare("glm_moe_dsa", SMOKE_SIZES)
     assert upstream._supports_sdpa
-    assert (config._attn_implementation, generated_attention) == ("eager", "fused_attention")
+    assert (config._attn_implementation, generated_attention) == ("sdpa", "fused_attention")

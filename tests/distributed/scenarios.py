@@ -337,7 +337,7 @@ def prepared_masks_match_one_process(attention: str) -> None:
         ref_out = reference(**batch, **kwargs)
         embeds = reference.get_input_embeddings()(batch["input_ids"])
     prepared = create_causal_mask(
-        config=config, inputs_embeds=embeds, attention_mask=batch["attention_mask"], past_key_values=None
+        config=config, inputs_embeds=embeds, attention_mask=batch["attention_mask"], cache=None
     )
     assert prepared.shape == (4, 1, 11, 11)
 

@@ -7,7 +7,7 @@ import ast
 import importlib
 import re
 import shlex
-import sys
+import tomllib
 
 import pytest
 from docs_markdown import DOCS, REPO_ROOT
@@ -16,11 +16,6 @@ from packaging.version import Version
 
 import modelgraft.generator.errors
 from modelgraft.generator import cli, entrypoint
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 CLI_MD = (DOCS / "cli.md").read_text(encoding="utf-8")
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")

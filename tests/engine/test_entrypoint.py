@@ -5,18 +5,14 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from modelgraft.generator import entrypoint
-from modelgraft.generator.entrypoint import TOOLS_BEFORE_PYTHON, TOOLS_MODULES, ExitStatus, missing_tools, run_script
+from modelgraft.generator.entrypoint import TOOLS_MODULES, ExitStatus, missing_tools, run_script
 from modelgraft.generator.errors import PatchgenError, UserError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
@@ -172,7 +168,7 @@ def test_without_the_tools_extra_every_console_script_exits_2_with_one_line_nami
     module, _, function = SCRIPTS[script].partition(":")
     result = _without_tools(f"from {module} import {function}\nsys.exit({function}(['--help']))")
 
-    needed = sorted(m for m in TOOLS_MODULES if sys.version_info < TOOLS_BEFORE_PYTHON.get(m, (4,)))  # tomli: 3.10
+    needed = sorted(TOOLS_MODULES)
     assert "copier" in needed and "ruff" in needed
     assert result.returncode == ExitStatus.BAD_INPUT, result.stderr
     assert result.stdout == ""

@@ -1,8 +1,9 @@
 """The Gated DeltaNet guards (hybrid recipe), rendered against Qwen3.5's real upstream functions.
 
 Each guard puts its slot call in front of upstream's unchanged torch body, handing the slot upstream's own
-parameters (and the cu_seqlens upstream's forward passes in ``**kwargs``), and refuses a function of another
-signature; the recipe drops the hub decorator from the four module-level functions and nothing else.
+parameters (and the cu_seqlens upstream's forward passes in ``**kwargs``, through ``causal_conv1d_forward`` since
+transformers 5.25), and refuses a function of another signature; the recipe drops the hub decorator from the four
+module-level functions and nothing else.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def test_gated_norm_guard_hands_the_slot_the_gate_eps_and_activation() -> None:
     text = _render(
         "rms_norm_gated_guard", "Qwen3_5RMSNormGated.forward", eps="variance_epsilon", activation="self.activation"
     )
+    # The pinned transformers' signature: gate required, both annotated.
     assert (
-        "def forward(self, hidden_states, gate=None): if rms_norm_gated_slot.use_non_eager_impl: "
+        "def forward(self, hidden_states: torch.Tensor, gate: torch.Tensor) -> torch.Tensor: "
+        "if rms_norm_gated_slot.use_non_eager_impl: "
         "return rms_norm_gated_slot(hidden_states, gate, self.weight, self.variance_epsilon, "
         "activation=self.activation) input_dtype = hidden_states.dtype"
     ) in _one_line(text)
@@ -84,8 +87,17 @@ def test_delta_rule_guard_hands_the_slot_upstreams_arguments_and_cu_seqlens(
         f"if {slot}_slot.use_non_eager_impl: return {slot}_slot(query, key, value, g, beta, {chunk_size}"
         "initial_state=initial_state, output_final_state=output_final_state, "
         'use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=kwargs.get("cu_seqlens")) '
-        "initial_dtype = query.dtype"
+        'if kwargs.get("cu_seqlens") is not None: raise ValueError('
     ) in text
+    assert "initial_dtype = query.dtype" in text.partition("raise ValueError(")[2]
+
+
+@pytest.mark.parametrize(("target", "slot"), [("torch_chunk_gated_delta_rule", "chunk_gated_delta_rule")])
+def test_delta_rule_guard_puts_the_hub_decorators_name_on_the_torch_body(target: str, slot: str) -> None:
+    """Upstream's use_kernelized_func refuses a function without use_kernel_forward_from_hub: the dropped fallback
+    decorator's name goes on the generated function instead."""
+    text = _one_line(_render("gated_delta_rule_guard", target, slot=slot))
+    assert '@use_kernel_forward_from_hub("chunk_gated_delta_rule") def torch_chunk_gated_delta_rule(' in text
 
 
 def test_delta_rule_guard_refuses_an_unknown_slot() -> None:

@@ -20,15 +20,16 @@ QWEN3_5 = "transformers.models.qwen3_5.modeling_qwen3_5"
 QWEN3_5_MOE = "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe"
 NAME_MAP = {"Qwen3_5": "Qwen3_5Moe"}
 
-#: A Qwen3.5 text-model forward that builds Qwen3.5's output dataclass (last_hidden_state, past_key_values).
+#: A Qwen3.5 text-model forward that builds the output dataclass upstream's Qwen3.5 text model builds (the shared
+#: BaseModelOutputWithPast: last_hidden_state, cache), where Qwen3.5-MoE's builds MoeModelOutputWithPast.
 TEXT_MODEL_FORWARD = """
 @config.override_method("Qwen3_5TextModel.forward")
 def text_model_forward(
-    self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, inputs_embeds=None,
+    self, input_ids=None, attention_mask=None, position_ids=None, cache=None, inputs_embeds=None,
     use_cache=None, **kwargs,
 ):
     hidden_states = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
-    return Qwen3_5ModelOutputWithPast(last_hidden_state=self.norm(hidden_states), past_key_values=past_key_values)
+    return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden_states), cache=cache)
 """
 
 REUSE = (
@@ -57,8 +58,8 @@ def test_reusing_qwen3_5s_text_model_forward_for_qwen3_5_moe_is_rejected_for_the
     assert result.code == 2, result.err
     assert "target Qwen3_5MoeTextModel.forward" in result.err
     assert (
-        "reused body (name_map) constructs Qwen3_5MoeModelOutputWithPast (from Qwen3_5ModelOutputWithPast) but the "
-        "field sets differ: fields the reused body never sets: router_logits" in result.err
+        "reused body (name_map) constructs BaseModelOutputWithPast where upstream's Qwen3_5MoeTextModel.forward "
+        "constructs MoeModelOutputWithPast: fields the reused body never sets: router_logits" in result.err
     )
     assert project.snapshot() == before
 

@@ -119,7 +119,7 @@ def sequence_classification_forward(
     input_ids: torch.LongTensor | None = None,
     attention_mask: torch.Tensor | None = None,
     position_ids: torch.LongTensor | None = None,
-    past_key_values: Cache | None = None,
+    cache: Cache | None = None,
     inputs_embeds: torch.FloatTensor | None = None,
     labels: torch.LongTensor | None = None,
     use_cache: bool | None = None,
@@ -127,7 +127,7 @@ def sequence_classification_forward(
 ):
     # QWEN2-SEQCLS-PATCH-COMMENT
     return GenericForSequenceClassification.forward(
-        self, input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, labels, use_cache, **kwargs
+        self, input_ids, attention_mask, position_ids, cache, inputs_embeds, labels, use_cache, **kwargs
     )
 '''
 
@@ -147,7 +147,7 @@ def qwen2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]
 
 def test_real_file_header_names_the_pinned_transformers(qwen2):
     _, text = qwen2
-    assert f"# Source: {QWEN2} (transformers==5.16.1)\n" in text
+    assert f"# Source: {QWEN2} (transformers==5.25.0)\n" in text
 
 
 def test_real_file_override_method_replaces_the_method_and_keeps_the_class(qwen2):
@@ -204,6 +204,7 @@ def test_real_file_inherited_method_override_keeps_the_base_method_decorators(qw
         "# [MODIFIED CLASS] Qwen2ForSequenceClassification\n"
         "class Qwen2ForSequenceClassification(GenericForSequenceClassification, Qwen2PreTrainedModel):\n"
         "    # [PATCHED METHOD] Qwen2ForSequenceClassification.forward: inherited forward\n"
+        '    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")\n'
         "    @can_return_tuple\n"
         "    @auto_docstring\n"
         "    def forward(\n"

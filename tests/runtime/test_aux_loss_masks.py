@@ -149,7 +149,7 @@ def _gpt_oss_with_padding_and_its_mask_dict():
     mask = batch["attention_mask"]
     assert not mask.all(), "the batch must hold padding"
     embeds = pair.upstream.get_input_embeddings()(batch["input_ids"])
-    kwargs = {"config": config, "inputs_embeds": embeds, "attention_mask": mask, "past_key_values": None}
+    kwargs = {"config": config, "inputs_embeds": embeds, "attention_mask": mask, "cache": None}
     masks = {
         "full_attention": create_causal_mask(**kwargs),
         "sliding_attention": create_sliding_window_causal_mask(**kwargs),

@@ -1,12 +1,17 @@
 """The linear-attention kernels (Qwen3.5's Gated DeltaNet slots) against upstream's undecorated torch bodies.
 
-Upstream's functions are decorated to bind FLA or causal-conv1d when importable; ``__wrapped__`` is the torch body
-the generated model's eager path keeps. The reference kernels (``eager``) and the ``chunked_delta`` family must
-recompute it, gradients included; with ``cu_seqlens`` the chunked kernels keep packed documents independent.
+Upstream's functions are decorated to run FLA or causal-conv1d where installed (and made ``kernels`` function
+modules); :func:`~modelgraft.models.testing.hub_decorated.torch_body` is the torch body the generated model's eager
+path keeps. The reference kernels (``eager``) and the ``chunked_delta`` family must recompute it, gradients
+included, on grouped heads (q and k with fewer heads than v, as upstream's mixer hands them); with ``cu_seqlens``
+the chunked kernels keep packed documents independent.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,17 +20,20 @@ import pytest
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as upstream
 
-from modelgraft.models.ops import SLOTS, KernelUnavailableError, OpsConfig, bind_ops
+from modelgraft.models.ops import KERNEL_FAMILIES, SLOTS, KernelUnavailableError, OpsConfig, bind_ops
 from modelgraft.models.ops.kernels import delta_rule, eager
+from modelgraft.models.ops.kernels.linear_attention_reference import grouped_query_key
+from modelgraft.models.testing.hub_decorated import torch_body
 from modelgraft.models.testing.preloaded_python import run_code
 
-UPSTREAM_CHUNK = upstream.torch_chunk_gated_delta_rule.__wrapped__
-UPSTREAM_RECURRENT = upstream.torch_recurrent_gated_delta_rule.__wrapped__
-UPSTREAM_CONV = upstream.causal_conv1d_fn.__wrapped__
-UPSTREAM_CONV_UPDATE = upstream.causal_conv1d_update.__wrapped__
+UPSTREAM_CHUNK = torch_body(upstream.torch_chunk_gated_delta_rule)
+UPSTREAM_RECURRENT = torch_body(upstream.torch_recurrent_gated_delta_rule)
+UPSTREAM_CONV = torch_body(upstream.causal_conv1d_fn)
+UPSTREAM_CONV_UPDATE = torch_body(upstream.causal_conv1d_update)
 
-#: Two heads of key width 8 and value width 12; 70 tokens: a full chunk of 64 and a padded one.
-BATCH, LENGTH, HEADS, K_DIM, V_DIM = 2, 70, 2, 8, 12
+#: Two query/key heads of width 8, each serving two of the four value heads of width 12; 70 tokens: a full chunk
+#: of 64 and a padded one.
+BATCH, LENGTH, KEY_HEADS, HEADS, K_DIM, V_DIM = 2, 70, 2, 4, 8, 12
 
 
 def _delta_inputs(batch: int = BATCH, length: int = LENGTH, *, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -35,8 +43,8 @@ def _delta_inputs(batch: int = BATCH, length: int = LENGTH, *, seed: int = 0) ->
         return torch.randn(*shape, generator=generator)
 
     return {
-        "query": randn(batch, length, HEADS, K_DIM),
-        "key": randn(batch, length, HEADS, K_DIM),
+        "query": randn(batch, length, KEY_HEADS, K_DIM),
+        "key": randn(batch, length, KEY_HEADS, K_DIM),
         "value": randn(batch, length, HEADS, V_DIM),
         "g": -torch.rand(batch, length, HEADS, generator=generator),
         "beta": torch.rand(batch, length, HEADS, generator=generator),
@@ -93,6 +101,31 @@ def test_reference_chunked_delta_rule_is_upstreams_bit_for_bit(dtype: torch.dtyp
     assert torch.equal(out, want_out) and torch.equal(state, want_state)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_chunked_delta_rule_without_cu_seqlens_is_upstreams_bit_for_bit(dtype: torch.dtype) -> None:
+    """Upstream's algorithm, only its loop over chunks restructured (unbind, not indexing): the same roundings."""
+    inputs = {name: tensor.to(dtype) for name, tensor in _delta_inputs().items()}
+    initial = torch.randn(BATCH, HEADS, K_DIM, V_DIM, generator=torch.Generator().manual_seed(10))
+    options = {"initial_state": initial, "output_final_state": True, "use_qk_l2norm_in_kernel": True}
+    out, state = delta_rule.chunk_gated_delta_rule(**inputs, **options)
+    want_out, want_state = UPSTREAM_CHUNK(**inputs, **options)
+    assert torch.equal(out, want_out) and torch.equal(state, want_state)
+
+
+def test_reference_chunked_delta_rule_under_torch_export_is_upstreams_forward_substitution(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where torch.export runs, upstream inverts each chunk's system row by row instead of solve_triangular."""
+    inputs = _delta_inputs()
+    options = {"output_final_state": True, "use_qk_l2norm_in_kernel": True}
+    solved, _ = eager.chunk_gated_delta_rule(**inputs, **options)
+    monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
+    out, state = eager.chunk_gated_delta_rule(**inputs, **options)
+    want_out, want_state = UPSTREAM_CHUNK(**inputs, **options)
+    assert torch.equal(out, want_out) and torch.equal(state, want_state)
+    assert not torch.equal(out, solved)  # the other branch ran, on both sides
+
+
 def test_chunked_delta_rule_keeps_the_query_dtype_and_returns_no_state_unless_asked() -> None:
     inputs = {name: tensor.to(torch.bfloat16) for name, tensor in _delta_inputs().items()}
     out, final = delta_rule.chunk_gated_delta_rule(**inputs, use_qk_l2norm_in_kernel=True)
@@ -114,6 +147,41 @@ def test_reference_recurrent_delta_rule_matches_upstream_decode_step() -> None:
     options = {"use_qk_l2norm_in_kernel": True, "initial_state": initial}
     expected = _run_with_grads(UPSTREAM_RECURRENT, inputs, **options)
     _assert_close(_run_with_grads(eager.recurrent_gated_delta_rule, inputs, **options), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_reference_recurrent_delta_rule_is_upstreams_bit_for_bit(dtype: torch.dtype) -> None:
+    """Upstream's statements in upstream's order (its queries divided by sqrt(K), not scaled as the chunked's)."""
+    inputs = {name: tensor.to(dtype) for name, tensor in _delta_inputs(length=3).items()}
+    initial = torch.randn(BATCH, HEADS, K_DIM, V_DIM, generator=torch.Generator().manual_seed(11))
+    options = {"initial_state": initial, "output_final_state": True, "use_qk_l2norm_in_kernel": True}
+    out, state = eager.recurrent_gated_delta_rule(**inputs, **options)
+    want_out, want_state = UPSTREAM_RECURRENT(**inputs, **options)
+    assert torch.equal(out, want_out) and torch.equal(state, want_state)
+
+
+def test_grouped_query_key_repeats_each_key_head_for_its_consecutive_value_heads() -> None:
+    inputs = _delta_inputs(length=1)
+    query, key = grouped_query_key(inputs["query"], inputs["key"], inputs["value"])
+    assert query.shape[2] == key.shape[2] == HEADS
+    for head in range(HEADS):
+        assert torch.equal(query[:, :, head], inputs["query"][:, :, head // (HEADS // KEY_HEADS)])
+        assert torch.equal(key[:, :, head], inputs["key"][:, :, head // (HEADS // KEY_HEADS)])
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [delta_rule.chunk_gated_delta_rule, eager.chunk_gated_delta_rule, eager.recurrent_gated_delta_rule],
+    ids=["chunked_delta", "reference", "reference_recurrent"],
+)
+def test_key_heads_that_do_not_divide_the_value_heads_are_refused(kernel: Callable[..., Any]) -> None:
+    inputs = _delta_inputs(length=3)
+    inputs["query"], inputs["key"] = (
+        inputs["query"][:, :, :1].repeat(1, 1, 3, 1),
+        inputs["key"][:, :, :1].repeat(1, 1, 3, 1),
+    )
+    with pytest.raises(ValueError, match="grouped value attention"):
+        kernel(**inputs)
 
 
 def _documents(lengths: list[int]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -138,8 +206,20 @@ def test_packed_documents_give_the_outputs_and_states_each_gives_alone() -> None
         torch.testing.assert_close(states[index : index + 1], state, rtol=1e-4, atol=2e-5)
 
 
+def test_an_empty_document_passes_its_initial_state_through() -> None:
+    inputs, cu_seqlens = _documents([30, 0, 40])
+    initial = torch.randn(3, HEADS, K_DIM, V_DIM, generator=torch.Generator().manual_seed(12))
+    packed, states = delta_rule.chunk_gated_delta_rule(
+        **inputs, initial_state=initial, output_final_state=True, cu_seqlens=cu_seqlens
+    )
+    second, _ = UPSTREAM_CHUNK(**{name: tensor[:, 30:] for name, tensor in inputs.items()}, initial_state=initial[2:])
+    assert packed.shape[1] == 70 and torch.equal(states[1], initial[1])
+    torch.testing.assert_close(packed[:, 30:], second, rtol=1e-4, atol=2e-5)
+
+
 def test_packed_documents_differ_from_upstreams_torch_path_which_ignores_cu_seqlens() -> None:
-    """The documented departure: upstream's torch fallback carries the state across the boundary."""
+    """Upstream's torch body carries the state across the boundary (its decorator refuses cu_seqlens on CPU
+    instead of calling it, and so does the generated eager path); the kernel keeps the documents apart."""
     inputs, cu_seqlens = _documents([40, 30])
     packed, _ = delta_rule.chunk_gated_delta_rule(**inputs, cu_seqlens=cu_seqlens)
     carried, _ = UPSTREAM_CHUNK(**inputs, cu_seqlens=cu_seqlens)
@@ -244,3 +324,33 @@ def test_binding_a_gpu_family_here_is_refused_naming_cuda(slot: str, family: str
     with pytest.raises(KernelUnavailableError, match="needs a CUDA device"):
         bind_ops(OpsConfig({slot: family}))
     assert not SLOTS[slot].use_non_eager_impl
+
+
+@pytest.mark.parametrize("slot", ["chunk_gated_delta_rule", "recurrent_gated_delta_rule"])
+def test_the_fla_wrappers_hand_fla_one_query_key_head_per_value_head(
+    slot: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slots get grouped heads, as upstream's functions do; FLA gets them repeated as upstream repeats them.
+
+    A stand-in ``fla`` records what the wrapper module, loaded under another name, hands it.
+    """
+    seen: dict[str, torch.Tensor] = {}
+
+    def stand_in(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kwargs: Any) -> tuple[Any, None]:
+        seen.update(query=query, key=key, value=value, **kwargs)
+        return value, None
+
+    ops = types.ModuleType("fla.ops.gated_delta_rule")
+    ops.chunk_gated_delta_rule = ops.fused_recurrent_gated_delta_rule = stand_in
+    for name in ("fla", "fla.ops"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "fla.ops.gated_delta_rule", ops)
+    origin = importlib.util.find_spec(KERNEL_FAMILIES["fla"].module).origin
+    under_test = importlib.util.spec_from_file_location("fla_under_test", origin)
+    wrappers = importlib.util.module_from_spec(under_test)
+    under_test.loader.exec_module(wrappers)
+    inputs = _delta_inputs(length=3)
+    getattr(wrappers, slot)(**inputs, use_qk_l2norm_in_kernel=True)
+    query, key = grouped_query_key(inputs["query"], inputs["key"], inputs["value"])
+    assert torch.equal(seen["query"], query) and torch.equal(seen["key"], key)
+    assert seen["value"] is inputs["value"] and seen["use_qk_l2norm_in_kernel"] is True

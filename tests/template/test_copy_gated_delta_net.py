@@ -1,7 +1,7 @@
 """``copier copy`` of a Gated DeltaNet hybrid: the mixer's slots are guarded and the rendered tests exercise them.
 
 One copy only (the cheapest hybrid, olmo_hybrid: dense, text-only; where a user scaffolded it into this repository,
-into a clone that no longer holds it, repos.py's ``without``): the other hybrids of transformers 5.16 go through
+into a clone that no longer holds it, repos.py's ``without``): the other hybrids of transformers 5.25 go through
 ``scaffold-survey`` (docs/scaffolding.md, "How far the scaffold reaches"); which models fit or are refused is
 specified at fit level in tests/upstream/test_fit_linear_attention.py.
 """

@@ -47,7 +47,8 @@ def test_an_omni_copy_calls_the_omni_recipe_with_the_towers_and_the_speech_side_
     assert 'vision=VisionTower("Qwen2_5OmniVisionEncoder"),' in config
     assert 'audio=AudioTower("Qwen2_5OmniAudioEncoder"),' in config
     assert 'speech=("talker", "token2wav"),' in config
-    assert 'mrope="apply_multimodal_rotary_pos_emb",' in config
+    # transformers 5.25 sections the positions in the rotary embedding: the text attention's plain function
+    assert 'rope="apply_rotary_pos_emb",' in config and "mrope=None," in config
 
 
 def test_an_omni_copy_overrides_init_weights_without_the_branches_naming_a_speech_class(

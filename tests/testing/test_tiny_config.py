@@ -73,6 +73,7 @@ EXCLUDED: dict[str, str] = {
     **dict.fromkeys(
         [
             "blt",
+            "dots3_note",
             "emu3",
             "fuyu",
             "gemma3",
@@ -84,6 +85,7 @@ EXCLUDED: dict[str, str] = {
             "llama4",
             "mllama",
             "moshi",
+            "moss_transcribe_diarize",
             "musicgen",
             "musicgen_melody",
             "phi4_multimodal",
@@ -110,6 +112,7 @@ EXCLUDED: dict[str, str] = {
             "falcon_h1",
             "lfm2",
             "lfm2_moe",
+            "lfm3",
             "nemotron_h",
             "granitemoehybrid",
             "qwen3_next",
@@ -122,6 +125,10 @@ EXCLUDED: dict[str, str] = {
             "qwen3_5_moe_text",
             "qwen4_exp_text",
             "minimax",
+            "lara_mini",
+            # Kimi delta attention layers
+            "kimi_linear",
+            "bailing_hybrid",
         ],
         _RECURRENT,
     ),
@@ -173,6 +180,7 @@ def _tiny(model_type: str) -> PreTrainedConfig:
     return tiny_config_for(CONFIG_MAPPING[model_type])
 
 
+@pytest.mark.upstream_facts
 def test_population_is_the_decoder_only_text_models() -> None:
     stale = sorted(set(EXCLUDED) - set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES))
     assert not stale, f"excluded model_types no longer in the causal-LM mapping: {stale}"
@@ -325,3 +333,81 @@ def test_partial_rotary_factor_gives_an_even_rotary_dim() -> None:
         for rope in ropes:
             rotary = head_dim * rope.get("partial_rotary_factor", 1.0)
             assert math.isclose(rotary, round(rotary)) and round(rotary) % 2 == 0, (model_type, rope)
+
+
+def test_sizes_a_validator_ties_take_the_tiny_size_their_default_equals() -> None:
+    from huggingface_hub.dataclasses import strict
+    from transformers import LlamaConfig
+
+    @strict
+    class AdapterConfig(LlamaConfig):
+        model_type = "tied_sizes_test"
+        num_key_value_heads: int = 8
+        adapter_dim: int = 4096  # must equal hidden_size
+        scorer_heads: int = 4  # at most the query heads per key/value head
+        subsampling_factor: int = 8  # equals the kv heads by chance: no head count, not tied
+
+        def validate_architecture(self) -> None:
+            super().validate_architecture()
+            if self.adapter_dim != self.hidden_size:
+                raise ValueError("adapter_dim must equal hidden_size")
+            if self.scorer_heads > self.num_attention_heads // self.num_key_value_heads:
+                raise ValueError("scorer_heads must not exceed the heads per kv head")
+
+    config = tiny_config_for(AdapterConfig)
+    assert (config.adapter_dim, config.scorer_heads, config.subsampling_factor) == (TINY["hidden"], 3, 8)
+
+    @strict
+    class UntiedConfig(LlamaConfig):
+        model_type = "untied_sizes_test"
+        adapter_dim: int = 4096  # no validator: an equal default alone is no tie
+
+    assert tiny_config_for(UntiedConfig).adapter_dim == 4096
+
+
+def test_layer_counts_indices_and_periods_fit_the_tiny_depth() -> None:
+    from huggingface_hub.dataclasses import strict
+    from transformers import LlamaConfig
+
+    @strict
+    class StagedConfig(LlamaConfig):
+        model_type = "staged_layers_test"
+        n_input_layers: int = 8
+        n_middle_layers: int | None = None  # derived: the layers between input and output
+        n_output_layers: int = 8
+        loop_layer_index_end: int = 24
+        global_every_n_layers: int = 4
+        num_mtp_layers: int = 1
+        kv_source_layers: list[int] | None = None  # derived: pairs of layers share keys and values
+
+        def __post_init__(self, **kwargs):
+            if self.n_middle_layers is None:
+                self.n_middle_layers = self.num_hidden_layers - self.n_input_layers - self.n_output_layers
+            if self.kv_source_layers is None:
+                self.kv_source_layers = [i - i % 2 for i in range(self.num_hidden_layers)]
+            super().__post_init__(**kwargs)
+
+        def validate_architecture(self) -> None:
+            super().validate_architecture()
+            if min(self.n_input_layers, self.n_middle_layers, self.n_output_layers) < 1:
+                raise ValueError("every stage needs a layer")
+
+    config = tiny_config_for(StagedConfig)
+    assert (config.n_input_layers, config.n_middle_layers, config.n_output_layers) == (1, 1, 1)
+    assert config.loop_layer_index_end == 2  # 24 of 32 layers: 3/4 of the tiny depth
+    assert config.global_every_n_layers == TINY["layers"]  # a period: at most the depth, the last layer global
+    assert config.num_mtp_layers == 1  # fits the tiny depth: kept
+    assert config.kv_source_layers == [0, 0, 2]  # derived again for the tiny depth
+
+
+def test_composites_and_hybrids_outside_the_population_get_tiny_sizes() -> None:
+    dots3 = tiny_config_for(CONFIG_MAPPING["dots3_note"])
+    assert dots3.text_config.hidden_size == TINY["hidden"]
+    assert dots3.vision_config.adapter_out_dim == dots3.audio_config.adapter_out_dim == TINY["hidden"]
+    assert dots3.vision_config.adapter_in_dim == dots3.vision_config.hidden_size == TINY["hidden"]
+    assert dots3.text_config.pad_token_id == 0  # special ids of a text sub-config fit the tiny vocab
+    moss = tiny_config_for(CONFIG_MAPPING["moss_transcribe_diarize"])  # text config declared as AutoConfig
+    assert (moss.text_config.model_type, moss.text_config.hidden_size) == ("qwen3", TINY["hidden"])
+    assert moss.audio_config.hidden_size == TINY["hidden"]
+    kimi = tiny_config_for(CONFIG_MAPPING["kimi_linear"])
+    assert kimi.linear_num_heads * kimi.linear_head_dim < kimi.hidden_size

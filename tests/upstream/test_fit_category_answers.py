@@ -75,8 +75,8 @@ def test_the_refusal_names_the_tower_the_causal_lm_builds() -> None:
 
 def test_an_omni_thinker_builds_its_audio_and_vision_towers_from_their_configs() -> None:
     assert towers_on_causal_lm_path(structure("qwen2_5_omni")) == (
-        "Qwen2_5OmniThinkerForConditionalGeneration.audio_tower",
-        "Qwen2_5OmniThinkerForConditionalGeneration.visual",
+        "Qwen2_5OmniThinkerModel.audio_tower",
+        "Qwen2_5OmniThinkerModel.visual",
     )
 
 

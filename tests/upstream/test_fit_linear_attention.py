@@ -18,7 +18,7 @@ from modelgraft.generator.upstream.index import UpstreamSources
 from modelgraft.generator.upstream.reader import modeling_module, read_model
 from modelgraft.generator.upstream.structure import ModelStructure
 
-#: The slots the mixer's guards take, for every Gated DeltaNet model of transformers 5.16.
+#: The slots the mixer's guards take, for every Gated DeltaNet model of transformers 5.25.
 MIXER_SLOTS = (
     "rms_norm_gated",
     "causal_conv1d",
@@ -49,6 +49,8 @@ def test_the_mixer_is_the_class_that_calls_both_gated_delta_rules_with_the_funct
         "torch_recurrent_gated_delta_rule",
     )
     assert (mixer.conv, mixer.conv_update) == ("causal_conv1d_fn", "causal_conv1d_update")
+    # 5.25: the forward calls neither conv itself, but causal_conv1d_forward, which calls both.
+    assert (mixer.conv_via, mixer.conv_update_via) == (("causal_conv1d_forward",), ("causal_conv1d_forward",))
     assert (mixer.norm, mixer.norm_eps_attr, mixer.norm_activation) == (
         "OlmoHybridRMSNormGated",
         "variance_epsilon",

@@ -12,6 +12,8 @@ from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.recipes.fit_vlm import VlmFinding, vlm_arguments
 from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.reader import read_model
+from modelgraft.generator.upstream.structure import RopeInfo
+from modelgraft.generator.upstream.vlm_contract import contract_differences
 
 #: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
 pytestmark = pytest.mark.upstream_facts
@@ -45,14 +47,29 @@ def test_the_vision_rope_is_guarded_apart_from_the_text_rope() -> None:
 
 
 def test_a_sectioned_multimodal_rope_goes_behind_the_rope_slot_through_mrope() -> None:
-    qwen2_vl = fit("qwen2_vl")
-    assert qwen2_vl.arguments["mrope"] == "apply_multimodal_rotary_pos_emb" and qwen2_vl.arguments["rope"] is None
-    assert "rope" in qwen2_vl.guarded
+    """A text attention applying its own function that takes ``mrope_section`` (Qwen2-VL's
+    ``apply_multimodal_rotary_pos_emb`` before the rotary embedding sectioned the positions) goes through mrope."""
+    structure = read_model("qwen2_vl")
+    mrope = RopeInfo(
+        kind="function",
+        name="apply_multimodal_rotary_pos_emb",
+        line=1,
+        params=("q", "k", "cos", "sin", "mrope_section", "unsqueeze_dim"),
+        formulation="unknown",
+        reason="apply_multimodal_rotary_pos_emb (line 1) is the text attention's RoPE: multimodal RoPE",
+    )
+    sectioned = fit_model(replace(structure, rope=mrope))
+    assert sectioned.arguments["mrope"] == "apply_multimodal_rotary_pos_emb" and sectioned.arguments["rope"] is None
+    assert "rope" in sectioned.guarded
 
 
-def test_a_plain_text_rope_next_to_the_towers_rope_is_guarded_as_a_dense_models() -> None:
-    qwen3_vl = fit("qwen3_vl")
-    assert qwen3_vl.arguments["rope"] == "apply_rotary_pos_emb" and qwen3_vl.arguments["mrope"] == ""
+@pytest.mark.parametrize("model", ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
+def test_a_plain_text_rope_next_to_the_towers_rope_is_guarded_as_a_dense_models(model: str) -> None:
+    """The pinned transformers sections the Qwen-VL family's positions in the rotary embedding: every text
+    attention applies the plain apply_rotary_pos_emb, and no mrope is left to guard."""
+    fitted = fit(model)
+    assert fitted.arguments["rope"] == "apply_rotary_pos_emb" and fitted.arguments["mrope"] == ""
+    assert "rope" in fitted.guarded
 
 
 def test_automodel_towers_are_named_for_the_composition_rewrite() -> None:
@@ -89,25 +106,45 @@ def test_a_vlm_without_a_processor_is_refused_as_its_tests_could_not_build_input
 
 
 def test_a_vlm_whose_text_model_takes_no_four_row_position_ids_is_refused() -> None:
-    """cosmos3_edge's text model reads three rotary rows and no text row: packed documents would attend to each
-    other, and the suite's packed rows would not even reach its rotary embedding."""
-    (reason,) = vlm_reasons("cosmos3_edge")
-    assert "Cosmos3EdgeTextModel.forward takes no [4, B, L] position ids" in reason
-    assert fit("cosmos3_edge").refused
-
-
-def test_a_tower_whose_merger_sits_in_the_model_takes_its_merge_size_from_its_config() -> None:
-    """cosmos3_edge's projector sits next to the tower, which keeps no spatial_merge_size of its own (read as if
-    its text model took the four-row layout, the one way it differs from the contract)."""
+    """A text model that reads no text row before the rotary rows would let packed documents attend to each
+    other. cosmos3_edge's text model reads it in the pinned transformers (``position_ids.shape[0] == 4``);
+    read as if it did not, that is its one difference from the contract."""
     structure = read_model("cosmos3_edge")
+    assert structure.vlm is not None and structure.vlm.language_model_reads_text_row
+    vlm = replace(structure.vlm, language_model_reads_text_row=False)
+    without_text_row = replace(structure, vlm=replace(vlm, contract_differences=contract_differences(vlm)))
+    refusals: list[VlmFinding] = []
+    vlm_arguments(without_text_row, refusals)
+    (reason,) = [f.reason for f in refusals]
+    assert "Cosmos3EdgeTextModel.forward takes no [4, B, L] position ids" in reason
+    assert fit_model(without_text_row).refused
+
+
+def test_the_text_models_of_the_pinned_vlms_without_a_text_row_are_named() -> None:
+    assert any(
+        "MiniMaxM3VLTextModel.forward takes no [4, B, L] position ids" in r for r in vlm_reasons("minimax_m3_vl")
+    )
+    assert fit("minimax_m3_vl").refused
+
+
+def test_cosmos3_edge_fits_the_contract_with_its_projector_next_to_the_tower() -> None:
+    """In the pinned transformers cosmos3_edge's text model reads the text row and its tower keeps its merge size."""
+    cosmos = fit("cosmos3_edge")
+    assert not vlm_reasons("cosmos3_edge") and not cosmos.refused
+    assert cosmos.arguments["vision"]["merge_size"] == "self.spatial_merge_size"
+
+
+def test_a_tower_that_keeps_no_merge_size_takes_its_merge_size_from_its_config() -> None:
+    """hunyuan_vl's tower leaves ``spatial_merge_size`` to its patch merger; its vision config declares it
+    (read as if the model fitted the contract otherwise)."""
+    structure = read_model("hunyuan_vl")
     assert structure.vlm is not None
     fitting = replace(structure, vlm=replace(structure.vlm, contract_differences=()))
     refusals: list[VlmFinding] = []
     vision = vlm_arguments(fitting, refusals)["vision"]
     assert not refusals
     assert vision["merge_size"] == "self.config.spatial_merge_size"
-    assert vision["patch_weight"] == "self.embeddings.patch_embedding.weight"  # a Linear over patch rows
-    assert vision["rope"] == ""
+    assert vision["patch_weight"] == "self.embeddings.patch_embedding.weight"
 
 
 def test_a_package_whose_causal_lm_is_text_only_is_refused_as_a_vlm() -> None:

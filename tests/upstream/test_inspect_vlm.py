@@ -15,7 +15,8 @@ pytestmark = pytest.mark.upstream_facts
 def test_qwen2_vl_report_names_towers_methods_processors_and_both_ropes(capsys: pytest.CaptureFixture[str]) -> None:
     assert inspect_cli.main(["qwen2_vl"]) == 0
     out = capsys.readouterr().out
-    assert "rope             function apply_multimodal_rotary_pos_emb" in out
+    # The pinned transformers' rotary embedding sections the positions: the text attention's RoPE is the plain one.
+    assert "rope             function apply_rotary_pos_emb (line " in out and "formulation=rotate_half" in out
     assert "vision rope          apply_rotary_pos_emb_vision" in out
     assert "self.visual = Qwen2VisionTransformerPretrainedModel._from_config(...)" in out
     assert "Qwen2VisionTransformerPretrainedModel.merger = PatchMerger (in the tower)" in out

@@ -84,17 +84,14 @@ def test_placeholder_mask_returns_an_image_and_a_video_mask(model: str) -> None:
     assert mask.params == ("input_ids", "inputs_embeds", "image_features", "video_features")
 
 
-@pytest.mark.parametrize("model", ("qwen2_vl", "qwen2_5_vl"))
-def test_qwen2_text_rope_is_the_multimodal_function_not_the_vision_one(model: str) -> None:
+@pytest.mark.parametrize("model", QWEN_VL)
+def test_qwen_vl_text_rope_is_apply_rotary_pos_emb_and_vision_rope_is_separate(model: str) -> None:
+    """In the pinned transformers the rotary embedding sections the multimodal positions (``mrope_section``)
+    itself, so the text attention of the whole family, Qwen2-VL's included, applies the plain rotate-half
+    ``apply_rotary_pos_emb`` to the sectioned cos/sin; the tower's function is read apart."""
     s = read(model)
-    assert s.rope.name == "apply_multimodal_rotary_pos_emb"
-    assert "mrope_section" in s.rope.params and "mrope_section" in s.rope.reason
-    assert s.vlm.vision_rope.name == "apply_rotary_pos_emb_vision"
-
-
-def test_qwen3_vl_text_rope_is_apply_rotary_pos_emb_and_vision_rope_is_separate() -> None:
-    s = read("qwen3_vl")
     assert (s.rope.name, s.rope.formulation) == ("apply_rotary_pos_emb", "rotate_half")
+    assert "mrope_section" not in s.rope.params
     assert s.vlm.vision_rope.name == "apply_rotary_pos_emb_vision"
 
 
@@ -198,7 +195,9 @@ def test_a_borrowed_processor_brings_what_its_package_borrows_in_turn() -> None:
     [
         ("qwen2_vl", "self.patch_embed.proj.weight", True),
         ("glm4v", "self.patch_embed.proj.weight", True),
-        ("cosmos3_edge", "self.embeddings.patch_embedding.weight", False),
+        ("cosmos3_edge", "self.embeddings.patch_embedding.weight", True),
+        # hunyuan_vl's tower leaves the merge size to its patch merger.
+        ("hunyuan_vl", "self.embeddings.patch_embedding.weight", False),
     ],
 )
 def test_the_towers_patch_weight_and_merge_size_are_read(model: str, weight: str, merge_size: bool) -> None:

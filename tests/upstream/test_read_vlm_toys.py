@@ -245,6 +245,41 @@ def test_an_autoconfig_sub_config_leaves_the_class_to_the_checkpoint(tmp_path: P
     assert "the checkpoint chooses (AutoConfig)" in info.contract_differences[0]
 
 
+def test_a_sub_configs_defaults_table_names_the_sub_configs_too(tmp_path: Path) -> None:
+    """``sub_configs_defaults`` supersedes ``sub_configs``; its values are classes or ``SubConfigSpec(...)``."""
+    modeling = MODELING.replace("ToyVisionModel._from_config(", "AutoModel.from_config(").replace(
+        "ToyTextModel._from_config(", "AutoModel.from_config("
+    )
+    configuration = CONFIGURATION.replace(
+        '    sub_configs = {"vision_config": ToyVisionConfig, "text_config": ToyTextConfig}',
+        "    sub_configs_defaults = {\n"
+        '        "vision_config": ToyVisionConfig,\n'
+        '        "text_config": SubConfigSpec(config_class=AutoConfig, model_type="llama"),\n'
+        "    }",
+    )
+    assert "sub_configs_defaults" in configuration
+    info = read_toy(tmp_path, modeling, configuration_toy=configuration)
+    assert {(c.attr, c.config_class, c.builds) for c in info.compositions} == {
+        ("visual", "ToyVisionConfig", "ToyVisionModel"),
+        ("language_model", "AutoConfig", None),
+    }
+
+
+def test_a_sub_config_spec_naming_its_class_positionally_builds_that_class(tmp_path: Path) -> None:
+    modeling = MODELING.replace("ToyVisionModel._from_config(", "AutoModel.from_config(")
+    configuration = CONFIGURATION.replace(
+        "    sub_configs = {",
+        "    sub_configs_defaults: ClassVar[dict] = {",
+    ).replace('{"vision_config": ToyVisionConfig', '{"vision_config": SubConfigSpec(ToyVisionConfig, optional=True)')
+    info = read_toy(tmp_path, modeling, configuration_toy=configuration)
+    (composed,) = info.compositions
+    assert (composed.config_class, composed.builds, info.vision.cls) == (
+        "ToyVisionConfig",
+        "ToyVisionModel",
+        "ToyVisionModel",
+    )
+
+
 def test_processors_are_the_public_classes_of_the_processing_modules(tmp_path: Path) -> None:
     info = read_toy(
         tmp_path,

@@ -64,7 +64,9 @@ def test_llama_has_all_four_heads_and_generic_sequence_classification() -> None:
 def test_llama_loss_head_is_guardable_with_config_vocab_size() -> None:
     lm = read("llama").causal_lm
     assert lm is not None and lm.reason == ""
-    assert (lm.logits_var, lm.hidden_arg) == ("logits", "hidden_states[:, slice_indices, :]")
+    # The pinned transformers slices first (`hidden_states = slice_logits_to_keep(hidden_states, logits_to_keep)`),
+    # then projects the sliced hidden states.
+    assert (lm.logits_var, lm.hidden_arg) == ("logits", "hidden_states")
     assert lm.vocab_size_expr == "self.config.vocab_size"
     assert lm.output_class == "CausalLMOutputWithPast"
     assert "logits_to_keep" in lm.params

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.upstream_facts
 QWEN3_MOE_ROUTER = {"weight": "weight", "top_k": "top_k", "norm_topk_prob": "norm_topk_prob"}
 GPT_OSS_ROUTER = {"weight": "weight", "bias": "bias", "top_k": "top_k"}
 
-#: Upstream routers whose forward is Qwen3-MoE's body exactly (transformers 5.16.1).
+#: Upstream routers whose forward is Qwen3-MoE's body exactly (the pinned transformers).
 EXACT_SOFTMAX_TOPK = {
     "flex_olmo",
     "mellum",

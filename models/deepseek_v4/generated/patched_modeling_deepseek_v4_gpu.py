@@ -1,10 +1,10 @@
 # ====================================================================================================
 # GENERATED FILE - DO NOT EDIT BY HAND.
 # Regenerate with: patchgen models.deepseek_v4.deepseek_v4_gpu_patch_gen_config
-# Source: transformers.models.deepseek_v4.modeling_deepseek_v4 (transformers==5.16.1)
+# Source: transformers.models.deepseek_v4.modeling_deepseek_v4 (transformers==5.25.0)
 # Config: models.deepseek_v4.deepseek_v4_gpu_patch_gen_config
 # Description: DeepSeek-V4 with op-slot guards (norms, experts, routers, mHC, indexer) and slot-backed losses
-# Fingerprint: fbda333eb68ee5a83eb3
+# Fingerprint: f8e026d2c442f35708cf
 # Patches:
 #   - override_method DeepseekV4RMSNorm.forward: rms_norm slot guard
 #   - override_method DeepseekV4UnweightedRMSNorm.forward: rms_norm slot guard
@@ -46,21 +46,22 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, DynamicSlidingWindowLayer
 from transformers.generation import GenerationMixin
-from transformers.integrations import use_experts_implementation, use_kernel_forward_from_hub
+from transformers.integrations import use_experts_implementation
 from transformers.masking_utils import create_sliding_window_causal_mask
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel, slice_logits_to_keep
 from transformers.models.deepseek_v4.configuration_deepseek_v4 import DeepseekV4Config
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
-from transformers.utils.generic import maybe_autocast, merge_with_config_defaults
+from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from modelgraft.models.attention import FUSED_ATTENTION, register_fused_attention
+from modelgraft.models.ops.kernels.eager import sinkhorn as reference_sinkhorn
 from modelgraft.models.ops.kernels.token_mask import real_token_mask
 from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
@@ -78,11 +79,10 @@ from modelgraft.models.ops.slots import (
 from modelgraft.models.pretrained import require_complete_load
 from modelgraft.models.upstream_version import require_generated_from
 
-require_generated_from("transformers", "5.16.1", __name__)
+require_generated_from("transformers", "5.25.0", __name__)
 
 
 # [MODIFIED CLASS] DeepseekV4RMSNorm
-@use_kernel_forward_from_hub("RMSNorm")
 class DeepseekV4RMSNorm(nn.Module):
     def __init__(self, hidden_size, eps: float = 1e-6) -> None:
         """
@@ -93,14 +93,14 @@ class DeepseekV4RMSNorm(nn.Module):
         self.variance_epsilon = eps
 
     # [PATCHED METHOD] DeepseekV4RMSNorm.forward: rms_norm slot guard
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states) -> torch.Tensor:
         if rms_norm_slot.use_non_eager_impl:
-            return rms_norm_slot(hidden_states, self.weight, self.variance_epsilon)
+            return rms_norm_slot(hidden_states, self.weight, self.variance_epsilon, cast_last=True)
         input_dtype = hidden_states.dtype
         hidden_states = hidden_states.to(torch.float32)
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
         hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
+        return (self.weight * hidden_states).to(input_dtype)  # main diff with Llama
 
     def extra_repr(self):
         return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
@@ -110,13 +110,13 @@ class DeepseekV4RMSNorm(nn.Module):
 class DeepseekV4UnweightedRMSNorm(nn.Module):
     def __init__(self, eps: float = 1.0e-6):
         super().__init__()
-        self.eps = eps
+        self.variance_epsilon = eps
 
     # [PATCHED METHOD] DeepseekV4UnweightedRMSNorm.forward: rms_norm slot guard
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if rms_norm_slot.use_non_eager_impl:
-            return rms_norm_slot(x, None, self.eps, cast_last=False)
-        return x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + self.eps).to(x.dtype)
+            return rms_norm_slot(x, None, self.variance_epsilon, cast_last=False)
+        return x * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + self.variance_epsilon).to(x.dtype)
 
 
 class DeepseekV4RotaryEmbedding(nn.Module):
@@ -135,7 +135,6 @@ class DeepseekV4RotaryEmbedding(nn.Module):
     when building the per-type inv_freq buffers.
     """
 
-    @deprecate_kwarg("device", version="5.18")
     def __init__(self, config: DeepseekV4Config, device=None):
         super().__init__()
         self.max_seq_len_cached = config.max_position_embeddings
@@ -158,7 +157,6 @@ class DeepseekV4RotaryEmbedding(nn.Module):
             setattr(self, f"{layer_type}_attention_scaling", attention_scaling)
 
     @staticmethod
-    @deprecate_kwarg("device", version="5.18")
     def compute_default_rope_parameters(
         config: DeepseekV4Config, device=None, layer_type: str | None = None, **kwargs
     ) -> tuple[torch.Tensor, float]:
@@ -186,7 +184,6 @@ class DeepseekV4RotaryEmbedding(nn.Module):
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
         return inv_freq.to(device), attention_factor
 
-    @torch.no_grad()
     @dynamic_rope_update  # power user: used with advanced RoPE types (e.g. dynamic rope)
     def forward(self, x, position_ids, layer_type=None):
         # Key difference vs Laguna's forward: no `torch.cat([freqs, freqs], dim=-1)`
@@ -196,13 +193,9 @@ class DeepseekV4RotaryEmbedding(nn.Module):
         # the doubled dim and `rotate_half` is local and obvious.
         inv_freq = getattr(self, f"{layer_type}_inv_freq")
         attention_scaling = getattr(self, f"{layer_type}_attention_scaling")
-        inv_freq_expanded = inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1).to(x.device)
-        position_ids_expanded = position_ids[:, None, :].float()
-        device_type = x.device.type if isinstance(x.device.type, str) and x.device.type != "mps" else "cpu"
-        with maybe_autocast(device_type=device_type, enabled=False):
-            freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
-            cos = freqs.cos() * attention_scaling
-            sin = freqs.sin() * attention_scaling
+        freqs = position_ids[..., None].float() * inv_freq.to(device=x.device, dtype=torch.float)
+        cos = freqs.cos() * attention_scaling
+        sin = freqs.sin() * attention_scaling
         return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
 
 
@@ -230,6 +223,7 @@ class DeepseekV4HCACache(DynamicSlidingWindowLayer):
     """
 
     _layer_type = "heavily_compressed_attention"
+    is_croppable = False
 
     def __init__(self, config: "DeepseekV4Config", **kwargs):
         super().__init__(sliding_window=config.sliding_window)
@@ -289,6 +283,20 @@ class DeepseekV4HCACache(DynamicSlidingWindowLayer):
         self.entry_count[name] += compressed.shape[1]
         return self.compressed_kv[name]
 
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        for states in (self.buffer_kv, self.buffer_gate, self.compressed_kv):
+            for name, tensor in states.items():
+                if tensor is not None:
+                    states[name] = tensor.index_select(0, beam_idx.to(tensor.device))
+
+    def reset(self) -> None:
+        super().reset()
+        # Dropped rather than zeroed, as they grow by concatenation, like the main states
+        for name in self.compressed_kv:
+            self.buffer_kv[name] = self.buffer_gate[name] = self.compressed_kv[name] = None
+            self.entry_count[name] = 0
+
 
 class DeepseekV4CSACache(DeepseekV4HCACache):
     r"""Cache layer for CSA blocks (paper §2.3.1). Extends :class:`DeepseekV4HCACache`
@@ -336,6 +344,18 @@ class DeepseekV4CSACache(DeepseekV4HCACache):
         self.overlap_kv[name] = chunk_kv[:, -1, :, :head_dim].clone()
         self.overlap_gate[name] = chunk_gate[:, -1, :, :head_dim].clone()
         return prior_kv, prior_gate
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        for states in (self.overlap_kv, self.overlap_gate):
+            for name, tensor in states.items():
+                if tensor is not None:
+                    states[name] = tensor.index_select(0, beam_idx.to(tensor.device))
+
+    def reset(self) -> None:
+        super().reset()
+        for name in self.overlap_kv:
+            self.overlap_kv[name] = self.overlap_gate[name] = None
 
 
 class DeepseekV4GroupedLinear(nn.Linear):
@@ -412,7 +432,7 @@ class DeepseekV4HCACompressor(nn.Module):
     `T = entry_count["compressor"]`), so the attention can attend over the
     full long-range history.
 
-    When `past_key_values is None` runs in stateless single-shot mode: compress
+    When `cache is None` runs in stateless single-shot mode: compress
     every complete window from `hidden_states` and discard the remainder
     (instead of caching it).
     """
@@ -425,20 +445,21 @@ class DeepseekV4HCACompressor(nn.Module):
         self.head_dim = config.head_dim
         self.kv_proj = nn.Linear(config.hidden_size, self.head_dim, bias=False)
         self.gate_proj = nn.Linear(config.hidden_size, self.head_dim, bias=False)
-        self.position_bias = nn.Parameter(torch.empty(self.compress_rate, self.head_dim))
-        self.kv_norm = DeepseekV4RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.position_bias = nn.Parameter(torch.empty(self.compress_rate, self.head_dim, dtype=torch.float32))
+        self.kv_norm = DeepseekV4RMSNorm(self.head_dim, eps=config.rms_norm_eps).to(dtype=torch.float32)
         self.rotary_emb = DeepseekV4RotaryEmbedding(config)
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         hidden_states: torch.Tensor,
         q_residual: torch.Tensor,
         position_ids: torch.Tensor,
-        past_key_values: Cache | None,
+        cache: Cache | None,
         layer_idx: int,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         batch, _, _ = hidden_states.shape
-        cache_layer: DeepseekV4HCACache = past_key_values.layers[layer_idx] if past_key_values is not None else None
+        cache_layer: DeepseekV4HCACache = cache.layers[layer_idx] if cache is not None else None
         kv = self.kv_proj(hidden_states)
         gate = self.gate_proj(hidden_states)
         if cache_layer is None:
@@ -547,24 +568,23 @@ class DeepseekV4Indexer(nn.Module):
         self.index_topk = config.index_topk
         self.kv_proj = nn.Linear(config.hidden_size, 2 * self.head_dim, bias=False)
         self.gate_proj = nn.Linear(config.hidden_size, 2 * self.head_dim, bias=False)
-        self.position_bias = nn.Parameter(torch.empty(self.compress_rate, 2 * self.head_dim))
-        self.kv_norm = DeepseekV4RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.position_bias = nn.Parameter(torch.empty(self.compress_rate, 2 * self.head_dim, dtype=torch.float32))
+        self.kv_norm = DeepseekV4RMSNorm(self.head_dim, eps=config.rms_norm_eps).to(dtype=torch.float32)
         self.q_b_proj = nn.Linear(config.q_lora_rank, self.num_heads * self.head_dim, bias=False)
         self.rotary_emb = DeepseekV4RotaryEmbedding(config)
         self.scorer = DeepseekV4IndexerScorer(config)
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         hidden_states: torch.Tensor,
         q_residual: torch.Tensor,
         position_ids: torch.Tensor,
-        past_key_values: Cache | None,
+        cache: Cache | None,
         layer_idx: int,
     ) -> torch.LongTensor:
         batch, seq_len, _ = hidden_states.shape
-        cache_layer: DeepseekV4CSACache | None = (
-            past_key_values.layers[layer_idx] if past_key_values is not None else None
-        )
+        cache_layer: DeepseekV4CSACache | None = cache.layers[layer_idx] if cache is not None else None
         kv = self.kv_proj(hidden_states)
         gate = self.gate_proj(hidden_states)
 
@@ -664,23 +684,22 @@ class DeepseekV4CSACompressor(nn.Module):
         self.head_dim = config.head_dim
         self.kv_proj = nn.Linear(config.hidden_size, 2 * self.head_dim, bias=False)
         self.gate_proj = nn.Linear(config.hidden_size, 2 * self.head_dim, bias=False)
-        self.position_bias = nn.Parameter(torch.empty(self.compress_rate, 2 * self.head_dim))
-        self.kv_norm = DeepseekV4RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.position_bias = nn.Parameter(torch.empty(self.compress_rate, 2 * self.head_dim, dtype=torch.float32))
+        self.kv_norm = DeepseekV4RMSNorm(self.head_dim, eps=config.rms_norm_eps).to(dtype=torch.float32)
         self.rotary_emb = DeepseekV4RotaryEmbedding(config)
         self.indexer = DeepseekV4Indexer(config)
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         hidden_states: torch.Tensor,
         q_residual: torch.Tensor,
         position_ids: torch.Tensor,
-        past_key_values: Cache | None,
+        cache: Cache | None,
         layer_idx: int,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         batch, seq_len, _ = hidden_states.shape
-        cache_layer: DeepseekV4CSACache | None = (
-            past_key_values.layers[layer_idx] if past_key_values is not None else None
-        )
+        cache_layer: DeepseekV4CSACache | None = cache.layers[layer_idx] if cache is not None else None
         kv = self.kv_proj(hidden_states)
         gate = self.gate_proj(hidden_states)
 
@@ -739,7 +758,7 @@ class DeepseekV4CSACompressor(nn.Module):
         # Ex: for query at index 5, m=4, and `index_topk=1024`, 1024 index are return but only 2 should be
         # attended to. The indexer marks the rest with `-1`; we clamp before the gather and keep the `valid`
         # to drop them from the per-query block mask afterwards.
-        top_k_indices = self.indexer(hidden_states, q_residual, position_ids, past_key_values, layer_idx)  # [B, S, k]
+        top_k_indices = self.indexer(hidden_states, q_residual, position_ids, cache, layer_idx)  # [B, S, k]
         compressed_len = compressed_kv.shape[2]
         valid = top_k_indices >= 0  # [B, S, k]
         # Per-query block bias: query `t` may only see the cache entries that are <= `seq_len // m`
@@ -833,27 +852,28 @@ class DeepseekV4Attention(nn.Module):
         self.scaling = self.head_dim**-0.5
 
         self.q_a_proj = nn.Linear(config.hidden_size, config.q_lora_rank, bias=False)
-        self.q_a_norm = DeepseekV4RMSNorm(config.q_lora_rank, eps=config.rms_norm_eps)
+        self.q_a_norm = DeepseekV4RMSNorm(config.q_lora_rank, eps=config.rms_norm_eps).to(dtype=torch.float32)
         self.q_b_proj = nn.Linear(config.q_lora_rank, self.num_heads * self.head_dim, bias=False)
         self.q_b_norm = DeepseekV4UnweightedRMSNorm(eps=config.rms_norm_eps)
         self.kv_proj = nn.Linear(config.hidden_size, self.head_dim, bias=False)
-        self.kv_norm = DeepseekV4RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.kv_norm = DeepseekV4RMSNorm(self.head_dim, eps=config.rms_norm_eps).to(dtype=torch.float32)
         self.o_a_proj = DeepseekV4GroupedLinear(
             self.num_heads * self.head_dim // config.o_groups, config.o_groups * config.o_lora_rank, config.o_groups
         )
         self.o_b_proj = nn.Linear(config.o_groups * config.o_lora_rank, config.hidden_size, bias=False)
-        self.sinks = nn.Parameter(torch.empty(self.num_heads))
+        self.sinks = nn.Parameter(torch.empty(self.num_heads, dtype=torch.float32))
         self.compressor = (
             COMPRESSOR_CLASSES[self.layer_type](config) if self.layer_type != "sliding_attention" else None
         )
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         hidden_states: torch.Tensor,
         position_embeddings: dict[str, tuple[torch.Tensor, torch.Tensor]] | tuple[torch.Tensor, torch.Tensor],
         position_ids: torch.Tensor,
         attention_mask: torch.Tensor | None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs: Unpack[FlashAttentionKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_shape = hidden_states.shape[:-1]
@@ -870,14 +890,12 @@ class DeepseekV4Attention(nn.Module):
         kv = self.kv_norm(self.kv_proj(hidden_states)).view(*hidden_shape).transpose(1, 2)
         kv = apply_rotary_pos_emb(kv, cos, sin)
 
-        if past_key_values is not None:  # sliding where K==V
-            kv = past_key_values.update(kv, kv, self.layer_idx)[0]
+        if cache is not None:  # sliding where K==V
+            kv = cache.update(kv, kv, self.layer_idx, kwargs=kwargs)[0]
 
         block_bias = None
         if self.compressor is not None:  # Compressed KV (CSA or HCA)
-            compressed_kv, block_bias = self.compressor(
-                hidden_states, q_residual, position_ids, past_key_values, self.layer_idx
-            )
+            compressed_kv, block_bias = self.compressor(hidden_states, q_residual, position_ids, cache, self.layer_idx)
             kv = torch.cat([kv, compressed_kv], dim=2)
 
         # The compressor path concatenates extra entries onto the KV axis after the
@@ -925,64 +943,88 @@ class DeepseekV4Attention(nn.Module):
 # [MODIFIED CLASS] DeepseekV4HyperConnection
 class DeepseekV4HyperConnection(nn.Module):
     r"""
-    Manifold-Constrained Hyper-Connections
-    (mHC) (Xie et al., 2026) to strengthen the conventional residual connections between adjacent
-    Transformer blocks
+    A module to implement manifold-constrained Hyper-Connections (mHC) (Xie et al., 2026) which strengthens the
+    conventional residual connections between adjacent Transformer blocks.
 
-    Owns the learned (`fn`, `base`, `scale`)
-    parameters that turn the incoming `hc_mult` residual streams into collapse / expand
-    weights. The decoder layer instantiates two of these (one for the attention site,
-    one for the mlp site).
+    When using mHC, each token is projected onto `hc_mult` streams, so the shape of decoder layer inputs changes from
+    [batch_size, sequence_length, hidden_size] to [batch_size, sequence_length, hc_mult, hidden_size].
+    To keep the same input shape for attention or MLP blocks, the streams are collapsed into one upon entering a block,
+    and expanded back into `hc_mult` streams upon exiting. There is also a weighted residual connection between the
+    input and output streams.
+    The weights used for collapsing (pre), expanding (post) and mixing (comb) are computed from the `hc_mult` input
+    streams through a learned projection (plus Sinkhorn-Knopp algorithm for the comb weight).
 
-    ASCII shape guide — `B` = batch, `S` = seq, `H` = hc_mult, `D` = hidden_size::
+    The diagram below shows the flow of the mHC streams (B = batch_size, S = seq_length, N = hc_mult, D = hidden_size):
 
-              hidden_streams        flatten(2)        RMSNorm-rescale + F.linear(fn)
-         [B, S, H, D]  ──────────►  [B, S, H*D]  ─────────────────────────────────►
-                                                             mix-logits
-                                                             [B, S, (2+H)*H]
-                                                                    │
-                            ┌───────────────────────────────────────┴──────────────────────────────┐
-                            ▼                          ▼                                           ▼
-                        pre logits                post logits                               comb logits
-                        [B, S, H]                 [B, S, H]                                 [B, S, H, H]
-                        × scale[0]                × scale[1]                                × scale[2]
-                        + base[:H]                + base[H:2H]                              + base[2H:]
-                        σ() + eps                 2·σ()                                     softmax(-1) + eps
-                        │                         │                                         │
-                        pre                       post                                      Sinkhorn(iters)
-                        (stream collapse weights) (block-output placement, range [0, 2])    row/col normalise
-                                                                                            │
-                                                                                            comb
-                                                                                            (stream mixer)
+                                                  ┌───────────────────┐
+                             N input streams  ────│ FLATTEN + PROJECT |────> (pre, post, comb) weights
+                              [B, S, N, D]        └───────────────────┘      ([B, S, N],  [B, S, N],  [B, S, N, N])
+                                  │ │ │
+               ╭──────────────────┴─┼─┼──────────────────╮
+               │ ╭──────────────────┴─┼────────────────╮ │
+               │ │ ╭──────────────────┴──────────────╮ │ │
+               │ │ │                                 │ │ │
+        ┌─────────────────┐                          │ │ │
+        │ COLLAPSE (pre)  │                          │ │ │
+        └─────────────────┘                          │ │ │
+                 │                                   │ │ │
+            Block input                              │ │ │
+             [B, S, D]                               │ │ │
+                 │                                   │ │ │
+        ┌─────────────────┐                     ┌─────────────┐
+        │   ATTN or MLP   │                     │  MIX (comb) │
+        └─────────────────┘                     └─────────────┘
+                 │                                   │ │ │
+           Block output                              │ │ │
+             [B, S, D]                               │ │ │
+                 │                                   │ │ │
+        ┌─────────────────┐                          │ │ │
+        │  EXPAND (post)  │                          │ │ │
+        └─────────────────┘                          │ │ │
+               │ │ │                                 │ │ │
+        N expanded streams                    N residual streams
+           [B, S, N, D]                          [B, S, N, D]
+               │ │ │                                 │ │ │
+               │ │ ╰───────────┌─────────┐───────────╯ │ │
+               │ ╰─────────────│   ADD   │─────────────╯ │
+               ╰───────────────└─────────┘───────────────╯
+                                  │ │ │
+                                  ▼ ▼ ▼
+                            N output streams
+                              [B, S, N, D]
     """
 
     def __init__(self, config: DeepseekV4Config):
         super().__init__()
-        self.hc_mult = config.hc_mult
+        self.hc_mult = config.hc_mult  # number of streams, referred as N below
         self.hc_sinkhorn_iters = config.hc_sinkhorn_iters
         self.hc_eps = config.hc_eps
         self.input_norm = DeepseekV4UnweightedRMSNorm(eps=config.rms_norm_eps)
-        mix = (2 + self.hc_mult) * self.hc_mult
-        self.fn = nn.Parameter(torch.empty(mix, self.hc_mult * config.hidden_size))
-        self.base = nn.Parameter(torch.empty(mix))
-        # 3 = number of outputs from the mHC mapping: `pre` (input projection
-        # weights), `post` (sublayer output projection weights), `comb` (the
-        # H×H residual combine matrix that gets Sinkhorn-projected onto the
-        # doubly-stochastic manifold). Each output gets its own learned scale.
+        # The mHC projects the N inputs streams into 3 weights: pre (size: N), post (size: N) and comb (size: N*N)
+        # Hence the output size of the projection is 2 * N + N * N = (2 + N) * N.
+        concatenated_weights_size = (2 + self.hc_mult) * self.hc_mult
+        self.fn = nn.Parameter(torch.empty(concatenated_weights_size, self.hc_mult * config.hidden_size))
+        self.base = nn.Parameter(torch.empty(concatenated_weights_size))
+        # The mHC produces 3 outputs, each with their own scale parameter (the "pre", "post" and "comb" weights)
         self.scale = nn.Parameter(torch.empty(3))
 
     # [PATCHED METHOD] DeepseekV4HyperConnection.forward: mHC mapping behind the hyper_connection slot, its Sinkhorn step behind the sinkhorn slot
     def forward(self, hidden_streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        r"""
-        Compute `pre`, `post`, `comb` from the mHC mapping (paper §2.2 eq. 8).
-        `comb` is projected onto the doubly-stochastic manifold via Sinkhorn-
-        Knopp: starting from the sigmoid-positive matrix, alternate row and
-        column normalisation for `hc_sinkhorn_iters` steps. `pre` then collapses
-        the `hc_mult` parallel streams into a single sequence (input projection
-        into the sublayer); `post` and `comb` are returned for the caller to
-        apply on the sublayer output.
         """
+        Computes the weights used to mix in the `hc_mult` streams with the input and output of the next layer, which can
+        be an attention or a MLP layer. This is done through three weights:
+
+        - pre: used to collapse the `hc_mult` input streams into one, creating an input tensor for the next layer
+        - post: used to expand the output of the next layer back into `hc_mult` streams
+        - comb: used to mix the `hc_mult` input streams with the `hc_mult` output streams
+
+        All weights are returned except "pre", which is consumed here.
+        """
+        batch_size, seq_len = hidden_streams.shape[:2]
         hc = self.hc_mult
+
+        # Flatten and norm the hidden streams
+        flattened = hidden_streams.view(batch_size, seq_len, -1).float()
         if hyper_connection_slot.use_non_eager_impl:
             pre, post, comb_logits = hyper_connection_slot(
                 hidden_streams,
@@ -991,28 +1033,42 @@ class DeepseekV4HyperConnection(nn.Module):
                 self.scale,
                 hc_mult=self.hc_mult,
                 eps=self.hc_eps,
-                norm_eps=self.input_norm.eps,
+                norm_eps=self.input_norm.variance_epsilon,
+            )
+            comb = (sinkhorn_slot if sinkhorn_slot.use_non_eager_impl else reference_sinkhorn)(
+                comb_logits, self.hc_sinkhorn_iters, self.hc_eps
             )
         else:
-            flat = self.input_norm(hidden_streams.flatten(start_dim=2).float())
-            pre_w, post_w, comb_w = F.linear(flat, self.fn.float()).split([hc, hc, hc * hc], dim=-1)
+            flattened = self.input_norm(flattened)
+            # Mix the streams together to infer the weight coefficients
+            flattened = F.linear(flattened, self.fn.float())
+            # Split the weight coefficients
+            pre_w, post_w, comb_w = flattened.split([hc, hc, hc * hc], dim=-1)
             pre_b, post_b, comb_b = self.base.split([hc, hc, hc * hc])
             pre_scale, post_scale, comb_scale = self.scale.unbind(0)
 
+            comb_w = comb_w.view(*comb_w.shape[:-1], hc, hc)  # these are matrix weights, unlike pre or post
+            comb_b = comb_b.view(hc, hc)
+
+            # All weights are computed with a one layer perceptron. For pre and post, this is it.
             pre = torch.sigmoid(pre_w * pre_scale + pre_b) + self.hc_eps
             post = 2 * torch.sigmoid(post_w * post_scale + post_b)
-            comb_logits = comb_w.view(*comb_w.shape[:-1], hc, hc) * comb_scale + comb_b.view(hc, hc)
-        if sinkhorn_slot.use_non_eager_impl:
-            comb = sinkhorn_slot(comb_logits, self.hc_sinkhorn_iters, self.hc_eps)
-        else:
-            comb = torch.softmax(comb_logits, dim=-1) + self.hc_eps
-            comb = comb / (comb.sum(dim=-2, keepdim=True) + self.hc_eps)
-            for _ in range(self.hc_sinkhorn_iters - 1):
-                comb = comb / (comb.sum(dim=-1, keepdim=True) + self.hc_eps)
+            if sinkhorn_slot.use_non_eager_impl:
+                comb = sinkhorn_slot(comb_w * comb_scale + comb_b, self.hc_sinkhorn_iters, self.hc_eps)
+            else:
+                comb = torch.softmax(comb_w * comb_scale + comb_b, dim=-1) + self.hc_eps
+
+                # The comb weight is a bit different: it dictates how the input streams (In) are added to the output streams
+                # (Out) in this way: Mixed = In @ Comb + Out. To make sure the norm of "Mixed" does not blow up, we constrain
+                # the comb weight to be doubly-stochastic (ie. its rows and columns must sum to 1) with a few iterations of the
+                # Sinkhorn-Knopp algorithm, which iteratively normalizes the rows and columns to sum to 1.
                 comb = comb / (comb.sum(dim=-2, keepdim=True) + self.hc_eps)
-        # Collapse the `hc_mult` parallel streams down to a single sequence using
-        # the `pre` weights: one weighted sum across the stream axis, ready for
-        # the sublayer (attn / MLP).
+                for _ in range(self.hc_sinkhorn_iters - 1):
+                    comb = comb / (comb.sum(dim=-1, keepdim=True) + self.hc_eps)
+                    comb = comb / (comb.sum(dim=-2, keepdim=True) + self.hc_eps)
+
+        # Since "pre" is meant to be used with the input streams (available here as `hidden_streams`), we collapse the
+        # streams here and return `collapsed` tensor, which will be the input for the next attention or MLP block.
         collapsed = (pre.unsqueeze(-1) * hidden_streams).sum(dim=2).to(hidden_streams.dtype)
         return post, comb, collapsed
 
@@ -1034,7 +1090,7 @@ class DeepseekV4HyperHead(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if hyper_head_slot.use_non_eager_impl:
             return hyper_head_slot(
-                x, self.hc_fn, self.hc_base, self.hc_scale, eps=self.eps, norm_eps=self.input_norm.eps
+                x, self.hc_fn, self.hc_base, self.hc_scale, eps=self.eps, norm_eps=self.input_norm.variance_epsilon
             )
         flat = self.input_norm(x.flatten(2).float())
         mixes = F.linear(flat, self.hc_fn.float())
@@ -1082,7 +1138,7 @@ class DeepseekV4Experts(nn.Module):
     ) -> torch.Tensor:
         final = torch.zeros_like(hidden_states)
         with torch.no_grad():
-            mask = F.one_hot(top_k_index, num_classes=self.num_experts).permute(2, 1, 0)
+            mask = F.one_hot(top_k_index, num_classes=self.num_experts + 1).permute(2, 1, 0)
             hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
         for expert_idx in hit:
             expert_idx = expert_idx[0]
@@ -1114,7 +1170,7 @@ class DeepseekV4TopKRouter(nn.Module):
         self.weight = nn.Parameter(torch.empty(self.num_experts, self.hidden_dim))
         self.score_fn = ACT2FN[config.scoring_func]
         self.routed_scaling_factor = config.routed_scaling_factor
-        self.e_score_correction_bias = nn.Buffer(torch.zeros(self.num_experts))
+        self.e_score_correction_bias = nn.Buffer(torch.zeros(self.num_experts, dtype=torch.float32))
         # [MODIFIED INIT] DeepseekV4TopKRouter: record the router's scoring function name for its slot guard
         self.activation_name = config.scoring_func
 
@@ -1235,10 +1291,12 @@ class DeepseekV4DecoderLayer(GradientCheckpointingLayer):
         self.layer_idx = layer_idx
         self.self_attn = DeepseekV4Attention(config, layer_idx)
         self.mlp = DeepseekV4SparseMoeBlock(config, layer_idx)
-        self.input_layernorm = DeepseekV4RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = DeepseekV4RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.attn_hc = DeepseekV4HyperConnection(config)
-        self.ffn_hc = DeepseekV4HyperConnection(config)
+        self.input_layernorm = DeepseekV4RMSNorm(config.hidden_size, eps=config.rms_norm_eps).to(dtype=torch.float32)
+        self.post_attention_layernorm = DeepseekV4RMSNorm(config.hidden_size, eps=config.rms_norm_eps).to(
+            dtype=torch.float32
+        )
+        self.attn_hc = DeepseekV4HyperConnection(config).to(dtype=torch.float32)
+        self.ffn_hc = DeepseekV4HyperConnection(config).to(dtype=torch.float32)
 
     # [PATCHED METHOD] DeepseekV4DecoderLayer.forward: mHC placement of each sublayer output behind the hyper_connection_post slot
     def forward(
@@ -1281,7 +1339,6 @@ class DeepseekV4PreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["DeepseekV4DecoderLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
     # V4 ships eager-only. The non-eager backends are off for the following reasons:
     #
     #   * FlashAttention 2 / 3 cap the head dim at 256; V4's `head_dim=512`
@@ -1315,7 +1372,6 @@ class DeepseekV4PreTrainedModel(PreTrainedModel):
         "hidden_states": DeepseekV4DecoderLayer,
         "attentions": DeepseekV4Attention,
     }
-    config_class = DeepseekV4Config
     _keep_in_fp32_modules_strict = [
         "attn_hc",
         "ffn_hc",
@@ -1341,14 +1397,7 @@ class DeepseekV4PreTrainedModel(PreTrainedModel):
         "self_attn.compressor.indexer.scorer.weights_proj",
     ]
     _keys_to_ignore_on_load_unexpected = [r"(^|\.)mtp\..*"]
-    # ``_is_stateful`` opts out of generation modes that need to roll the cache
-    # back across drafts (assisted generation, prompt lookup, contrastive search).
-    # The compressor's running-window state isn't rewindable, so `generate`
-    # raises a clear error early instead of failing deep in the compressor with
-    # a missing-method `AttributeError`.
-    _is_stateful = True
 
-    @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
         std = self.config.initializer_range
@@ -1440,10 +1489,10 @@ class DeepseekV4Model(DeepseekV4PreTrainedModel):
         self.layers = nn.ModuleList(
             [DeepseekV4DecoderLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
         )
-        self.norm = DeepseekV4RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.norm = DeepseekV4RMSNorm(config.hidden_size, eps=config.rms_norm_eps).to(dtype=torch.float32)
         self.rotary_emb = DeepseekV4RotaryEmbedding(config)
         self.gradient_checkpointing = False
-        self.hc_head = DeepseekV4HyperHead(config)
+        self.hc_head = DeepseekV4HyperHead(config).to(dtype=torch.float32)
 
         # Initialize weights and apply final processing
         self.post_init()
@@ -1451,24 +1500,25 @@ class DeepseekV4Model(DeepseekV4PreTrainedModel):
     @merge_with_config_defaults
     @capture_outputs
     @auto_docstring
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MoeModelOutputWithPast:
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         if position_ids is None:
-            past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
+            past_seen = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen
             position_ids = position_ids.unsqueeze(0)
             # `generate()` may pass a per-layer-type mask dict already built by
@@ -1481,7 +1531,7 @@ class DeepseekV4Model(DeepseekV4PreTrainedModel):
                 config=self.config,
                 inputs_embeds=inputs_embeds,
                 attention_mask=attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 position_ids=position_ids,
             )
         hidden_states = inputs_embeds.unsqueeze(2).expand(-1, -1, self.config.hc_mult, -1).contiguous()
@@ -1497,12 +1547,12 @@ class DeepseekV4Model(DeepseekV4PreTrainedModel):
                 position_ids=position_ids,
                 attention_mask=causal_mask,
                 input_ids=input_ids,
-                past_key_values=past_key_values,
+                cache=cache,
                 **kwargs,
             )
 
         hidden_states = self.norm(self.hc_head(hidden_states))
-        return MoeModelOutputWithPast(last_hidden_state=hidden_states, past_key_values=past_key_values)
+        return MoeModelOutputWithPast(last_hidden_state=hidden_states, cache=cache)
 
 
 def load_balancing_loss_func(
@@ -1540,6 +1590,9 @@ def load_balancing_loss_func(
     # Accumulate assignment counts and probability sums layer by layer, normalizing at the end,
     # so peak memory stays O(seq_len * num_experts) regardless of the number of layers.
     compute_device = gate_logits[0].device
+    # Use histc to avoid bincount's device-to-host sync.
+    # GPU requires integers for determinism; CPU and MPS require floats for support and determinism.
+    histc_dtype = torch.float32 if compute_device.type in ("cpu", "mps") else torch.int32
     tokens_per_expert_sum = torch.zeros(num_experts, dtype=torch.float32, device=compute_device)
     router_prob_sum = torch.zeros(num_experts, dtype=torch.float32, device=compute_device)
     total_rows = 0.0
@@ -1552,9 +1605,9 @@ def load_balancing_loss_func(
         routing_weights = torch.nn.functional.softmax(layer_gate.to(compute_device), dim=-1)
         _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
         if attention_mask is None:
-            # Count of top-k assignments per expert
-            tokens_per_expert_sum = (
-                tokens_per_expert_sum + torch.bincount(selected_experts.reshape(-1), minlength=num_experts).float()
+            # Count top-k assignments with fixed bounds to avoid a device-to-host sync.
+            tokens_per_expert_sum = tokens_per_expert_sum + torch.histc(
+                selected_experts.reshape(-1).to(histc_dtype), bins=num_experts, min=0, max=num_experts
             )
             # Sum of routing probabilities per expert
             router_prob_sum = router_prob_sum + routing_weights.float().sum(dim=0)
@@ -1582,7 +1635,7 @@ class DeepseekV4ForCausalLM(DeepseekV4PreTrainedModel, GenerationMixin):
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
     _fsdp_plan = {"lm_head": "keep_full_weight"}
 
-    def __init__(self, config):
+    def __init__(self, config: DeepseekV4Config):
         super().__init__(config)
         self.model = DeepseekV4Model(config)
         self.vocab_size = config.vocab_size
@@ -1597,13 +1650,14 @@ class DeepseekV4ForCausalLM(DeepseekV4PreTrainedModel, GenerationMixin):
     # [PATCHED METHOD] DeepseekV4ForCausalLM.forward: logits and loss behind the causal_lm_loss slot; aux loss behind the load_balancing_loss slot
     @can_return_tuple
     @auto_docstring
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         output_router_logits: bool | None = None,
@@ -1611,11 +1665,6 @@ class DeepseekV4ForCausalLM(DeepseekV4PreTrainedModel, GenerationMixin):
         **kwargs: Unpack[TransformersKwargs],
     ) -> MoeCausalLMOutputWithPast:
         r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Labels for computing the masked language modeling loss. Indices should either be in `[0, ...,
-            config.vocab_size]` or -100 (see `input_ids` docstring). Tokens with indices set to `-100` are ignored
-            (masked), the loss is only computed for the tokens with labels in `[0, ..., config.vocab_size]`.
-
         Example:
 
         ```python
@@ -1642,7 +1691,7 @@ class DeepseekV4ForCausalLM(DeepseekV4PreTrainedModel, GenerationMixin):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             output_router_logits=output_router_logits,
@@ -1650,14 +1699,13 @@ class DeepseekV4ForCausalLM(DeepseekV4PreTrainedModel, GenerationMixin):
         )
 
         hidden_states = outputs.last_hidden_state
-        # Only compute necessary logits, and do not upcast them to float if we are not computing the loss
-        slice_indices = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        hidden_states = slice_logits_to_keep(hidden_states, logits_to_keep)
         if labels is not None and causal_lm_loss_slot.use_non_eager_impl:
             loss, logits = causal_lm_loss_slot(
-                hidden_states[:, slice_indices, :], self.lm_head.weight, labels, vocab_size=self.vocab_size, **kwargs
+                hidden_states, self.lm_head.weight, labels, vocab_size=self.vocab_size, **kwargs
             )
         else:
-            logits = self.lm_head(hidden_states[:, slice_indices, :])
+            logits = self.lm_head(hidden_states)
 
             loss = None
             if labels is not None:
@@ -1698,7 +1746,7 @@ class DeepseekV4ForCausalLM(DeepseekV4PreTrainedModel, GenerationMixin):
             loss=loss,
             aux_loss=aux_loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            cache=outputs.cache,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             router_logits=outputs.router_logits,

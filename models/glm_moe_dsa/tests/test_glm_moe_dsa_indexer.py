@@ -69,8 +69,10 @@ def _indexer_pair(dtype: torch.dtype, backend: str = "gpu") -> tuple[torch.nn.Mo
     return upstream, generated
 
 
-def _indexer_inputs(dtype: torch.dtype, *, masked: bool) -> dict[str, Any]:
-    """What the attention hands its indexer for the suite's batch: the additive mask ``[B, S, T]`` or None."""
+def _indexer_inputs(dtype: torch.dtype, *, mask: str = "additive") -> dict[str, Any]:
+    """What the attention hands its indexer for the suite's batch: its causal mask ``[B, S, T]`` over the padded
+    keys, ``"additive"`` (0 or the dtype's minimum) or ``"boolean"`` (True where a key may be attended), as the
+    sdpa and eager masks come."""
     config = GLM_MOE_DSA.config()
     batch = causal_lm_batch(config)
     batch_size, seq_len = batch["input_ids"].shape
@@ -80,11 +82,13 @@ def _indexer_inputs(dtype: torch.dtype, *, masked: bool) -> dict[str, Any]:
     position_ids = torch.arange(seq_len).unsqueeze(0).expand(batch_size, -1)
     rotary = upstream_modeling.GlmMoeDsaRotaryEmbedding(config)
     position_embeddings = rotary(hidden_states, position_ids)
-    attention_mask = None
-    if masked:
-        keys = torch.arange(seq_len)
-        allowed = (keys[None, None, :] <= position_ids[:, :, None]) & batch["attention_mask"].bool()[:, None, :]
-        attention_mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    keys = torch.arange(seq_len)
+    allowed = (keys[None, None, :] <= position_ids[:, :, None]) & batch["attention_mask"].bool()[:, None, :]
+    attention_mask = (
+        allowed
+        if mask == "boolean"
+        else torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    )
     return {
         "hidden_states": hidden_states,
         "q_resid": q_resid,
@@ -94,11 +98,11 @@ def _indexer_inputs(dtype: torch.dtype, *, masked: bool) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("masked", [True, False], ids=["additive-mask", "no-mask"])
+@pytest.mark.parametrize("mask", ["additive", "boolean"], ids=["additive-mask", "boolean-mask"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_reference_kernel_selects_upstreams_keys(dtype: torch.dtype, masked: bool) -> None:
+def test_reference_kernel_selects_upstreams_keys(dtype: torch.dtype, mask: str) -> None:
     upstream, generated = _indexer_pair(dtype)
-    inputs = _indexer_inputs(dtype, masked=masked)
+    inputs = _indexer_inputs(dtype, mask=mask)
     expected = upstream(**inputs)
     calls: Counter[str] = Counter()
     SLOTS["dsa_indexer"].bind(_counted(calls, eager.dsa_indexer), name="reference.dsa_indexer")
@@ -110,7 +114,7 @@ def test_reference_kernel_selects_upstreams_keys(dtype: torch.dtype, masked: boo
 
 def test_the_unbound_indexer_is_upstreams_code() -> None:
     upstream, generated = _indexer_pair(torch.float32)
-    inputs = _indexer_inputs(torch.float32, masked=True)
+    inputs = _indexer_inputs(torch.float32)
     assert not SLOTS["dsa_indexer"].use_non_eager_impl
     assert torch.equal(generated(**inputs), upstream(**inputs))
 
@@ -118,12 +122,12 @@ def test_the_unbound_indexer_is_upstreams_code() -> None:
 def test_reference_kernel_keeps_every_key_when_there_are_fewer_than_index_topk() -> None:
     """``min(index_topk, T)`` keys: with 4 keys and index_topk 6, every key is returned once per query."""
     upstream, generated = _indexer_pair(torch.float32)
-    inputs = _indexer_inputs(torch.float32, masked=False)
+    inputs = _indexer_inputs(torch.float32, mask="boolean")
     short = {
         "hidden_states": inputs["hidden_states"][:, :4],
         "q_resid": inputs["q_resid"][:, :4],
         "position_embeddings": tuple(t[:, :4] for t in inputs["position_embeddings"]),
-        "attention_mask": None,
+        "attention_mask": torch.ones(4, 4, 4, dtype=torch.bool),
         "position_ids": inputs["position_ids"][:, :4],
     }
     SLOTS["dsa_indexer"].bind(eager.dsa_indexer, name="reference.dsa_indexer")
@@ -161,10 +165,8 @@ def test_reference_kernel_scores_the_cached_keys_of_a_decode_step() -> None:
             SLOTS["dsa_indexer"].bind(eager.dsa_indexer, name="reference.dsa_indexer")
         cache = DynamicCache(config=model.config)
         with torch.no_grad():
-            prefill = model(input_ids=input_ids[:, :9], attention_mask=attention_mask[:, :9], past_key_values=cache)
-            step = model(
-                input_ids=input_ids[:, 9:], attention_mask=attention_mask, past_key_values=prefill.past_key_values
-            )
+            prefill = model(input_ids=input_ids[:, :9], attention_mask=attention_mask[:, :9], cache=cache)
+            step = model(input_ids=input_ids[:, 9:], attention_mask=attention_mask, cache=prefill.cache)
         logits[side] = torch.cat([prefill.logits, step.logits], dim=1)
     assert torch.equal(logits["generated"], logits["upstream"])
 

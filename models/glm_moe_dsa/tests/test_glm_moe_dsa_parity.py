@@ -106,13 +106,16 @@ def test_the_random_correction_bias_changes_the_routing() -> None:
     assert not torch.allclose(biased, unbiased)
 
 
-def test_asking_for_router_logits_changes_nothing_as_upstream() -> None:
-    """Upstream records no router logits (test_glm_moe_dsa_routing.py compares each router's outputs instead):
-    ``output_router_logits`` adds no field and changes no logit, in upstream and generated alike."""
+def test_router_logits_are_recorded_as_upstream_records_them() -> None:
+    """Upstream records each sparse layer's router logits on request (and computes no auxiliary loss from them):
+    the generated model returns the same fields, the same router logits layer by layer and the same logits."""
     pair = random_bias_pair()
     batch = causal_lm_batch(pair.upstream.config)
     with torch.no_grad():
         expected = pair.upstream(**batch, output_router_logits=True)
         actual = pair.generated(**batch, output_router_logits=True)
-    assert set(actual.keys()) == set(expected.keys()) == {"loss", "logits", "past_key_values"}
+    assert set(actual.keys()) == set(expected.keys()) == {"loss", "logits", "cache", "router_logits"}
+    assert len(actual.router_logits) == len(expected.router_logits) > 0
+    for mine, theirs in zip(actual.router_logits, expected.router_logits, strict=True):
+        assert torch.equal(mine, theirs)
     assert torch.equal(actual.logits, expected.logits)

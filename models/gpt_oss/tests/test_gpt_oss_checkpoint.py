@@ -1,7 +1,7 @@
 """gpt_oss checkpoints: the bf16 hub layout round-trips through load_checkpoint and back to upstream, and every
 converter error names the key and the cause.
 
-The hub layout is upstream's modeling layout (transformers 5.16 has no conversion_mapping.py entry for
+The hub layout is upstream's modeling layout (the pinned transformers has no conversion_mapping.py entry for
 gpt_oss), so the round trip is: upstream state_dict -> two safetensors shards + index -> load_checkpoint
 into the generated class -> logits equal upstream's -> the generated class's save_pretrained -> upstream
 from_pretrained -> logits equal again. Biases and sinks get non-zero values first (upstream initialises

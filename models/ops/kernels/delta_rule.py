@@ -1,16 +1,20 @@
 """The ``chunked_delta`` kernel family: a pure-torch CPU gated delta rule, and a causal conv1d, that honour
 ``cu_seqlens``.
 
-Upstream's torch fallback of the chunked gated delta rule inverts each chunk's ``I + M`` (M the strictly lower
-``beta k k^T`` with its decay) by forward substitution, one Python step per row of the chunk; this kernel solves
-the same unit-triangular system with one ``torch.linalg.solve_triangular`` per layer call, and is otherwise
-upstream's chunk recurrence (benchmarks/delta_rule.py measures both).
+The gated delta rule is upstream's torch fallback (``torch_chunk_gated_delta_rule``): q and k repeated to the value
+heads, cast to fp32, L2-normalised and scaled there, each chunk's unit-triangular system solved with
+``torch.linalg.solve_triangular``, the decayed queries and keys computed for all chunks before the loop over
+chunks. Two things differ. The loop takes each chunk's tensors from ``unbind`` and concatenates the outputs,
+where upstream indexes ``t[:, :, i]`` per chunk and writes into a zero tensor: the same values, but the backward
+of such indexing writes a whole-length zero tensor per chunk, quadratic in the length
+(benchmarks/delta_rule_bench.py measures both). And packed documents, below.
 
-Packed documents: upstream's forward hands ``cu_seqlens`` to its kernels, and its torch fallbacks ignore them,
-so on CPU a packed batch lets one document's state leak into the next. Here each document of a batch of one
-runs from its own initial state (zeros, or row i of ``initial_state``) and its conv window starts from zeros, as
-FLA's and causal-conv1d's GPU kernels do: a documented departure from upstream's eager path (docs/design.md,
-"Where the code departs from the design contract"). Without ``cu_seqlens`` both compute upstream's formulas.
+Packed documents: upstream's forward hands ``cu_seqlens`` to its kernels; its torch bodies ignore them (and its
+hub decorator refuses them where FLA cannot run), so on CPU a packed batch lets one document's state leak into
+the next. Here each document of a batch of one runs from its own initial state (zeros, or row i of
+``initial_state``) and its conv window starts from zeros, as FLA's and causal-conv1d's GPU kernels do: a
+documented departure from upstream's eager path (docs/design.md, "Where the code departs from the design
+contract"). Without ``cu_seqlens`` both compute upstream's formulas.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from modelgraft.models.ops.kernels.linear_attention_reference import causal_conv1d as _conv_whole
-from modelgraft.models.ops.kernels.linear_attention_reference import l2_normalized
+from modelgraft.models.ops.kernels.linear_attention_reference import fp32_heads_first
 
 __all__ = ["causal_conv1d", "chunk_gated_delta_rule", "document_bounds"]
 
@@ -63,34 +67,35 @@ def _chunked(
     chunk_size: int,
     initial_state: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Upstream's chunk recurrence on fp32 [B, H, T, *] tensors; returns (out [B, H, T, V], final state)."""
+    """Upstream's chunk recurrence on fp32 [B, H, T, *] tensors (q and k already normalised and repeated, q not
+    yet scaled); returns (out [B, H, T, V], final state)."""
     batch, heads, length, k_dim = key.shape
     v_dim = value.shape[-1]
+    state = query.new_zeros(batch, heads, k_dim, v_dim) if initial_state is None else initial_state.to(query)
+    if length == 0:  # an empty document of cu_seqlens: no output, the state passes through
+        return value.new_zeros(batch, heads, 0, v_dim), state
+    query = query * k_dim**-0.5
     pad = (chunk_size - length % chunk_size) % chunk_size
     query, key, value = (F.pad(x, (0, 0, 0, pad)) for x in (query, key, value))
     beta, g = F.pad(beta, (0, pad)), F.pad(g, (0, pad))
-    query = query * k_dim**-0.5
     v_beta, k_beta = value * beta.unsqueeze(-1), key * beta.unsqueeze(-1)
     chunks = (length + pad) // chunk_size
-    query, key, value, k_beta, v_beta = (
-        x.reshape(batch, heads, chunks, chunk_size, x.shape[-1]) for x in (query, key, value, k_beta, v_beta)
+    query, key, k_beta, v_beta = (
+        x.reshape(batch, heads, chunks, chunk_size, x.shape[-1]) for x in (query, key, k_beta, v_beta)
     )
-    g = g.reshape(batch, heads, chunks, chunk_size).cumsum(dim=-1)
-    decay_mask = (g.unsqueeze(-1) - g.unsqueeze(-2)).tril().exp().tril()
-    strictly_lower = ((k_beta @ key.transpose(-1, -2)) * decay_mask).tril(-1)
-    identity = torch.eye(chunk_size, dtype=query.dtype, device=query.device)
-    # (I + M)^-1: what upstream's row-by-row substitution computes, as one unit-triangular solve
-    inverse = torch.linalg.solve_triangular(
-        strictly_lower + identity, identity.expand_as(strictly_lower), upper=False, unitriangular=True
+    cum_decay = g.reshape(batch, heads, chunks, chunk_size).cumsum(dim=3)
+    strictly_upper = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=query.device).triu(1)
+    pairwise_decay = (cum_decay.unsqueeze(4) - cum_decay.unsqueeze(3)).masked_fill(strictly_upper, float("-inf")).exp()
+    system = (k_beta @ key.transpose(-1, -2)) * pairwise_decay  # only its strictly lower triangle is read
+    attn = (query @ key.transpose(-1, -2)) * pairwise_decay
+    value = torch.linalg.solve_triangular(system, v_beta, upper=False, unitriangular=True)
+    k_cumdecay = torch.linalg.solve_triangular(
+        system, k_beta * cum_decay.exp().unsqueeze(-1), upper=False, unitriangular=True
     )
-    value = inverse @ v_beta
-    k_cumdecay = inverse @ (k_beta * g.exp().unsqueeze(-1))
-    state = query.new_zeros(batch, heads, k_dim, v_dim) if initial_state is None else initial_state.to(query.dtype)
     # Everything that does not read the carried state, for all chunks at once; the loop keeps the rest.
-    attn = query @ key.transpose(-1, -2) * decay_mask  # decay_mask is zero above the diagonal
-    query_decayed = query * g.exp().unsqueeze(-1)
-    key_decayed = (key * (g[..., -1:] - g).exp().unsqueeze(-1)).transpose(-1, -2)
-    chunk_decay = g[..., -1].exp()[..., None, None]
+    query_decayed = query * cum_decay.exp().unsqueeze(-1)
+    key_decayed = (key * (cum_decay[..., -1:] - cum_decay).exp().unsqueeze(-1)).transpose(-1, -2)
+    chunk_decay = cum_decay[..., -1].exp()[..., None, None]
     # unbind, not indexing per chunk: the backward of t[:, :, i] writes into a zero tensor of t's whole size per
     # chunk (quadratic in the length); unbind's backward stacks the chunks' gradients once
     per_chunk = zip(
@@ -120,9 +125,7 @@ def chunk_gated_delta_rule(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The chunk_gated_delta_rule contract (models/ops/slots.py), each document of ``cu_seqlens`` on its own."""
     input_dtype = query.dtype
-    if use_qk_l2norm_in_kernel:
-        query, key = l2_normalized(query), l2_normalized(key)
-    q, k, v, b, decay = (x.transpose(1, 2).float() for x in (query, key, value, beta, g))
+    q, k, v, b, decay = fp32_heads_first(query, key, value, beta, g, l2norm=use_qk_l2norm_in_kernel)
     if cu_seqlens is None:
         out, state = _chunked(q, k, v, decay, b, chunk_size, initial_state)
         states = [state]

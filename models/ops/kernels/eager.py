@@ -563,12 +563,15 @@ def dsa_indexer(
     Kept operation for operation as GLM-MoE-DSA computes it, because the top-k turns any rounding
     difference into a different key set: the scale goes inside the relu, the head gates are computed from
     ``hidden_states`` cast to the (fp32-kept) gate weight's dtype, and the heads are reduced by a matmul.
-    Without an ``attention_mask`` (``[B, S, T]``, additive), keys after each query's position are masked.
+    The ``attention_mask`` (``[B, S, T]``) is additive, or boolean (True where a key may be attended); without
+    one, keys after each query's position are masked.
     """
     scores = F.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * softmax_scale)  # [B, S, h, T]
     gates = F.linear(hidden_states.to(weights_proj.dtype), weights_proj).float() * weights_scaling  # [B, S, h]
     index_scores = torch.matmul(gates.unsqueeze(-2), scores).squeeze(-2)  # [B, S, T]
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        index_scores = index_scores.masked_fill(~attention_mask, float("-inf"))
+    elif attention_mask is not None:
         index_scores = index_scores + attention_mask
     else:
         keys = torch.arange(index_scores.shape[-1], device=index_scores.device)

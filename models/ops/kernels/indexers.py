@@ -86,7 +86,9 @@ def dsa_indexer(
     scores = _scores_per_head(q.float(), k.transpose(-1, -2).float()).mul_(softmax_scale).relu_()
     gates = F.linear(hidden_states.to(weights_proj.dtype), weights_proj).float() * weights_scaling
     index_scores = torch.matmul(gates.unsqueeze(-2), scores).squeeze(-2)
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        index_scores = index_scores.masked_fill(~attention_mask, float("-inf"))
+    elif attention_mask is not None:
         # Out of place: the sum takes the shape and dtype the mask broadcasts and promotes to, as the reference's.
         index_scores = index_scores + attention_mask
     else:

@@ -144,7 +144,11 @@ def test_eager_decode_step_is_upstreams_exactly() -> None:
 
 
 #: An interpreter that has imported neither Qwen3.5's modeling nor modelgraft, where fla and causal_conv1d
-#: "are installed": stand-ins whose every kernel raises.
+#: "are installed": stand-ins whose every kernel raises. Upstream's hub decorator picks an installed package up at
+#: import time but runs it only on the devices it lists for it (CUDA and the like); the stand-ins are listed for
+#: CPU too, as a package that runs on the inputs' device would be, so upstream does switch to them here. Each
+#: function of the Gated DeltaNet that upstream decorates so, called on both sides: upstream's (which package ran)
+#: and the generated one, compared with upstream's undecorated torch body on the same inputs.
 _INSTALLED_STAND_INS = """
 import sys, types
 
@@ -162,30 +166,57 @@ for name in ("fla", "causal_conv1d"):
     package.__path__ = []
     sys.modules[name] = package
 
+from transformers.integrations import hub_kernels
+for name in ("fla", "causal_conv1d"):
+    hub_kernels._PACKAGE_SUPPORTED_DEVICES[name] += ("cpu",)
+
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as upstream
 from modelgraft.models.registry import MODELING_REGISTRY
+from modelgraft.models.testing.hub_decorated import torch_body
 generated = MODELING_REGISTRY.get_module("qwen3_5", "gpu")
 q, k = torch.randn(1, 5, 2, 8), torch.randn(1, 5, 2, 8)
-v, g, beta = torch.randn(1, 5, 2, 4), -torch.rand(1, 5, 2), torch.rand(1, 5, 2)
-x, w = torch.randn(1, 6, 5), torch.randn(6, 4)
-try:
-    upstream.torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta)
-    print("upstream: torch")
-except RuntimeError:
-    print("upstream: stand-in")
-out, _ = generated.torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta)
-conv = generated.causal_conv1d_fn(x, w, None, activation="silu")
-print("generated:", tuple(out.shape), tuple(conv.shape))
+v, g, beta = torch.randn(1, 5, 4, 4), -torch.rand(1, 5, 4), torch.rand(1, 5, 4)
+x, w, conv_state = torch.randn(1, 6, 5), torch.randn(6, 4), torch.randn(1, 6, 3)
+calls = {
+    "torch_chunk_gated_delta_rule": lambda: ((q, k, v), {"g": g, "beta": beta, "output_final_state": True}),
+    "torch_recurrent_gated_delta_rule": lambda: (
+        (q[:, :1], k[:, :1], v[:, :1]), {"g": g[:, :1], "beta": beta[:, :1], "output_final_state": True}
+    ),
+    "causal_conv1d_fn": lambda: ((x, w, None), {"activation": "silu"}),
+    "causal_conv1d_update": lambda: ((x[..., :1], conv_state.clone(), w, None, "silu"), {}),
+}
+for name, arguments in calls.items():
+    try:
+        args, kwargs = arguments()
+        getattr(upstream, name)(*args, **kwargs)
+        ran = "torch"
+    except RuntimeError as error:
+        ran = "stand-in" if str(error) == "stand-in kernel called" else repr(error)
+    args, kwargs = arguments()
+    ours = getattr(generated, name)(*args, **kwargs)
+    args, kwargs = arguments()
+    body = torch_body(getattr(upstream, name))(*args, **kwargs)
+    ours, body = (out if isinstance(out, tuple) else (out,) for out in (ours, body))
+    same = len(ours) == len(body) and all(torch.equal(a, b) for a, b in zip(ours, body))
+    print(f"{name}: upstream {ran}, generated {'torch body' if same else 'other'}")
 """
 
 
 def test_an_installed_fla_or_causal_conv1d_changes_upstream_but_not_the_generated_functions() -> None:
-    """Upstream's hub decorator binds whatever package is importable; the generated functions are the torch
-    bodies, so only a bound kernel family changes what the model computes."""
+    """Upstream's hub decorator runs whatever package is installed where it supports the inputs' device; the
+    generated functions are the torch bodies, so only a bound kernel family changes what the model computes."""
     done = run_code(_INSTALLED_STAND_INS, cwd=Path.cwd())
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split("\n")[:2] == ["upstream: stand-in", "generated: (1, 5, 2, 4) (1, 6, 5)"]
+    assert done.stdout.splitlines() == [
+        f"{name}: upstream stand-in, generated torch body"
+        for name in (
+            "torch_chunk_gated_delta_rule",
+            "torch_recurrent_gated_delta_rule",
+            "causal_conv1d_fn",
+            "causal_conv1d_update",
+        )
+    ]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -196,10 +227,13 @@ def test_chunked_delta_kernels_match_upstream_loss_and_gradients(dtype: torch.dt
         )
 
 
-def _linear_attention_only_model() -> Any:
+def _linear_attention_only_model(*, upstream: bool = False) -> Any:
     """The tiny model with both layers Gated DeltaNet: attention layers would mix packed documents anyway."""
     text = {**QWEN3_5.config().text_config.to_dict(), "layer_types": ["linear_attention", "linear_attention"]}
-    return build_model(QWEN3_5.config(text_config=text), architecture=QWEN3_5.causal_lm).eval()
+    config = QWEN3_5.config(text_config=text)
+    if upstream:
+        return get_model_class("qwen3_5", QWEN3_5.causal_lm, use_hf=True)(config).eval()
+    return build_model(config, architecture=QWEN3_5.causal_lm).eval()
 
 
 def _packed_logits(model: Any, input_ids: torch.Tensor, bounds: list[int]) -> torch.Tensor:
@@ -229,15 +263,15 @@ def test_packed_documents_through_the_chunked_delta_kernels_give_each_documents_
         torch.testing.assert_close(packed[:, 5:], second, rtol=1e-5, atol=1e-5)
 
 
-def test_packed_documents_on_the_eager_path_carry_state_across_the_boundary_as_upstream() -> None:
-    """The eager path is upstream's torch code, which ignores cu_seqlens (docs/design.md, "Where the code
-    departs from the design contract"): the second document sees the first."""
+def test_packed_documents_on_the_eager_path_are_refused_as_upstream_refuses_them() -> None:
+    """The eager path is upstream's torch code, which would run packed documents as one sequence (the second
+    document starting from the first one's state); upstream's hub decorator refuses them on CPU, and so does
+    the generated function, naming the kernel families that keep documents apart."""
     with eager_slots_on_one_thread():
         model = _linear_attention_only_model()
         input_ids = torch.randint(10, 40, (1, 12), generator=torch.Generator().manual_seed(0))
-        packed = _packed_logits(model, input_ids, [0, 5, 12])
-        with torch.no_grad():
-            whole = model(input_ids=input_ids, use_cache=False).logits
-            second = model(input_ids=input_ids[:, 5:], use_cache=False).logits
-        assert torch.equal(packed, whole)
-        assert not torch.allclose(packed[:, 5:], second, atol=1e-4)
+        upstream = _linear_attention_only_model(upstream=True)
+        with pytest.raises(ValueError, match="packed"):
+            _packed_logits(upstream, input_ids, [0, 5, 12])
+        with pytest.raises(ValueError, match=r"packed documents \(cu_seqlens\).*bind the chunked_delta kernel family"):
+            _packed_logits(model, input_ids, [0, 5, 12])

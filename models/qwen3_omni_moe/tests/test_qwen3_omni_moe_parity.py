@@ -176,7 +176,7 @@ def test_no_split_modules_name_only_classes_the_module_defines() -> None:
 
 def test_tiny_config_mixes_sparse_and_dense_layers() -> None:
     model = build_model(QWEN3_OMNI_MOE.config(), architecture=QWEN3_OMNI_MOE.causal_lm)
-    kinds = [type(layer.mlp).__name__ for layer in model.model.layers]
+    kinds = [type(layer.mlp).__name__ for layer in model.model.language_model.layers]
     assert kinds == [
         "Qwen3OmniMoeThinkerTextSparseMoeBlock",
         "Qwen3OmniMoeThinkerTextMLP",
