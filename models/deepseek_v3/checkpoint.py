@@ -3,7 +3,7 @@
 The hub checkpoints keep the modeling's key names but store each routed expert's projections separately,
 ``model.layers.<l>.mlp.experts.<e>.{gate_proj,up_proj,down_proj}.weight``, while the modeling holds them
 fused, ``gate_up_proj [E, 2I, H]`` and ``down_proj [E, H, I]`` (E = ``n_routed_experts``, I =
-``moe_intermediate_size``); transformers 5.16 fuses them on load with the "qwen2_moe" entry of
+``moe_intermediate_size``); the pinned transformers fuses them on load with the "qwen2_moe" entry of
 ``conversion_mapping.py``. They also hold the multi-token-prediction layer (``model.layers.61.*``, dropped,
 as upstream ignores it) and, as released, FP8 weights with ``weight_scale_inv`` scales (refused).
 The dense first layers (``first_k_dense_replace``) and the shared experts load as they are. The conversion
