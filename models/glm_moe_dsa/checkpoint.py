@@ -1,7 +1,7 @@
 """GLM-MoE-DSA checkpoints: the hub layout (zai-org/GLM-5) <-> the fused experts of the generated modeling.
 
 GLM-5's hub checkpoints have DeepSeek-V3's layout (``modelgraft.models.converters.deepseek``): the modeling's key names,
-one ``gate_proj``/``up_proj``/``down_proj`` per routed expert, which transformers 5.16 fuses on load with the
+one ``gate_proj``/``up_proj``/``down_proj`` per routed expert, which the pinned transformers fuses on load with the
 "qwen2_moe" entry of ``conversion_mapping.py`` into ``gate_up_proj [E, 2I, H]`` and ``down_proj [E, H, I]``
 (E = ``n_routed_experts``, I = ``moe_intermediate_size``), and the multi-token-prediction layer stored as
 one more decoder layer (``model.layers.78.*`` of GLM-5, which upstream ignores). The dense first layers, the
