@@ -1,13 +1,13 @@
 """Qwen3-Omni-MoE checkpoints: the thinker's hub weights -> the generated modeling's names and fused experts.
 
-The generated modeling holds the thinker as transformers 5.25 does: its towers and text decoder inside the thinker
+The generated modeling holds the thinker as upstream does: its towers and text decoder inside the thinker
 model (``thinker.model.audio_tower``, ``thinker.model.visual``, ``thinker.model.language_model``), and each sparse
 layer's experts fused, ``gate_up_proj [E, 2I, H]`` and ``down_proj [E, H, I]`` (H = ``text_config.hidden_size``,
 I = ``text_config.moe_intermediate_size`` of the thinker). The hub checkpoints of this model
 (Qwen/Qwen3-Omni-30B-A3B-*) keep the earlier names (``thinker.audio_tower.*``, ``thinker.visual.*``,
 ``thinker.model.layers.*``) and store one ``nn.Linear`` per expert,
 ``thinker.model.layers.<l>.mlp.experts.<e>.{gate,up,down}_proj.weight`` (``[I, H]``, ``[I, H]``, ``[H, I]``):
-transformers 5.25 renames them with the "Qwen2_5OmniThinkerForConditionalGeneration" entry of
+the pinned transformers renames them with the "Qwen2_5OmniThinkerForConditionalGeneration" entry of
 ``conversion_mapping.py`` and fuses the experts with its "qwen2_moe" entry, which "qwen3_omni_moe" and
 "qwen3_omni_moe_thinker" name, and undoes both on save; the converter does the same
 (:class:`~models.converters.omni.OmniThinkerConverter`). No transposed fused layout exists for this model (unlike
