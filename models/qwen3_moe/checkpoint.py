@@ -3,7 +3,7 @@
 Hub checkpoints (Qwen/Qwen3-30B-A3B, ...) store each expert's projections separately:
 ``experts.<e>.{gate_proj,up_proj,down_proj}.weight``. The generated modeling holds them fused,
 ``gate_up_proj [E, 2I, H]`` and ``down_proj [E, H, I]`` (I = ``moe_intermediate_size``).
-transformers 5.16 fuses them on load with the "qwen2_moe" entry of ``conversion_mapping.py``.
+The pinned transformers fuses them on load with the "qwen2_moe" entry of ``conversion_mapping.py``.
 Registered for model_type "qwen3_moe" in ``models/qwen3_moe/__init__.py``; ``load_checkpoint`` uses it.
 """
 
