@@ -221,8 +221,11 @@ def load_checkpoint(
     loaded as they are); pass a converter to use that one, or None for no conversion. Each tensor is
     cast to the dtype of the entry it fills. ``read`` replaces how a key is read (default
     :func:`read_whole`); a key it returns None for is skipped, neither loaded nor reported unexpected.
-    Keys matching the model's ``_keys_to_ignore_on_load_unexpected`` patterns (what ``from_pretrained``
-    ignores on purpose: an Omni checkpoint's speech side) are skipped unread too.
+    Keys the model would report unexpected that match its ``_keys_to_ignore_on_load_unexpected`` patterns (what
+    ``from_pretrained`` ignores on purpose: an Omni checkpoint's speech side) are skipped unread too; a key that
+    fills an entry of the model (or that the converter takes) loads whatever the patterns say, as in
+    ``from_pretrained`` (A.X-K1's pattern ``mlp\\.post_mlp_layernorm`` is meant for dense layers' stray norms and
+    also matches the sparse layers' own).
 
     Nothing is copied until the whole checkpoint has been checked from the files' headers: every file
     opens as safetensors, the converter accepts every key (it runs on meta tensors first), no entry is
@@ -242,7 +245,10 @@ def load_checkpoint(
     if ignored:
 
         def reader(handle: Any, key: str, read_key: TensorReader = reader) -> torch.Tensor | None:
-            return None if any(pattern.search(key) for pattern in ignored) else read_key(handle, key)
+            wanted = key in targets or (converter is not None and converter.can_handle(key))
+            if not wanted and any(pattern.search(key) for pattern in ignored):
+                return None
+            return read_key(handle, key)
 
     # The check: the same reads and conversions on meta tensors, with a copy of the (stateful) converter.
     planned = _run(files, path, targets, copy.deepcopy(converter), reader, header_only=True)

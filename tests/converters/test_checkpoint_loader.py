@@ -172,3 +172,29 @@ def test_without_a_registered_converter_auto_loads_keys_as_they_are(tmp_path: Pa
     save_file(pieces, str(tmp_path / "model.safetensors"))
     with pytest.raises(CheckpointError, match=r"not in the model: experts\.0\.down_proj\.weight"):
         load_checkpoint(Toy(), tmp_path)
+
+
+class _IgnoringStrayNorms(nn.Module):
+    """A model whose ignore pattern for unexpected keys also matches one of its own entries (A.X-K1's
+    ``mlp\\.post_mlp_layernorm``: meant for the dense layers' stray norms, it matches the sparse layers' own)."""
+
+    _keys_to_ignore_on_load_unexpected = (r"mlp\.post_norm",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = SimpleNamespace(model_type=THROWAWAY_MODEL_TYPE)
+        self.sparse = nn.Module()
+        self.sparse.mlp = nn.Module()
+        self.sparse.mlp.post_norm = nn.Linear(2, 2, bias=False)
+
+
+def test_an_ignore_pattern_skips_only_keys_the_model_lacks(tmp_path: Path) -> None:
+    weight = torch.arange(4.0).view(2, 2)
+    stray = {"dense.mlp.post_norm.weight": torch.ones(2, 2)}
+    save_file({"sparse.mlp.post_norm.weight": weight, **stray}, str(tmp_path / "model.safetensors"))
+    model = _IgnoringStrayNorms()
+
+    result = load_checkpoint(model, tmp_path, converter=None)
+
+    assert torch.equal(model.sparse.mlp.post_norm.weight, weight)
+    assert result.unexpected == ()
