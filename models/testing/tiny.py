@@ -414,15 +414,34 @@ def _even_rotary_factor(factor: float, head_dim: int) -> float:
     return 0.5
 
 
-def _fix_rope(rope: Any, head_dim: int) -> Any:
-    """``rope_parameters`` with every ``partial_rotary_factor`` giving an even rotary dim."""
+def _latent_rope_factor(values: Mapping[str, Any], out: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(the default factor, the tiny one) where the default ``partial_rotary_factor`` is the latent-attention
+    share ``qk_rope_head_dim / (qk_nope_head_dim + qk_rope_head_dim)`` (Mistral 4 derives it so, and rotates
+    that share of its head dim): the tiny factor is the same share of the tiny dims; None for any other model."""
+    names = ("qk_rope_head_dim", "qk_nope_head_dim")
+    if not all(isinstance(values.get(name), int) and isinstance(out.get(name), int) for name in names):
+        return None
+    rope, nope = values["qk_rope_head_dim"], values["qk_nope_head_dim"]
+    return rope / (nope + rope), out["qk_rope_head_dim"] / (out["qk_nope_head_dim"] + out["qk_rope_head_dim"])
+
+
+def _fix_rope(rope: Any, head_dim: int, latent: tuple[float, float] | None = None) -> Any:
+    """``rope_parameters`` with every ``partial_rotary_factor`` giving an even rotary dim (``latent``: a default
+    factor that is the latent-attention rope share, and the tiny share that replaces it)."""
     if isinstance(rope, Mapping):
         out = {}
         for key, value in rope.items():
-            if key == "partial_rotary_factor" and isinstance(value, (int, float)):
+            if (
+                key == "partial_rotary_factor"
+                and latent is not None
+                and isinstance(value, float)
+                and math.isclose(value, latent[0])
+            ):
+                out[key] = latent[1]
+            elif key == "partial_rotary_factor" and isinstance(value, (int, float)):
                 out[key] = _even_rotary_factor(float(value), head_dim)
             elif isinstance(value, Mapping):
-                out[key] = _fix_rope(value, head_dim)
+                out[key] = _fix_rope(value, head_dim, latent)
             else:
                 out[key] = value
         return out
@@ -578,7 +597,7 @@ def _rule_overrides(
     # rope: partial rotary factors giving an even rotary dim on the head dim the rope applies to
     rope_head_dim = out.get("head_dim", head_dim)
     if values.get("rope_parameters"):
-        out["rope_parameters"] = _fix_rope(values["rope_parameters"], rope_head_dim)
+        out["rope_parameters"] = _fix_rope(values["rope_parameters"], rope_head_dim, _latent_rope_factor(values, out))
     if isinstance(values.get("partial_rotary_factor"), float):
         out["partial_rotary_factor"] = _even_rotary_factor(values["partial_rotary_factor"], rope_head_dim)
 

@@ -335,6 +335,17 @@ def test_partial_rotary_factor_gives_an_even_rotary_dim() -> None:
             assert math.isclose(rotary, round(rotary)) and round(rotary) % 2 == 0, (model_type, rope)
 
 
+def test_a_latent_attention_rope_share_is_the_share_of_the_tiny_dims() -> None:
+    """Mistral 4 rotates ``qk_rope_head_dim / (qk_nope_head_dim + qk_rope_head_dim)`` of its head dim (its
+    default ``partial_rotary_factor``): the tiny factor is that share of the tiny dims, so the rotary embedding's
+    width is the tiny ``qk_rope_head_dim`` (the default's share would not fit it, and upstream's own rotary
+    application would fail)."""
+    config = tiny_config_for(CONFIG_MAPPING["mistral4"])
+    rotary = config.head_dim * config.rope_parameters["partial_rotary_factor"]
+    assert math.isclose(rotary, config.qk_rope_head_dim)
+    assert config.qk_rope_head_dim != config.qk_nope_head_dim  # still pairwise distinct
+
+
 def test_sizes_a_validator_ties_take_the_tiny_size_their_default_equals() -> None:
     from huggingface_hub.dataclasses import strict
     from transformers import LlamaConfig
