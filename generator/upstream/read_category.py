@@ -76,6 +76,9 @@ def classify(
     forward = source.method(lm_class, "forward")
     if forward is not None and any(a.arg == "encoder_hidden_states" for a in forward[0].args.args):
         return OUT_OF_CATEGORY, f"{lm_class}.forward takes encoder_hidden_states: the decoder of an encoder-decoder"
+    if forward is not None and "labels" not in {a.arg for a in (*forward[0].args.args, *forward[0].args.kwonlyargs)}:
+        # Gemma 4's assistants: draft models that read another model's KV states during its decoding.
+        return OUT_OF_CATEGORY, f"{lm_class}.forward takes no labels: a head that computes no loss, nothing to train"
     layer_classes = [c for c in classes if c.endswith(("DecoderLayer", "Layer", "Block"))]
     for cls in ([decoder_layer] if decoder_layer else []) + layer_classes:
         cross = [a for a in _CROSS_ATTRS if a in source.init_assigns(cls)]

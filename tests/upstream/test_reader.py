@@ -245,7 +245,10 @@ def test_category_of_reference_models(model: str, category: str) -> None:
     assert read(model).category == category
 
 
-@pytest.mark.parametrize(("model", "word"), [("bert", "encoder"), ("mamba", "Mixer"), ("trocr", "encoder")])
+@pytest.mark.parametrize(
+    ("model", "word"),
+    [("bert", "encoder"), ("mamba", "Mixer"), ("trocr", "encoder"), ("gemma4_assistant", "takes no labels")],
+)
 def test_out_of_category_names_why(model: str, word: str) -> None:
     s = read(model)
     assert s.category == "out_of_category" and word in s.category_reason
