@@ -92,11 +92,10 @@ def test_delta_rule_guard_hands_the_slot_upstreams_arguments_and_cu_seqlens(
     assert "initial_dtype = query.dtype" in text.partition("raise ValueError(")[2]
 
 
-@pytest.mark.parametrize(("target", "slot"), [("torch_chunk_gated_delta_rule", "chunk_gated_delta_rule")])
-def test_delta_rule_guard_puts_the_hub_decorators_name_on_the_torch_body(target: str, slot: str) -> None:
+def test_delta_rule_guard_puts_the_hub_decorators_name_on_the_torch_body() -> None:
     """Upstream's use_kernelized_func refuses a function without use_kernel_forward_from_hub: the dropped fallback
     decorator's name goes on the generated function instead."""
-    text = _one_line(_render("gated_delta_rule_guard", target, slot=slot))
+    text = _one_line(_render("gated_delta_rule_guard", "torch_chunk_gated_delta_rule", slot="chunk_gated_delta_rule"))
     assert '@use_kernel_forward_from_hub("chunk_gated_delta_rule") def torch_chunk_gated_delta_rule(' in text
 
 
