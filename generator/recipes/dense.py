@@ -128,6 +128,8 @@ def apply_causal_lm(
     """
     cls = _named(head.cls, prefix)
     options = {"forward_kwargs": True} if forward_kwargs else {}
+    if head.softcap_fp32:
+        options["softcap_fp32"] = True
     config.apply_snippet(
         "causal_lm_loss_guard",
         f"{cls}.forward",

@@ -262,10 +262,10 @@ def _causal_lm(structure: ModelStructure, refusals: list[Finding]) -> dict[str, 
     if head.reason:
         refusals.append(Finding("causal_lm", head.cls, head.line, head.reason, remedy))
         return None
-    softcap, scale = "", []
+    softcap, scale, softcap_fp32 = "", [], False
     for op, expression in head.postprocess:
-        if op == "softcap" and not softcap:
-            softcap = expression
+        if op in ("softcap", "softcap_fp32") and not softcap:
+            softcap, softcap_fp32 = expression, op == "softcap_fp32"
         elif op in ("scale_div", "scale_mul") and not scale and not softcap:
             scale = ["div" if op == "scale_div" else "mul", expression]
         else:
@@ -275,7 +275,10 @@ def _causal_lm(structure: ModelStructure, refusals: list[Finding]) -> dict[str, 
                 )
             )
             return None
-    return {"cls": head.cls, "softcap": softcap, "scale": scale, "head": head.head_attr, "bias": head.lm_head_bias}
+    fitted = {"cls": head.cls, "softcap": softcap, "scale": scale, "head": head.head_attr, "bias": head.lm_head_bias}
+    if softcap_fp32:
+        fitted["softcap_fp32"] = True
+    return fitted
 
 
 def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, Any] | None:

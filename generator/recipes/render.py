@@ -138,6 +138,8 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
     head_fields: dict[str, Any] = {"softcap": head.get("softcap") or "", "scale": tuple(head.get("scale") or ())}
     if head.get("head", "lm_head") != "lm_head":
         head_fields["head"] = head["head"]
+    if head.get("softcap_fp32"):
+        head_fields["softcap_fp32"] = True
     if head.get("bias"):
         head_fields["bias"] = True
     if head.get("router_logits"):  # an output upstream builds without the router logits it has

@@ -22,6 +22,8 @@ HEAD_SUFFIXES = {
 }
 
 _SOFTCAP = "P_l = P_l / E_cap\nP_l = torch.tanh(P_l)\nP_l = P_l * E_cap"
+# The same soft-cap on logits upcast to fp32 first (beam): the logits stay fp32 from there on.
+_SOFTCAP_FP32 = "P_l = P_l.float() / E_cap\nP_l = torch.tanh(P_l)\nP_l = P_l * E_cap"
 
 
 def read_heads(source: ModelSource, prefix: str) -> dict[str, str]:
@@ -179,13 +181,13 @@ def _between(stmts: list[ast.stmt], logits: str) -> tuple[tuple[tuple[str, str],
             continue
         softcap = _softcap(stmts[i : i + 3], logits)
         if softcap is not None:
-            steps.append(("softcap", softcap))
+            steps.append(softcap)
             i += 3
             continue
         if isinstance(stmt, ast.If) and not stmt.orelse:
             cap = _guarded_softcap(stmt, logits)
             if cap is not None:
-                steps.append(("softcap", cap))
+                steps.append(cap)
                 i += 1
                 continue
         scale = _scale(stmt, logits)
@@ -197,16 +199,18 @@ def _between(stmts: list[ast.stmt], logits: str) -> tuple[tuple[tuple[str, str],
     return tuple(steps), None
 
 
-def _softcap(stmts: list[ast.stmt], logits: str) -> str | None:
+def _softcap(stmts: list[ast.stmt], logits: str) -> tuple[str, str] | None:
+    """("softcap" or "softcap_fp32", cap) for the three soft-capping statements, in the model dtype or in fp32."""
     if len(stmts) < 3:
         return None
-    bound = match_body(_SOFTCAP, stmts)
-    if bound is None or bound["l"] != logits:
-        return None
-    return expr_binding(bound, "cap")
+    for op, pattern in (("softcap", _SOFTCAP), ("softcap_fp32", _SOFTCAP_FP32)):
+        bound = match_body(pattern, stmts)
+        if bound is not None and bound["l"] == logits:
+            return op, expr_binding(bound, "cap")
+    return None
 
 
-def _guarded_softcap(stmt: ast.If, logits: str) -> str | None:
+def _guarded_softcap(stmt: ast.If, logits: str) -> tuple[str, str] | None:
     """``if <cap> is not None:`` around the three softcapping statements, with the same cap."""
     test = stmt.test
     if not (
@@ -218,7 +222,7 @@ def _guarded_softcap(stmt: ast.If, logits: str) -> str | None:
     ):
         return None
     cap = _softcap(stmt.body, logits) if len(stmt.body) == 3 else None
-    return cap if cap == dotted(test.left) else None
+    return cap if cap is not None and cap[1] == dotted(test.left) else None
 
 
 def _scale(stmt: ast.stmt, logits: str) -> tuple[str, str] | None:
@@ -303,7 +307,7 @@ def read_multipliers(
     softcap = False
     if causal_lm is not None:
         for op, expr in causal_lm.postprocess:
-            if op == "softcap":
+            if op in ("softcap", "softcap_fp32"):
                 softcap = True
             elif logits is None:
                 logits = expr

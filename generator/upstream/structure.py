@@ -127,7 +127,7 @@ class CausalLmInfo:
     vocab_size_expr: str | None = None
     #: Recognised steps between the lm_head call and the loss, in order, as (op, expression):
     #: ("softcap", "self.config.final_logit_softcapping"), ("scale_div", "self.config.logits_scaling"),
-    #: ("scale_mul", "self.logit_scale").
+    #: ("scale_mul", "self.logit_scale"); "softcap_fp32" is a soft-cap of logits upcast to fp32 first.
     postprocess: tuple[tuple[str, str], ...] = ()
     #: The forward computes the MoE aux loss with a call of this module-level function (MoE models).
     aux_loss_function: str | None = None

@@ -109,6 +109,7 @@ def causal_lm_loss(
     shift_labels: torch.Tensor | None = None,
     final_logit_softcapping: float | None = None,
     lm_head_bias: torch.Tensor | None = None,
+    softcap_in_fp32: bool = False,
     group: ProcessGroup | None = None,
     sp_group: ProcessGroup | None = None,
     inner: str = "eager",
@@ -136,6 +137,7 @@ def causal_lm_loss(
         shift_labels=shift_labels,
         final_logit_softcapping=final_logit_softcapping,
         lm_head_bias=lm_head_bias,
+        softcap_in_fp32=softcap_in_fp32,
         **options,
     )
     return all_reduce_sum(share, group), logits

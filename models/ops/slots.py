@@ -134,8 +134,9 @@ rope_slot = _define("rope")
 rope_vision_slot = _define("rope_vision")
 # causal_lm_loss_slot(hidden_states, lm_head_weight, labels, *, vocab_size, num_items_in_batch=None,
 #                     ignore_index=-100, shift_labels=None, final_logit_softcapping=None, lm_head_bias=None,
-#                     **kwargs)
-#     -> (loss, logits or None)
+#                     softcap_in_fp32=False, **kwargs)
+#     -> (loss, logits or None); softcap_in_fp32: the logits are upcast to fp32 before the soft-cap and returned
+#     in fp32 (beam), where the default caps in the model dtype (gemma)
 causal_lm_loss_slot = _define("causal_lm_loss")
 # sequence_classification_loss_slot(logits, labels, pooled_logits, config) -> loss
 sequence_classification_loss_slot = _define("sequence_classification_loss")

@@ -262,6 +262,8 @@ def assert_step_parity(
     if logits != "skip":
         if upstream.logits is None or candidate.logits is None:
             raise AssertionError(f"logits check {logits!r} needs logits from both sides")
+        if candidate.logits.dtype != upstream.logits.dtype:
+            raise AssertionError(f"logits are {candidate.logits.dtype}, upstream's are {upstream.logits.dtype}")
         if logits == "equal" and not torch.equal(candidate.logits, upstream.logits):
             diff = (candidate.logits.float() - upstream.logits.float()).abs().max().item()
             raise AssertionError(f"logits differ from upstream (max |diff| {diff:.3e}); they must be equal")

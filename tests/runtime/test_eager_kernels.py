@@ -90,6 +90,18 @@ def test_causal_lm_loss_softcaps_logits_like_gemma() -> None:
     assert torch.equal(loss, ForCausalLMLoss(logits, labels, vocab_size=131))
 
 
+def test_causal_lm_loss_softcaps_fp32_logits_when_asked() -> None:
+    hidden, weight = torch.randn(2, 9, 16, dtype=torch.bfloat16), torch.randn(131, 16, dtype=torch.bfloat16)
+    labels = _labels((2, 9), 131)
+    logits = torch.tanh(torch.nn.functional.linear(hidden, weight).float() / 5.0) * 5.0
+    loss, returned_logits = eager.causal_lm_loss(
+        hidden, weight, labels, vocab_size=131, final_logit_softcapping=5.0, softcap_in_fp32=True
+    )
+    assert returned_logits.dtype == torch.float32
+    assert torch.equal(returned_logits, logits)
+    assert torch.equal(loss, ForCausalLMLoss(logits, labels, vocab_size=131))
+
+
 @pytest.mark.parametrize(
     ("num_labels", "problem_type", "labels"),
     [

@@ -9,6 +9,8 @@ from functools import cache
 import pytest
 
 from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.recipes.fit import fit_model
+from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import ModelStructure
 
@@ -77,6 +79,22 @@ def test_gemma2_softcapping_is_a_recognised_postprocess_step() -> None:
     assert s.causal_lm.postprocess == (("softcap", "self.config.final_logit_softcapping"),)
     assert s.causal_lm.reason == ""
     assert s.multipliers.final_logit_softcapping
+
+
+def test_beam_softcapping_in_fp32_is_its_own_postprocess_step() -> None:
+    """Beam (pinned transformers) upcasts the logits before the soft-cap; the head must keep them fp32."""
+    s = read("beam")
+    assert s.causal_lm.postprocess == (("softcap_fp32", "self.config.final_logit_softcapping"),)
+    assert s.causal_lm.reason == ""
+    assert s.multipliers.final_logit_softcapping
+
+
+def test_beam_recipe_declares_the_fp32_softcap_on_its_loss_head() -> None:
+    _, call = recipe_call("moe", "Beam", fit_model(read("beam")).arguments)
+    assert (
+        'LossHead("BeamForCausalLM", softcap="self.config.final_logit_softcapping", scale=(), softcap_fp32=True)'
+        in (" ".join(call.split()))
+    )
 
 
 def test_granite_logits_scaling_and_multipliers() -> None:

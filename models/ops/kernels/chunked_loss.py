@@ -112,13 +112,15 @@ def causal_lm_loss(
     shift_labels: torch.Tensor | None = None,
     final_logit_softcapping: float | None = None,
     lm_head_bias: torch.Tensor | None = None,
+    softcap_in_fp32: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """The ``causal_lm_loss`` slot contract without materializing logits; returns ``(loss, None)``.
 
     Same targets and reduction as the eager reference: labels shifted left unless ``shift_labels`` is
-    given, mean over non-ignored targets, or sum / ``num_items_in_batch`` when given.
+    given, mean over non-ignored targets, or sum / ``num_items_in_batch`` when given. The soft-cap is always
+    applied to fp32 logits, so ``softcap_in_fp32`` changes nothing here.
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")

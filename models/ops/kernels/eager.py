@@ -179,16 +179,21 @@ def causal_lm_loss(
     shift_labels: torch.Tensor | None = None,
     final_logit_softcapping: float | None = None,
     lm_head_bias: torch.Tensor | None = None,
+    softcap_in_fp32: bool = False,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Next-token cross entropy from hidden states; materializes the logits and returns them too.
 
     ``hidden_states`` are already sliced to the kept positions; ``labels`` are unshifted unless
-    ``shift_labels`` is given. Logits are soft-capped in the model dtype and upcast to fp32 for the loss,
+    ``shift_labels`` is given. Logits are soft-capped in the model dtype (in fp32, and returned in fp32, with
+    ``softcap_in_fp32``) and upcast to fp32 for the loss,
     which is the mean over non-ignored targets, or their sum / ``num_items_in_batch`` when given.
     ``lm_head_bias`` is the bias of an lm_head that has one (phi, codegen). Extra ``kwargs`` (model forward kwargs passed along by generated code) are ignored, as upstream does.
     """
-    logits = softcap_logits(F.linear(hidden_states, lm_head_weight, lm_head_bias), final_logit_softcapping)
+    logits = F.linear(hidden_states, lm_head_weight, lm_head_bias)
+    if softcap_in_fp32 and final_logit_softcapping is not None:
+        logits = logits.float()
+    logits = softcap_logits(logits, final_logit_softcapping)
     if shift_labels is None:
         shift_labels = shift_causal_labels(labels, ignore_index)
     flat_logits = logits.float().reshape(-1, vocab_size)

@@ -120,9 +120,13 @@ def causal_lm_loss(
     shift_labels: torch.Tensor | None = None,
     final_logit_softcapping: float | None = None,
     lm_head_bias: torch.Tensor | None = None,
+    softcap_in_fp32: bool = False,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """Liger fused linear cross entropy with the slot's label shift and reduction; returns ``(loss, None)``."""
+    """Liger fused linear cross entropy with the slot's label shift and reduction; returns ``(loss, None)``.
+
+    Liger soft-caps the logits in fp32 in any case, which is what ``softcap_in_fp32`` asks for.
+    """
     hidden, targets = flat_rows_and_targets(
         hidden_states,
         lm_head_weight,
