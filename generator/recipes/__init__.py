@@ -6,7 +6,9 @@ from modelgraft.generator.recipes.moe import moe_text
 from modelgraft.generator.recipes.omni import AudioTower, omni
 from modelgraft.generator.recipes.omni_moe import omni_moe
 from modelgraft.generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
+from modelgraft.generator.recipes.vision_encoder import vision_encoder
 from modelgraft.generator.recipes.vlm import VisionTower, vlm
+from modelgraft.generator.recipes.vlm_composed import composed_vlm
 from modelgraft.generator.recipes.vlm_moe import vlm_moe
 
 __all__ = [
@@ -20,12 +22,14 @@ __all__ = [
     "Rope",
     "Router",
     "VisionTower",
+    "composed_vlm",
     "dense_text",
     "gated_delta_net_moe_text",
     "gated_delta_net_text",
     "moe_text",
     "omni",
     "omni_moe",
+    "vision_encoder",
     "vlm",
     "vlm_moe",
 ]

@@ -247,6 +247,38 @@ class UpstreamMember:
         guarded = self._reindent(edited, statement.col_offset, 0)
         return self.wrapping(pattern, condition, guarded)
 
+    def calling_instead(self, pattern: str, function: str) -> UpstreamMember:
+        """The function with every call of ``pattern`` calling ``function`` instead, with the same arguments.
+
+        Only the callee's text changes: ``AutoModel.from_config(config.vision_config)`` becomes
+        ``build_sub_model(config.vision_config)``, every argument staying upstream's, and the result is compared
+        with upstream's tree (each changed call's arguments unchanged, nothing else changed). A body with no
+        such call is an error naming the member.
+        """
+        whole = self._derived(self.source)
+        calls = sorted((call for _, call in _owned_calls(whole.node, pattern)), key=lambda c: (c.lineno, c.col_offset))
+        if not calls:
+            raise self._fail(f"it calls no {pattern}(...)")
+        positions = whole.index.source_lines
+        source = whole.index.source
+        for call in reversed(calls):
+            begin = positions.offset(call.func.lineno, call.func.col_offset)
+            end = positions.offset(call.func.end_lineno, call.func.end_col_offset)
+            source = source[:begin] + function + source[end:]
+        try:
+            derived = self._derived(source)
+        except SyntaxError as exc:
+            raise self._fail(f"calling {function} instead of {pattern} gave invalid Python ({exc.msg})") from exc
+        replaced = [call for _, call in _owned_calls(derived.node, function)]
+        if _owned_calls(derived.node, pattern) or len(replaced) != len(calls):
+            raise self._fail(f"calling {function} instead of {pattern} changed other calls")  # pragma: no cover
+        for before, after in zip(calls, sorted(replaced, key=lambda c: (c.lineno, c.col_offset))):
+            if not (same_syntax(before.args, after.args) and same_syntax(before.keywords, after.keywords)):
+                raise self._fail(
+                    f"calling {function} instead of {pattern} changed a call's arguments"
+                )  # pragma: no cover
+        return derived
+
     def adding_keyword(self, pattern: str, name: str, value: str) -> UpstreamMember:
         """The function with ``name=value`` (``value``: source of an expression) added to the one call of
         ``pattern``, which must not pass ``name`` already; every other token stays upstream's.

@@ -1,0 +1,84 @@
+"""The composed (LLaVA-style) VLM recipe: a vision encoder, a projector and a language model built from the text
+config, image features scattered into placeholder tokens, 1-D positions.
+
+Upstream's ``<Prefix>Model`` of these models (llava, llava_onevision, gemma3, mistral3, paligemma, aya_vision,
+lfm2_vl...) builds its vision tower and its language model with ``AutoModel.from_config`` on the sub-configs, so
+the checkpoint's config picks the classes. What the pinned transformers has upstream is kept: the placeholder
+mask and scatter, the projector, the masks, the output dataclasses. The recipe adds:
+
+- ``vlm_composed_towers_init`` on ``<Prefix>Model.__init__``: every ``AutoModel.from_config(...)`` becomes
+  :func:`modelgraft.models.composition.build_sub_model`, which builds the generated class registered for the
+  sub-config's ``model_type`` (a zoo decoder, a vision encoder of the library) and refuses an unregistered type
+  by name, so the towers' guards run and nothing falls back to upstream's classes;
+- the dense pieces for what the module itself defines (a projector's norm or MLP, a text model kept in the same
+  module): ``rms_norm_guard`` for ``norms``, ``glu_mlp_guard`` / ``mlp_activation_guard`` for ``mlps``,
+  ``call_sites_guard`` for ``call_sites``;
+- ``causal_lm_loss_guard`` on ``<Prefix>ForConditionalGeneration.forward``: upstream's loss call names
+  ``self.config.text_config.vocab_size``, and the kernel gets the forward's ``**kwargs`` where upstream's loss call
+  drops them, so a caller's ``shift_labels`` and ``num_items_in_batch`` reach it;
+- ``vlm_composed_dummy_forward``: an added ``<Prefix>Model.dummy_forward`` running the tower and the projector
+  on one blank image (a zero loss term for ranks without images);
+- the base class's checkpoint conversions, strict loading and attention on request, as for a dense model
+  (:func:`modelgraft.generator.recipes.dense.apply_pretrained_model`), unless a recipe already applied them to
+  the same module (a text model kept next to the multimodal classes, as gemma3's is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from modelgraft.generator.dsl.config import PatchConfig
+from modelgraft.generator.recipes.dense import (
+    _named,
+    apply_call_sites,
+    apply_causal_lm,
+    apply_mlps,
+    apply_norms,
+    apply_pretrained_model,
+    apply_upstream_version_check,
+)
+from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm
+
+__all__ = ["composed_vlm"]
+
+
+def composed_vlm(
+    config: PatchConfig,
+    *,
+    prefix: str,
+    tower: str = "vision_tower",
+    norms: Sequence[Norm] = (),
+    mlps: Sequence[Mlp] = (),
+    call_sites: Sequence[CallSites] = (),
+    causal_lm: LossHead = LossHead("{prefix}ForConditionalGeneration"),
+    model: str = "{prefix}Model",
+    pretrained_model: str | None = "{prefix}PreTrainedModel",
+    aux_loss: str = "",
+) -> PatchConfig:
+    """Apply the composed-VLM snippets to ``config`` for the model whose classes start with ``prefix``.
+
+    ``tower`` is the attribute of ``model`` holding the vision tower; ``norms``, ``mlps`` and ``call_sites`` are
+    the module's own (its projector's, or those of a text model it defines, when no other recipe guards them);
+    ``pretrained_model`` is None when another recipe of the same config already changed the base class.
+    ``aux_loss`` names the module-level MoE auxiliary-loss function the head calls ("" for a dense decoder).
+    """
+    apply_upstream_version_check(config)
+    apply_norms(config, norms, prefix=prefix)
+    apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
+    apply_call_sites(config, call_sites, prefix=prefix)
+    model_cls = _named(model, prefix)
+    config.apply_snippet(
+        "vlm_composed_towers_init",
+        f"{model_cls}.__init__",
+        description="the towers are generated classes, chosen by the sub-configs' model_type",
+    )
+    config.apply_snippet(
+        "vlm_composed_dummy_forward",
+        f"{model_cls}.dummy_forward",
+        add=True,
+        tower=tower,
+        description="a zero loss term through the vision tower and the projector, for ranks without images",
+    )
+    apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
+    apply_pretrained_model(config, pretrained_model, prefix=prefix)
+    return config
