@@ -1,7 +1,8 @@
-"""Gemma3 (text path): generated modeling registered under HF model_type "gemma3_text".
+"""Gemma3: generated modeling registered under HF model_types "gemma3_text" (the text model) and "gemma3" (the VLM).
 
-The multimodal "gemma3" model_type (Gemma3ForConditionalGeneration on Gemma3Config) is not
-registered: its classes are excluded from the generated module.
+One generated module serves both: ``Gemma3ForCausalLM`` on ``Gemma3TextConfig``, and
+``Gemma3ForConditionalGeneration`` on ``Gemma3Config``, whose SigLIP tower and text model are generated classes
+too (``modelgraft.models.composition``).
 """
 
 from modelgraft.models.registry import register_model
@@ -10,4 +11,10 @@ register_model(
     "gemma3_text",
     modeling={"gpu": "modelgraft.models.gemma3.generated.patched_modeling_gemma3_gpu"},
     config="transformers.Gemma3TextConfig",
+)
+register_model(
+    "gemma3",
+    modeling={"gpu": "modelgraft.models.gemma3.generated.patched_modeling_gemma3_gpu"},
+    config="transformers.Gemma3Config",
+    processor="transformers.Gemma3Processor",
 )

@@ -1,7 +1,7 @@
 """``from_pretrained`` / ``save_pretrained`` of every generated class interoperate with upstream transformers.
 
-Every registered (model_type, backend) is a case, read from the registry at collection time, so a new
-model is covered without an edit here. Each case uses the generated module's ``*ForCausalLM`` at the
+Every registered (model_type, backend) of a causal LM is a case, read from the registry at collection time, so
+a new model is covered without an edit here. Each case uses the generated module's ``*ForCausalLM`` at the
 tiny config of ``modelgraft.models.testing.tiny`` (fp32, eager attention, eager experts); every floating weight
 gets noise first, so a weight left at its initialisation, or filled from the wrong tensor, changes
 the logits. Upstream's ``save_pretrained`` writes its own hub layout (qwen3_moe: per-expert keys;
@@ -22,6 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.conversion_mapping import USER_REGISTERED_MAPPINGS
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from modelgraft import models
 from modelgraft.models.checkpoint import CheckpointError
@@ -35,11 +36,13 @@ from modelgraft.models.testing.tiny import tiny_config_for
 REPO_ROOT = Path(models.__file__).resolve().parent.parent
 
 #: Multimodal models (a processor registered) are left to their own suite, which builds their batches with
-#: their processor: ``modelgraft.models.testing.vlm_suite`` runs these checks on images, videos and text.
+#: their processor: ``modelgraft.models.testing.vlm_suite`` runs these checks on images, videos and text. So are
+#: model types without a causal LM upstream (the vision encoders of composed VLMs, ``siglip_vision_model``), whose
+#: checks need pixel values: ``modelgraft.models.testing.vision_encoder_suite`` round-trips them.
 CASES = [
     (model_type, backend)
     for model_type in MODELING_REGISTRY
-    if model_type not in MODEL_PROCESSOR_REGISTRY
+    if model_type not in MODEL_PROCESSOR_REGISTRY and model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     for backend in MODELING_REGISTRY.backends(model_type)
 ]
 CASE_IDS = [f"{model_type}-{backend}" for model_type, backend in CASES]
@@ -131,7 +134,10 @@ CLASS_CASES = [
     (model_type, backend, name)
     for model_type, backend in CASES
     for name in sorted(_model_classes(model_type, backend))
-    if not name.endswith("PreTrainedModel") and isinstance(getattr(transformers, name, None), type)
+    if not name.endswith("PreTrainedModel")
+    and isinstance(getattr(transformers, name, None), type)
+    # A module registered under two model types (gemma3: text and VLM) serves each its own classes.
+    and getattr(transformers, name).config_class.__name__ == MODEL_CONFIG_REGISTRY.path(model_type).rpartition(".")[2]
 ]
 CLASS_IDS = [f"{model_type}-{backend}-{name}" for model_type, backend, name in CLASS_CASES]
 

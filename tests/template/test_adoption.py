@@ -3,7 +3,7 @@
 Each model package under models/ records the answers (``.copier-answers.yml``) that make the template
 reproduce it as closely as it can, at the current template version (a commit id, test_versions.py).
 In a test repository that version is its first commit (repos.py). Whatever differs from that rendering was
-written by hand on purpose (llama's docstring, gemma3's ``_init_weights`` override, the parity tests'
+written by hand on purpose (llama's docstring, gemma3's ``composed_vlm`` call, the parity tests'
 tiny sizes): for ``copier update`` these are local modifications, kept through every update. These tests
 pin the list of such files (a scaffold not listed has none: a fresh ``copier copy`` joins the zoo without an
 edit here), check that an update without a template change changes nothing, and that a template change
@@ -53,8 +53,8 @@ LOCAL_MODIFICATIONS = {
     # GLM-5's hub layout is DeepSeek's (MTP layer, FP8 scales): the shared DeepSeek converter; the config's
     # DSA indexer guard, which the reader does not plan; the parity test's sizes (expert groups, indexers).
     "glm_moe_dsa": ["checkpoint.py", "glm_moe_dsa_gpu_patch_gen_config.py", "tests/test_glm_moe_dsa_parity.py"],
-    # Text path only: the docstrings, the excluded multimodal classes and the _init_weights override, the
-    # text head, the test's sliding window and soft-cap.
+    # The text model and its composed VLM in one module: the docstrings, the composed_vlm call, the second
+    # registration, the text head, the test's sliding window and soft-cap.
     "gemma3": ["__init__.py", "gemma3_gpu_patch_gen_config.py", "tests/test_gemma3_parity.py"],
     # The Qwen-VL family, configured by hand before the vlm scaffold: each config's docstring, hand-kept module
     # list and the guards the fit leaves out (qwen2_vl's VisionMlp, recorded through modify_init), and each
@@ -84,6 +84,9 @@ REFUSED_BY_THE_SCAFFOLD = {
     "deepseek_v4": "defines its own cache",
     "qwen3_5": "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards",
     "qwen3_5_moe": "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards",
+    # Vision encoders of composed VLMs (docs/vision-encoders.md): no causal LM, a config of the vision_encoder recipe.
+    "clip": "out of category: no *ForCausalLM",
+    "siglip": "out of category: no *ForCausalLM",
 }
 
 #: A template change that reaches every model and that no hand-written part can conflict with: a new file.
@@ -155,7 +158,7 @@ def test_a_template_change_reaches_every_model_and_keeps_its_local_modifications
     hand_written = {
         "qwen3": ("tests/test_qwen3_parity.py", '"sliding_window": 3'),
         "seed_oss": ("tests/test_seed_oss_parity.py", '"residual_dropout": 0.3'),
-        "gemma3": ("gemma3_gpu_patch_gen_config.py", "def _init_weights(self, module):"),
+        "gemma3": ("gemma3_gpu_patch_gen_config.py", 'composed_vlm(config, prefix="Gemma3", pretrained_model=None)'),
     }
     v1 = template_version(repo)
     (repo / NEW_TEMPLATE_FILE).write_text("{{ model }}: a note of the new template version\n", encoding="utf-8")
@@ -179,8 +182,6 @@ def test_a_template_change_reaches_every_model_and_keeps_its_local_modifications
         assert set(_modified(repo, model)) == {".copier-answers.yml", NEW_FILE}, model
     for model, (path, written) in hand_written.items():
         assert written in (repo / "models" / model / path).read_text(encoding="utf-8"), f"{model}/{path}"
-    gemma3 = (repo / "models" / "gemma3" / "gemma3_gpu_patch_gen_config.py").read_text(encoding="utf-8")
-    assert 'config.exclude_from_output(\n    "Gemma3Model",' in gemma3
     assert git(repo, "ls-files", "--unmerged") == ""
 
     # generate-all after the update (as the docs say) writes the modeling as committed, byte for byte.

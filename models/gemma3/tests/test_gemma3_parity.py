@@ -1,4 +1,4 @@
-"""Gemma3 (text): the generated modeling matches upstream transformers.
+"""Gemma3 (text): the generated modeling matches upstream transformers (the VLM: test_gemma3_vlm_parity.py).
 
 The tiny config makes Gemma's differences matter: a 3-token sliding window (shorter than the 11-token
 test batch) on layers 0 and 2 around a full-attention layer 1, and a final logit soft-cap of 0.3,
@@ -50,11 +50,3 @@ def test_tiny_sliding_window_changes_the_logits() -> None:
 def test_final_logit_softcapping_bounds_the_logits_below_their_raw_size() -> None:
     assert _logits().abs().max() < SOFTCAP
     assert _logits(final_logit_softcapping=None).abs().max() > SOFTCAP
-
-
-def test_multimodal_classes_are_not_generated() -> None:
-    from modelgraft.models.gemma3.generated import patched_modeling_gemma3_gpu as generated
-
-    excluded = ("Gemma3Model", "Gemma3ForConditionalGeneration", "Gemma3ForSequenceClassification")
-    assert [name for name in excluded if hasattr(generated, name)] == []
-    assert not set(excluded) & set(generated.__all__)
