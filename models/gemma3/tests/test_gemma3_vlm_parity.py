@@ -3,24 +3,27 @@
 The tiny config keeps what makes Gemma3's image path its own: a SigLIP tower of 4 x 4 patches pooled to
 ``mm_tokens_per_image`` = 4 soft tokens, the projector's (1 + weight) RMSNorm, and ``token_type_ids`` marking the
 image tokens, which attend to each other both ways inside one image. The text model is the tiny text config of
-the zoo's Gemma3 tests, sliding window included.
+the zoo's Gemma3 tests, sliding window included. Every batch is what Gemma3's own processor writes (its PIL image
+processor, no torchvision) for images of several sizes, a word-level tokenizer standing in for the hub's.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Gemma3Config, Gemma3TextConfig, SiglipVisionConfig
+from transformers import Gemma3Config, Gemma3Processor, Gemma3TextConfig, PreTrainedTokenizerFast, SiglipVisionConfig
+from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
 from modelgraft.models.composition import SubModelError, build_sub_model
 from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.composed_vlm_suite import ComposedVlm, ComposedVlmSuite
 from modelgraft.models.testing.configs import tiny_config
+from modelgraft.models.testing.vlm_processor import synthetic_image, tiny_tokenizer
 
 VOCAB = 131
 BOI, EOI, IMAGE = 128, 129, 130
+START_OF_IMAGE, END_OF_IMAGE, IMAGE_SOFT_TOKEN = "<start_of_image>", "<end_of_image>", "<image_soft_token>"
 TOKENS_PER_IMAGE = 4
-SEQ_LEN = 18
 
 
 def gemma3_vlm_config() -> Gemma3Config:
@@ -55,32 +58,35 @@ def gemma3_vlm_config() -> Gemma3Config:
     return config
 
 
+def gemma3_processor() -> Gemma3Processor:
+    """Gemma3's own processor at the tiny sizes: a word-level tokenizer whose image specials are the config's ids."""
+    words = tiny_tokenizer(words=BOI - 3, special_tokens=(START_OF_IMAGE, END_OF_IMAGE, IMAGE_SOFT_TOKEN))
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=words.backend_tokenizer,
+        pad_token=words.pad_token,
+        unk_token=words.unk_token,
+        eos_token=words.eos_token,
+        extra_special_tokens={"boi_token": START_OF_IMAGE, "eoi_token": END_OF_IMAGE, "image_token": IMAGE_SOFT_TOKEN},
+    )
+    assert (tokenizer.boi_token_id, tokenizer.eoi_token_id, tokenizer.image_token_id) == (BOI, EOI, IMAGE)
+    image_processor = Gemma3ImageProcessorPil(size={"height": 28, "width": 28})
+    return Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_length=TOKENS_PER_IMAGE)
+
+
 def gemma3_vlm_batch(config: Gemma3Config, images_per_row: tuple[int, ...]) -> dict[str, torch.Tensor]:
-    """Rows of words with ``<boi> <image>x4 <eoi>`` blocks; the last row right-padded; image tokens unlabelled."""
-    generator = torch.Generator().manual_seed(sum(images_per_row))
-    rows = len(images_per_row)
-    input_ids = torch.randint(1, BOI, (rows, SEQ_LEN), generator=generator)
-    for row, images in enumerate(images_per_row):
-        for image in range(images):
-            start = 2 + image * (TOKENS_PER_IMAGE + 3)
-            input_ids[row, start] = BOI
-            input_ids[row, start + 1 : start + 1 + TOKENS_PER_IMAGE] = IMAGE
-            input_ids[row, start + 1 + TOKENS_PER_IMAGE] = EOI
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[-1, SEQ_LEN - 3 :] = 0
-    input_ids[attention_mask == 0] = 0
-    labels = input_ids.masked_fill((attention_mask == 0) | (input_ids == IMAGE), IGNORE_INDEX)
-    batch = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "token_type_ids": (input_ids == IMAGE).long(),
-        "labels": labels,
-    }
-    if sum(images_per_row):
-        vision = config.vision_config
-        batch["pixel_values"] = torch.randn(
-            sum(images_per_row), vision.num_channels, vision.image_size, vision.image_size, generator=generator
-        )
+    """The processor's outputs for rows of words holding that many images (of different sizes); the rows differ
+    in length, so the shorter is padded. Labels ignore padding and the image's soft tokens."""
+    texts, images = [], []
+    for row, count in enumerate(images_per_row):
+        parts = [f"w{row} w{row + 7}"] + [f"{START_OF_IMAGE} w{row + i + 20}" for i in range(count)]
+        texts.append(" ".join(parts + [f"w{i + 40}" for i in range(3 + 2 * row)]))
+        images.append([synthetic_image(20 + 9 * i, 36 - 5 * i, seed=10 * row + i) for i in range(count)])
+    inputs = gemma3_processor()(
+        text=texts, images=images if sum(images_per_row) else None, return_tensors="pt", padding=True
+    )
+    batch = dict(inputs)
+    ignored = (batch["attention_mask"] == 0) | (batch["token_type_ids"] == 1)
+    batch["labels"] = batch["input_ids"].masked_fill(ignored, IGNORE_INDEX)
     return batch
 
 
