@@ -1,0 +1,63 @@
+"""``build_sub_model`` builds a composed model's sub-models from generated classes, or refuses by name.
+
+The cases that need no VLM: the class chosen for a registered type, and each way a sub-config is refused
+(a type nobody registered, a type upstream's ``AutoModel`` has no class for, a registered module missing the
+class). Gemma3's VLM test covers the composition inside a whole model.
+"""
+
+from __future__ import annotations
+
+import pytest
+from transformers import CLIPVisionConfig, PretrainedConfig, SiglipVisionConfig
+
+from modelgraft.models.composition import SubModelError, build_sub_model, sub_model_class
+from modelgraft.models.registry import MODELING_REGISTRY, register_model, unregister_model
+
+
+def test_a_registered_vision_type_resolves_to_the_generated_class_upstream_names() -> None:
+    cls = sub_model_class(SiglipVisionConfig())
+    assert cls is MODELING_REGISTRY.get_class("siglip_vision_model", "SiglipVisionModel")
+    assert cls.__module__.startswith("modelgraft.models.siglip.")
+
+
+def test_build_sub_model_builds_that_class_from_the_config() -> None:
+    config = CLIPVisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2)
+    model = build_sub_model(config)
+    assert type(model) is sub_model_class(config)
+    assert model.config.hidden_size == 16
+
+
+def test_an_unregistered_type_is_refused_naming_it_and_the_way_to_add_it() -> None:
+    config = SiglipVisionConfig()
+    config.model_type = "pixtral"
+    with pytest.raises(SubModelError, match=r"'pixtral'.*PixtralVisionModel.*Adding an encoder"):
+        sub_model_class(config)
+
+
+def test_a_type_upstream_automodel_has_no_class_for_is_refused() -> None:
+    class Unknown(PretrainedConfig):
+        model_type = "no_such_sub_model"
+
+    with pytest.raises(SubModelError, match="AutoModel has no class"):
+        sub_model_class(Unknown())
+
+
+def test_a_registered_module_without_upstream_s_class_is_refused_naming_the_class() -> None:
+    # pixtral is not in the zoo: register it against a module that has no PixtralVisionModel.
+    register_model(
+        "pixtral",
+        modeling={"gpu": "modelgraft.models.siglip.generated.patched_modeling_siglip_gpu"},
+        config="transformers.PixtralVisionConfig",
+    )
+    try:
+        config = SiglipVisionConfig()
+        config.model_type = "pixtral"
+        with pytest.raises(SubModelError, match="has no class PixtralVisionModel"):
+            sub_model_class(config)
+    finally:
+        unregister_model("pixtral")
+
+
+def test_an_unknown_backend_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="unknown backend 'tpu'"):
+        sub_model_class(SiglipVisionConfig(), backend="tpu")
