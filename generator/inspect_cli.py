@@ -170,11 +170,16 @@ def render_vlm(v: VlmInfo) -> list[str]:
         out.append("  processors           none: neither the package nor the Auto tables name one")
     if v.vision_rope is not None:
         out.append(f"  vision rope          {v.vision_rope.name} (line {v.vision_rope.line}) {v.vision_rope.params}")
-    if v.fits_qwen_vl_contract:
-        out.append("  qwen-vl              fits the Qwen-VL contract")
-    else:
-        out.append("  qwen-vl              differs from the Qwen-VL contract:")
-        out.extend(f"    - {d}" for d in v.contract_differences)
+    for name, title, differences in (
+        ("qwen-vl", "Qwen-VL", v.contract_differences),
+        ("composed", "composed-VLM", v.composed_differences),
+    ):
+        held = " (the one its structure shows)" if v.contract == name.replace("-", "_") else ""
+        if not differences:
+            out.append(f"  {name:20} fits the {title} contract{held}")
+        else:
+            out.append(f"  {name:20} differs from the {title} contract{held}:")
+            out.extend(f"    - {d}" for d in differences)
     return out
 
 

@@ -38,12 +38,16 @@ def smoke(model: str, *, models_root: Path | None = None, package: str | None = 
     )
     from modelgraft.models.testing.parity import eager_slots_on_one_thread
     from modelgraft.models.testing.reference import reference_kernels
+    from modelgraft.models.testing.scaffold_composed import ScaffoldComposedVlm
     from modelgraft.models.testing.vlm_suite import VlmModel
 
     root = models_root or MODELS_ROOT
     declaration = parity_declaration(model, root=root)
     if isinstance(declaration, VlmModel):
         _smoke_vlm(declaration)
+        return
+    if isinstance(declaration, ScaffoldComposedVlm):
+        _smoke_composed(declaration)
         return
     config = declaration.config()
     with eager_slots_on_one_thread():  # as the model's own tests run: one order of reductions, fast on tiny sizes
@@ -77,6 +81,32 @@ def _smoke_vlm(declaration: Any) -> None:
             config,
             declaration.causal_lm,
             kernels=reference_kernels(declaration.guarded),
+            batch=batch,
+            tolerance=EAGER_TOLERANCE,
+            logits="close",
+        )
+
+
+def _smoke_composed(declaration: Any) -> None:
+    """A composed VLM's smoke check: the processor's batch with one image per row through the conditional-generation
+    head, eager, then with the reference kernel in every slot the built model consults (its towers' included),
+    each of them called."""
+    from modelgraft.models.loader import get_model_class
+    from modelgraft.models.ops.binding import consulted_slots
+    from modelgraft.models.testing import EAGER_TOLERANCE, check_parity
+    from modelgraft.models.testing.parity import eager_slots_on_one_thread
+    from modelgraft.models.testing.reference import NOT_CONSULTED, reference_kernels
+
+    config = declaration.config()
+    batch = declaration.batch(config, (1, 1))
+    model = get_model_class(declaration.model_type, declaration.causal_lm)(config)
+    slots = sorted(consulted_slots(model) - NOT_CONSULTED["causal_lm"])
+    with eager_slots_on_one_thread():
+        check_parity(config, declaration.causal_lm, batch=batch)
+        check_parity(
+            config,
+            declaration.causal_lm,
+            kernels=reference_kernels(slots),
             batch=batch,
             tolerance=EAGER_TOLERANCE,
             logits="close",

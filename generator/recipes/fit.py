@@ -24,6 +24,7 @@ from typing import Any
 from modelgraft.generator import categories
 from modelgraft.generator.categories import OUT_OF_CATEGORY
 from modelgraft.generator.recipes.causal_lm_path import towers_on_causal_lm_path
+from modelgraft.generator.recipes.fit_composed import composed_arguments
 from modelgraft.generator.recipes.fit_omni import omni_arguments, omni_processors
 from modelgraft.generator.recipes.fit_vlm import (
     VlmFinding,
@@ -527,6 +528,8 @@ def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
     """The vlm / vlm_moe recipe's fit: the text decoder's as the dense / MoE fit's, the vision side's read
     from the reader's VLM report (:func:`modelgraft.generator.recipes.fit_vlm.vlm_arguments`)."""
     text = _fit_scaffold(structure, categories.category(category).text)
+    if structure.vlm is not None and structure.vlm.contract == "composed":
+        return _fit_composed(structure, category, text)
     found: list[VlmFinding] = []
     arguments = {key: value for key, value in text.arguments.items() if key != "sequence_classification"}
     if "gated_delta_net" in arguments:
@@ -556,6 +559,40 @@ def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
             processors=processors,
         )
     return Fit(structure, category, arguments, guarded, text.skipped, processors=processors)
+
+
+#: The text fit's arguments a composed VLM keeps: its module's own norms, MLPs and call sites (the projector's,
+#: an own tower's) and the loss head. The decoder's RoPE, experts and router are the composed decoder's, guarded
+#: by its own package.
+COMPOSED_TEXT_ARGUMENTS = ("norms", "mlps", "call_sites", "causal_lm")
+
+
+def _fit_composed(structure: ModelStructure, category: str, text: Fit) -> Fit:
+    """The composed_vlm recipe's fit: the module's own pieces as the text fit reads them, the towers built as
+    the generated classes of their sub-configs' types (:func:`modelgraft.generator.recipes.fit_composed.composed_arguments`).
+
+    No coverage floor: the towers' guards are their packages', and every type is checked to have one."""
+    found: list[VlmFinding] = []
+    arguments = {key: value for key, value in text.arguments.items() if key in COMPOSED_TEXT_ARGUMENTS}
+    arguments.update(composed_arguments(structure, found))
+    processors = vlm_processors(structure.vlm, found) if structure.vlm is not None else {}
+    refusals = [finding for finding in text.refusals if finding.structure in ("causal_lm",)]
+    refusals += [Finding("vlm", finding.where, finding.line, finding.reason) for finding in found]
+    guarded = guarded_slots(arguments)
+    skipped = tuple(finding for finding in text.skipped if finding.structure != "rope")
+    if refusals:
+        why = "a composed VLM's config is its recipe call once every difference above is resolved"
+        return Fit(
+            structure,
+            category,
+            arguments,
+            guarded,
+            skipped,
+            tuple(refusals),
+            no_patches_because=why,
+            processors=processors,
+        )
+    return Fit(structure, category, arguments, guarded, skipped, processors=processors)
 
 
 def _fit_omni(structure: ModelStructure, category: str) -> Fit:

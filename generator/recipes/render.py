@@ -71,6 +71,35 @@ def _gated_delta_net_line(mixer: Mapping[str, Any]) -> str:
     return f"    gated_delta_net=GatedDeltaNet({fields}),"
 
 
+def _site_fields(site: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a CallSites part that are set (tuples for lists, as the part declares them)."""
+    return {
+        key: tuple(value) if isinstance(value, list) else value
+        for key, value in (
+            ("layer_norms", site["layer_norms"]),
+            ("activation", site["activation"]),
+            ("activation_config", site["activation_config"]),
+            ("activation_name", site.get("activation_name", "")),
+        )
+        if value
+    }
+
+
+def _head_fields(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The LossHead part's fields: softcap and scale always, the others where the fit set them."""
+    head = arguments["causal_lm"]
+    fields: dict[str, Any] = {"softcap": head.get("softcap") or "", "scale": tuple(head.get("scale") or ())}
+    if head.get("head", "lm_head") != "lm_head":
+        fields["head"] = head["head"]
+    if head.get("softcap_fp32"):
+        fields["softcap_fp32"] = True
+    if head.get("bias"):
+        fields["bias"] = True
+    if head.get("router_logits"):  # an output upstream builds without the router logits it has
+        fields["router_logits"] = tuple(head["router_logits"])
+    return fields
+
+
 def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
     """(import line, call) of the recipe for ``arguments`` (see :func:`modelgraft.generator.recipes.fit.fit_model`).
 
@@ -80,6 +109,8 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
     spec = categories.lookup(category)
     if spec is None or not spec.scaffolded:
         spec = categories.category_for(experts=False)
+    if arguments.get("composed"):  # a composed (LLaVA-style) VLM, either category (generator/recipes/vlm_composed.py)
+        return _composed_call(prefix, arguments)
     recipe = spec.recipe
     parts = {"LossHead"}
     mixer = arguments.get("gated_delta_net")
@@ -108,23 +139,7 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         parts.add("Mlp")
     lines.append(f"    norms=[{', '.join(norms)}],")
     lines.append(f"    mlps=[{', '.join(mlps)}],")
-    sites = [
-        _call(
-            "CallSites",
-            site["cls"],
-            {
-                key: tuple(value) if isinstance(value, list) else value
-                for key, value in (
-                    ("layer_norms", site["layer_norms"]),
-                    ("activation", site["activation"]),
-                    ("activation_config", site["activation_config"]),
-                    ("activation_name", site.get("activation_name", "")),
-                )
-                if value
-            },
-        )
-        for site in arguments.get("call_sites") or []
-    ]
+    sites = [_call("CallSites", site["cls"], _site_fields(site)) for site in arguments.get("call_sites") or []]
     if sites:
         parts.add("CallSites")
         lines.append(f"    call_sites=[{', '.join(sites)}],")
@@ -134,17 +149,7 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         lines.append("    rope=" + _call("Rope", rope["function"], {"formulation": rope["formulation"]}) + ",")
     else:
         lines.append(f"    rope={rope!r},")
-    head = arguments["causal_lm"]
-    head_fields: dict[str, Any] = {"softcap": head.get("softcap") or "", "scale": tuple(head.get("scale") or ())}
-    if head.get("head", "lm_head") != "lm_head":
-        head_fields["head"] = head["head"]
-    if head.get("softcap_fp32"):
-        head_fields["softcap_fp32"] = True
-    if head.get("bias"):
-        head_fields["bias"] = True
-    if head.get("router_logits"):  # an output upstream builds without the router logits it has
-        head_fields["router_logits"] = tuple(head["router_logits"])
-    lines.append("    causal_lm=" + _call("LossHead", head["cls"], head_fields) + ",")
+    lines.append("    causal_lm=" + _call("LossHead", arguments["causal_lm"]["cls"], _head_fields(arguments)) + ",")
     if vision and not omni:
         lines += _vlm_lines(spec, prefix, arguments)
     if omni:
@@ -183,6 +188,37 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         extra_imports, extra = _omni_moe_lines(prefix, arguments)
         imports = "\n".join([imports, *extra_imports])
         lines += extra
+    return imports, format_source("\n".join(lines) + "\n").rstrip("\n")
+
+
+#: The composed_vlm recipe's defaults (generator/recipes/vlm_composed.py): an argument is written only where the
+#: fit read something else.
+COMPOSED_DEFAULTS = {"tower": "vision_tower", "model": "{prefix}Model"}
+
+
+def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
+    """(import line, call) of ``composed_vlm``: the tower's attribute and the Model where not the defaults, the
+    module's own norms, MLPs and call sites, and the loss head."""
+    composed = arguments["composed"]
+    parts = {"LossHead"}
+    lines = ["composed_vlm(", "    config,", f"    prefix={prefix!r},"]
+    if composed["tower"] != COMPOSED_DEFAULTS["tower"]:
+        lines.append(f"    tower={composed['tower']!r},")
+    if composed["model"] != COMPOSED_DEFAULTS["model"].format(prefix=prefix):
+        lines.append(f"    model={composed['model']!r},")
+    norms = [
+        _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
+        for n in arguments.get("norms") or []
+    ]
+    mlps = [_call("Mlp", m["cls"], _mlp_fields(m)) for m in arguments.get("mlps") or []]
+    sites = [_call("CallSites", site["cls"], _site_fields(site)) for site in arguments.get("call_sites") or []]
+    for name, items, part in (("norms", norms, "Norm"), ("mlps", mlps, "Mlp"), ("call_sites", sites, "CallSites")):
+        if items:
+            parts.add(part)
+            lines.append(f"    {name}=[{', '.join(items)}],")
+    lines.append("    causal_lm=" + _call("LossHead", arguments["causal_lm"]["cls"], _head_fields(arguments)) + ",")
+    lines.append(")")
+    imports = f"from modelgraft.generator.recipes import {', '.join(sorted(parts) + ['composed_vlm'])}"
     return imports, format_source("\n".join(lines) + "\n").rstrip("\n")
 
 

@@ -15,6 +15,7 @@ import ast
 from dataclasses import replace
 
 from modelgraft.generator.errors import UpstreamError
+from modelgraft.generator.upstream.composed_contract import composed_differences
 from modelgraft.generator.upstream.read_conversion import transposes_fused_experts
 from modelgraft.generator.upstream.read_processors import read_processors
 from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, dotted
@@ -35,7 +36,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
     compositions = _compositions(source)
     vision = language = None
     mergers: list[MergerInfo] = []
-    rope_index = placeholder = None
+    rope_index = placeholder = image_features = None
     if model_class is not None:
         vision = _tower(source, model_class, VISION_ATTRS, compositions)
         language = _tower(source, model_class, _LANGUAGE_ATTRS, compositions)
@@ -44,6 +45,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         mergers.extend(_mergers(source, model_class, "model"))
         rope_index = _method(source, model_class, "get_rope_index")
         placeholder = _method(source, model_class, "get_placeholder_mask")
+        image_features = _method(source, model_class, "get_image_features")
     info = VlmInfo(
         model_class=model_class,
         model_line=source.classes[model_class].lineno if model_class else 0,
@@ -52,6 +54,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         mergers=tuple(mergers),
         rope_index=rope_index,
         placeholder_mask=placeholder,
+        image_features=image_features,
         compositions=compositions,
         processors=read_processors(source, model_type),
         vision_rope=vision_rope(source, vision.cls if vision else None),
@@ -95,7 +98,9 @@ def _reads_text_row(source: ModelSource, language_model: str | None) -> bool:
 
 
 def _with_contract(info: VlmInfo) -> VlmInfo:
-    return replace(info, contract_differences=contract_differences(info))
+    return replace(
+        info, contract_differences=contract_differences(info), composed_differences=composed_differences(info)
+    )
 
 
 def _model_class(source: ModelSource) -> str | None:
@@ -261,6 +266,7 @@ def _compositions(source: ModelSource) -> tuple[CompositionInfo, ...]:
     """Every ``self.<attr> = AutoModel.from_config(config.<sub>)`` of the module, with the class it builds."""
     found: list[CompositionInfo] = []
     sub_configs: dict[str, str] | None = None
+    sub_types: dict[str, tuple[str | None, bool]] = {}
     for cls in source.classes:
         for attr, values in source.init_assigns(cls).items():
             built = _building_call(source, cls, attr)
@@ -271,7 +277,9 @@ def _compositions(source: ModelSource) -> tuple[CompositionInfo, ...]:
                     continue
                 if sub_configs is None:
                     sub_configs = read_sub_configs(source)
+                    sub_types = read_sub_config_types(source)
                 config_class = sub_configs.get(config_attr)
+                model_type, own = sub_types.get(config_attr, (None, False))
                 found.append(
                     CompositionInfo(
                         owner=cls,
@@ -279,6 +287,8 @@ def _compositions(source: ModelSource) -> tuple[CompositionInfo, ...]:
                         config_attr=config_attr,
                         config_class=config_class,
                         builds=_class_for_config(source, config_class),
+                        model_type=model_type,
+                        own=own,
                     )
                 )
     return tuple(found)
@@ -300,36 +310,80 @@ def _is_auto_from_config(call: ast.Call) -> bool:
 _SUB_CONFIG_TABLES = ("sub_configs_defaults", "sub_configs")
 
 
-def read_sub_configs(source: ModelSource) -> dict[str, str]:
-    """The sub-config table of the package's configuration module (its first class declaring one): attr ->
-    class (``AutoConfig`` where the checkpoint's model_type picks it)."""
+def _class_assigns(node: ast.ClassDef) -> dict[str, ast.expr]:
+    """The class-level ``name = value`` (and ``name: T = value``) statements of a class body."""
+    found: dict[str, ast.expr] = {}
+    for stmt in node.body:
+        if isinstance(stmt, ast.Assign):
+            found.update({t.id: stmt.value for t in stmt.targets if isinstance(t, ast.Name)})
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            found[stmt.target.id] = stmt.value
+    return found
+
+
+def _sub_config_table(source: ModelSource) -> tuple[dict[str, ast.ClassDef], ast.Dict | None]:
+    """The configuration module's classes, and the sub-config table of its first class declaring one."""
     module = f"transformers.models.{source.model}.configuration_{source.model}"
     try:
         index = source.sources.get(module)
     except UpstreamError:
-        return {}
-    for node in index.tree.body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        for stmt in node.body:
-            target, value = (
-                (stmt.targets, stmt.value)
-                if isinstance(stmt, ast.Assign)
-                else ([stmt.target], stmt.value)
-                if isinstance(stmt, ast.AnnAssign)
-                else ([], None)
-            )
-            if isinstance(value, ast.Dict) and any(
-                isinstance(t, ast.Name) and t.id in _SUB_CONFIG_TABLES for t in target
-            ):
-                return {
-                    k.value: config_class
-                    for k, v in zip(value.keys, value.values, strict=True)
-                    if isinstance(k, ast.Constant)
-                    and isinstance(k.value, str)
-                    and (config_class := _sub_config_class(v)) is not None
-                }
-    return {}
+        return {}, None
+    classes = {node.name: node for node in index.tree.body if isinstance(node, ast.ClassDef)}
+    for node in classes.values():
+        assigns = _class_assigns(node)
+        for name in _SUB_CONFIG_TABLES:
+            if isinstance(assigns.get(name), ast.Dict):
+                return classes, assigns[name]  # type: ignore[return-value]
+    return classes, None
+
+
+def _table_entries(table: ast.Dict | None) -> list[tuple[str, ast.expr]]:
+    if table is None:
+        return []
+    return [
+        (k.value, v)
+        for k, v in zip(table.keys, table.values, strict=True)
+        if isinstance(k, ast.Constant) and isinstance(k.value, str)
+    ]
+
+
+def read_sub_configs(source: ModelSource) -> dict[str, str]:
+    """The sub-config table of the package's configuration module (its first class declaring one): attr ->
+    class (``AutoConfig`` where the checkpoint's model_type picks it)."""
+    _, table = _sub_config_table(source)
+    return {
+        attr: config_class
+        for attr, value in _table_entries(table)
+        if (config_class := _sub_config_class(value)) is not None
+    }
+
+
+def read_sub_config_types(source: ModelSource) -> dict[str, tuple[str | None, bool]]:
+    """attr -> (the model_type a default config builds there, whether the package defines that config class).
+
+    A ``SubConfigSpec(..., model_type="clip_vision_model")`` names it; a config class of the package's own
+    configuration module names it as its ``model_type`` class attribute.
+    """
+    classes, table = _sub_config_table(source)
+    declared = {
+        name: value.value
+        for name, node in classes.items()
+        if isinstance(value := _class_assigns(node).get("model_type"), ast.Constant) and isinstance(value.value, str)
+    }
+    found: dict[str, tuple[str | None, bool]] = {}
+    for attr, value in _table_entries(table):
+        model_type = _spec_model_type(value) or declared.get(_sub_config_class(value) or "")
+        found[attr] = (model_type, model_type is not None and model_type in declared.values())
+    return found
+
+
+def _spec_model_type(value: ast.expr) -> str | None:
+    """``SubConfigSpec(..., model_type="llama")``'s model type; None for a bare class or a spec without one."""
+    if isinstance(value, ast.Call):
+        for kw in value.keywords:
+            if kw.arg == "model_type" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                return kw.value.value
+    return None
 
 
 def _sub_config_class(value: ast.expr) -> str | None:

@@ -73,6 +73,13 @@ class CompositionInfo:
     #: The class of the modeling module declared for that config (``config: Qwen3VLVisionConfig``); None for
     #: AutoConfig, where the checkpoint's model_type picks it.
     builds: str | None
+    #: The model_type a default config builds for that attribute: the ``SubConfigSpec``'s ``model_type``
+    #: ("clip_vision_model" for llava's tower), or the ``model_type`` of the package's own sub-config class
+    #: ("internvl_vision"); None when the configuration module names none.
+    model_type: str | None = None
+    #: The sub-config class is the package's own (configuration_<m>.py defines it): its model_type is this
+    #: package's to register.
+    own: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,11 @@ class VlmInfo:
     language_model_reads_text_row: bool = True
     #: The Qwen-VL contract: empty when the model fits it, else one line per difference.
     contract_differences: tuple[str, ...] = ()
+    #: The Model's ``get_image_features`` (what a composed VLM's ``dummy_forward`` runs), when it has one.
+    image_features: MethodInfo | None = None
+    #: The composed (LLaVA-style) contract (:mod:`modelgraft.generator.upstream.composed_contract`): empty when
+    #: the model fits it, else one line per difference.
+    composed_differences: tuple[str, ...] = ()
     #: ``get_placeholder_mask`` finds image and video placeholders by the same token id (GLM-4V's video frames
     #: are image tokens): a batch holding both images and videos fails upstream's count check, so the
     #: scaffold's tests feed them in separate batches.
@@ -115,3 +127,17 @@ class VlmInfo:
     @property
     def fits_qwen_vl_contract(self) -> bool:
         return not self.contract_differences
+
+    @property
+    def contract(self) -> str:
+        """The contract upstream's structure shows: "qwen_vl" where the Model has multimodal position ids
+        (``get_rope_index``) or holds its tower as ``self.visual``, else "composed" (1-D positions, LLaVA-like).
+        The scaffold's refusal lists the differences from this one."""
+        if self.rope_index is not None or (self.vision is not None and self.vision.attr == "visual"):
+            return "qwen_vl"
+        return "composed"
+
+    @property
+    def differences(self) -> tuple[str, ...]:
+        """The differences from :attr:`contract`."""
+        return self.contract_differences if self.contract == "qwen_vl" else self.composed_differences

@@ -41,6 +41,20 @@ def test_llava_report_lists_what_differs_from_the_contract(capsys: pytest.Captur
     assert "chosen by the checkpoint's config" in out
 
 
+def test_llava_report_says_it_fits_the_composed_contract_its_structure_shows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert inspect_cli.main(["llava"]) == 0
+    assert "fits the composed-VLM contract (the one its structure shows)" in capsys.readouterr().out
+
+
+def test_a_composed_report_lists_each_difference(capsys: pytest.CaptureFixture[str]) -> None:
+    assert inspect_cli.main(["llava_next"]) == 0
+    out = capsys.readouterr().out
+    assert "differs from the composed-VLM contract (the one its structure shows):" in out
+    assert "    - LlavaNextModel.get_image_features requires image_sizes" in out
+
+
 def test_json_holds_the_vlm_part(capsys: pytest.CaptureFixture[str]) -> None:
     assert inspect_cli.main(["qwen3_vl_moe", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

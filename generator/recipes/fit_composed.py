@@ -1,0 +1,124 @@
+"""The fit of a composed (LLaVA-style) VLM: the composed_vlm recipe's arguments, or why none can be made.
+
+A VLM whose upstream structure shows the composed contract (docs/scaffolding.md, "The composed-VLM contract")
+is scaffolded with :func:`modelgraft.generator.recipes.vlm_composed.composed_vlm`: its towers are built by
+``build_sub_model`` as the generated classes registered for their sub-configs' model types, so the fit checks
+that each type a default config builds has one:
+
+- a type some package of this project registers (``register_model("llama", ...)`` in ``models/*/__init__.py``:
+  a zoo decoder, a vision encoder of the library), read from the source, nothing imported;
+- a vision type the model's own package defines (``internvl_vision``): the scaffold registers it too, for the
+  same generated module, which holds its classes.
+
+Anything else is refused, naming the type and the way to add it. A text type the package defines itself
+(gemma3's ``gemma3_text``) needs the text recipe on the same module, which a hand-written config applies
+(models/gemma3's); the scaffold refuses it and says so.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from modelgraft.generator.recipes.fit_vlm import VlmFinding
+from modelgraft.generator.upstream.composed_contract import TEXT_CONFIG, VISION_CONFIG
+from modelgraft.generator.upstream.structure import ModelStructure
+
+__all__ = ["composed_arguments", "registered_model_types"]
+
+#: This project's model packages (the zoo and the library of vision encoders), beside the generator.
+MODELS_ROOT = Path(__file__).resolve().parents[2] / "models"
+ADD_DECODER = "scaffold a package for it first (copier copy, docs/adding-a-model.md)"
+ADD_ENCODER = 'add it to the library of vision encoders (docs/vision-encoders.md, "Adding an encoder")'
+
+
+@cache
+def registered_model_types(root: Path = MODELS_ROOT) -> frozenset[str]:
+    """The model types ``register_model("<type>", ...)`` calls register in ``root/*/__init__.py``.
+
+    Read with ``ast``: a call whose first argument is a string constant, or a loop over a tuple of them
+    (qwen3_omni_moe registers two types in one loop).
+    """
+    found: set[str] = set()
+    for init in sorted(root.glob("*/__init__.py")):
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        constants = {
+            node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        }
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register_model" and node.args):
+                continue
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                found.add(first.value)
+            elif isinstance(first, ast.Name):  # a loop variable: every string of the loops over constants
+                found.update(_loop_constants(tree, first.id) & constants)
+    return frozenset(found)
+
+
+def _loop_constants(tree: ast.Module, name: str) -> set[str]:
+    values: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For) and isinstance(node.iter, (ast.Tuple, ast.List)):
+            targets = [node.target] if isinstance(node.target, ast.Name) else list(getattr(node.target, "elts", []))
+            for index, target in enumerate(targets):
+                if not (isinstance(target, ast.Name) and target.id == name):
+                    continue
+                for element in node.iter.elts:
+                    item = element.elts[index] if isinstance(element, ast.Tuple) and len(targets) > 1 else element
+                    if isinstance(item, ast.Constant) and isinstance(item.value, str):
+                        values.add(item.value)
+    return values
+
+
+def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict[str, Any]:
+    """The composed recipe's own arguments (``composed``); each difference and unbuildable type appended."""
+    vlm = structure.vlm
+    assert vlm is not None
+    model = vlm.model_class or structure.model
+    line = vlm.model_line
+    for difference in vlm.composed_differences:
+        refusals.append(VlmFinding(model, line, f"differs from the composed-VLM contract: {difference}"))
+    if vlm.composed_differences:
+        return {}
+    registered = registered_model_types()
+    sub_models: dict[str, str] = {}
+    own: dict[str, str] = {}
+    for composition in vlm.compositions:
+        if composition.owner != vlm.model_class or composition.model_type is None:
+            continue
+        model_type = composition.model_type
+        sub_models[composition.config_attr] = model_type
+        if composition.own and composition.config_attr == VISION_CONFIG and composition.config_class:
+            own[model_type] = composition.config_class
+            continue
+        if composition.own:
+            reason = (
+                f"{composition.config_attr}'s model_type {model_type} is this package's own text model: a composed"
+                " scaffold builds the language model from a registered decoder; write the config by hand with the"
+                " text recipe and composed_vlm on the same module (as models/gemma3's does)"
+            )
+            refusals.append(VlmFinding(model, line, reason))
+        elif model_type not in registered:
+            how = ADD_DECODER if composition.config_attr == TEXT_CONFIG else ADD_ENCODER
+            reason = (
+                f"{composition.config_attr}'s default model_type {model_type} has no generated class in this project"
+                f" (self.{composition.attr} would be upstream's, unguarded): {how}"
+            )
+            refusals.append(VlmFinding(model, line, reason))
+    head = structure.causal_lm
+    if head is not None and not head.cls.endswith("ForConditionalGeneration"):
+        reason = f"the causal LM {head.cls} is not the conditional-generation head over {model}"
+        refusals.append(VlmFinding(head.cls, head.line, reason))
+    assert vlm.vision is not None and vlm.language_model is not None  # the contract holds
+    return {
+        "composed": {
+            "model": model,
+            "tower": vlm.vision.attr,
+            "language_model": vlm.language_model.attr,
+            "sub_models": sub_models,
+            "own_types": own,
+        }
+    }

@@ -1,0 +1,81 @@
+"""The composed (LLaVA-style) contract: what a VLM's upstream code must look like for the composed_vlm recipe.
+
+The recipe (generator/recipes/vlm_composed.py) patches a ``Model`` that builds its language model with
+``AutoModel.from_config(config.text_config)`` and its vision tower the same way (or as a class of its own module
+on ``config.vision_config``), projects the tower's features with a module next to it, scatters them into the
+placeholder tokens ``get_placeholder_mask`` finds, and gives the language model its own 1-D positions. The
+generated ``__init__`` builds each ``AutoModel`` sub-model as the generated class registered for the sub-config's
+model_type, and ``dummy_forward`` runs ``get_image_features`` on one blank image. A model that differs in any of
+these gets the list of differences, one line each, which the scaffold's refusal prints (docs/scaffolding.md,
+"The composed-VLM contract").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from modelgraft.generator.upstream.vlm_structure import VlmInfo
+
+TEXT_CONFIG = "text_config"
+VISION_CONFIG = "vision_config"
+#: What ``dummy_forward`` hands ``get_image_features``: a blank image alone.
+IMAGE_FEATURES_INPUT = "pixel_values"
+
+
+def composed_differences(info: VlmInfo) -> tuple[str, ...]:
+    """What sets ``info`` apart from the composed contract, one line each; empty when it fits."""
+    if info.model_class is None:
+        return ("no class holds both a vision tower and a language model",)
+    where = info.model_class
+    composed = {c.attr: c for c in info.compositions if c.owner == where}
+    out: list[str] = []
+    language = info.language_model
+    if language is None:
+        out.append(f"{where} holds no language model")
+    elif language.attr not in composed or composed[language.attr].config_attr != TEXT_CONFIG:
+        out.append(
+            f"{where} builds self.{language.attr} as {language.built_by}, not AutoModel.from_config(config."
+            f"{TEXT_CONFIG}): no generated decoder can stand for it"
+        )
+    vision = info.vision
+    if vision is None:
+        out.append(f"{where} holds no vision tower")
+    elif vision.attr in composed:
+        if composed[vision.attr].config_attr != VISION_CONFIG:
+            out.append(
+                f"{where} builds self.{vision.attr} from config.{composed[vision.attr].config_attr}, not config."
+                f"{VISION_CONFIG}"
+            )
+    elif vision.cls is None or vision.config_attr != VISION_CONFIG:
+        out.append(
+            f"{where} builds self.{vision.attr} as {vision.built_by}: neither AutoModel.from_config(config."
+            f"{VISION_CONFIG}) nor a class of its module on config.{VISION_CONFIG}"
+        )
+    for composition in composed.values():
+        if composition.model_type is None:
+            out.append(
+                f"the configuration names no default model_type for {composition.config_attr}"
+                f" (built as self.{composition.attr}): no generated class can be chosen for its tests"
+            )
+    if info.rope_index is not None:
+        out.append(f"{info.rope_index.owner}.get_rope_index gives multimodal position ids, not the text's 1-D ones")
+    mask = info.placeholder_mask
+    if mask is None:
+        out.append(f"{where} has no get_placeholder_mask: its image features are not scattered into placeholders")
+    elif mask.returns not in (1, 2):
+        out.append(f"{mask.owner}.get_placeholder_mask returns a different number of masks on different paths")
+    if not any(merger.place == "model" for merger in info.mergers):
+        out.append(f"{where} holds no projector next to its vision tower (multi_modal_projector, connector, ...)")
+    features = info.image_features
+    if features is None:
+        out.append(f"{where} has no get_image_features for dummy_forward to run on a blank image")
+    else:
+        needed = [p for p in features.required if p != IMAGE_FEATURES_INPUT]
+        if IMAGE_FEATURES_INPUT not in features.params or needed:
+            what = f"requires {', '.join(needed)}" if needed else f"takes no {IMAGE_FEATURES_INPUT}"
+            out.append(
+                f"{features.owner}.get_image_features {what}: dummy_forward's blank image"
+                f" ({IMAGE_FEATURES_INPUT} alone) cannot feed it"
+            )
+    return tuple(out)

@@ -1,0 +1,286 @@
+"""The composed-VLM declaration a scaffold's tests hold: tiny sizes and the processor derived at run time.
+
+A zoo model's composed-VLM test (gemma3's) spells out its tiny config and its processor's options. A scaffold
+(``copier copy``, a VLM of the composed contract) is written for a model nobody sized by hand, so
+:class:`ScaffoldComposedVlm` derives both from upstream's classes:
+
+- the text config: the sub-config class of the default text model_type at the text scaffolds' tiny sizes
+  (``modelgraft.models.testing.tiny``), its vocabulary the tiny tokenizer's;
+- the vision config: :data:`VISION_SIZES` for the attributes the vision config declares (a 28 x 28 image of
+  7 x 7 patches, 2 layers), list-valued feature layers cut to the tiny depth;
+- the processor: the model's own class over a word-level tokenizer holding every ``*_token`` string the
+  processor names (its placeholder and the markers around it), the PIL image processor at the tiny image size,
+  and its options by name: ``patch_size`` and ``vision_feature_select_strategy`` from the config, and the
+  placeholder count per image (``image_seq_length``, or ``num_additional_image_tokens`` on top of the
+  patches) from what upstream's own ``get_image_features`` returns for one image. A processor option these
+  rules cannot set fails the declaration with its name.
+
+:class:`ScaffoldComposedSuite` is the composed suite with the one check that names slots read from the
+declaration: the slots this module guards are all called, and so are slots of both towers.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import pytest
+import torch
+from transformers import CONFIG_MAPPING, PreTrainedConfig, PreTrainedTokenizerFast, ProcessorMixin
+
+from modelgraft.models.loader import get_model_class
+from modelgraft.models.ops.binding import consulted_slots
+from modelgraft.models.testing.batches import IGNORE_INDEX
+from modelgraft.models.testing.composed_vlm_suite import ComposedVlm, ComposedVlmSuite
+from modelgraft.models.testing.parity import check_parity, tolerance_for
+from modelgraft.models.testing.reference import NOT_CONSULTED, reference_kernels
+from modelgraft.models.testing.seed import seed_everything
+from modelgraft.models.testing.tiny import tiny_overrides_for
+from modelgraft.models.testing.vlm_processor import synthetic_image, tiny_tokenizer
+
+__all__ = ["VISION_SIZES", "ScaffoldComposedSuite", "ScaffoldComposedVlm"]
+
+#: The tiny image side; its patches are 7 x 7, so one image is 4 x 4 patches.
+IMAGE_SIDE = 28
+#: Tiny vision sizes, for whichever of these attributes the vision config class declares.
+VISION_SIZES: Mapping[str, Any] = {
+    "hidden_size": 40,
+    "intermediate_size": 72,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "image_size": IMAGE_SIDE,
+    "patch_size": 7,
+    "projection_dim": 24,
+    "layer_norm_eps": 3e-5,
+}
+#: Processor options set by these rules (besides the parts), by name.
+KNOWN_OPTIONS = (
+    "image_processor",
+    "tokenizer",
+    "chat_template",
+    "patch_size",
+    "vision_feature_select_strategy",
+    "num_additional_image_tokens",
+    "image_seq_length",
+    "image_seq_len",
+)
+WORDS = 60
+
+
+def _declared(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
+    return config_class().to_dict()
+
+
+def _image_size_options(image_processor_class: type) -> dict[str, Any]:
+    """``size`` (and ``crop_size``) of the PIL image processor at :data:`IMAGE_SIDE`, in the keys its default uses."""
+    options: dict[str, Any] = {}
+    for name in ("size", "crop_size"):
+        default = getattr(image_processor_class, name, None)
+        if isinstance(default, Mapping) and "shortest_edge" in default:
+            options[name] = {"shortest_edge": IMAGE_SIDE}
+        elif isinstance(default, Mapping) and "height" in default:
+            options[name] = {"height": IMAGE_SIDE, "width": IMAGE_SIDE}
+    return options
+
+
+@dataclass(frozen=True)
+class ScaffoldComposedVlm:
+    """A scaffolded composed VLM: upstream's classes and the sub-models' default types, as the scaffold read them."""
+
+    model_type: str
+    config_class: type[PreTrainedConfig]
+    processor_class: type[ProcessorMixin]
+    image_processor_class: type
+    causal_lm: str
+    #: The slots the module itself guards (its projector's, an own tower's, the loss head).
+    guarded: tuple[str, ...]
+    tower: str = "vision_tower"
+    language_model: str = "language_model"
+    #: Anything the processor class needs that the rules cannot set is reported here at first use.
+    extra_specials: tuple[str, ...] = field(default=())
+
+    def _sub_type(self, attr: str) -> str:
+        return getattr(self.config_class(), attr).model_type
+
+    def _text(self, vocab: int) -> dict[str, Any]:
+        text_class = CONFIG_MAPPING[self._sub_type("text_config")]
+        sizes = {
+            name: value
+            for name, value in tiny_overrides_for(text_class).items()
+            if not name.endswith("_token_id") and "dropout" not in name
+        }
+        return {**sizes, "model_type": text_class.model_type, "vocab_size": vocab, "pad_token_id": 0}
+
+    def _vision(self) -> dict[str, Any]:
+        vision_class = CONFIG_MAPPING[self._sub_type("vision_config")]
+        declared = _declared(vision_class)
+        sizes = {name: value for name, value in VISION_SIZES.items() if name in declared}
+        return {**sizes, "model_type": vision_class.model_type}
+
+    def _top_level(self, image_token_id: int) -> dict[str, Any]:
+        declared = _declared(self.config_class)
+        options: dict[str, Any] = {"image_token_id": image_token_id}
+        for name in ("vision_feature_layer", "vision_feature_layers"):
+            if isinstance(declared.get(name), list):  # several layers (vipllava): two of the tiny tower's
+                options[name] = [-2, -1]
+        return options
+
+    def _build_config(self, image_token_id: int, vocab: int) -> PreTrainedConfig:
+        config = self.config_class(
+            text_config=self._text(vocab), vision_config=self._vision(), **self._top_level(image_token_id)
+        )
+        for sub in (config, config.text_config, config.vision_config):
+            sub._attn_implementation = "eager"
+        return config
+
+    def _tokenizer(self, specials: tuple[str, ...]) -> PreTrainedTokenizerFast:
+        return tiny_tokenizer(words=WORDS, special_tokens=specials)
+
+    @cached_property
+    def _parts(self) -> tuple[PreTrainedConfig, ProcessorMixin]:
+        """The tiny config and the processor, consistent with each other (see the module docstring)."""
+        signature = inspect.signature(self.processor_class.__init__)
+        unknown = [
+            name
+            for name, parameter in signature.parameters.items()
+            if name not in ("self", *KNOWN_OPTIONS)
+            and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL)
+            and parameter.default is parameter.empty
+        ]
+        if unknown:
+            raise TypeError(
+                f"{self.processor_class.__name__} needs {', '.join(unknown)}, which the composed scaffold's tests"
+                " cannot set (modelgraft.models.testing.scaffold_composed.KNOWN_OPTIONS)"
+            )
+        image_token = signature.parameters.get("image_token")
+        specials = ((image_token.default,) if image_token and isinstance(image_token.default, str) else ()) + tuple(
+            self.extra_specials
+        )
+        processor = self._processor(self._tokenizer(specials), {})
+        named = tuple(
+            dict.fromkeys(
+                value
+                for name, value in vars(processor).items()
+                if name.endswith("token") and isinstance(value, str) and value
+            )
+        )
+        tokenizer = self._tokenizer(tuple(dict.fromkeys(specials + named)))
+        image_token_id = tokenizer.convert_tokens_to_ids(processor.image_token)
+        config = self._build_config(image_token_id, len(tokenizer))
+        count = self._features_per_image(config)
+        options = self._count_options(signature, config, count)
+        return config, self._processor(tokenizer, options)
+
+    def _processor(self, tokenizer: PreTrainedTokenizerFast, options: Mapping[str, Any]) -> ProcessorMixin:
+        image_processor = self.image_processor_class(**_image_size_options(self.image_processor_class))
+        return self.processor_class(image_processor=image_processor, tokenizer=tokenizer, **options)
+
+    def _features_per_image(self, config: PreTrainedConfig) -> int:
+        """How many feature rows upstream's ``get_image_features`` gives one tiny image."""
+        upstream = get_model_class(self.model_type, self.causal_lm, use_hf=True)
+        seed_everything(0)
+        model = upstream(config).eval()
+        pixels = torch.zeros(1, config.vision_config.num_channels, IMAGE_SIDE, IMAGE_SIDE)
+        with torch.no_grad():
+            out = model.model.get_image_features(pixel_values=pixels, return_dict=True).pooler_output
+        first = out[0] if isinstance(out, (list, tuple)) else out
+        return int(first.shape[-2]) if first.dim() == 3 else int(first.shape[0])
+
+    def _count_options(self, signature: inspect.Signature, config: PreTrainedConfig, count: int) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        names = signature.parameters
+        if "patch_size" in names:
+            options["patch_size"] = config.vision_config.patch_size
+        strategy = getattr(config, "vision_feature_select_strategy", None)
+        if "vision_feature_select_strategy" in names and strategy is not None:
+            options["vision_feature_select_strategy"] = strategy
+        if "num_additional_image_tokens" in names:
+            patches = (IMAGE_SIDE // config.vision_config.patch_size) ** 2
+            dropped = 1 if getattr(config, "vision_feature_select_strategy", None) == "default" else 0
+            options["num_additional_image_tokens"] = count - patches + dropped
+        for name in ("image_seq_length", "image_seq_len"):
+            if name in names:
+                options[name] = count
+        return options
+
+    def config(self) -> PreTrainedConfig:
+        return self._build_config(self._parts[0].image_token_id, self._parts[0].text_config.vocab_size)
+
+    def batch(self, config: PreTrainedConfig, images_per_row: tuple[int, ...]) -> dict[str, Any]:
+        """The processor's outputs for rows of words holding that many images of different sizes; labels ignore
+        padding and the image placeholders."""
+        processor = self._parts[1]
+        texts, images = [], []
+        for row, count in enumerate(images_per_row):
+            parts = [f"w{row} w{row + 7}"] + [f"{processor.image_token} w{row + i + 20}" for i in range(count)]
+            texts.append(" ".join(parts + [f"w{i + 40}" for i in range(3 + 2 * row)]))
+            images.append([synthetic_image(20 + 9 * i, 36 - 5 * i, seed=10 * row + i) for i in range(count)])
+        flat = [image for row in images for image in row]
+        inputs = processor(text=texts, images=flat or None, return_tensors="pt", padding=True)
+        batch = dict(inputs)
+        ignored = (batch["attention_mask"] == 0) | (batch["input_ids"] == config.image_token_id)
+        batch["labels"] = batch["input_ids"].masked_fill(ignored, IGNORE_INDEX)
+        return batch
+
+    def declaration(self) -> ComposedVlm:
+        """The composed suite's declaration of this model."""
+        return ComposedVlm(
+            model_type=self.model_type,
+            architecture=self.causal_lm,
+            config=self.config,
+            batch=self.batch,
+            guarded=self.guarded,
+            tower=self.tower,
+            language_model=self.language_model,
+        )
+
+
+class ScaffoldComposedSuite(ComposedVlmSuite):
+    """The composed suite over a :class:`ScaffoldComposedVlm` (``scaffold``, set by the test class)."""
+
+    scaffold: ScaffoldComposedVlm
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "scaffold" in cls.__dict__:
+            cls.model = cls.scaffold.declaration()
+
+    @pytest.mark.parametrize("slot", ["layer_norm", "activation", "rms_norm"])
+    def test_one_tower_slot_bound_alone_matches_upstream_in_bf16(self, slot: str) -> None:
+        """As the composed suite's, for each slot the built model consults (the towers' packages' guards too)."""
+        config = self.model.config()
+        model = get_model_class(self.model.model_type, self.model.architecture)(config)
+        if slot not in consulted_slots(getattr(model.model, self.model.tower)):
+            pytest.skip(f"the vision tower of {self.model.architecture} consults no {slot} slot")
+        config, batch = self._batch("one-image-per-row")
+        check_parity(
+            config,
+            self.model.architecture,
+            batch=batch,
+            kernels=reference_kernels([slot]),
+            dtype=torch.bfloat16,
+            tolerance=tolerance_for(torch.bfloat16, kernels=False),
+            logits="close",
+        )
+
+    def test_reference_kernels_in_every_slot_match_upstream(self) -> None:
+        """Every slot the built model consults bound to its reference kernel, each one called: the module's own
+        guards, and those of both towers' packages; the step still equals upstream's."""
+        config, batch = self._batch("one-image-per-row")
+        model = get_model_class(self.model.model_type, self.model.architecture)(config)
+        slots = consulted_slots(model) - NOT_CONSULTED["causal_lm"]
+        for attr in (self.model.tower, self.model.language_model):
+            assert consulted_slots(getattr(model.model, attr)), f"self.{attr} consults no op slot"
+        assert set(self.model.guarded) <= slots, set(self.model.guarded) - slots
+        _, candidate = check_parity(
+            config,
+            self.model.architecture,
+            batch=batch,
+            kernels=reference_kernels(sorted(slots)),
+            tolerance=tolerance_for(torch.float32, kernels=False),
+            logits="close",
+        )
+        assert set(candidate.calls) == slots

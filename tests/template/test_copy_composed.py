@@ -1,0 +1,71 @@
+"""``copier copy`` of a composed (LLaVA-style) VLM: the vlm answer reads the composed contract from upstream, renders
+``composed_vlm`` with the module's own pieces, registers the model with its processor and runs the composed suite
+over the model's own processor, and the copy passes it (docs/scaffolding.md, "The composed-VLM contract").
+
+One copy, of LLaVA (a CLIP tower and a Llama decoder, both built by ``build_sub_model`` from the library and the
+zoo), shared by the module. What fits and what is refused is specified at fit level in
+tests/upstream/test_fit_composed_contract.py; the refusals here are the category validator's answers, which
+Copier raises before it writes anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from modelgraft.scaffold.jinja_extension import scaffold_refusal
+
+from .repos import clone, copy_model, run, without
+from .test_copy import _assert_ruff_clean
+
+
+@pytest.fixture(scope="module")
+def llava(template_source: Path, built_once: Callable[[str, Callable[[Path], None]], Path]) -> tuple[Path, Path]:
+    """A clone of the template source with models/llava copied (generated and smoke-checked): (repo, model dir)."""
+
+    def build(folder: Path) -> None:
+        copy_model(without(clone(template_source, folder / "modelgraft"), "llava"), "llava")
+
+    repo = built_once("llava-copy", build) / "modelgraft"
+    return repo, repo / "models" / "llava"
+
+
+def test_a_composed_vlm_copy_calls_composed_vlm_with_the_projector_it_read(llava: tuple[Path, Path]) -> None:
+    config = (llava[1] / "llava_gpu_patch_gen_config.py").read_text(encoding="utf-8")
+    assert "from modelgraft.generator.recipes import CallSites, LossHead, composed_vlm" in config
+    assert (
+        'CallSites("LlavaMultiModalProjector", activation="act", activation_config="projector_hidden_act")' in config
+    )
+    assert "(text_config: llama, vision_config: clip_vision_model)" in config
+
+
+def test_a_composed_vlm_copy_builds_its_towers_through_build_sub_model(llava: tuple[Path, Path]) -> None:
+    generated = (llava[1] / "generated" / "patched_modeling_llava_gpu.py").read_text(encoding="utf-8")
+    assert "self.vision_tower = build_sub_model(config.vision_config)" in generated
+    assert "self.language_model = build_sub_model(config.text_config)" in generated
+    assert "def dummy_forward(self)" in generated
+    assert "AutoModel.from_config" not in generated
+
+
+def test_a_composed_vlm_copy_registers_its_processor(llava: tuple[Path, Path]) -> None:
+    init = (llava[1] / "__init__.py").read_text(encoding="utf-8")
+    assert 'processor="transformers.LlavaProcessor",' in init
+
+
+def test_a_composed_vlm_copy_is_ruff_clean_and_passes_its_own_tests(llava: tuple[Path, Path]) -> None:
+    repo, model_dir = llava
+    _assert_ruff_clean(repo, model_dir)
+    tests = run(repo, "-m", "pytest", "models/llava", "-q", "-p", "no:cacheprovider", "-p", "no:warnings", "-rs")
+    assert tests.returncode == 0, tests.stdout[-6000:] + tests.stderr[-3000:]
+    assert "11 passed" in tests.stdout and "failed" not in tests.stdout
+
+
+def test_a_composed_vlm_whose_decoder_has_no_generated_class_is_refused_naming_it() -> None:
+    message = scaffold_refusal("aya_vision", "vlm")
+    assert "text_config's default model_type cohere2 has no generated class in this project" in message
+
+
+def test_a_composed_vlm_whose_tower_needs_tile_sizes_is_refused_naming_the_input() -> None:
+    assert "get_image_features requires image_sizes" in scaffold_refusal("llava_next", "vlm")

@@ -1,0 +1,95 @@
+"""The composed (LLaVA-style) contract and its fit: which contract a VLM is held to, what sets a model apart from
+the composed one (one line each), and which sub-model types the scaffold can build (docs/scaffolding.md, "The
+composed-VLM contract").
+
+The models named are facts of the pinned transformers (5.25.0): llava, vipllava and their relatives keep their
+structure across releases, and the tests say which fact each one relies on.
+"""
+
+from __future__ import annotations
+
+from modelgraft.generator.recipes.fit import Fit, fit_model
+from modelgraft.generator.recipes.fit_composed import registered_model_types
+from modelgraft.generator.recipes.render import recipe_call
+from modelgraft.generator.upstream.reader import read_model
+
+
+def fit(model: str) -> Fit:
+    return fit_model(read_model(model))
+
+
+def test_a_vlm_without_multimodal_positions_is_held_to_the_composed_contract() -> None:
+    llava = read_model("llava").vlm
+    assert llava is not None and llava.contract == "composed"
+    assert llava.differences == llava.composed_differences == ()
+
+
+def test_a_vlm_with_multimodal_positions_is_held_to_the_qwen_vl_contract() -> None:
+    qwen2_vl = read_model("qwen2_vl").vlm
+    assert qwen2_vl is not None and qwen2_vl.contract == "qwen_vl"
+
+
+def test_the_default_sub_model_types_are_read_from_the_configuration_module() -> None:
+    llava = read_model("llava").vlm
+    assert llava is not None
+    types = {c.config_attr: (c.model_type, c.own) for c in llava.compositions if c.owner == llava.model_class}
+    assert types == {"vision_config": ("clip_vision_model", False), "text_config": ("llama", False)}
+
+
+def test_a_vision_config_the_package_defines_is_its_own_type() -> None:
+    internvl = read_model("internvl").vlm
+    assert internvl is not None
+    own = {c.config_attr: (c.model_type, c.own) for c in internvl.compositions if c.owner == internvl.model_class}
+    assert own["vision_config"] == ("internvl_vision", True)
+
+
+def test_image_features_needing_more_than_pixels_is_one_difference() -> None:
+    """llava_next's ``get_image_features`` requires ``image_sizes`` (its tiles): the one difference in 5.25.0."""
+    llava_next = read_model("llava_next").vlm
+    assert llava_next is not None
+    expected = (
+        "LlavaNextModel.get_image_features requires image_sizes: dummy_forward's blank image (pixel_values alone)"
+        " cannot feed it"
+    )
+    assert llava_next.composed_differences == (expected,)
+
+
+def test_a_language_model_not_built_from_the_text_config_is_a_difference() -> None:
+    differences = read_model("llama4").vlm.composed_differences  # type: ignore[union-attr]
+    assert any("builds self.language_model as Llama4ForCausalLM(...)" in d for d in differences)
+
+
+def test_a_composed_vlm_fits_with_the_module_s_own_pieces_and_its_sub_model_types() -> None:
+    llava = fit("llava")
+    assert not llava.refused
+    composed = llava.arguments["composed"]
+    assert composed["sub_models"] == {"vision_config": "clip_vision_model", "text_config": "llama"}
+    assert composed["tower"] == "vision_tower" and composed["language_model"] == "language_model"
+    assert "experts" not in llava.arguments and "rope" not in llava.arguments
+
+
+def test_the_recipe_call_of_a_composed_vlm_is_composed_vlm() -> None:
+    llava = fit("llava")
+    imports, call = recipe_call(llava.category, "Llava", llava.arguments)
+    assert imports == "from modelgraft.generator.recipes import CallSites, LossHead, composed_vlm"
+    assert call.startswith('composed_vlm(\n    config,\n    prefix="Llava",\n')
+    assert 'causal_lm=LossHead("LlavaForConditionalGeneration", softcap="", scale=()),' in call
+
+
+def test_a_sub_model_type_without_a_generated_class_is_refused_by_name() -> None:
+    """aya_vision's text model defaults to cohere2, which no package of this project registers."""
+    message = fit("aya_vision").refusal_message()
+    assert "text_config's default model_type cohere2 has no generated class in this project" in message
+    assert "copier copy" in message
+
+
+def test_a_text_model_the_package_defines_is_refused_for_a_hand_written_config() -> None:
+    """aria's text model is its own (aria_text): the composed scaffold builds only registered decoders."""
+    message = fit_model(read_model("aria")).refusal_message()
+    assert "model_type aria_text is this package's own text model" in message
+
+
+def test_the_registered_types_are_read_from_the_model_packages() -> None:
+    types = registered_model_types()
+    assert {"llama", "qwen2", "clip_vision_model", "siglip_vision_model", "gemma3", "gemma3_text"} <= types
+    assert {"qwen3_omni_moe", "qwen3_omni_moe_thinker"} <= types  # registered in a loop over both
