@@ -30,9 +30,12 @@ from typing import Any
 import pytest
 import torch
 from transformers import CONFIG_MAPPING, PreTrainedConfig, PreTrainedTokenizerFast, ProcessorMixin
+from transformers.video_processing_utils import BaseVideoProcessor
 
+from modelgraft.models.composition import sub_model_class
 from modelgraft.models.loader import get_model_class
 from modelgraft.models.ops.binding import consulted_slots
+from modelgraft.models.processors import build_processor
 from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.composed_vlm_suite import ComposedVlm, ComposedVlmSuite
 from modelgraft.models.testing.parity import check_parity, tolerance_for
@@ -60,6 +63,7 @@ VISION_SIZES: Mapping[str, Any] = {
 KNOWN_OPTIONS = (
     "image_processor",
     "tokenizer",
+    "video_processor",
     "chat_template",
     "patch_size",
     "vision_feature_select_strategy",
@@ -136,8 +140,19 @@ class ScaffoldComposedVlm:
             sub._attn_implementation = "eager"
         return config
 
-    def _tokenizer(self, specials: tuple[str, ...]) -> PreTrainedTokenizerFast:
-        return tiny_tokenizer(words=WORDS, special_tokens=specials)
+    def _tokenizer(self, specials: tuple[str, ...], named: Mapping[str, str] | None = None) -> PreTrainedTokenizerFast:
+        """The word-level tokenizer with ``specials``, and ``named`` as attributes (``tokenizer.start_image_token``,
+        and its ``_id``), which some processors read from the hub's tokenizer."""
+        words = tiny_tokenizer(words=WORDS, special_tokens=specials + tuple((named or {}).values()))
+        if not named:
+            return words
+        return PreTrainedTokenizerFast(
+            tokenizer_object=words.backend_tokenizer,
+            pad_token=words.pad_token,
+            unk_token=words.unk_token,
+            eos_token=words.eos_token,
+            extra_special_tokens=dict(named),
+        )
 
     @cached_property
     def _parts(self) -> tuple[PreTrainedConfig, ProcessorMixin]:
@@ -159,7 +174,8 @@ class ScaffoldComposedVlm:
         specials = ((image_token.default,) if image_token and isinstance(image_token.default, str) else ()) + tuple(
             self.extra_specials
         )
-        processor = self._processor(self._tokenizer(specials), {})
+        attributes = self._tokenizer_attributes(specials)
+        processor = self._processor(self._tokenizer(specials, attributes), {})
         named = tuple(
             dict.fromkeys(
                 value
@@ -167,16 +183,36 @@ class ScaffoldComposedVlm:
                 if name.endswith("token") and isinstance(value, str) and value
             )
         )
-        tokenizer = self._tokenizer(tuple(dict.fromkeys(specials + named)))
+        tokenizer = self._tokenizer(tuple(dict.fromkeys(specials + named)), attributes)
         image_token_id = tokenizer.convert_tokens_to_ids(processor.image_token)
         config = self._build_config(image_token_id, len(tokenizer))
         count = self._features_per_image(config)
         options = self._count_options(signature, config, count)
         return config, self._processor(tokenizer, options)
 
+    def _tokenizer_attributes(self, specials: tuple[str, ...]) -> dict[str, str]:
+        """The ``*_token`` attributes the processor reads from its tokenizer, found by building it: each one it
+        asks for and the tiny tokenizer lacks becomes a special token of its own (``<start_image_token>``)."""
+        attributes: dict[str, str] = {}
+        for _ in range(8):
+            try:
+                self._processor(self._tokenizer(specials, attributes), {})
+            except AttributeError as error:
+                name = getattr(error, "name", None) or str(error).rsplit(" ", 1)[-1]
+                if not name.endswith("_token") or name in attributes:
+                    raise
+                attributes[name] = f"<{name}>"
+                continue
+            return attributes
+        raise AttributeError(f"{self.processor_class.__name__} reads more tokenizer attributes than expected")
+
     def _processor(self, tokenizer: PreTrainedTokenizerFast, options: Mapping[str, Any]) -> ProcessorMixin:
         image_processor = self.image_processor_class(**_image_size_options(self.image_processor_class))
-        return self.processor_class(image_processor=image_processor, tokenizer=tokenizer, **options)
+        parts: dict[str, Any] = {"image_processor": image_processor, "tokenizer": tokenizer}
+        if "video_processor" in self.processor_class.get_attributes():
+            # Images only: a video processor that is never called (upstream's need torchvision).
+            parts["video_processor"] = BaseVideoProcessor()
+        return build_processor(self.processor_class, **parts, **options)
 
     def _features_per_image(self, config: PreTrainedConfig) -> int:
         """How many feature rows upstream's ``get_image_features`` gives one tiny image."""
@@ -213,9 +249,12 @@ class ScaffoldComposedVlm:
         """The processor's outputs for rows of words holding that many images of different sizes; labels ignore
         padding and the image placeholders."""
         processor = self._parts[1]
+        # What a prompt holds per image: the processor's placeholder, which some expand into other tokens
+        # (qianfan_ocr's "<image>" into "<img>", the context tokens and "</img>").
+        placeholder = getattr(processor, "image_placeholder_token", None) or processor.image_token
         texts, images = [], []
         for row, count in enumerate(images_per_row):
-            parts = [f"w{row} w{row + 7}"] + [f"{processor.image_token} w{row + i + 20}" for i in range(count)]
+            parts = [f"w{row} w{row + 7}"] + [f"{placeholder} w{row + i + 20}" for i in range(count)]
             texts.append(" ".join(parts + [f"w{i + 40}" for i in range(3 + 2 * row)]))
             images.append([synthetic_image(20 + 9 * i, 36 - 5 * i, seed=10 * row + i) for i in range(count)])
         flat = [image for row in images for image in row]
@@ -247,6 +286,17 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
         super().__init_subclass__(**kwargs)
         if "scaffold" in cls.__dict__:
             cls.model = cls.scaffold.declaration()
+
+    def test_towers_are_the_generated_classes_of_their_sub_configs(self) -> None:
+        """Each tower is a generated class: this module's own (a tower class the module builds itself), or the
+        class registered for its sub-config's model_type."""
+        config = self.model.config()
+        model = get_model_class(self.model.model_type, self.model.architecture)(config)
+        for attr, sub_config in ((self.model.tower, "vision_config"), (self.model.language_model, "text_config")):
+            cls = type(getattr(model.model, attr))
+            assert cls.__module__.startswith("modelgraft.models."), (attr, cls)
+            if cls.__module__ != type(model).__module__:
+                assert cls is sub_model_class(getattr(config, sub_config)), (attr, cls)
 
     @pytest.mark.parametrize("slot", ["layer_norm", "activation", "rms_norm"])
     def test_one_tower_slot_bound_alone_matches_upstream_in_bf16(self, slot: str) -> None:

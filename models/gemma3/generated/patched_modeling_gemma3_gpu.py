@@ -4,7 +4,7 @@
 # Source: transformers.models.gemma3.modeling_gemma3 (transformers==5.25.0)
 # Config: models.gemma3.gemma3_gpu_patch_gen_config
 # Description: Gemma3 text and VLM with op-slot guards (RMSNorm, gated MLP, RoPE), generated towers and slot-backed losses
-# Fingerprint: 8d74b0077cc5f04a4e9a
+# Fingerprint: 4b2b387a3ca14abc6b97
 # Patches:
 #   - override_method Gemma3RMSNorm.forward: rms_norm slot guard
 #   - override_method Gemma3MLP.forward: glu_activation slot guard
@@ -1006,8 +1006,11 @@ class Gemma3Model(Gemma3PreTrainedModel):
         """
         vision_config = self.config.vision_config
         weight = next(self.vision_tower.parameters())
-        side = vision_config.image_size
-        pixel_values = torch.zeros(1, vision_config.num_channels, side, side, dtype=weight.dtype, device=weight.device)
+        size = vision_config.image_size
+        height, width = size if isinstance(size, (list, tuple)) else (size, size)
+        pixel_values = torch.zeros(
+            1, vision_config.num_channels, height, width, dtype=weight.dtype, device=weight.device
+        )
         features = self.get_image_features(pixel_values=pixel_values, return_dict=True).pooler_output
         total = torch.zeros((), dtype=torch.float32, device=weight.device)
         for tensor in features if isinstance(features, (list, tuple)) else (features,):
