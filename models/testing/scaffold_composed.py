@@ -22,6 +22,7 @@ declaration: the slots this module guards are all called, and so are slots of bo
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -184,7 +185,10 @@ class ScaffoldComposedVlm:
             )
         )
         tokenizer = self._tokenizer(tuple(dict.fromkeys(specials + named)), attributes)
-        image_token_id = tokenizer.convert_tokens_to_ids(processor.image_token)
+        processor = self._processor(tokenizer, {})
+        image_token_id = getattr(processor, "image_token_id", None)  # the id it writes (aya_vision: a patch token)
+        if not isinstance(image_token_id, int):
+            image_token_id = tokenizer.convert_tokens_to_ids(processor.image_token)
         config = self._build_config(image_token_id, len(tokenizer))
         count = self._features_per_image(config)
         options = self._count_options(signature, config, count)
@@ -228,8 +232,15 @@ class ScaffoldComposedVlm:
     def _count_options(self, signature: inspect.Signature, config: PreTrainedConfig, count: int) -> dict[str, Any]:
         options: dict[str, Any] = {}
         names = signature.parameters
-        if "patch_size" in names:
+        if "patch_size" in names and "num_additional_image_tokens" in names:
+            # LLaVA's count: the tower's patches, plus its extra tokens, less the one a "default" strategy drops.
             options["patch_size"] = config.vision_config.patch_size
+        elif "patch_size" in names and math.isqrt(count) ** 2 == count and IMAGE_SIDE % math.isqrt(count) == 0:
+            # A count of (side / patch) ** 2 per image, after any downsampling the model applies.
+            options["patch_size"] = IMAGE_SIDE // math.isqrt(count)
+        for name in ("img_size", "image_size"):
+            if name in names:
+                options[name] = IMAGE_SIDE
         strategy = getattr(config, "vision_feature_select_strategy", None)
         if "vision_feature_select_strategy" in names and strategy is not None:
             options["vision_feature_select_strategy"] = strategy
