@@ -26,7 +26,7 @@ from modelgraft.generator.upstream.vlm_structure import CompositionInfo, MergerI
 #: Attribute names (prefixes) under which a VLM's Model holds its vision tower.
 VISION_ATTRS = ("visual", "vision_tower", "vision_model", "vision_encoder", "vision", "image_encoder")
 _LANGUAGE_ATTRS = ("language_model", "text_model")
-_MERGER_WORDS = ("merger", "projector", "connector", "adapter")
+_MERGER_WORDS = ("merger", "projector", "projection", "connector", "adapter", "aligner")
 _ROPE_WORDS = ("rotary", "rope")
 
 

@@ -21,6 +21,7 @@ declaration: the slots this module guards are all called, and so are slots of bo
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Mapping
@@ -71,6 +72,7 @@ KNOWN_OPTIONS = (
     "num_additional_image_tokens",
     "image_seq_length",
     "image_seq_len",
+    "num_image_tokens",
 )
 WORDS = 60
 
@@ -82,13 +84,23 @@ def _declared(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
 def _image_size_options(image_processor_class: type) -> dict[str, Any]:
     """``size`` (and ``crop_size``) of the PIL image processor at :data:`IMAGE_SIDE`, in the keys its default uses."""
     options: dict[str, Any] = {}
+    defaults = image_processor_class()  # some set their sizes in __init__ only
     for name in ("size", "crop_size"):
-        default = getattr(image_processor_class, name, None)
-        if isinstance(default, Mapping) and "shortest_edge" in default:
+        keys = _set_keys(getattr(defaults, name, None))
+        if "shortest_edge" in keys:
             options[name] = {"shortest_edge": IMAGE_SIDE}
-        elif isinstance(default, Mapping) and "height" in default:
+        elif "height" in keys:
             options[name] = {"height": IMAGE_SIDE, "width": IMAGE_SIDE}
     return options
+
+
+def _set_keys(size: Any) -> set[str]:
+    """The keys a size holds a value for: a dict's, or the set fields of transformers' ``SizeDict``."""
+    if isinstance(size, Mapping):
+        return {key for key, value in size.items() if value is not None}
+    if dataclasses.is_dataclass(size):
+        return {f.name for f in dataclasses.fields(size) if getattr(size, f.name) is not None}
+    return set()
 
 
 @dataclass(frozen=True)
@@ -248,7 +260,7 @@ class ScaffoldComposedVlm:
             patches = (IMAGE_SIDE // config.vision_config.patch_size) ** 2
             dropped = 1 if getattr(config, "vision_feature_select_strategy", None) == "default" else 0
             options["num_additional_image_tokens"] = count - patches + dropped
-        for name in ("image_seq_length", "image_seq_len"):
+        for name in ("image_seq_length", "image_seq_len", "num_image_tokens"):
             if name in names:
                 options[name] = count
         return options

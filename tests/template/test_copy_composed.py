@@ -63,8 +63,8 @@ def test_a_composed_vlm_copy_is_ruff_clean_and_passes_its_own_tests(llava: tuple
 
 
 def test_a_composed_vlm_whose_decoder_has_no_generated_class_is_refused_naming_it() -> None:
-    message = scaffold_refusal("aya_vision", "vlm")
-    assert "text_config's default model_type cohere2 has no generated class in this project" in message
+    message = scaffold_refusal("paligemma", "vlm")
+    assert "text_config's default model_type gemma has no generated class in this project" in message
 
 
 def test_a_composed_vlm_whose_tower_needs_tile_sizes_is_refused_naming_the_input() -> None:

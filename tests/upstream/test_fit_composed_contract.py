@@ -76,11 +76,18 @@ def test_the_recipe_call_of_a_composed_vlm_is_composed_vlm() -> None:
     assert 'causal_lm=LossHead("LlavaForConditionalGeneration", softcap="", scale=()),' in call
 
 
-def test_a_sub_model_type_without_a_generated_class_is_refused_by_name() -> None:
-    """aya_vision's text model defaults to cohere2, which no package of this project registers."""
-    message = fit("aya_vision").refusal_message()
-    assert "text_config's default model_type cohere2 has no generated class in this project" in message
+def test_a_decoder_type_without_a_generated_class_is_refused_by_name() -> None:
+    """paligemma's text model defaults to gemma, which no package of this project registers."""
+    message = fit("paligemma").refusal_message()
+    assert "text_config's default model_type gemma has no generated class in this project" in message
     assert "copier copy" in message
+
+
+def test_a_tower_type_without_a_generated_class_is_refused_by_name() -> None:
+    """fast_vlm's tower defaults to a timm wrapper, which the library of vision encoders does not hold."""
+    message = fit("fast_vlm").refusal_message()
+    assert "vision_config's default model_type timm_wrapper has no generated class in this project" in message
+    assert "Adding an encoder" in message
 
 
 def test_a_text_model_the_package_defines_is_refused_for_a_hand_written_config() -> None:
@@ -93,3 +100,11 @@ def test_the_registered_types_are_read_from_the_model_packages() -> None:
     types = registered_model_types()
     assert {"llama", "qwen2", "clip_vision_model", "siglip_vision_model", "gemma3", "gemma3_text"} <= types
     assert {"qwen3_omni_moe", "qwen3_omni_moe_thinker"} <= types  # registered in a loop over both
+
+
+def test_a_projector_called_an_aligner_or_a_projection_is_the_projector() -> None:
+    """deepseek_vl's ``aligner`` and lighton_ocr's ``vision_projection`` (5.25.0) project the tower's features."""
+    for model, attr in (("deepseek_vl", "aligner"), ("lighton_ocr", "vision_projection")):
+        vlm = read_model(model).vlm
+        assert vlm is not None
+        assert attr in [m.attr for m in vlm.mergers if m.place == "model"], model
