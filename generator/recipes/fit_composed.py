@@ -120,5 +120,6 @@ def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) ->
             "language_model": vlm.language_model.attr,
             "sub_models": sub_models,
             "own_types": own,
+            "image_tiles": vlm.image_tiling,
         }
     }

@@ -54,6 +54,7 @@ def composed_vlm(
     model: str = "{prefix}Model",
     pretrained_model: str | None = "{prefix}PreTrainedModel",
     aux_loss: str = "",
+    image_tiles: bool = False,
 ) -> PatchConfig:
     """Apply the composed-VLM snippets to ``config`` for the model whose classes start with ``prefix``.
 
@@ -61,6 +62,8 @@ def composed_vlm(
     the module's own (its projector's, or those of a text model it defines, when no other recipe guards them);
     ``pretrained_model`` is None when another recipe of the same config already changed the base class.
     ``aux_loss`` names the module-level MoE auxiliary-loss function the head calls ("" for a dense decoder).
+    ``image_tiles``: the model tiles images on its config's ``image_grid_pinpoints`` and ``get_image_features``
+    takes their ``image_sizes`` (LLaVA-NeXT, LLaVA-OneVision): ``dummy_forward`` feeds it one blank tile's.
     """
     apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
@@ -77,6 +80,7 @@ def composed_vlm(
         f"{model_cls}.dummy_forward",
         add=True,
         tower=tower,
+        tiles=image_tiles,
         description="a zero loss term through the vision tower and the projector, for ranks without images",
     )
     apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)

@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 
 TEXT_CONFIG = "text_config"
 VISION_CONFIG = "vision_config"
-#: What ``dummy_forward`` hands ``get_image_features``: a blank image alone.
+#: What ``dummy_forward`` hands ``get_image_features``: a blank image, and its size where the model tiles images
+#: on the grid its config lists (``image_grid_pinpoints``).
 IMAGE_FEATURES_INPUT = "pixel_values"
+TILING_INPUT = "image_sizes"
 
 
 def composed_differences(info: VlmInfo) -> tuple[str, ...]:
@@ -71,7 +73,9 @@ def composed_differences(info: VlmInfo) -> tuple[str, ...]:
     if features is None:
         out.append(f"{where} has no get_image_features for dummy_forward to run on a blank image")
     else:
-        needed = [p for p in features.required if p != IMAGE_FEATURES_INPUT]
+        # Tiles of the tower's image size (LLaVA-NeXT's anyres): dummy_forward gives the blank image's size.
+        given = (IMAGE_FEATURES_INPUT, TILING_INPUT) if info.image_tiling else (IMAGE_FEATURES_INPUT,)
+        needed = [p for p in features.required if p not in given]
         if IMAGE_FEATURES_INPUT not in features.params or needed:
             what = f"requires {', '.join(needed)}" if needed else f"takes no {IMAGE_FEATURES_INPUT}"
             out.append(

@@ -55,6 +55,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         rope_index=rope_index,
         placeholder_mask=placeholder,
         image_features=image_features,
+        image_tiling=TILING_FIELD in read_config_fields(source),
         compositions=compositions,
         processors=read_processors(source, model_type),
         vision_rope=vision_rope(source, vision.cls if vision else None),
@@ -345,6 +346,25 @@ def _table_entries(table: ast.Dict | None) -> list[tuple[str, ast.expr]]:
         for k, v in zip(table.keys, table.values, strict=True)
         if isinstance(k, ast.Constant) and isinstance(k.value, str)
     ]
+
+
+#: The config field of models that tile their images on a grid of the tower's image size (LLaVA-NeXT's anyres).
+TILING_FIELD = "image_grid_pinpoints"
+
+
+def read_config_fields(source: ModelSource) -> frozenset[str]:
+    """The fields (class-level names) of the configuration module's class that holds the sub-config table."""
+    classes, table = _sub_config_table(source)
+    for node in classes.values():
+        assigns = _class_assigns(node)
+        if table is not None and any(assigns.get(name) is table for name in _SUB_CONFIG_TABLES):
+            fields = {
+                stmt.target.id
+                for stmt in node.body
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+            }
+            return frozenset(fields | set(assigns))
+    return frozenset()
 
 
 def read_sub_configs(source: ModelSource) -> dict[str, str]:

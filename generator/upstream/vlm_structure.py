@@ -113,6 +113,9 @@ class VlmInfo:
     contract_differences: tuple[str, ...] = ()
     #: The Model's ``get_image_features`` (what a composed VLM's ``dummy_forward`` runs), when it has one.
     image_features: MethodInfo | None = None
+    #: The model's config declares ``image_grid_pinpoints``: images are cut into tiles of the tower's image size
+    #: on a grid the config lists (LLaVA-NeXT's "anyres"), and ``get_image_features`` takes their ``image_sizes``.
+    image_tiling: bool = False
     #: The composed (LLaVA-style) contract (:mod:`modelgraft.generator.upstream.composed_contract`): empty when
     #: the model fits it, else one line per difference.
     composed_differences: tuple[str, ...] = ()

@@ -75,6 +75,10 @@ KNOWN_OPTIONS = (
     "num_image_tokens",
 )
 WORDS = 60
+#: The tiling grid of models that cut images into tiles of the tower's size (LLaVA-NeXT's anyres), for the
+#: config and the image processor alike: up to 2 x 2 tiles of the tiny side.
+TILING = "image_grid_pinpoints"
+PINPOINTS = [[IMAGE_SIDE * h, IMAGE_SIDE * w] for h, w in ((1, 1), (1, 2), (2, 1), (2, 2))]
 
 
 def _declared(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
@@ -85,6 +89,8 @@ def _image_size_options(image_processor_class: type) -> dict[str, Any]:
     """``size`` (and ``crop_size``) of the PIL image processor at :data:`IMAGE_SIDE`, in the keys its default uses."""
     options: dict[str, Any] = {}
     defaults = image_processor_class()  # some set their sizes in __init__ only
+    if getattr(defaults, TILING, None):
+        options[TILING] = PINPOINTS
     for name in ("size", "crop_size"):
         keys = _set_keys(getattr(defaults, name, None))
         if "shortest_edge" in keys:
@@ -143,6 +149,8 @@ class ScaffoldComposedVlm:
         for name in ("vision_feature_layer", "vision_feature_layers"):
             if isinstance(declared.get(name), list):  # several layers (vipllava): two of the tiny tower's
                 options[name] = [-2, -1]
+        if TILING in declared:
+            options[TILING] = PINPOINTS
         return options
 
     def _build_config(self, image_token_id: int, vocab: int) -> PreTrainedConfig:
@@ -231,11 +239,16 @@ class ScaffoldComposedVlm:
         return build_processor(self.processor_class, **parts, **options)
 
     def _features_per_image(self, config: PreTrainedConfig) -> int:
-        """How many feature rows upstream's ``get_image_features`` gives one tiny image."""
+        """How many feature rows upstream's ``get_image_features`` gives one tiny image; for a model that tiles
+        its images, one tile's: the tower's tokens, less the one a "default" feature strategy drops."""
         upstream = get_model_class(self.model_type, self.causal_lm, use_hf=True)
         seed_everything(0)
         model = upstream(config).eval()
         pixels = torch.zeros(1, config.vision_config.num_channels, IMAGE_SIDE, IMAGE_SIDE)
+        if getattr(config, TILING, None):
+            with torch.no_grad():
+                tokens = getattr(model.model, self.tower)(pixel_values=pixels).last_hidden_state.shape[1]
+            return int(tokens) - (1 if getattr(config, "vision_feature_select_strategy", None) == "default" else 0)
         with torch.no_grad():
             out = model.model.get_image_features(pixel_values=pixels, return_dict=True).pooler_output
         first = out[0] if isinstance(out, (list, tuple)) else out

@@ -67,5 +67,5 @@ def test_a_composed_vlm_whose_decoder_has_no_generated_class_is_refused_naming_i
     assert "text_config's default model_type gemma has no generated class in this project" in message
 
 
-def test_a_composed_vlm_whose_tower_needs_tile_sizes_is_refused_naming_the_input() -> None:
-    assert "get_image_features requires image_sizes" in scaffold_refusal("llava_next", "vlm")
+def test_a_composed_vlm_whose_features_need_image_sizes_without_a_tiling_grid_is_refused_naming_the_input() -> None:
+    assert "Mistral3Model.get_image_features requires image_sizes" in scaffold_refusal("mistral3", "vlm")

@@ -44,14 +44,31 @@ def test_a_vision_config_the_package_defines_is_its_own_type() -> None:
 
 
 def test_image_features_needing_more_than_pixels_is_one_difference() -> None:
-    """llava_next's ``get_image_features`` requires ``image_sizes`` (its tiles): the one difference in 5.25.0."""
-    llava_next = read_model("llava_next").vlm
-    assert llava_next is not None
+    """mistral3's ``get_image_features`` requires ``image_sizes`` (Pixtral's variable sizes), with no tiling grid
+    to size a blank image by: the one difference in 5.25.0."""
+    mistral3 = read_model("mistral3").vlm
+    assert mistral3 is not None and not mistral3.image_tiling
     expected = (
-        "LlavaNextModel.get_image_features requires image_sizes: dummy_forward's blank image (pixel_values alone)"
+        "Mistral3Model.get_image_features requires image_sizes: dummy_forward's blank image (pixel_values alone)"
         " cannot feed it"
     )
-    assert llava_next.composed_differences == (expected,)
+    assert mistral3.composed_differences == (expected,)
+
+
+def test_a_model_that_tiles_its_images_fits_with_the_tiles_sizes() -> None:
+    """llava_next's config declares image_grid_pinpoints: its image_sizes are the tiles' (LLaVA-NeXT's anyres)."""
+    for model in ("llava_next", "llava_onevision", "llava_next_video"):
+        vlm = read_model(model).vlm
+        assert vlm is not None and vlm.image_tiling and vlm.composed_differences == (), model
+        assert fit(model).arguments["composed"]["image_tiles"] is True
+
+
+def test_a_tiling_model_s_recipe_call_says_so() -> None:
+    llava_next = fit("llava_next")
+    _, call = recipe_call(llava_next.category, "LlavaNext", llava_next.arguments)
+    assert "    image_tiles=True,\n" in call
+    _, plain = recipe_call("vlm", "Llava", fit("llava").arguments)
+    assert "image_tiles" not in plain
 
 
 def test_a_language_model_not_built_from_the_text_config_is_a_difference() -> None:
