@@ -7,19 +7,23 @@ processor needs it: the slow image processors are numpy and PIL. So the processo
 * :class:`FramesVideoProcessor` sends each frame through the image processor and stacks the frames of one
   temporal patch, the layout upstream's Qwen-VL video processors write. Frames are sized by the image
   processor's settings (its ``min_pixels`` / ``max_pixels``), not by a video configuration of their own;
+* :class:`ImagesOnlyVideoProcessor` stands in for the video processor where the image processor has no
+  temporal patches (LLaVA-OneVision's, InternVL's): images and text go through, a video is refused by name;
 * :func:`build_processor` builds the model's processor class from its parts. ``ProcessorMixin`` checks a
   video processor against ``transformers.BaseVideoProcessor``, which without torchvision is a placeholder
   class that nothing is an instance of; for this one construction, that argument is checked against the real
   base class instead. Every other argument is checked as upstream checks it;
 * :func:`load_processor` does it for a folder that holds a checkpoint's processor files (a hub download, or
   what ``save_pretrained`` wrote): its tokenizer, the numpy/PIL class of its image processor (transformers'
-  ``AutoImageProcessor`` itself requires torchvision), its feature extractor (Omni), its chat template.
+  ``AutoImageProcessor`` itself requires torchvision), its feature extractor (Omni), its chat template, and
+  the processor's own options (``patch_size``, ``image_seq_length``: what sizes its placeholders).
 
 Importing this module imports transformers' processing modules, not torchvision.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -32,7 +36,7 @@ from transformers.video_utils import VideoMetadata, make_batched_videos
 
 from modelgraft.models.registry import MODEL_PROCESSOR_REGISTRY, resolve_dotted
 
-__all__ = ["FramesVideoProcessor", "build_processor", "load_processor"]
+__all__ = ["FramesVideoProcessor", "ImagesOnlyVideoProcessor", "build_processor", "load_processor"]
 
 
 class FramesVideoProcessor(BaseVideoProcessor):
@@ -90,11 +94,31 @@ class FramesVideoProcessor(BaseVideoProcessor):
         )
 
 
+class ImagesOnlyVideoProcessor(BaseVideoProcessor):
+    """The video processor of a processor whose image processor cannot take frames (no temporal patches): calling
+    it raises, naming why, instead of giving upstream's video processor, which needs torchvision."""
+
+    def __call__(self, videos: Any, **kwargs: Any) -> BatchFeature:
+        raise ValueError(
+            "this processor was built without torchvision, and its image processor has no temporal patches to "
+            "take video frames through (modelgraft.models.processors): pass images and text only"
+        )
+
+
+def _video_processor(image_processor: Any) -> BaseVideoProcessor:
+    """Frames through the image processor where it patchifies them in time (Qwen-VL's), else images only."""
+    if all(hasattr(image_processor, name) for name in ("patch_size", "merge_size", "temporal_patch_size")):
+        return FramesVideoProcessor(image_processor)
+    return ImagesOnlyVideoProcessor()
+
+
 def build_processor(processor_class: type[ProcessorMixin], **parts: Any) -> ProcessorMixin:
-    """``processor_class(**parts)``, with a :class:`FramesVideoProcessor` over ``parts["image_processor"]``
-    as its video processor when the class takes one and ``parts`` gives none."""
+    """``processor_class(**parts)``, with a video processor over ``parts["image_processor"]`` when the class
+    takes one and ``parts`` gives none: a :class:`FramesVideoProcessor` where the image processor has temporal
+    patches, else an :class:`ImagesOnlyVideoProcessor`. ``parts`` may hold the processor's options too
+    (``patch_size``, ``image_seq_length``)."""
     if "video_processor" in processor_class.get_attributes() and "video_processor" not in parts:
-        parts = {**parts, "video_processor": FramesVideoProcessor(parts["image_processor"])}
+        parts = {**parts, "video_processor": _video_processor(parts["image_processor"])}
     processor = processor_class.__new__(processor_class)
     check = processor.check_argument_for_proper_class
 
@@ -121,6 +145,22 @@ def _part_config(folder: Path, part: str, file: str) -> dict[str, Any]:
     """The saved settings of one part: nested in ``processor_config.json`` (what ``save_pretrained`` writes),
     else in the part's own file (hub checkpoints: ``preprocessor_config.json``)."""
     return _json(folder / "processor_config.json").get(part) or _json(folder / file)
+
+
+def _processor_options(folder: Path, cls: type[ProcessorMixin]) -> dict[str, Any]:
+    """The processor's own options ``processor_config.json`` holds (``patch_size``, ``image_seq_length``,
+    ``num_additional_image_tokens``...): the top-level entries that name a parameter of the class, not a part.
+
+    Left out, the processor would count a different number of placeholders per image than the model's
+    features, which the model refuses at best and at worst (a count that happens to match) trains on."""
+    settings = _json(folder / "processor_config.json")
+    parameters = inspect.signature(cls.__init__).parameters
+    parts = set(cls.get_attributes())
+    return {
+        name: value
+        for name, value in settings.items()
+        if name in parameters and name not in parts and name not in ("self", "chat_template")
+    }
 
 
 def _processor_class(folder: Path) -> type[ProcessorMixin]:
@@ -167,7 +207,7 @@ def load_processor(folder: str | Path, *, processor_class: type[ProcessorMixin] 
     if "feature_extractor" in attributes:
         audio_settings = _part_config(folder, "feature_extractor", "preprocessor_config.json")
         parts["feature_extractor"] = _from_settings(audio_settings, "feature_extractor_type", folder)
-    processor = build_processor(cls, **parts)
+    processor = build_processor(cls, **parts, **_processor_options(folder, cls))
     template = folder / "chat_template.jinja"
     if template.is_file():
         processor.chat_template = template.read_text(encoding="utf-8")

@@ -32,7 +32,6 @@ from typing import Any
 import pytest
 import torch
 from transformers import CONFIG_MAPPING, PreTrainedConfig, PreTrainedTokenizerFast, ProcessorMixin
-from transformers.video_processing_utils import BaseVideoProcessor
 
 from modelgraft.models.composition import sub_model_class
 from modelgraft.models.loader import get_model_class
@@ -232,11 +231,8 @@ class ScaffoldComposedVlm:
 
     def _processor(self, tokenizer: PreTrainedTokenizerFast, options: Mapping[str, Any]) -> ProcessorMixin:
         image_processor = self.image_processor_class(**_image_size_options(self.image_processor_class))
-        parts: dict[str, Any] = {"image_processor": image_processor, "tokenizer": tokenizer}
-        if "video_processor" in self.processor_class.get_attributes():
-            # Images only: a video processor that is never called (upstream's need torchvision).
-            parts["video_processor"] = BaseVideoProcessor()
-        return build_processor(self.processor_class, **parts, **options)
+        # build_processor adds the video processor a class takes (images only, here: upstream's needs torchvision).
+        return build_processor(self.processor_class, image_processor=image_processor, tokenizer=tokenizer, **options)
 
     def _features_per_image(self, config: PreTrainedConfig) -> int:
         """How many feature rows upstream's ``get_image_features`` gives one tiny image; for a model that tiles

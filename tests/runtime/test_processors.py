@@ -8,9 +8,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor
+from transformers import (
+    LlavaImageProcessorPil,
+    LlavaOnevisionImageProcessorPil,
+    LlavaOnevisionProcessor,
+    LlavaProcessor,
+    ProcessorMixin,
+    Qwen2_5_VLProcessor,
+    Qwen2VLImageProcessor,
+)
 
-from modelgraft.models.processors import FramesVideoProcessor, build_processor, load_processor
+from modelgraft.models.processors import (
+    FramesVideoProcessor,
+    ImagesOnlyVideoProcessor,
+    build_processor,
+    load_processor,
+)
 from modelgraft.models.testing.vlm_processor import synthetic_image, synthetic_video, tiny_tokenizer
 
 TEXT = ["w1 <|vision_start|><|image_pad|><|vision_end|> w2 <|vision_start|><|video_pad|><|vision_end|>"]
@@ -61,3 +74,44 @@ def test_a_hub_layout_folder_loads_with_the_class_its_config_registers(built, tm
 def test_a_folder_that_names_no_processor_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=rf"{tmp_path}: no processor_class"):
         load_processor(tmp_path)
+
+
+def _llava_processor() -> LlavaProcessor:
+    """LLaVA's processor at a tiny size: its options decide how many placeholders one image gets."""
+    image_processor = LlavaImageProcessorPil(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
+    tokenizer = tiny_tokenizer(special_tokens=("<image>",))
+    return build_processor(
+        LlavaProcessor,
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=7,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+    )
+
+
+def _image_outputs(processor: ProcessorMixin) -> dict[str, np.ndarray]:
+    return dict(processor(text=["w1 <image> w2"], images=[synthetic_image(40, 30, seed=2)], return_tensors="np"))
+
+
+def test_the_processor_s_own_options_load_back_with_it(tmp_path: Path) -> None:
+    """patch_size and num_additional_image_tokens size LLaVA's placeholders: 16 patches per image here."""
+    built = _llava_processor()
+    built.save_pretrained(tmp_path)
+
+    loaded = load_processor(tmp_path)
+
+    assert (loaded.patch_size, loaded.num_additional_image_tokens) == (7, 1)
+    assert _same(_image_outputs(loaded), _image_outputs(built))
+    assert int((_image_outputs(loaded)["input_ids"] == built.image_token_id).sum()) == 16
+
+
+def test_a_processor_whose_image_processor_takes_no_frames_gets_a_video_processor_that_refuses_videos() -> None:
+    built = build_processor(
+        LlavaOnevisionProcessor,
+        image_processor=LlavaOnevisionImageProcessorPil(),
+        tokenizer=tiny_tokenizer(special_tokens=("<image>", "<video>")),
+    )
+    assert isinstance(built.video_processor, ImagesOnlyVideoProcessor)
+    with pytest.raises(ValueError, match="pass images and text only"):
+        built.video_processor([synthetic_video(28, 28, frames=2, seed=0)])
