@@ -1,0 +1,34 @@
+"""InternVL (VLM), GPU backend: op-slot guards read from upstream's structure.
+
+Left as upstream's code (no snippet covers them):
+
+- norm: InternVLVisionRMSNorm (line 55): instantiated only under a config condition; guard it by hand for the
+  configs that use it
+
+InternVLModel builds self.vision_tower and self.language_model as the generated classes registered for its
+sub-configs' model types (text_config: qwen2, vision_config: internvl_vision), through build_sub_model, and gets
+dummy_forward; the loss head goes behind the causal_lm_loss slot.
+"""
+
+from modelgraft.generator import PatchConfig
+from modelgraft.generator.recipes import CallSites, LossHead, Mlp, composed_vlm
+
+config = PatchConfig(
+    source_module="transformers.models.internvl.modeling_internvl",
+    target_file="patched_modeling_internvl_gpu.py",
+    description="InternVL with op-slot guards and slot-backed losses",
+)
+composed_vlm(
+    config,
+    prefix="InternVL",
+    mlps=[Mlp("InternVLVisionMLP", kind="plain", act="activation_fn", activation="self.config.hidden_act")],
+    call_sites=[
+        CallSites(
+            "InternVLMultiModalProjector",
+            layer_norms=("layer_norm",),
+            activation="act",
+            activation_config="projector_hidden_act",
+        )
+    ],
+    causal_lm=LossHead("InternVLForConditionalGeneration", softcap="", scale=()),
+)
