@@ -120,6 +120,7 @@ def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) ->
             "language_model": vlm.language_model.attr,
             "sub_models": sub_models,
             "own_types": own,
-            "image_tiles": vlm.image_tiling,
+            "image_tiles": vlm.image_tiling and vlm.image_sizes,
+            "image_sizes": vlm.image_sizes and not vlm.image_tiling,
         }
     }

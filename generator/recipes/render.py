@@ -208,6 +208,8 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
         lines.append(f"    model={composed['model']!r},")
     if composed.get("image_tiles"):
         lines.append("    image_tiles=True,")
+    if composed.get("image_sizes"):
+        lines.append("    image_sizes=True,")
     norms = [
         _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
         for n in arguments.get("norms") or []

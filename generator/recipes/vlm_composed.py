@@ -55,6 +55,7 @@ def composed_vlm(
     pretrained_model: str | None = "{prefix}PreTrainedModel",
     aux_loss: str = "",
     image_tiles: bool = False,
+    image_sizes: bool = False,
 ) -> PatchConfig:
     """Apply the composed-VLM snippets to ``config`` for the model whose classes start with ``prefix``.
 
@@ -64,6 +65,8 @@ def composed_vlm(
     ``aux_loss`` names the module-level MoE auxiliary-loss function the head calls ("" for a dense decoder).
     ``image_tiles``: the model tiles images on its config's ``image_grid_pinpoints`` and ``get_image_features``
     takes their ``image_sizes`` (LLaVA-NeXT, LLaVA-OneVision): ``dummy_forward`` feeds it one blank tile's.
+    ``image_sizes``: ``get_image_features`` takes the images' sizes without tiles (Pixtral's variable sizes):
+    ``dummy_forward`` passes the blank image's.
     """
     apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
@@ -81,6 +84,7 @@ def composed_vlm(
         add=True,
         tower=tower,
         tiles=image_tiles,
+        image_sizes=image_sizes,
         description="a zero loss term through the vision tower and the projector, for ranks without images",
     )
     apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)

@@ -2,7 +2,7 @@
 
 The recipe (generator/recipes/vlm_composed.py) patches a ``Model`` that builds its language model with
 ``AutoModel.from_config(config.text_config)`` and its vision tower the same way (or as a class of its own module
-on ``config.vision_config``), projects the tower's features with a module next to it, scatters them into the
+on ``config.vision_config``), projects the tower's features with a module next to it (or inside it), scatters them into the
 placeholder tokens ``get_placeholder_mask`` finds, and gives the language model its own 1-D positions. The
 generated ``__init__`` builds each ``AutoModel`` sub-model as the generated class registered for the sub-config's
 model_type, and ``dummy_forward`` runs ``get_image_features`` on one blank image. A model that differs in any of
@@ -19,10 +19,9 @@ if TYPE_CHECKING:
 
 TEXT_CONFIG = "text_config"
 VISION_CONFIG = "vision_config"
-#: What ``dummy_forward`` hands ``get_image_features``: a blank image, and its size where the model tiles images
-#: on the grid its config lists (``image_grid_pinpoints``).
+#: What ``dummy_forward`` hands ``get_image_features``: a blank image, and its size where the method takes one.
 IMAGE_FEATURES_INPUT = "pixel_values"
-TILING_INPUT = "image_sizes"
+SIZES_INPUT = "image_sizes"
 
 
 def composed_differences(info: VlmInfo) -> tuple[str, ...]:
@@ -67,15 +66,22 @@ def composed_differences(info: VlmInfo) -> tuple[str, ...]:
         out.append(f"{where} has no get_placeholder_mask: its image features are not scattered into placeholders")
     elif mask.returns not in (1, 2):
         out.append(f"{mask.owner}.get_placeholder_mask returns a different number of masks on different paths")
-    if not any(merger.place == "model" for merger in info.mergers):
-        out.append(f"{where} holds no projector next to its vision tower (multi_modal_projector, connector, ...)")
+    if not info.mergers:
+        out.append(
+            f"{where} holds no projector, next to its vision tower or in it (multi_modal_projector, connector, ...)"
+        )
     features = info.image_features
     if features is None:
         out.append(f"{where} has no get_image_features for dummy_forward to run on a blank image")
     else:
-        # Tiles of the tower's image size (LLaVA-NeXT's anyres): dummy_forward gives the blank image's size.
-        given = (IMAGE_FEATURES_INPUT, TILING_INPUT) if info.image_tiling else (IMAGE_FEATURES_INPUT,)
-        needed = [p for p in features.required if p not in given]
+        # The blank image's size goes with it (Pixtral's variable sizes; LLaVA-NeXT's tiles of the tower's size).
+        needed = [p for p in features.required if p not in (IMAGE_FEATURES_INPUT, SIZES_INPUT)]
+        grids = [p for p in features.params if "grid" in p and p not in needed]
+        if grids:  # Qwen-VL-like patch rows (optional grid or not): a blank image of pixels is not its input
+            out.append(
+                f"{features.owner}.get_image_features takes {', '.join(grids)}: patch rows on a grid, not images"
+                " a blank one can stand for"
+            )
         if IMAGE_FEATURES_INPUT not in features.params or needed:
             what = f"requires {', '.join(needed)}" if needed else f"takes no {IMAGE_FEATURES_INPUT}"
             out.append(

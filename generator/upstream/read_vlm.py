@@ -56,6 +56,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         placeholder_mask=placeholder,
         image_features=image_features,
         image_tiling=TILING_FIELD in read_config_fields(source),
+        image_sizes=image_features is not None and "image_sizes" in image_features.required,
         compositions=compositions,
         processors=read_processors(source, model_type),
         vision_rope=vision_rope(source, vision.cls if vision else None),

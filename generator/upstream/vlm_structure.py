@@ -116,6 +116,8 @@ class VlmInfo:
     #: The model's config declares ``image_grid_pinpoints``: images are cut into tiles of the tower's image size
     #: on a grid the config lists (LLaVA-NeXT's "anyres"), and ``get_image_features`` takes their ``image_sizes``.
     image_tiling: bool = False
+    #: ``get_image_features`` requires ``image_sizes`` (Pixtral's variable sizes, or the tiles above).
+    image_sizes: bool = False
     #: The composed (LLaVA-style) contract (:mod:`modelgraft.generator.upstream.composed_contract`): empty when
     #: the model fits it, else one line per difference.
     composed_differences: tuple[str, ...] = ()
@@ -134,11 +136,9 @@ class VlmInfo:
     @property
     def contract(self) -> str:
         """The contract upstream's structure shows: "qwen_vl" where the Model has multimodal position ids
-        (``get_rope_index``) or holds its tower as ``self.visual``, else "composed" (1-D positions, LLaVA-like).
+        (``get_rope_index``), else "composed" (the language model's own 1-D positions, LLaVA-like).
         The scaffold's refusal lists the differences from this one."""
-        if self.rope_index is not None or (self.vision is not None and self.vision.attr == "visual"):
-            return "qwen_vl"
-        return "composed"
+        return "qwen_vl" if self.rope_index is not None else "composed"
 
     @property
     def differences(self) -> tuple[str, ...]:

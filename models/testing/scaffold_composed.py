@@ -51,7 +51,7 @@ __all__ = ["VISION_SIZES", "ScaffoldComposedSuite", "ScaffoldComposedVlm"]
 IMAGE_SIDE = 28
 #: Tiny vision sizes, for whichever of these attributes the vision config class declares.
 VISION_SIZES: Mapping[str, Any] = {
-    "hidden_size": 40,
+    "hidden_size": 64,  # 4 heads of 16: a 2-D vision RoPE splits a head in 4
     "intermediate_size": 72,
     "num_hidden_layers": 2,
     "num_attention_heads": 4,
@@ -136,10 +136,14 @@ class ScaffoldComposedVlm:
         }
         return {**sizes, "model_type": text_class.model_type, "vocab_size": vocab, "pad_token_id": 0}
 
-    def _vision(self) -> dict[str, Any]:
+    def _vision(self, text_hidden: int) -> dict[str, Any]:
+        """:data:`VISION_SIZES` for what the vision config declares; a tower that projects to the text width
+        itself (``out_hidden_size``) projects to the tiny text's."""
         vision_class = CONFIG_MAPPING[self._sub_type("vision_config")]
         declared = _declared(vision_class)
         sizes = {name: value for name, value in VISION_SIZES.items() if name in declared}
+        if "out_hidden_size" in declared:
+            sizes["out_hidden_size"] = text_hidden
         return {**sizes, "model_type": vision_class.model_type}
 
     def _top_level(self, image_token_id: int) -> dict[str, Any]:
@@ -153,8 +157,10 @@ class ScaffoldComposedVlm:
         return options
 
     def _build_config(self, image_token_id: int, vocab: int) -> PreTrainedConfig:
+        text = self._text(vocab)
+        hidden = text.get("hidden_size") or CONFIG_MAPPING[text["model_type"]]().hidden_size
         config = self.config_class(
-            text_config=self._text(vocab), vision_config=self._vision(), **self._top_level(image_token_id)
+            text_config=text, vision_config=self._vision(hidden), **self._top_level(image_token_id)
         )
         for sub in (config, config.text_config, config.vision_config):
             sub._attn_implementation = "eager"

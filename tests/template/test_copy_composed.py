@@ -67,5 +67,5 @@ def test_a_composed_vlm_whose_decoder_has_no_generated_class_is_refused_naming_i
     assert "text_config's default model_type gemma has no generated class in this project" in message
 
 
-def test_a_composed_vlm_whose_features_need_image_sizes_without_a_tiling_grid_is_refused_naming_the_input() -> None:
-    assert "Mistral3Model.get_image_features requires image_sizes" in scaffold_refusal("mistral3", "vlm")
+def test_a_composed_vlm_whose_features_need_more_than_an_image_is_refused_naming_the_input() -> None:
+    assert "Ovis2_5Model.get_image_features requires image_grid_thw" in scaffold_refusal("ovis2_5", "vlm")

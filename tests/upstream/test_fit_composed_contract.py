@@ -44,15 +44,29 @@ def test_a_vision_config_the_package_defines_is_its_own_type() -> None:
 
 
 def test_image_features_needing_more_than_pixels_is_one_difference() -> None:
-    """mistral3's ``get_image_features`` requires ``image_sizes`` (Pixtral's variable sizes), with no tiling grid
-    to size a blank image by: the one difference in 5.25.0."""
-    mistral3 = read_model("mistral3").vlm
-    assert mistral3 is not None and not mistral3.image_tiling
+    """ovis2_5's ``get_image_features`` requires ``image_grid_thw``: the one difference in 5.25.0."""
+    ovis2_5 = read_model("ovis2_5").vlm
+    assert ovis2_5 is not None
     expected = (
-        "Mistral3Model.get_image_features requires image_sizes: dummy_forward's blank image (pixel_values alone)"
+        "Ovis2_5Model.get_image_features requires image_grid_thw: dummy_forward's blank image (pixel_values alone)"
         " cannot feed it"
     )
-    assert mistral3.composed_differences == (expected,)
+    assert ovis2_5.composed_differences == (expected,)
+
+
+def test_image_features_on_patch_rows_with_an_optional_grid_is_a_difference() -> None:
+    """llava_onevision1_5's tower takes Qwen-VL-like patch rows and an optional ``image_grid_thw`` (5.25.0)."""
+    differences = read_model("llava_onevision1_5").vlm.composed_differences  # type: ignore[union-attr]
+    assert any("get_image_features takes image_grid_thw: patch rows on a grid" in d for d in differences)
+
+
+def test_image_sizes_without_a_tiling_grid_fit_with_the_blank_image_s_size() -> None:
+    """mistral3's Pixtral tower takes images of any size with their ``image_sizes`` (5.25.0)."""
+    mistral3 = read_model("mistral3").vlm
+    assert mistral3 is not None and mistral3.image_sizes and not mistral3.image_tiling
+    assert mistral3.composed_differences == ()
+    composed = fit("mistral3").arguments["composed"]
+    assert (composed["image_sizes"], composed["image_tiles"]) == (True, False)
 
 
 def test_a_model_that_tiles_its_images_fits_with_the_tiles_sizes() -> None:
@@ -60,7 +74,8 @@ def test_a_model_that_tiles_its_images_fits_with_the_tiles_sizes() -> None:
     for model in ("llava_next", "llava_onevision", "llava_next_video"):
         vlm = read_model(model).vlm
         assert vlm is not None and vlm.image_tiling and vlm.composed_differences == (), model
-        assert fit(model).arguments["composed"]["image_tiles"] is True
+        composed = fit(model).arguments["composed"]
+        assert (composed["image_tiles"], composed["image_sizes"]) == (True, False)
 
 
 def test_a_tiling_model_s_recipe_call_says_so() -> None:

@@ -49,10 +49,10 @@ def test_llava_report_says_it_fits_the_composed_contract_its_structure_shows(
 
 
 def test_a_composed_report_lists_each_difference(capsys: pytest.CaptureFixture[str]) -> None:
-    assert inspect_cli.main(["mistral3"]) == 0
+    assert inspect_cli.main(["ovis2_5"]) == 0
     out = capsys.readouterr().out
     assert "differs from the composed-VLM contract (the one its structure shows):" in out
-    assert "    - Mistral3Model.get_image_features requires image_sizes" in out
+    assert "    - Ovis2_5Model.get_image_features requires image_grid_thw" in out
 
 
 def test_json_holds_the_vlm_part(capsys: pytest.CaptureFixture[str]) -> None:
