@@ -29,8 +29,8 @@ def test_build_sub_model_builds_that_class_from_the_config() -> None:
 
 def test_an_unregistered_type_is_refused_naming_it_and_the_way_to_add_it() -> None:
     config = SiglipVisionConfig()
-    config.model_type = "pixtral"
-    with pytest.raises(SubModelError, match=r"'pixtral'.*PixtralVisionModel.*Adding an encoder"):
+    config.model_type = "aimv2_vision_model"
+    with pytest.raises(SubModelError, match=r"'aimv2_vision_model'.*Aimv2VisionModel.*Adding an encoder"):
         sub_model_class(config)
 
 
@@ -43,19 +43,19 @@ def test_a_type_upstream_automodel_has_no_class_for_is_refused() -> None:
 
 
 def test_a_registered_module_without_upstream_s_class_is_refused_naming_the_class() -> None:
-    # pixtral is not in the zoo: register it against a module that has no PixtralVisionModel.
+    # aimv2_vision_model is not in the library: register it against a module that has no Aimv2VisionModel.
     register_model(
-        "pixtral",
+        "aimv2_vision_model",
         modeling={"gpu": "modelgraft.models.siglip.generated.patched_modeling_siglip_gpu"},
-        config="transformers.PixtralVisionConfig",
+        config="transformers.Aimv2VisionConfig",
     )
     try:
         config = SiglipVisionConfig()
-        config.model_type = "pixtral"
-        with pytest.raises(SubModelError, match="has no class PixtralVisionModel"):
+        config.model_type = "aimv2_vision_model"
+        with pytest.raises(SubModelError, match="has no class Aimv2VisionModel"):
             sub_model_class(config)
     finally:
-        unregister_model("pixtral")
+        unregister_model("aimv2_vision_model")
 
 
 def test_an_unknown_backend_is_a_value_error() -> None:

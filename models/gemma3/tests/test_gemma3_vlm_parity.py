@@ -105,6 +105,6 @@ class TestGemma3VlmParity(ComposedVlmSuite):
 
 def test_a_tower_type_without_a_generated_class_is_refused_by_name() -> None:
     config = gemma3_vlm_config()
-    config.vision_config.model_type = "pixtral"
-    with pytest.raises(SubModelError, match="'pixtral'"):
+    config.vision_config.model_type = "aimv2_vision_model"
+    with pytest.raises(SubModelError, match="'aimv2_vision_model'"):
         build_sub_model(config.vision_config)
