@@ -26,7 +26,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-from benchmarks import distributed_bench, loss_bench, moe_bench, runtime_bench, vlm_bench
+from benchmarks import composed_vlm_bench, distributed_bench, loss_bench, moe_bench, runtime_bench, vlm_bench
 from benchmarks.child import fork_children_from_a_preloaded_interpreter
 from benchmarks.generator_bench import bench_generator
 from benchmarks.report import BAD_STATUSES, FAILED, Row, render_report
@@ -146,6 +146,7 @@ def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
                 repeats, sizes, models, threads=args.threads, child_per_figure=not args.smoke
             )
             rows += section_rows + vlm_bench.bench_vlm(repeats, threads=args.threads)
+            rows += composed_vlm_bench.bench_composed_vlm(repeats, threads=args.threads)
             setup += [line] if line else []
         elif section == "moe":
             sizes = moe_bench.SMOKE_SIZES if args.smoke else moe_bench.MoeSizes()

@@ -28,6 +28,8 @@ EXPECTED_ROWS = {
         "| runtime | qwen3_5: train step time, generated (chunked_delta kernels) / upstream default |",
         "| runtime | qwen3_5: train step peak memory, generated (chunked_delta kernels) / upstream default |",
         "| runtime | qwen2_5_vl: train step, generated with its CPU kernels / upstream default |",
+        "| runtime | llava_onevision: train step, generated with its CPU kernels / upstream default |",
+        "| runtime | llava_onevision: train step peak memory, generated / upstream default |",
     ),
     "loss": (),
     # The MoE section judges the grouped kernel against upstream's default and fastest experts
