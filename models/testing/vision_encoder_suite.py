@@ -7,14 +7,17 @@ declares a :class:`VisionEncoderModel` (the vision model_type, its config class,
 On a tiny fp32 config (:data:`TINY_VISION_SIZES`: pairwise-distinct sizes, eager attention, a non-default
 LayerNorm epsilon) upstream's class and the generated one are built from the same weights (constant ones, the
 LayerNorm weights and biases, given distinct values) and run one forward and backward of a scalar loss that
-reads both ``last_hidden_state`` and ``pooler_output`` through fixed random probes. What is checked:
+reads ``last_hidden_state`` and, for an encoder that has one, ``pooler_output`` through fixed random probes. An
+encoder that takes each image's size (Pixtral, ``image_sizes``) gets a batch of images of different sizes, padded
+to the config's ``image_size``. What is checked:
 
-- with every slot eager, both outputs ``torch.equal`` to upstream's and every parameter gradient within the eager
-  tolerance, in fp32 and bf16;
+- with every slot eager, the outputs ``torch.equal`` to upstream's and every parameter gradient within the eager
+  tolerance, in fp32 and bf16; ``pooler_output`` present exactly when the declaration says the encoder pools;
 - each guarded slot's reference kernel (``modelgraft.models.testing.reference``) bound alone, in fp32 and bf16,
   and all of them at once: each kernel called, outputs and gradients within the eager tolerance;
 - the slots the forward consults are exactly the declared ones, and no ``nn.LayerNorm`` nor activation module
-  runs its own forward while its slot is bound (a guard that silently disappears fails here);
+  runs its own forward while its slot (``layer_norm``; ``activation`` or ``glu_activation``) is bound (a guard
+  that silently disappears fails here);
 - the registry and the loader give the generated class for the vision model_type, the class upstream's
   ``AutoModel`` builds for it (``MODEL_MAPPING_NAMES``);
 - ``save_pretrained`` / ``from_pretrained`` both ways between upstream's class and the generated one, to equal
@@ -95,9 +98,18 @@ class VisionEncoderModel:
     guarded: tuple[str, ...] = ("layer_norm", "activation")
     #: Config values on top of :data:`TINY_VISION_SIZES` (a non-default ``hidden_act``...).
     sizes: Mapping[str, Any] = field(default_factory=dict)
+    #: The encoder's output has a ``pooler_output`` (SigLIP's head, CLIP's class token); Pixtral's has none.
+    pooled: bool = True
+    #: Each image's ``(height, width)``, passed to the forward as ``image_sizes``, for an encoder that takes images
+    #: of different sizes in one padded batch (Pixtral); one per image of the batch, none larger than the config's
+    #: ``image_size``. Empty: the forward gets ``pixel_values`` alone, every image of the config's size.
+    image_sizes: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", MappingProxyType(dict(self.sizes)))
+        object.__setattr__(self, "image_sizes", tuple(tuple(size) for size in self.image_sizes))
+        if self.image_sizes and len(self.image_sizes) != BATCH_SIZE:
+            raise ValueError(f"image_sizes gives {len(self.image_sizes)} sizes for a batch of {BATCH_SIZE} images")
 
     def config(self, **overrides: Any) -> PreTrainedConfig:
         """The tiny fp32 eager-attention vision config."""
@@ -109,13 +121,23 @@ class VisionEncoderModel:
         shape = (BATCH_SIZE, config.num_channels, config.image_size, config.image_size)
         return torch.randn(shape, generator=generator)
 
+    def inputs(self, config: PreTrainedConfig, *, seed: int = 0) -> dict[str, torch.Tensor]:
+        """The forward's keyword inputs: :meth:`pixel_values`, and ``image_sizes`` when the encoder takes them."""
+        inputs = {"pixel_values": self.pixel_values(config, seed=seed)}
+        if self.image_sizes:
+            largest = max(max(size) for size in self.image_sizes)
+            assert largest <= config.image_size, f"an image of {largest} pixels in a batch of {config.image_size}"
+            inputs["image_sizes"] = torch.tensor(self.image_sizes)
+        return inputs
+
 
 @dataclass(frozen=True)
 class EncoderStep:
     """What one forward and backward of an encoder produced; ``grads`` maps every parameter name to its grad."""
 
     last_hidden_state: torch.Tensor
-    pooler_output: torch.Tensor
+    #: None for an encoder without a pooled output (Pixtral).
+    pooler_output: torch.Tensor | None
     grads: Mapping[str, torch.Tensor | None]
 
 
@@ -123,21 +145,25 @@ def _probe(shape: torch.Size, seed: int) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 
 
-def encoder_step(model: PreTrainedModel, pixel_values: torch.Tensor) -> EncoderStep:
-    """One forward and backward, from zeroed grads, of a scalar loss reading both outputs through fixed probes.
+def encoder_step(model: PreTrainedModel, inputs: Mapping[str, torch.Tensor]) -> EncoderStep:
+    """One forward and backward, from zeroed grads, of a scalar loss reading the outputs through fixed probes.
 
-    A plain sum would hide a wrong LayerNorm output from the gradients (its sum does not depend on the normalized
-    values when the weight is uniform); random probes make every output element count.
+    ``inputs`` are the forward's (:meth:`VisionEncoderModel.inputs`); the pixel values are cast to the model's
+    dtype. The loss reads ``last_hidden_state`` and, when the encoder returns one, ``pooler_output``. A plain sum
+    would hide a wrong LayerNorm output from the gradients (its sum does not depend on the normalized values when
+    the weight is uniform); random probes make every output element count.
     """
     model.zero_grad(set_to_none=True)
     seed_everything(0)
-    output = model(pixel_values=pixel_values.to(model.dtype))
+    output = model(**{**inputs, "pixel_values": inputs["pixel_values"].to(model.dtype)})
     hidden, pooled = output.last_hidden_state, output.pooler_output
-    loss = (hidden.float() * _probe(hidden.shape, 1)).sum() + (pooled.float() * _probe(pooled.shape, 2)).sum()
+    loss = (hidden.float() * _probe(hidden.shape, 1)).sum()
+    if pooled is not None:
+        loss = loss + (pooled.float() * _probe(pooled.shape, 2)).sum()
     loss.backward()
     return EncoderStep(
         last_hidden_state=hidden.detach(),
-        pooler_output=pooled.detach(),
+        pooler_output=None if pooled is None else pooled.detach(),
         grads={
             name: None if param.grad is None else param.grad.detach().clone()
             for name, param in model.named_parameters()
@@ -162,9 +188,12 @@ def _assert_close(what: str, expected: torch.Tensor, actual: torch.Tensor, toler
 def assert_encoder_parity(
     upstream: EncoderStep, candidate: EncoderStep, *, tolerance: Tolerance, outputs_equal: bool
 ) -> None:
-    """Both outputs ``torch.equal`` (``outputs_equal``) or within ``tolerance``; every gradient within it."""
+    """The outputs ``torch.equal`` (``outputs_equal``) or within ``tolerance``; every gradient within it."""
     for name in ("last_hidden_state", "pooler_output"):
         expected, actual = getattr(upstream, name), getattr(candidate, name)
+        assert (expected is None) == (actual is None), f"{name}: only one side has one"
+        if expected is None or actual is None:
+            continue
         if outputs_equal:
             assert torch.equal(actual, expected), (
                 f"{name} differs from upstream (max |diff| {(actual.float() - expected.float()).abs().max():.3e})"
@@ -218,14 +247,19 @@ class VisionEncoderParitySuite(SlotIsolatedSuite):
     ) -> tuple[EncoderStep, EncoderStep, Counter[str]]:
         """Upstream's step, the generated class's step (with ``kernels`` bound) and the kernels' call counts."""
         config = self.model.config()
-        pixel_values = self.model.pixel_values(config)
+        inputs = self.model.inputs(config)
         upstream_model = build_upstream(config, getattr(transformers, self.model.architecture), dtype=dtype)
         weights = {name: tensor.detach().clone() for name, tensor in upstream_model.state_dict().items()}
-        upstream = encoder_step(upstream_model, pixel_values)
+        upstream = encoder_step(upstream_model, inputs)
+        pools = upstream.pooler_output is not None
+        assert pools == self.model.pooled, (
+            f"upstream's {self.model.architecture} returns {'a' if pools else 'no'} pooler_output, "
+            f"the declaration says pooled={self.model.pooled}"
+        )
         generated_cls = get_model_class(self.model.model_type, self.model.architecture)
         generated_model = build_generated(config, generated_cls, weights, dtype=dtype)
         with kernels_bound(kernels or {}) as calls:
-            candidate = encoder_step(generated_model, pixel_values)
+            candidate = encoder_step(generated_model, inputs)
         return upstream, candidate, calls
 
     # -- registration and loading -----------------------------------------------------------
@@ -250,10 +284,13 @@ class VisionEncoderParitySuite(SlotIsolatedSuite):
         upstream = getattr(transformers, self.model.architecture)
         return upstream, get_model_class(self.model.model_type, self.model.architecture)
 
-    def _outputs(self, model: PreTrainedModel) -> tuple[torch.Tensor, torch.Tensor]:
+    def _outputs(self, model: PreTrainedModel) -> tuple[torch.Tensor, ...]:
+        """``last_hidden_state``, and ``pooler_output`` for an encoder that pools."""
         with torch.no_grad():
-            output = model.eval()(pixel_values=self.model.pixel_values(model.config))
-        return output.last_hidden_state, output.pooler_output
+            output = model.eval()(**self.model.inputs(model.config))
+        if self.model.pooled:
+            return output.last_hidden_state, output.pooler_output
+        return (output.last_hidden_state,)
 
     def test_upstream_save_pretrained_loads_in_the_generated_from_pretrained_to_equal_outputs(
         self, tmp_path: Path
@@ -314,15 +351,23 @@ class VisionEncoderParitySuite(SlotIsolatedSuite):
         model = build_model(config, architecture=self.model.architecture)
         calls: Counter[str] = Counter()
         with torch.no_grad(), reference_kernels_bound(calls):
-            model(pixel_values=self.model.pixel_values(config))
+            model(**self.model.inputs(config))
         assert {slot for slot, count in calls.items() if count} == set(self.model.guarded)
 
     def test_no_guarded_module_runs_itself_while_its_slot_is_bound(self) -> None:
         """With the guarded slots bound, no ``nn.LayerNorm`` and no activation module of the built encoder runs its
-        own forward: every call site goes through its slot, the pooling head's and the last norm's included."""
+        own forward: every call site goes through its slot, the pooling head's and the last norm's included.
+
+        A gated MLP's activation module is watched when ``glu_activation`` is guarded. An RMSNorm module is not:
+        its guard sits inside its own forward, which runs either way (the slot's kernel must still be called).
+        """
         config = self.model.config()
         model = build_model(config, architecture=self.model.architecture)
-        kinds = {"layer_norm": lambda m: isinstance(m, torch.nn.LayerNorm), "activation": _is_activation_module}
+        kinds = {
+            "layer_norm": lambda m: isinstance(m, torch.nn.LayerNorm),
+            "activation": _is_activation_module,
+            "glu_activation": _is_activation_module,
+        }
         watched = {
             name: module
             for name, module in model.named_modules()
@@ -333,5 +378,5 @@ class VisionEncoderParitySuite(SlotIsolatedSuite):
         for name, module in watched.items():
             module.register_forward_hook(lambda module, args, out, name=name: ran_itself.add(name))
         with torch.no_grad(), kernels_bound(reference_kernels(self.model.guarded)):
-            model(pixel_values=self.model.pixel_values(config))
+            model(**self.model.inputs(config))
         assert ran_itself == set(), f"modules run outside their slot: {sorted(ran_itself)}"

@@ -4,6 +4,7 @@ Without torch_npu (every CI machine), binding is refused at bind time and the fa
 imported. With a stand-in for torch_npu (its three fused operators written in plain torch, counting their
 calls), every zoo model built for backend "npu" runs the npu kernels in the slots it guards and computes
 what the same model computes eagerly: the kernels pass each slot's arguments on as torch_npu expects them.
+A causal LM runs on its batch with labels; a vision encoder (Pixtral: RMSNorm, RoPE) on its declaration's images.
 Where a kernel refuses a model's formulation (a ``FormulationRefusedError`` naming the slot), that slot runs
 eager, as the refusal tells a user to bind it: no list of models is kept here, so a new model is tested as is.
 """
@@ -192,8 +193,30 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def _batch(model: DenseModel | VisionEncoderModel, config: PreTrainedConfig) -> dict[str, torch.Tensor]:
+    """A causal LM's batch with labels, or a vision encoder's images (with their sizes, for Pixtral)."""
+    return model.inputs(config) if isinstance(model, VisionEncoderModel) else causal_lm_batch(config)
+
+
+def _compared(model: DenseModel | VisionEncoderModel, output: ModelOutput) -> dict[str, torch.Tensor]:
+    """What the npu and eager runs must agree on: a causal LM's logits and loss, an encoder's hidden states."""
+    if isinstance(model, VisionEncoderModel):
+        return {"last_hidden_state": output.last_hidden_state}
+    return {"logits": output.logits, "loss": output.loss}
+
+
+def _loss(model: DenseModel | VisionEncoderModel, output: ModelOutput) -> torch.Tensor:
+    """A causal LM's loss; for an encoder, which has none, a scalar of its hidden states to run the backward."""
+    if isinstance(model, VisionEncoderModel):
+        return output.last_hidden_state.float().square().mean()
+    return output.loss
+
+
 def _step_on_npu(
-    model: DenseModel, config: PreTrainedConfig, batch: dict[str, torch.Tensor], calls: Counter[str]
+    model: DenseModel | VisionEncoderModel,
+    config: PreTrainedConfig,
+    batch: dict[str, torch.Tensor],
+    calls: Counter[str],
 ) -> tuple[torch.nn.Module, ModelOutput, list[str]]:
     """``model`` built for npu (seeded), one forward and backward: (the model, its output, the slots left eager).
 
@@ -206,11 +229,11 @@ def _step_on_npu(
         calls.clear()
         seed_everything(0)
         ops = OpsConfig(dict.fromkeys(eager, "eager"))
-        on_npu = build_model(config, architecture=model.causal_lm, backend="npu", ops=ops)
+        on_npu = build_model(config, architecture=_architecture(model), backend="npu", ops=ops)
         on_npu.eval()  # no dropout (seed_oss's tiny config has some): the npu and eager runs must agree
         try:
             output = on_npu(**batch)
-            output.loss.backward()
+            _loss(model, output).backward()
         except FormulationRefusedError as refusal:
             assert refusal.slot in NPU_SLOTS and refusal.slot not in eager, f"refused with {eager} eager: {refusal}"
             eager.append(refusal.slot)
@@ -227,10 +250,10 @@ def test_npu_kernels_run_in_every_slot_a_zoo_model_guards_unless_refused_and_mat
     if not set(model.guarded) & set(NPU_SLOTS):
         pytest.skip(f"{package} guards no slot the npu family serves ({', '.join(model.guarded)})")
     config = model.config()
-    batch = causal_lm_batch(config)
+    batch = _batch(model, config)
 
     on_npu, npu_out, eager_slots = _step_on_npu(model, config, batch, torch_npu_stand_in)
-    on_gpu = build_model(config, architecture=model.causal_lm, backend="gpu", ops=OpsConfig())  # every slot eager
+    on_gpu = build_model(config, architecture=_architecture(model), backend="gpu", ops=OpsConfig())  # every slot eager
     on_gpu.load_state_dict(on_npu.state_dict())
     on_gpu.eval()
     gpu_out = on_gpu(**batch)
@@ -239,5 +262,4 @@ def test_npu_kernels_run_in_every_slot_a_zoo_model_guards_unless_refused_and_mat
     assert {slot: torch_npu_stand_in[OPERATOR_OF_SLOT[slot]] > 0 for slot in npu_slots} == dict.fromkeys(
         npu_slots, True
     )
-    torch.testing.assert_close(npu_out.logits, gpu_out.logits, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(npu_out.loss, gpu_out.loss, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(_compared(model, npu_out), _compared(model, gpu_out), rtol=1e-4, atol=1e-5)

@@ -86,6 +86,7 @@ REFUSED_BY_THE_SCAFFOLD = {
     "qwen3_5_moe": "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards",
     # Vision encoders of composed VLMs (docs/vision-encoders.md): no causal LM, a config of the vision_encoder recipe.
     "clip": "out of category: no *ForCausalLM",
+    "pixtral": "out of category: no *ForCausalLM",
     "siglip": "out of category: no *ForCausalLM",
 }
 
@@ -158,7 +159,10 @@ def test_a_template_change_reaches_every_model_and_keeps_its_local_modifications
     hand_written = {
         "qwen3": ("tests/test_qwen3_parity.py", '"sliding_window": 3'),
         "seed_oss": ("tests/test_seed_oss_parity.py", '"residual_dropout": 0.3'),
-        "gemma3": ("gemma3_gpu_patch_gen_config.py", 'composed_vlm(config, prefix="Gemma3", pretrained_model=None)'),
+        "gemma3": (
+            "gemma3_gpu_patch_gen_config.py",
+            'composed_vlm(config, prefix="Gemma3", pretrained_model=None, sequence_parallel=False)',
+        ),
     }
     v1 = template_version(repo)
     (repo / NEW_TEMPLATE_FILE).write_text("{{ model }}: a note of the new template version\n", encoding="utf-8")
