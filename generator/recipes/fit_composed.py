@@ -122,5 +122,6 @@ def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) ->
             "own_types": own,
             "image_tiles": vlm.image_tiling and vlm.image_sizes,
             "image_sizes": vlm.image_sizes and not vlm.image_tiling,
+            "placeholder_ids": list(vlm.placeholder_ids),
         }
     }

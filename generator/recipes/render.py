@@ -193,7 +193,11 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
 
 #: The composed_vlm recipe's defaults (generator/recipes/vlm_composed.py): an argument is written only where the
 #: fit read something else.
-COMPOSED_DEFAULTS = {"tower": "vision_tower", "model": "{prefix}Model"}
+COMPOSED_DEFAULTS = {
+    "tower": "vision_tower",
+    "model": "{prefix}Model",
+    "placeholder_ids": ("self.config.image_token_id",),
+}
 
 
 def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
@@ -210,6 +214,9 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
         lines.append("    image_tiles=True,")
     if composed.get("image_sizes"):
         lines.append("    image_sizes=True,")
+    ids = composed.get("placeholder_ids") or list(COMPOSED_DEFAULTS["placeholder_ids"])
+    if ids != list(COMPOSED_DEFAULTS["placeholder_ids"]):
+        lines.append(f"    placeholder_ids={tuple(ids)!r},")
     norms = [
         _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
         for n in arguments.get("norms") or []

@@ -113,8 +113,9 @@ def rope_index_without_model(model_class: Any, config: Any, *args: Any, **kwargs
 def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | None = None) -> Any:
     """A tower's ``outputs`` with ``features`` (and the per-layer ``layers``) cut to the placeholders of ``mask``.
 
-    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, or a tuple
-    of one per image, concatenated here into a tuple of one), and so does each of ``outputs.<layers>`` (Qwen3-VL's
+    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, one per
+    image stacked (InternVL's ``[images, tokens, hidden]``, flattened here to rows), or a tuple of one per image,
+    concatenated here into a tuple of one), and so does each of ``outputs.<layers>`` (Qwen3-VL's
     deepstack features: one tensor, or one tuple per layer); the ``placeholder_features`` slot keeps those of this
     process's positions, so upstream's statements that follow (the count check, the scatter, the deepstack merge)
     run unchanged on this rank's slice of the sequence.
@@ -123,7 +124,7 @@ def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | No
     def selected(value: Any) -> Any:
         if isinstance(value, (tuple, list)):
             return (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),)
-        return placeholder_features_slot(mask, value)
+        return placeholder_features_slot(mask, value.flatten(0, -2) if value.dim() > 2 else value)
 
     setattr(outputs, features, selected(getattr(outputs, features)))
     if layers is not None and getattr(outputs, layers, None) is not None:
@@ -172,9 +173,13 @@ def apply_packed_documents(config: PatchConfig, target: str) -> None:
     )
 
 
-def apply_sequence_parallel_forward(config: PatchConfig, target: str, towers: Sequence[tuple[str, str]]) -> None:
+def apply_sequence_parallel_forward(
+    config: PatchConfig, target: str, towers: Sequence[tuple[str, str]], *, placeholder_ids: Sequence[str] = ()
+) -> None:
     """``vlm_sequence_parallel_forward`` on ``target`` (the forward that scatters the towers' features), with its
-    helpers. ``towers``: (tower, forward parameter feeding one call of it), one per tower call."""
+    helpers. ``towers``: (tower, forward parameter feeding one call of it), one per tower call;
+    ``placeholder_ids``: the config ids of the image (then video) placeholders, for a ``get_placeholder_mask``
+    that checks the features' count (a composed VLM's); empty: its own masks."""
     config.add_import("typing", ["Any"])  # the helpers' annotations: never assume upstream imports it
     config.add_helper(placeholder_outputs, description="a tower's features of this rank's placeholders")
     config.add_helper(with_tower_dummies, description="zero from the towers a batch does not feed")
@@ -182,6 +187,7 @@ def apply_sequence_parallel_forward(config: PatchConfig, target: str, towers: Se
         "vlm_sequence_parallel_forward",
         target,
         towers=[list(pair) for pair in towers],
+        **({"placeholder_ids": list(placeholder_ids)} if placeholder_ids else {}),
         description="sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks",
     )
 

@@ -18,6 +18,10 @@ mask and scatter, the projector, the masks, the output dataclasses. The recipe a
   drops them, so a caller's ``shift_labels`` and ``num_items_in_batch`` reach it;
 - ``vlm_composed_dummy_forward``: an added ``<Prefix>Model.dummy_forward`` running the tower and the projector
   on one blank image (a zero loss term for ranks without images);
+- ``vlm_sequence_parallel_forward`` on ``<Prefix>Model.forward`` (the Qwen-VL recipe's): under the
+  ``placeholder_features`` slot, which sequence parallelism binds, the image features of this rank's placeholders
+  are scattered into its slice of the sequence, and a rank whose batch has no image adds ``dummy_forward``;
+  unbound, upstream's forward;
 - the base class's checkpoint conversions, strict loading and attention on request, as for a dense model
   (:func:`modelgraft.generator.recipes.dense.apply_pretrained_model`), unless a recipe already applied them to
   the same module (a text model kept next to the multimodal classes, as gemma3's is).
@@ -38,6 +42,7 @@ from modelgraft.generator.recipes.dense import (
     apply_upstream_version_check,
 )
 from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm
+from modelgraft.generator.recipes.vlm import apply_sequence_parallel_forward
 
 __all__ = ["composed_vlm"]
 
@@ -56,6 +61,8 @@ def composed_vlm(
     aux_loss: str = "",
     image_tiles: bool = False,
     image_sizes: bool = False,
+    sequence_parallel: bool = True,
+    placeholder_ids: Sequence[str] = ("self.config.image_token_id",),
 ) -> PatchConfig:
     """Apply the composed-VLM snippets to ``config`` for the model whose classes start with ``prefix``.
 
@@ -67,6 +74,10 @@ def composed_vlm(
     takes their ``image_sizes`` (LLaVA-NeXT, LLaVA-OneVision): ``dummy_forward`` feeds it one blank tile's.
     ``image_sizes``: ``get_image_features`` takes the images' sizes without tiles (Pixtral's variable sizes):
     ``dummy_forward`` passes the blank image's.
+    ``sequence_parallel``: ``model.forward`` gets the sequence-parallel branches (this rank's placeholder features,
+    ``dummy_forward`` where a batch has no image); False keeps upstream's forward (gemma3's, whose image tokens
+    attend to each other both ways across what would be the ranks' slices). ``placeholder_ids``: the config ids
+    ``get_placeholder_mask`` finds the image (then video) placeholders by, which a rank's slice is searched for.
     """
     apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
@@ -87,6 +98,10 @@ def composed_vlm(
         image_sizes=image_sizes,
         description="a zero loss term through the vision tower and the projector, for ranks without images",
     )
+    if sequence_parallel:
+        apply_sequence_parallel_forward(
+            config, f"{model_cls}.forward", [("self", "pixel_values")], placeholder_ids=placeholder_ids
+        )
     apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
     apply_pretrained_model(config, pretrained_model, prefix=prefix)
     return config

@@ -66,6 +66,11 @@ def composed_differences(info: VlmInfo) -> tuple[str, ...]:
         out.append(f"{where} has no get_placeholder_mask: its image features are not scattered into placeholders")
     elif mask.returns not in (1, 2):
         out.append(f"{mask.owner}.get_placeholder_mask returns a different number of masks on different paths")
+    elif not info.placeholder_ids:
+        out.append(
+            f"{mask.owner}.get_placeholder_mask compares input_ids with no self.config.<image id>: a rank's slice"
+            " cannot find its image placeholders"
+        )
     if not info.mergers:
         out.append(
             f"{where} holds no projector, next to its vision tower or in it (multi_modal_projector, connector, ...)"

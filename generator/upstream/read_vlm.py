@@ -61,6 +61,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         processors=read_processors(source, model_type),
         vision_rope=vision_rope(source, vision.cls if vision else None),
         video_shares_image_token=_shared_placeholder_token(source, model_class),
+        placeholder_ids=_placeholder_ids(source, model_class),
         language_model_reads_text_row=_reads_text_row(source, language.cls if language else None),
         hub_transposes_experts=bool(model_type)
         and transposes_fused_experts(model_type or "", root=source.sources.root),
@@ -68,19 +69,34 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
     return _with_contract(info)
 
 
-def _shared_placeholder_token(source: ModelSource, model_class: str | None) -> bool:
-    """``get_placeholder_mask`` compares ``input_ids`` with one ``self.config.<id>`` only, for both masks."""
+def _compared_ids(source: ModelSource, model_class: str | None) -> list[str]:
+    """The ``self.config.<id>`` expressions ``get_placeholder_mask`` compares ``input_ids`` with, in source order."""
     found = source.method(model_class, "get_placeholder_mask") if model_class else None
     if found is None:
-        return False
-    compared = {
+        return []
+    compared = [
         dotted(side)
         for node in ast.walk(found[0])
         if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "input_ids"
         for side in node.comparators
         if dotted(side).startswith("self.config.")
-    }
-    return len(compared) == 1
+    ]
+    return list(dict.fromkeys(compared))
+
+
+def _shared_placeholder_token(source: ModelSource, model_class: str | None) -> bool:
+    """``get_placeholder_mask`` compares ``input_ids`` with one ``self.config.<id>`` only, for both masks."""
+    return (
+        len(_compared_ids(source, model_class)) == 1 and source.method(model_class, "get_placeholder_mask") is not None
+    )
+
+
+def _placeholder_ids(source: ModelSource, model_class: str | None) -> tuple[str, ...]:
+    """The image placeholder's id, then the video's, as ``get_placeholder_mask`` compares them (by name)."""
+    compared = _compared_ids(source, model_class)
+    image = [c for c in compared if "image" in c]
+    video = [c for c in compared if "video" in c]
+    return tuple(image[:1] + video[:1]) if image else ()
 
 
 def _reads_text_row(source: ModelSource, language_model: str | None) -> bool:

@@ -118,6 +118,9 @@ class VlmInfo:
     image_tiling: bool = False
     #: ``get_image_features`` requires ``image_sizes`` (Pixtral's variable sizes, or the tiles above).
     image_sizes: bool = False
+    #: The config ids ``get_placeholder_mask`` compares ``input_ids`` with: the image placeholder's, then the
+    #: video's where there is one (``("self.config.image_token_id", "self.config.video_token_id")``).
+    placeholder_ids: tuple[str, ...] = ()
     #: The composed (LLaVA-style) contract (:mod:`modelgraft.generator.upstream.composed_contract`): empty when
     #: the model fits it, else one line per difference.
     composed_differences: tuple[str, ...] = ()

@@ -8,7 +8,8 @@ The VLM, model_type "gemma3": ``Gemma3ForConditionalGeneration`` on ``Gemma3Conf
 recipe. ``Gemma3Model`` builds its SigLIP tower and its ``Gemma3TextModel`` as generated classes (the library's
 SigLIP, this module's text model), its ``dummy_forward`` runs the tower and the projector on a blank image, and
 the head's logits and loss go behind the causal_lm_loss slot. The projector's norm is a ``Gemma3RMSNorm``, guarded
-with the text model's. ``Gemma3ForSequenceClassification`` has its own forward and stays upstream's.
+with the text model's. ``Gemma3Model.forward`` stays upstream's (no sequence-parallel branches): its image tokens
+attend to each other both ways, which a slice of the sequence per rank would cut. ``Gemma3ForSequenceClassification`` has its own forward and stays upstream's.
 """
 
 from modelgraft.generator import PatchConfig
@@ -28,4 +29,4 @@ dense_text(
     sequence_classification="Gemma3TextForSequenceClassification",
     base_model="Gemma3TextModel",
 )
-composed_vlm(config, prefix="Gemma3", pretrained_model=None)
+composed_vlm(config, prefix="Gemma3", pretrained_model=None, sequence_parallel=False)

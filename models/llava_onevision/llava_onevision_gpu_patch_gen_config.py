@@ -19,6 +19,7 @@ composed_vlm(
     config,
     prefix="LlavaOnevision",
     image_tiles=True,
+    placeholder_ids=("self.config.image_token_id", "self.config.video_token_id"),
     call_sites=[
         CallSites("LlavaOnevisionMultiModalProjector", activation="act", activation_config="projector_hidden_act")
     ],

@@ -123,6 +123,33 @@ def sequence_parallel_vlm_matches_one_process(package: str, layout: str) -> None
     _check_sequence_parallel_step(model, local, state, batch, ref_out, ref_grads)
 
 
+def sequence_parallel_composed_vlm_matches_one_process(package: str, layout: str) -> None:
+    """SP=2 on a composed (LLaVA-style) VLM equals one process: the text is sharded with its 1-D positions, every
+    rank runs the tower on the whole batch's images, and each keeps the features of its own placeholders.
+
+    ``images_on_sp_rank_0``: each row's image, then more words than the image has placeholders, so sp rank 1's
+    slice holds text only; ``images_across_both_sp_ranks``: rows as the processor writes them, whose placeholders
+    straddle the two slices."""
+    state = ParallelState.build(sp=2)
+    spec = parity_declaration(package)
+    config = spec.config()
+    trailing = 0
+    if layout == "images_on_sp_rank_0":
+        tokens = spec.batch(config, (1, 1))["input_ids"].shape[1]
+        trailing = tokens + 4
+    batch = spec.batch(config, (1, 1), trailing_words=trailing)
+    ref_out, ref_grads = _reference(spec, config, batch, OpsConfig())
+
+    model = _fresh(spec, config)
+    rows, length = batch["input_ids"].shape
+    positions = torch.arange(length).expand(rows, length)  # the text's own 1-D positions, as one process numbers them
+    attach_parallel(model, state)
+    local = shard_multimodal({**batch, "position_ids": positions}, state, pad_token_id=config.text_config.pad_token_id)
+    images_here = bool((local["input_ids"] == config.image_token_id).any())
+    assert images_here == (state.sp_rank == 0 or layout == "images_across_both_sp_ranks"), layout
+    _check_sequence_parallel_step(model, local, state, batch, ref_out, ref_grads)
+
+
 def _split_rows(spec: Any, rows: list[Any], rank: int, world: int) -> dict[str, Any]:
     """Rank ``rank``'s share of ``rows`` through the processor alone (its own images, its own padding)."""
     share = len(rows) // world

@@ -39,6 +39,28 @@ def test_sp2_on_qwen3_vl_with_images_across_both_ranks_and_deepstack_matches_one
     )
 
 
+def test_sp2_on_llava_onevision_with_the_images_on_one_rank_matches_one_process() -> None:
+    """A composed VLM: its anyres tiles' features, all of them on sp rank 0's slice."""
+    spawn(
+        multimodal_scenarios.sequence_parallel_composed_vlm_matches_one_process,
+        2,
+        "llava_onevision",
+        "images_on_sp_rank_0",
+        timeout=TIMEOUT,
+    )
+
+
+def test_sp2_on_internvl_with_images_across_both_ranks_matches_one_process() -> None:
+    """A composed VLM whose tower is its own (InternViT) and whose features come stacked per image."""
+    spawn(
+        multimodal_scenarios.sequence_parallel_composed_vlm_matches_one_process,
+        2,
+        "internvl",
+        "images_across_both_sp_ranks",
+        timeout=TIMEOUT,
+    )
+
+
 def test_ep2_on_qwen3_vl_moe_with_a_rank_without_images_matches_one_process() -> None:
     spawn(multimodal_scenarios.data_parallel_vlm_matches_one_process, 2, "qwen3_vl_moe", "ep", timeout=TIMEOUT)
 

@@ -4,12 +4,13 @@
 # Source: transformers.models.llava_onevision.modeling_llava_onevision (transformers==5.25.0)
 # Config: models.llava_onevision.llava_onevision_gpu_patch_gen_config
 # Description: LlavaOnevision with op-slot guards and slot-backed losses
-# Fingerprint: 2ab89296da21f8756fab
+# Fingerprint: df344899920b2bc18252
 # Patches:
 #   - modify_init LlavaOnevisionMultiModalProjector: record the activation's name for the slot guard
 #   - override_method LlavaOnevisionMultiModalProjector.forward: layer_norm and activation slot guards at the module calls
 #   - override_method LlavaOnevisionModel.__init__: the towers are generated classes, chosen by the sub-configs' model_type
 #   - override_method LlavaOnevisionModel.dummy_forward: a zero loss term through the vision tower and the projector, for ranks without images
+#   - override_method LlavaOnevisionModel.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
 #   - override_method LlavaOnevisionForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
 #   - override_method LlavaOnevisionPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
 #   - override_method LlavaOnevisionPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
@@ -30,6 +31,7 @@
 # limitations under the License.
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,11 +57,48 @@ from transformers.utils.output_capturing import select_hidden_states
 
 from modelgraft.models.attention import FUSED_ATTENTION, register_fused_attention
 from modelgraft.models.composition import build_sub_model
-from modelgraft.models.ops.slots import activation_slot, causal_lm_loss_slot
+from modelgraft.models.ops.slots import activation_slot, causal_lm_loss_slot, placeholder_features_slot
 from modelgraft.models.pretrained import require_complete_load
 from modelgraft.models.upstream_version import require_generated_from
 
 require_generated_from("transformers", "5.25.0", __name__)
+
+
+# [HELPERS]: a tower's features of this rank's placeholders
+def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | None = None) -> Any:
+    """A tower's ``outputs`` with ``features`` (and the per-layer ``layers``) cut to the placeholders of ``mask``.
+
+    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, one per
+    image stacked (InternVL's ``[images, tokens, hidden]``, flattened here to rows), or a tuple of one per image,
+    concatenated here into a tuple of one), and so does each of ``outputs.<layers>`` (Qwen3-VL's
+    deepstack features: one tensor, or one tuple per layer); the ``placeholder_features`` slot keeps those of this
+    process's positions, so upstream's statements that follow (the count check, the scatter, the deepstack merge)
+    run unchanged on this rank's slice of the sequence.
+    """
+
+    def selected(value: Any) -> Any:
+        if isinstance(value, (tuple, list)):
+            return (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),)
+        return placeholder_features_slot(mask, value.flatten(0, -2) if value.dim() > 2 else value)
+
+    setattr(outputs, features, selected(getattr(outputs, features)))
+    if layers is not None and getattr(outputs, layers, None) is not None:
+        setattr(outputs, layers, [selected(layer) for layer in getattr(outputs, layers)])
+    return outputs
+
+
+# [HELPERS]: zero from the towers a batch does not feed
+def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
+    """``inputs_embeds`` plus exactly zero from each given tower's ``dummy_forward`` (None: that call ran).
+
+    A rank whose batch lacks an input of a tower call (no image, no video, no audio) runs the tower once in its
+    place, so every rank makes the same tower calls (FSDP's collectives of the tower's blocks stay in step) and
+    every tower parameter gets a gradient, zero, instead of None.
+    """
+    for tower in towers:
+        if tower is not None:
+            inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
+    return inputs_embeds
 
 
 logger = logging.get_logger(__name__)
@@ -497,6 +536,7 @@ class LlavaOnevisionModel(LlavaOnevisionPreTrainedModel):
             )
         return special_image_mask, special_video_mask
 
+    # [PATCHED METHOD] LlavaOnevisionModel.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
     @merge_with_config_defaults
     @can_return_tuple
     @auto_docstring
@@ -541,14 +581,28 @@ class LlavaOnevisionModel(LlavaOnevisionPreTrainedModel):
 
         mm_encoder_outputs = mm_encoder_outputs if mm_encoder_outputs is not None else {}
         if mm_encoder_outputs.get("image") is None and pixel_values is not None:
-            mm_encoder_outputs["image"] = self.get_image_features(
-                pixel_values,
-                image_sizes,
-                vision_feature_layer=vision_feature_layer,
-                vision_feature_select_strategy=vision_feature_select_strategy,
-                batch_num_images=batch_num_images,
-                return_dict=True,
-            )
+            if placeholder_features_slot.use_non_eager_impl:
+                mm_encoder_outputs["image"] = placeholder_outputs(
+                    self.get_image_features(
+                        pixel_values,
+                        image_sizes,
+                        vision_feature_layer=vision_feature_layer,
+                        vision_feature_select_strategy=vision_feature_select_strategy,
+                        batch_num_images=batch_num_images,
+                        return_dict=True,
+                    ),
+                    (input_ids == self.config.image_token_id),
+                    "pooler_output",
+                )
+            else:
+                mm_encoder_outputs["image"] = self.get_image_features(
+                    pixel_values,
+                    image_sizes,
+                    vision_feature_layer=vision_feature_layer,
+                    vision_feature_select_strategy=vision_feature_select_strategy,
+                    batch_num_images=batch_num_images,
+                    return_dict=True,
+                )
 
         if mm_encoder_outputs.get("image") is not None:
             image_features = torch.cat(mm_encoder_outputs["image"].pooler_output, dim=0)
@@ -559,12 +613,24 @@ class LlavaOnevisionModel(LlavaOnevisionPreTrainedModel):
             inputs_embeds = inputs_embeds.masked_scatter(special_image_mask, image_features)
 
         if mm_encoder_outputs.get("video") is None and pixel_values_videos is not None:
-            mm_encoder_outputs["video"] = self.get_video_features(
-                pixel_values_videos,
-                vision_feature_layer=vision_feature_layer,
-                vision_feature_select_strategy=vision_feature_select_strategy,
-                return_dict=True,
-            )
+            if placeholder_features_slot.use_non_eager_impl:
+                mm_encoder_outputs["video"] = placeholder_outputs(
+                    self.get_video_features(
+                        pixel_values_videos,
+                        vision_feature_layer=vision_feature_layer,
+                        vision_feature_select_strategy=vision_feature_select_strategy,
+                        return_dict=True,
+                    ),
+                    (input_ids == self.config.video_token_id),
+                    "pooler_output",
+                )
+            else:
+                mm_encoder_outputs["video"] = self.get_video_features(
+                    pixel_values_videos,
+                    vision_feature_layer=vision_feature_layer,
+                    vision_feature_select_strategy=vision_feature_select_strategy,
+                    return_dict=True,
+                )
 
         if mm_encoder_outputs.get("video") is not None:
             video_features = mm_encoder_outputs["video"].pooler_output
@@ -574,14 +640,24 @@ class LlavaOnevisionModel(LlavaOnevisionPreTrainedModel):
             )
             inputs_embeds = inputs_embeds.masked_scatter(special_video_mask, video_features)
 
-        outputs = self.language_model(
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
+        if placeholder_features_slot.use_non_eager_impl:
+            outputs = self.language_model(
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                inputs_embeds=with_tower_dummies(inputs_embeds, self if pixel_values is None else None),
+                use_cache=use_cache,
+                **kwargs,
+            )
+        else:
+            outputs = self.language_model(
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                inputs_embeds=inputs_embeds,
+                use_cache=use_cache,
+                **kwargs,
+            )
 
         return LlavaOnevisionModelOutputWithPast(
             **outputs, image_outputs=mm_encoder_outputs.get("image"), video_outputs=mm_encoder_outputs.get("video")

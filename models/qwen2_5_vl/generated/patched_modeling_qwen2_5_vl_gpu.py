@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_vl.modeling_qwen2_5_vl (transformers==5.25.0)
 # Config: models.qwen2_5_vl.qwen2_5_vl_gpu_patch_gen_config
 # Description: Qwen2.5-VL with op-slot guards (text and vision), the fused-loss head and training helpers
-# Fingerprint: 3003e18a8c6a426ed328
+# Fingerprint: 0753cbca25a05c815878
 # Patches:
 #   - override_method Qwen2_5_VLRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard
@@ -106,8 +106,9 @@ require_generated_from("transformers", "5.25.0", __name__)
 def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | None = None) -> Any:
     """A tower's ``outputs`` with ``features`` (and the per-layer ``layers``) cut to the placeholders of ``mask``.
 
-    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, or a tuple
-    of one per image, concatenated here into a tuple of one), and so does each of ``outputs.<layers>`` (Qwen3-VL's
+    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, one per
+    image stacked (InternVL's ``[images, tokens, hidden]``, flattened here to rows), or a tuple of one per image,
+    concatenated here into a tuple of one), and so does each of ``outputs.<layers>`` (Qwen3-VL's
     deepstack features: one tensor, or one tuple per layer); the ``placeholder_features`` slot keeps those of this
     process's positions, so upstream's statements that follow (the count check, the scatter, the deepstack merge)
     run unchanged on this rank's slice of the sequence.
@@ -116,7 +117,7 @@ def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | No
     def selected(value: Any) -> Any:
         if isinstance(value, (tuple, list)):
             return (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),)
-        return placeholder_features_slot(mask, value)
+        return placeholder_features_slot(mask, value.flatten(0, -2) if value.dim() > 2 else value)
 
     setattr(outputs, features, selected(getattr(outputs, features)))
     if layers is not None and getattr(outputs, layers, None) is not None:

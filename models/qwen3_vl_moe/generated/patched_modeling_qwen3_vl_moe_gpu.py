@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe (transformers==5.25.0)
 # Config: models.qwen3_vl_moe.qwen3_vl_moe_gpu_patch_gen_config
 # Description: Qwen3-VL-MoE with op-slot guards (text, vision, experts, router), its own towers, the fused-loss head with the aux loss, the expert-parallel plan and training helpers
-# Fingerprint: fc899bc23dd3289632b4
+# Fingerprint: dc1619a212a97d0b96a6
 # Patches:
 #   - override_method Qwen3VLMoeTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3VLMoeTextMLP.forward: glu_activation slot guard
@@ -117,8 +117,9 @@ require_generated_from("transformers", "5.25.0", __name__)
 def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | None = None) -> Any:
     """A tower's ``outputs`` with ``features`` (and the per-layer ``layers``) cut to the placeholders of ``mask``.
 
-    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, or a tuple
-    of one per image, concatenated here into a tuple of one), and so does each of ``outputs.<layers>`` (Qwen3-VL's
+    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, one per
+    image stacked (InternVL's ``[images, tokens, hidden]``, flattened here to rows), or a tuple of one per image,
+    concatenated here into a tuple of one), and so does each of ``outputs.<layers>`` (Qwen3-VL's
     deepstack features: one tensor, or one tuple per layer); the ``placeholder_features`` slot keeps those of this
     process's positions, so upstream's statements that follow (the count check, the scatter, the deepstack merge)
     run unchanged on this rank's slice of the sequence.
@@ -127,7 +128,7 @@ def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | No
     def selected(value: Any) -> Any:
         if isinstance(value, (tuple, list)):
             return (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),)
-        return placeholder_features_slot(mask, value)
+        return placeholder_features_slot(mask, value.flatten(0, -2) if value.dim() > 2 else value)
 
     setattr(outputs, features, selected(getattr(outputs, features)))
     if layers is not None and getattr(outputs, layers, None) is not None:
