@@ -94,8 +94,12 @@ def _image_size_options(image_processor_class: type) -> dict[str, Any]:
         keys = _set_keys(getattr(defaults, name, None))
         if "shortest_edge" in keys:
             options[name] = {"shortest_edge": IMAGE_SIDE}
+        elif "longest_edge" in keys:  # Pixtral's: images of any size up to it
+            options[name] = {"longest_edge": IMAGE_SIDE}
         elif "height" in keys:
             options[name] = {"height": IMAGE_SIDE, "width": IMAGE_SIDE}
+    if "height" in _set_keys(getattr(defaults, "patch_size", None)):  # it cuts patches itself (Pixtral's)
+        options["patch_size"] = {"height": VISION_SIZES["patch_size"], "width": VISION_SIZES["patch_size"]}
     return options
 
 
@@ -251,8 +255,11 @@ class ScaffoldComposedVlm:
             with torch.no_grad():
                 tokens = getattr(model.model, self.tower)(pixel_values=pixels).last_hidden_state.shape[1]
             return int(tokens) - (1 if getattr(config, "vision_feature_select_strategy", None) == "default" else 0)
+        sizes = {}
+        if "image_sizes" in inspect.signature(model.model.get_image_features).parameters:  # Pixtral's
+            sizes["image_sizes"] = torch.tensor([[IMAGE_SIDE, IMAGE_SIDE]])
         with torch.no_grad():
-            out = model.model.get_image_features(pixel_values=pixels, return_dict=True).pooler_output
+            out = model.model.get_image_features(pixel_values=pixels, return_dict=True, **sizes).pooler_output
         first = out[0] if isinstance(out, (list, tuple)) else out
         return int(first.shape[-2]) if first.dim() == 3 else int(first.shape[0])
 
