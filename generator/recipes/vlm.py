@@ -160,6 +160,19 @@ def packs_documents(position_ids: Any, attention_mask: Any, cache: Any) -> bool:
     return find_packed_sequence_indices(position_ids[0]) is not None
 
 
+def packs_text_documents(position_ids: Any, attention_mask: Any, cache: Any) -> bool:
+    """Whether a composed VLM's call packs documents its text model's mask builder would not see.
+
+    True for ``[B, L]`` position ids that restart somewhere, called with no attention mask and no cache: the
+    language model builds its mask from them only when it gets no cache, and upstream's creates one whenever
+    ``use_cache`` is on. The restarts are found by transformers' ``find_packed_sequence_indices``, the function
+    the mask builder then applies.
+    """
+    if attention_mask is not None or cache is not None or position_ids is None or position_ids.ndim != 2:
+        return False
+    return find_packed_sequence_indices(position_ids) is not None
+
+
 def apply_packed_documents(config: PatchConfig, target: str) -> None:
     """``vlm_packed_documents_guard`` on ``target`` (a text model's forward), with its helper and import."""
     config.add_import("transformers.masking_utils", ["find_packed_sequence_indices"])
@@ -174,20 +187,33 @@ def apply_packed_documents(config: PatchConfig, target: str) -> None:
 
 
 def apply_sequence_parallel_forward(
-    config: PatchConfig, target: str, towers: Sequence[tuple[str, str]], *, placeholder_ids: Sequence[str] = ()
+    config: PatchConfig,
+    target: str,
+    towers: Sequence[tuple[str, str]],
+    *,
+    placeholder_ids: Sequence[str] = (),
+    packed_text: bool = False,
 ) -> None:
     """``vlm_sequence_parallel_forward`` on ``target`` (the forward that scatters the towers' features), with its
     helpers. ``towers``: (tower, forward parameter feeding one call of it), one per tower call;
     ``placeholder_ids``: the config ids of the image (then video) placeholders, for a ``get_placeholder_mask``
-    that checks the features' count (a composed VLM's); empty: its own masks."""
+    that checks the features' count (a composed VLM's); empty: its own masks. ``packed_text``: the forward also
+    turns the cache off for packed documents of 1-D position ids (:func:`packs_text_documents`)."""
     config.add_import("typing", ["Any"])  # the helpers' annotations: never assume upstream imports it
+    options: dict[str, Any] = {}
+    if placeholder_ids:
+        options["placeholder_ids"] = list(placeholder_ids)
+    if packed_text:
+        config.add_import("transformers.masking_utils", ["find_packed_sequence_indices"])
+        config.add_helper(packs_text_documents, description="a call whose packed documents need the mask builder")
+        options["packed_helper"] = packs_text_documents.__name__
     config.add_helper(placeholder_outputs, description="a tower's features of this rank's placeholders")
     config.add_helper(with_tower_dummies, description="zero from the towers a batch does not feed")
     config.apply_snippet(
         "vlm_sequence_parallel_forward",
         target,
         towers=[list(pair) for pair in towers],
-        **({"placeholder_ids": list(placeholder_ids)} if placeholder_ids else {}),
+        **options,
         description="sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks",
     )
 

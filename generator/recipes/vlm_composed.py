@@ -21,7 +21,9 @@ mask and scatter, the projector, the masks, the output dataclasses. The recipe a
 - ``vlm_sequence_parallel_forward`` on ``<Prefix>Model.forward`` (the Qwen-VL recipe's): under the
   ``placeholder_features`` slot, which sequence parallelism binds, the image features of this rank's placeholders
   are scattered into its slice of the sequence, and a rank whose batch has no image adds ``dummy_forward``;
-  unbound, upstream's forward;
+  unbound, upstream's forward; a call packing documents (1-D position ids that restart, no attention mask, no
+  cache) turns the cache off first, so the language model's mask keeps the documents apart on eager and sdpa
+  attention (helper ``packs_text_documents``);
 - the base class's checkpoint conversions, strict loading and attention on request, as for a dense model
   (:func:`modelgraft.generator.recipes.dense.apply_pretrained_model`), unless a recipe already applied them to
   the same module (a text model kept next to the multimodal classes, as gemma3's is).
@@ -100,7 +102,11 @@ def composed_vlm(
     )
     if sequence_parallel:
         apply_sequence_parallel_forward(
-            config, f"{model_cls}.forward", [("self", "pixel_values")], placeholder_ids=placeholder_ids
+            config,
+            f"{model_cls}.forward",
+            [("self", "pixel_values")],
+            placeholder_ids=placeholder_ids,
+            packed_text=True,
         )
     apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
     apply_pretrained_model(config, pretrained_model, prefix=prefix)

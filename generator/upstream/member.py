@@ -160,6 +160,12 @@ class UpstreamMember:
         return tuple(names[1:] if names and names[0] in ("self", "cls") else names)
 
     @property
+    def var_keyword(self) -> str | None:
+        """The name of upstream's ``**kwargs`` parameter, None if it takes none."""
+        kwarg = self.node.args.kwarg
+        return kwarg.arg if kwarg is not None else None
+
+    @property
     def cache_param(self) -> str | None:
         """The name upstream's parameters give the KV cache (one of :data:`CACHE_NAMES`), None if it takes none."""
         return next((name for name in CACHE_NAMES if name in self.params), None)

@@ -40,7 +40,13 @@ from torch.distributed import ProcessGroup
 from modelgraft.models.distributed.mesh import ParallelConfigError, ParallelState
 from modelgraft.models.distributed.sequence import IGNORE_INDEX, padded_length, sequence_slice, shard_sequence
 
-__all__ = ["TOWER_INPUTS", "packed_position_ids", "placeholder_features", "shard_multimodal"]
+__all__ = [
+    "TOWER_INPUTS",
+    "packed_position_ids",
+    "packed_text_position_ids",
+    "placeholder_features",
+    "shard_multimodal",
+]
 
 #: Batch entries that mean a tower runs: their placeholders' positions need the whole sequence's position ids.
 TOWER_INPUTS = ("pixel_values", "pixel_values_videos", "input_features")
@@ -92,6 +98,19 @@ def packed_position_ids(documents: Sequence[torch.Tensor]) -> torch.Tensor:
             )
     text = torch.cat([torch.arange(p.shape[-1], dtype=p.dtype, device=p.device) for p in documents]).view(1, 1, -1)
     return torch.cat((text, torch.cat(list(documents), dim=-1)), dim=0)
+
+
+def packed_text_position_ids(lengths: Sequence[int]) -> torch.Tensor:
+    """The ``[1, L]`` position ids of one row that packs documents of these lengths: 0 to n - 1 in each.
+
+    What a composed (LLaVA-style) VLM's language model takes for packed documents: its own 1-D positions,
+    restarting at each document, with no attention mask. transformers reads the documents from the restarts, and
+    the generated model keeps them apart on every attention implementation (docs/distributed.md, "Packed
+    documents in a composed VLM"). A module-level function, so a data loader's workers can pickle it.
+    """
+    if not lengths or any(int(n) < 1 for n in lengths):
+        raise ValueError(f"packed_text_position_ids: every document needs at least one token, got {list(lengths)}")
+    return torch.cat([torch.arange(int(n)) for n in lengths]).view(1, -1)
 
 
 def _slice_last(x: torch.Tensor, total: int, window: slice) -> torch.Tensor:

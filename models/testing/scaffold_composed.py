@@ -34,12 +34,13 @@ import torch
 from transformers import CONFIG_MAPPING, PreTrainedConfig, PreTrainedTokenizerFast, ProcessorMixin
 
 from modelgraft.models.composition import sub_model_class
+from modelgraft.models.distributed.multimodal import packed_text_position_ids
 from modelgraft.models.loader import get_model_class
 from modelgraft.models.ops.binding import consulted_slots
 from modelgraft.models.processors import build_processor
 from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.composed_vlm_suite import ComposedVlm, ComposedVlmSuite
-from modelgraft.models.testing.parity import check_parity, tolerance_for
+from modelgraft.models.testing.parity import build_generated, build_upstream, check_parity, tolerance_for
 from modelgraft.models.testing.reference import NOT_CONSULTED, reference_kernels
 from modelgraft.models.testing.seed import seed_everything
 from modelgraft.models.testing.tiny import tiny_overrides_for
@@ -363,6 +364,30 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
             tolerance=tolerance_for(torch.bfloat16, kernels=False),
             logits="close",
         )
+
+    def test_packed_documents_each_get_the_logits_they_get_alone(self) -> None:
+        """A row packing a text-only document and an image document, 1-D positions restarting at each and no
+        attention mask, with the config's use_cache on: each document's logits are those it gets alone, on eager
+        attention (the generated forward turns the cache off, so the mask builder sees the documents)."""
+        config = self.model.config()
+        text, image = (self.scaffold.batch(config, (count,)) for count in (0, 1))
+        generated = build_generated(
+            config,
+            get_model_class(self.model.model_type, self.model.architecture),
+            build_upstream(
+                config, get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
+            ).state_dict(),
+        ).eval()
+        lengths = [text["input_ids"].shape[1], image["input_ids"].shape[1]]
+        packed = {key: value for key, value in image.items() if key not in ("input_ids", "attention_mask", "labels")}
+        packed["input_ids"] = torch.cat((text["input_ids"], image["input_ids"]), dim=1)
+        packed["position_ids"] = packed_text_position_ids(lengths)
+        with torch.no_grad():
+            together = generated(**packed).logits
+            alone = [generated(**{k: v for k, v in doc.items() if k != "labels"}).logits[0] for doc in (text, image)]
+        assert generated.config.text_config.use_cache
+        torch.testing.assert_close(together[0, : lengths[0]], alone[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(together[0, lengths[0] :], alone[1], rtol=1e-5, atol=1e-5)
 
     def test_reference_kernels_in_every_slot_match_upstream(self) -> None:
         """Every slot the built model consults bound to its reference kernel, each one called: the module's own

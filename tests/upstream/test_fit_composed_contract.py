@@ -8,10 +8,14 @@ structure across releases, and the tests say which fact each one relies on.
 
 from __future__ import annotations
 
+import pytest
+
 from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.recipes.fit_composed import registered_model_types
 from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.reader import read_model
+
+pytestmark = pytest.mark.upstream_facts
 
 
 def fit(model: str) -> Fit:

@@ -4,7 +4,7 @@
 # Source: transformers.models.internvl.modeling_internvl (transformers==5.25.0)
 # Config: models.internvl.internvl_gpu_patch_gen_config
 # Description: InternVL with op-slot guards and slot-backed losses
-# Fingerprint: e4b3a14913897f189bd1
+# Fingerprint: 1910ccf58967626a725c
 # Patches:
 #   - override_method InternVLVisionMLP.forward: activation slot guard
 #   - modify_init InternVLMultiModalProjector: record the activation's name for the slot guard
@@ -44,6 +44,7 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.integrations import use_kernel_forward_from_hub
+from transformers.masking_utils import find_packed_sequence_indices
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -71,6 +72,20 @@ from modelgraft.models.pretrained import require_complete_load
 from modelgraft.models.upstream_version import require_generated_from
 
 require_generated_from("transformers", "5.25.0", __name__)
+
+
+# [HELPERS]: a call whose packed documents need the mask builder
+def packs_text_documents(position_ids: Any, attention_mask: Any, cache: Any) -> bool:
+    """Whether a composed VLM's call packs documents its text model's mask builder would not see.
+
+    True for ``[B, L]`` position ids that restart somewhere, called with no attention mask and no cache: the
+    language model builds its mask from them only when it gets no cache, and upstream's creates one whenever
+    ``use_cache`` is on. The restarts are found by transformers' ``find_packed_sequence_indices``, the function
+    the mask builder then applies.
+    """
+    if attention_mask is not None or cache is not None or position_ids is None or position_ids.ndim != 2:
+        return False
+    return find_packed_sequence_indices(position_ids) is not None
 
 
 # [HELPERS]: a tower's features of this rank's placeholders
@@ -756,6 +771,8 @@ class InternVLModel(InternVLPreTrainedModel):
         mm_encoder_outputs: dict[str, BaseModelOutputWithPooling] | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple | InternVLModelOutputWithPast:
+        if packs_text_documents(position_ids, attention_mask, cache):
+            kwargs["use_cache"] = False
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
 

@@ -4,7 +4,7 @@
 # Source: transformers.models.llava_onevision.modeling_llava_onevision (transformers==5.25.0)
 # Config: models.llava_onevision.llava_onevision_gpu_patch_gen_config
 # Description: LlavaOnevision with op-slot guards and slot-backed losses
-# Fingerprint: df344899920b2bc18252
+# Fingerprint: a1ba709eeb3485e36e74
 # Patches:
 #   - modify_init LlavaOnevisionMultiModalProjector: record the activation's name for the slot guard
 #   - override_method LlavaOnevisionMultiModalProjector.forward: layer_norm and activation slot guards at the module calls
@@ -41,6 +41,7 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.image_processing_utils import select_best_resolution
+from transformers.masking_utils import find_packed_sequence_indices
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
@@ -62,6 +63,20 @@ from modelgraft.models.pretrained import require_complete_load
 from modelgraft.models.upstream_version import require_generated_from
 
 require_generated_from("transformers", "5.25.0", __name__)
+
+
+# [HELPERS]: a call whose packed documents need the mask builder
+def packs_text_documents(position_ids: Any, attention_mask: Any, cache: Any) -> bool:
+    """Whether a composed VLM's call packs documents its text model's mask builder would not see.
+
+    True for ``[B, L]`` position ids that restart somewhere, called with no attention mask and no cache: the
+    language model builds its mask from them only when it gets no cache, and upstream's creates one whenever
+    ``use_cache`` is on. The restarts are found by transformers' ``find_packed_sequence_indices``, the function
+    the mask builder then applies.
+    """
+    if attention_mask is not None or cache is not None or position_ids is None or position_ids.ndim != 2:
+        return False
+    return find_packed_sequence_indices(position_ids) is not None
 
 
 # [HELPERS]: a tower's features of this rank's placeholders
@@ -568,6 +583,8 @@ class LlavaOnevisionModel(LlavaOnevisionPreTrainedModel):
         batch_num_images (`torch.LongTensor`, *optional*):
             Number of images in each sample.
         """
+        if packs_text_documents(position_ids, attention_mask, cache):
+            use_cache = False
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
 
