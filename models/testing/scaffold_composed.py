@@ -257,7 +257,8 @@ class ScaffoldComposedVlm:
                 tokens = getattr(model.model, self.tower)(pixel_values=pixels).last_hidden_state.shape[1]
             return int(tokens) - (1 if getattr(config, "vision_feature_select_strategy", None) == "default" else 0)
         sizes = {}
-        if "image_sizes" in inspect.signature(model.model.get_image_features).parameters:  # Pixtral's
+        sized = inspect.signature(model.model.get_image_features).parameters.get("image_sizes")
+        if sized is not None and sized.default is inspect.Parameter.empty:  # required (Pixtral's towers)
             sizes["image_sizes"] = torch.tensor([[IMAGE_SIDE, IMAGE_SIDE]])
         with torch.no_grad():
             out = model.model.get_image_features(pixel_values=pixels, return_dict=True, **sizes).pooler_output
