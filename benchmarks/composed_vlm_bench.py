@@ -13,7 +13,6 @@ upstream. A second row gives the peak memory of one step of each side, each meas
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +20,7 @@ from benchmarks import budgets
 from benchmarks.child import ChildError, emit_result, run_child
 from benchmarks.peak_memory import MEASURE_ENV
 from benchmarks.report import FAILED, INFO, Row, judge_at_most
-from benchmarks.runtime_bench import SECTION, VARIANTS, train_step
+from benchmarks.runtime_bench import SECTION, VARIANTS, interleaved_steps, train_step
 from benchmarks.stats import summarize
 
 MODULE = "benchmarks.composed_vlm_bench"
@@ -54,21 +53,9 @@ def _prepared(model: str) -> tuple[Any, Any, dict[str, Any]]:
 def _child_timing(model: str, repeats: int) -> dict[str, Any]:
     import torch
 
-    from modelgraft.models.ops import bound_ops
-
     pair, ops, batch = _prepared(model)
     models = {"upstream": pair.upstream, "generated": pair.generated}
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    first = {}
-    for name in VARIANTS:  # warm-up, and the losses both sides must agree on
-        with bound_ops(ops[name]):
-            first[name] = train_step(models[name], batch)
-    for round_ in range(repeats):
-        for name in VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]:
-            with bound_ops(ops[name]):
-                start = time.perf_counter()
-                train_step(models[name], batch)
-                times[name].append(time.perf_counter() - start)
+    times, first = interleaved_steps(models, ops, batch, repeats)
     return {
         "times": times,
         "loss_abs_diff": abs(first["generated"] - first["upstream"]),

@@ -184,6 +184,27 @@ def train_step(model, batch) -> float:
     return float(loss.detach())
 
 
+def interleaved_steps(
+    models: dict[str, Any], ops: dict[str, Any], batch: dict[str, Any], repeats: int
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Per-variant step times over ``repeats`` rounds, swapping which variant goes first every round, each under
+    its own ``ops``, after one warm-up step each; returns (times, the warm-up steps' losses)."""
+    from modelgraft.models.ops import bound_ops
+
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    first = {}
+    for name in VARIANTS:  # warm-up, and the losses both sides must agree on
+        with bound_ops(ops[name]):
+            first[name] = train_step(models[name], batch)
+    for round_ in range(repeats):
+        for name in VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]:
+            with bound_ops(ops[name]):
+                start = time.perf_counter()
+                train_step(models[name], batch)
+                times[name].append(time.perf_counter() - start)
+    return times, first
+
+
 def _ops(model_type: str):
     """Every slot eager (the generated side runs upstream numerics), or a hybrid model's CPU kernels."""
     from modelgraft.models.ops import OpsConfig

@@ -11,14 +11,13 @@ its CPU kernel bound (``causal_lm_loss``: ``chunked``). Both sides are built fro
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from benchmarks import budgets
 from benchmarks.child import ChildError, emit_result, run_child
 from benchmarks.report import FAILED, Row, judge_at_most
-from benchmarks.runtime_bench import SECTION, VARIANTS, train_step
+from benchmarks.runtime_bench import SECTION, interleaved_steps
 from benchmarks.stats import summarize
 
 MODULE = "benchmarks.vlm_bench"
@@ -31,7 +30,7 @@ def _child_timing(repeats: int) -> dict[str, Any]:
     import torch
 
     from modelgraft.models.loader import get_model_class
-    from modelgraft.models.ops import OpsConfig, bound_ops
+    from modelgraft.models.ops import OpsConfig
     from modelgraft.models.testing import build_pair
     from modelgraft.models.testing.declarations import parity_declaration
 
@@ -46,17 +45,7 @@ def _child_timing(repeats: int) -> dict[str, Any]:
     batch = spec.multimodal_batch()
     models = {"upstream": pair.upstream, "generated": pair.generated}
     ops = {"upstream": OpsConfig(), "generated": OpsConfig(KERNELS)}
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    first = {}
-    for name in VARIANTS:  # warm-up, and the losses both sides must agree on
-        with bound_ops(ops[name]):
-            first[name] = train_step(models[name], batch)
-    for round_ in range(repeats):
-        for name in VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]:
-            with bound_ops(ops[name]):
-                start = time.perf_counter()
-                train_step(models[name], batch)
-                times[name].append(time.perf_counter() - start)
+    times, first = interleaved_steps(models, ops, batch, repeats)
     return {
         "times": times,
         "loss_abs_diff": abs(first["generated"] - first["upstream"]),
