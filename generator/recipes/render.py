@@ -214,6 +214,8 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
         lines.append("    image_tiles=True,")
     if composed.get("image_sizes"):
         lines.append("    image_sizes=True,")
+    if composed.get("pretrained_models"):
+        lines.append(f"    pretrained_models={tuple(composed['pretrained_models'])!r},")
     ids = composed.get("placeholder_ids") or list(COMPOSED_DEFAULTS["placeholder_ids"])
     if ids != list(COMPOSED_DEFAULTS["placeholder_ids"]):
         lines.append(f"    placeholder_ids={tuple(ids)!r},")

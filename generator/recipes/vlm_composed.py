@@ -65,6 +65,7 @@ def composed_vlm(
     image_sizes: bool = False,
     sequence_parallel: bool = True,
     placeholder_ids: Sequence[str] = ("self.config.image_token_id",),
+    pretrained_models: Sequence[str] = (),
 ) -> PatchConfig:
     """Apply the composed-VLM snippets to ``config`` for the model whose classes start with ``prefix``.
 
@@ -80,6 +81,8 @@ def composed_vlm(
     ``dummy_forward`` where a batch has no image); False keeps upstream's forward (gemma3's, whose image tokens
     attend to each other both ways across what would be the ranks' slices). ``placeholder_ids``: the config ids
     ``get_placeholder_mask`` finds the image (then video) placeholders by, which a rank's slice is searched for.
+    ``pretrained_models``: the module's other ``PreTrainedModel`` bases (an own tower's), which get the base-class
+    changes too.
     """
     apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
@@ -110,4 +113,6 @@ def composed_vlm(
         )
     apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
     apply_pretrained_model(config, pretrained_model, prefix=prefix)
+    for base in pretrained_models:
+        apply_pretrained_model(config, base, prefix=prefix)
     return config

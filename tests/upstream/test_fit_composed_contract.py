@@ -144,3 +144,11 @@ def test_a_projector_called_an_aligner_or_a_projection_is_the_projector() -> Non
         vlm = read_model(model).vlm
         assert vlm is not None
         assert attr in [m.attr for m in vlm.mergers if m.place == "model"], model
+
+
+def test_an_own_tower_s_base_class_gets_the_base_class_changes_too() -> None:
+    """internvl's InternViT derives from InternVLVisionPreTrainedModel, a second PreTrainedModel base (5.25.0)."""
+    composed = fit("internvl").arguments["composed"]
+    assert composed["pretrained_models"] == ["InternVLVisionPreTrainedModel"]
+    _, call = recipe_call("vlm", "InternVL", fit("internvl").arguments)
+    assert '    pretrained_models=("InternVLVisionPreTrainedModel",),\n' in call

@@ -4,7 +4,7 @@
 # Source: transformers.models.internvl.modeling_internvl (transformers==5.25.0)
 # Config: models.internvl.internvl_gpu_patch_gen_config
 # Description: InternVL with op-slot guards and slot-backed losses
-# Fingerprint: 1910ccf58967626a725c
+# Fingerprint: bcefccab02e3ed187f6a
 # Patches:
 #   - override_method InternVLVisionMLP.forward: activation slot guard
 #   - modify_init InternVLMultiModalProjector: record the activation's name for the slot guard
@@ -16,6 +16,9 @@
 #   - override_method InternVLPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
 #   - override_method InternVLPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
 #   - override_method InternVLPreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
+#   - override_method InternVLVisionPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+#   - override_method InternVLVisionPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+#   - override_method InternVLVisionPreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
 # ====================================================================================================
 # Copyright 2025 HuggingFace Inc. team. All rights reserved.
 #
@@ -482,6 +485,7 @@ class InternVLVisionEncoder(nn.Module):
         )
 
 
+# [MODIFIED CLASS] InternVLVisionPreTrainedModel
 @auto_docstring
 class InternVLVisionPreTrainedModel(PreTrainedModel):
     config: InternVLVisionConfig
@@ -512,6 +516,52 @@ class InternVLVisionPreTrainedModel(PreTrainedModel):
         elif isinstance(module, InternVLVisionLayer):
             init.constant_(module.lambda_1, self.config.layer_scale_init_value)
             init.constant_(module.lambda_2, self.config.layer_scale_init_value)
+
+    # [PATCHED METHOD] InternVLVisionPreTrainedModel.is_custom_code: upstream's checkpoint conversions apply, both ways
+    @classmethod
+    def is_custom_code(cls):
+        """False for this module's own classes, so transformers converts their checkpoints as upstream's.
+
+        transformers applies the ``model_type``'s checkpoint conversions (``conversion_mapping.py``) on
+        ``from_pretrained`` and ``save_pretrained`` only to classes that are not custom code, and counts every
+        class outside ``transformers.`` as custom. This module keeps upstream's parameter names, so its classes
+        take upstream's conversions in both directions (docs/design.md, "Upstream's checkpoint conversions").
+        Remote code, and a subclass defined in another module, keep upstream's rule.
+        """
+        if cls.__module__ == __name__:
+            return cls.is_remote_code()
+        return super().is_custom_code()
+
+    # [PATCHED METHOD] InternVLVisionPreTrainedModel.from_pretrained: strict loading by default; strict=False is upstream's
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, strict=True, **kwargs):
+        """PreTrainedModel.from_pretrained, strict by default (docs/design.md, "Strict loading").
+
+        A weight the model has and the checkpoint lacks, or a tensor the checkpoint has and the model lacks,
+        raises ``CheckpointError`` naming the checkpoint, the class and the keys, where upstream initialises
+        the first, drops the second and only logs both. ``strict=False`` is upstream's behaviour
+        (``output_loading_info=True`` returns the keys). Keys upstream itself ignores are not reported, and a
+        size mismatch stays upstream's error.
+        """
+        wants_info = kwargs.pop("output_loading_info", False)
+        model, loading_info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        if strict:
+            require_complete_load(cls, pretrained_model_name_or_path, loading_info)
+        return (model, loading_info) if wants_info else model
+
+    # [PATCHED METHOD] InternVLVisionPreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
+    def get_correct_attn_implementation(self, requested_attention, is_init_check=False):
+        """PreTrainedModel's check of the requested attention, which also accepts ``"fused_attention"``.
+
+        ``"fused_attention"`` (``modelgraft.models.attention``: torch's fused CPU kernel for MLA's head widths,
+        sinks and DSA indices) is registered with transformers when a model asks for it, never on import
+        (docs/design.md, "Attention implementations on request").
+        """
+        if requested_attention == FUSED_ATTENTION:
+            register_fused_attention()
+        return super().get_correct_attn_implementation(requested_attention, is_init_check)
 
 
 @auto_docstring
