@@ -9,14 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from transformers import (
+    Gemma3Processor,
     LlavaImageProcessorPil,
     LlavaOnevisionImageProcessorPil,
     LlavaOnevisionProcessor,
     LlavaProcessor,
+    PreTrainedTokenizerFast,
     ProcessorMixin,
     Qwen2_5_VLProcessor,
     Qwen2VLImageProcessor,
 )
+from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
 from modelgraft.models.processors import (
     FramesVideoProcessor,
@@ -115,3 +118,34 @@ def test_a_processor_whose_image_processor_takes_no_frames_gets_a_video_processo
     assert isinstance(built.video_processor, ImagesOnlyVideoProcessor)
     with pytest.raises(ValueError, match="pass images and text only"):
         built.video_processor([synthetic_video(28, 28, frames=2, seed=0)])
+
+
+def _gemma3_processor() -> Gemma3Processor:
+    """Gemma3's processor at a tiny size: its image_seq_length sets the soft tokens each image becomes."""
+    specials = ("<start_of_image>", "<end_of_image>", "<image_soft_token>")
+    words = tiny_tokenizer(special_tokens=specials)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=words.backend_tokenizer,
+        pad_token=words.pad_token,
+        unk_token=words.unk_token,
+        eos_token=words.eos_token,
+        extra_special_tokens=dict(zip(("boi_token", "eoi_token", "image_token"), specials, strict=True)),
+    )
+    image_processor = Gemma3ImageProcessorPil(size={"height": 28, "width": 28})
+    return build_processor(Gemma3Processor, image_processor=image_processor, tokenizer=tokenizer, image_seq_length=3)
+
+
+def test_gemma3_s_processor_loads_back_with_its_image_seq_length(tmp_path: Path) -> None:
+    built = _gemma3_processor()
+    built.save_pretrained(tmp_path)
+
+    loaded = load_processor(tmp_path)
+
+    text = ["w1 <start_of_image> w2"]
+    outputs = [
+        dict(p(text=text, images=[synthetic_image(40, 30, seed=3)], return_tensors="np")) for p in (built, loaded)
+    ]
+    assert type(loaded) is Gemma3Processor and loaded.image_seq_length == 3
+    assert _same(outputs[1], outputs[0])
+    soft_token = built.tokenizer.convert_tokens_to_ids("<image_soft_token>")
+    assert int((outputs[1]["input_ids"] == soft_token).sum()) == 3
