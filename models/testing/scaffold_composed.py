@@ -293,17 +293,23 @@ class ScaffoldComposedVlm:
         return self._build_config(self._parts[0].image_token_id, self._parts[0].text_config.vocab_size)
 
     def batch(
-        self, config: PreTrainedConfig, images_per_row: tuple[int, ...], *, trailing_words: int = 0
+        self,
+        config: PreTrainedConfig,
+        images_per_row: tuple[int, ...],
+        *,
+        trailing_words: int = 0,
+        first_row: int = 0,
     ) -> dict[str, Any]:
         """The processor's outputs for rows of words holding that many images of different sizes; labels ignore
         padding and the image placeholders. ``trailing_words`` more words end each row (a long text after the
-        images: a sequence-parallel slice without placeholders)."""
+        images: a sequence-parallel slice without placeholders); ``first_row`` numbers the rows from there (a data
+        rank's share of a larger batch: its rows are that batch's rows)."""
         processor = self._parts[1]
         # What a prompt holds per image: the processor's placeholder, which some expand into other tokens
         # (qianfan_ocr's "<image>" into "<img>", the context tokens and "</img>").
         placeholder = getattr(processor, "image_placeholder_token", None) or processor.image_token
         texts, images = [], []
-        for row, count in enumerate(images_per_row):
+        for row, count in enumerate(images_per_row, start=first_row):
             parts = [f"w{row} w{row + 7}"] + [f"{placeholder} w{row + i + 20}" for i in range(count)]
             texts.append(" ".join(parts + [f"w{(i % 20) + 40}" for i in range(3 + 2 * row + trailing_words)]))
             images.append([synthetic_image(20 + 9 * i, 36 - 5 * i, seed=10 * row + i) for i in range(count)])

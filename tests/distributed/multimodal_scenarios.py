@@ -201,6 +201,30 @@ def data_parallel_vlm_matches_one_process(package: str, mode: str) -> None:
     assert_same_grads(full_state(model, state, grads=True), ref_grads)
 
 
+def data_parallel_composed_vlm_matches_one_process(package: str) -> None:
+    """FSDP2 over 2 data ranks on a composed (LLaVA-style) VLM: rank 0's two rows hold an image each, rank 1's are
+    text only, so rank 1 runs the tower's ``dummy_forward``, which keeps FSDP's collectives of the vision blocks in
+    step and gives every vision parameter its (zero) share of the gradient; the step equals one process on the four
+    rows."""
+    state = ParallelState.build()
+    spec = parity_declaration(package)
+    config = spec.config()
+    layout = (1, 1, 0, 0)
+    batch = spec.batch(config, layout)
+    ref_out, ref_grads = _reference(spec, config, batch, OpsConfig())
+
+    model = apply_fsdp(attach_parallel(_fresh(spec, config), state, OpsConfig()), state)
+    share = slice(state.rank * 2, state.rank * 2 + 2)
+    local = spec.batch(config, layout[share], first_row=share.start)
+    assert ("pixel_values" in local) == (state.rank == 0)
+    out = model(**local)
+    real, ref_real = local["attention_mask"].bool(), batch["attention_mask"][share].bool()
+    assert_close(out.logits[real], ref_out.logits[share][ref_real], "logits at real tokens")
+    assert_close(out.loss, ref_out.loss, "loss")
+    out.loss.backward()
+    assert_same_grads(full_state(model, state, grads=True), ref_grads)
+
+
 def sequence_parallel_omni_thinker_matches_one_process(package: str) -> None:
     """SP=2 on an Omni thinker (``package``: qwen2_5_omni, or qwen3_omni_moe with its router logits and aux loss),
     left-padded as its processor pads: row 0's audio in sp rank 0's slice and its image straddling the two slices,

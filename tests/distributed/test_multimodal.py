@@ -61,6 +61,11 @@ def test_sp2_on_internvl_with_images_across_both_ranks_matches_one_process() -> 
     )
 
 
+def test_fsdp2_on_llava_onevision_with_a_rank_without_images_matches_one_process() -> None:
+    """A composed VLM's dummy_forward on the rank without images: its tower and projector still run under FSDP."""
+    spawn(multimodal_scenarios.data_parallel_composed_vlm_matches_one_process, 2, "llava_onevision", timeout=TIMEOUT)
+
+
 def test_ep2_on_qwen3_vl_moe_with_a_rank_without_images_matches_one_process() -> None:
     spawn(multimodal_scenarios.data_parallel_vlm_matches_one_process, 2, "qwen3_vl_moe", "ep", timeout=TIMEOUT)
 
