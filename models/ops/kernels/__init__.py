@@ -3,7 +3,8 @@
 A kernel family is one module defining a function per slot it serves, named after the slot
 (``modelgraft.models.ops.kernels.liger.rms_norm`` serves ``rms_norm``). Each family's module is an
 import of this file: the pure-torch families at the top, the others inside their loader, run only when
-one of their kernels is bound, after their requirements are checked (each loader says why it waits).
+one of their kernels is bound, after their requirements are checked (each loader says why it waits; the
+pure-torch ``grouped`` waits too, because importing it registers torch operators).
 "eager" is not a family: binding it leaves the slot unbound and upstream code runs.
 """
 
@@ -17,7 +18,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 from modelgraft.models.ops.errors import KernelUnavailableError, OpsConfigError
-from modelgraft.models.ops.kernels import chunked_loss, delta_rule, grouped_experts, indexers
+from modelgraft.models.ops.kernels import chunked_loss, delta_rule, indexers
 
 __all__ = ["EAGER", "KERNEL_FAMILIES", "KernelFamily", "is_distributed", "kernel_names", "load_kernel"]
 
@@ -94,6 +95,14 @@ def _sp_placeholders() -> ModuleType:
     return multimodal
 
 
+def _grouped() -> ModuleType:
+    # Imported when bound: it defines torch custom operators (torch.ops.modelgraft.grouped_experts_fwd and _bwd,
+    # what makes it traceable by torch.compile), and importing a generated module registers nothing.
+    from modelgraft.models.ops.kernels import grouped_experts
+
+    return grouped_experts
+
+
 def _liger() -> ModuleType:
     # Imported when bound, after the CUDA and package checks: liger_kernel is an optional GPU-only package.
     from modelgraft.models.ops.kernels import liger
@@ -131,7 +140,7 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
         ),
         "grouped": KernelFamily(
             name="grouped",
-            load=lambda: grouped_experts,
+            load=_grouped,
             slots=frozenset({"moe_experts"}),
         ),
         "shared_keys": KernelFamily(

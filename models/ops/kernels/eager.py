@@ -2,11 +2,15 @@
 
 These are the semantic spec the other kernels are tested against; binding "eager" does not bind them
 (an unbound slot runs the upstream code itself), but they are bindable like any kernel for tests.
+The ones :data:`UNTRACEABLE` names cannot be traced by ``torch.compile`` into one graph; every one a
+decoder layer of the zoo calls is checked to trace (tests/compile, docs/compile.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -23,6 +27,21 @@ from modelgraft.models.ops.kernels.linear_attention_reference import (  # noqa: 
 )
 from modelgraft.models.ops.kernels.loss_inputs import divide_by_num_items, shift_causal_labels
 from modelgraft.models.ops.kernels.token_mask import real_token_mask
+
+#: The references that ``torch.compile`` cannot trace into one graph, by slot, with the reason (docs/compile.md).
+#: Each reads data on the host to decide what to compute; they are the specification, written as upstream
+#: writes it, so they stay that way. A compiled model leaves these slots unbound or binds a traceable kernel
+#: (``grouped`` for the experts); tests/compile checks that each one named here does break the graph.
+#: ``placeholder_features`` is called by VLM and Omni forwards, outside the decoder layers.
+UNTRACEABLE: Mapping[str, str] = MappingProxyType(
+    {
+        "moe_experts": (
+            "upstream's per-expert loop: the experts with rows and each one's rows come from nonzero / where on "
+            "the routing, shapes that depend on the data (a graph break per visited expert)"
+        ),
+        "placeholder_features": "checks the placeholder count against the features with int(mask.sum()), a host read",
+    }
+)
 
 
 def rms_norm(

@@ -10,7 +10,7 @@ pages from the kernel: its first touch costs about as much as a copy (measured: 
 takes as long as a 32 MiB ``index_select``).
 
 Here the ``tokens * K`` pairs are sorted by expert once (stably), so every expert's pairs are one
-contiguous segment, and one ``autograd.Function`` runs the layer segment by segment:
+contiguous segment, and the layer runs segment by segment:
 
 - forward, per expert: gather its rows (``index_select``), ``[n_e, H] x [H, 2I]`` written in place
   into the one saved ``[S, 2I]`` pre-activation buffer (plus bias), the gated unit, the routing
@@ -18,7 +18,7 @@ contiguous segment, and one ``autograd.Function`` runs the layer segment by segm
   ``[n_e, H]`` outputs when ``I < H``), ``[n_e, I] x [I, H]``, and ``index_add_`` onto its tokens;
 - backward, per expert: the same, in reverse: two matmuls per projection, the gated unit's derivative
   (written out for SiLU, clamped or not, and gpt_oss's unit: ``modelgraft.models.ops.kernels.expert_units``; by
-  autograd on a recomputation for other activations), weight gradients written straight into their
+  ``torch.func.vjp`` on a recomputation for other activations), weight gradients written straight into their
   ``[E, ...]`` buffers, ``index_add_`` of the input gradient.
 
 Every temporary is one expert's size (``[n_e, H]``), so it comes from the allocator's free lists and
@@ -31,10 +31,26 @@ each, not by a slice per expert: at E=32 the loops' Python and dispatch cost is 
 appears once, so ``index_add_`` has no duplicate indices (deterministic on GPUs too), and each token's
 K contributions are added in expert order, as the eager reference adds them.
 
+Why two custom operators (``torch.ops.modelgraft.grouped_experts_fwd`` and ``..._bwd``, defined with
+``torch.library.custom_op``, their autograd formula joined by ``register_autograd``): traceable, with no
+host sync inside the graph. The segments are sized by the routing, so the loops need each expert's row
+count as host ints, read with one ``bincount(...).tolist()``. Traced by ``torch.compile`` as the plain
+``autograd.Function`` this kernel was, that read is a data-dependent shape: ``torch._dynamo.explain``
+counted six graph breaks in every sparse decoder layer of the zoo (at the ``bincount``, and at an
+``out=`` into a strided half in the backward's gated unit). As operators whose fake implementations give
+every output's shape from the input shapes alone, the forward and the backward are one opaque node each:
+dynamo traces a sparse layer as one graph (``fullgraph=True``), AOTAutograd puts the backward operator in
+the backward graph, and inductor compiles the code around them. The host read stays inside the forward
+operator, where no graph sees it, and the backward makes none: the forward hands it the per-expert counts
+as a small CPU tensor (or the caller's own ``counts``). Both are tagged ``cudagraph_unsafe``: their work
+is sized by host ints that change from batch to batch, which a replayed CUDA graph would not see. Called
+eagerly, the operators run the same loops as before, with the same numerics, to the bit.
+
 Numerics: the eager reference's products, but the routing weight multiplies the activations before
 the down projection (fp32 reassociation), so results match within ``KERNEL_TOLERANCE`` in fp32 and
 a bf16 tolerance in bf16, not bitwise (tests/runtime/test_moe_kernels.py and
-tests/runtime/test_grouped_experts_layouts.py).
+tests/runtime/test_grouped_experts_layouts.py); compiled, they match the eager kernel
+(tests/compile/).
 """
 
 from __future__ import annotations
@@ -47,7 +63,11 @@ import torch
 from modelgraft.models.ops.kernels.eager import check_moe_experts_options, experts_glu, split_gate_up
 from modelgraft.models.ops.kernels.expert_units import GatedUnit, gated_value, has_unit
 
-__all__ = ["moe_experts"]
+__all__ = ["BACKWARD_OP", "FORWARD_OP", "moe_experts"]
+
+#: The operators' qualified names, as ``torch.ops`` and compiled graphs show them.
+FORWARD_OP = "modelgraft::grouped_experts_fwd"
+BACKWARD_OP = "modelgraft::grouped_experts_bwd"
 
 
 def moe_experts(
@@ -71,7 +91,8 @@ def moe_experts(
     ``counts`` (not part of the slot contract): the (token, expert) pairs per expert, as host ints, when the
     caller already has them on the host. The kernel then makes no host sync of its own; expert parallelism
     passes them, read in the dispatch's one sync (``modelgraft.models.distributed.expert_parallel``).
-    Without them the kernel counts on the device and reads the counts in one sync.
+    Without them the kernel counts on the device and reads the counts in one sync, inside its forward
+    operator (so a compiled graph holds no data-dependent shape).
     """
     check_moe_experts_options(
         hidden_states,
@@ -83,41 +104,31 @@ def moe_experts(
         limit=limit,
         alpha=alpha,
     )
-    num_tokens, top_k = top_k_index.shape
     num_experts = gate_up_proj.shape[0]
-    flat_experts = top_k_index.reshape(-1)
-    if counts is None:
-        counts = torch.bincount(flat_experts, minlength=num_experts).tolist()  # the one host sync per call
-        if len(counts) > num_experts:
+    if counts is not None:
+        counts = [int(count) for count in counts]
+        if len(counts) != num_experts or sum(counts) != top_k_index.numel():
             raise ValueError(
-                f"top_k_index holds expert id {len(counts) - 1}, but there are {num_experts} experts; if "
-                "apply_expert_parallel kept this rank's experts only, the moe_experts slot must run 'ep_alltoall' "
-                "(parallel_ops(state)), not this kernel"
+                f"counts {counts} do not describe {top_k_index.numel()} (token, expert) pairs over {num_experts} experts"
             )
-    else:
-        counts = list(counts)
-        if len(counts) != num_experts or sum(counts) != flat_experts.numel():
-            raise ValueError(
-                f"counts {counts} do not describe {flat_experts.numel()} (token, expert) pairs over {num_experts} experts"
-            )
-    if num_tokens == 0:
+    if top_k_index.shape[0] == 0:
         return torch.zeros_like(hidden_states)
-
-    # Pair s = token * K + k; sorted by expert, stably, so each segment keeps token order.
-    order = torch.argsort(flat_experts, stable=True)
-    plan = _Plan(
-        order=order,
-        counts=counts,
-        visited=[expert for expert, count in enumerate(counts) if count],
-        tokens=(order // top_k).split(counts),
-        num_tokens=num_tokens,
-        transposed=layout == "transposed",
-        interleaved=interleaved,
-        activation=activation,
-        limit=limit,
-        alpha=alpha,
+    out, *_ = _grouped_experts_fwd(
+        hidden_states,
+        top_k_index,
+        top_k_weights,
+        gate_up_proj,
+        down_proj,
+        gate_up_bias,
+        down_bias,
+        activation,
+        layout == "transposed",
+        interleaved,
+        limit,
+        alpha,
+        counts,
     )
-    return _GroupedExperts.apply(hidden_states, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, plan)
+    return out
 
 
 class _Plan:
@@ -127,22 +138,29 @@ class _Plan:
     loops below index a tuple instead of slicing tensors; ``visited`` lists the experts with rows.
     """
 
-    __slots__ = (
-        "activation",
-        "alpha",
-        "counts",
-        "interleaved",
-        "limit",
-        "num_tokens",
-        "order",
-        "tokens",
-        "transposed",
-        "visited",
-    )
+    __slots__ = ("activation", "alpha", "counts", "interleaved", "limit", "order", "tokens", "transposed", "visited")
 
-    def __init__(self, **values: Any) -> None:
-        for name, value in values.items():
-            setattr(self, name, value)
+    def __init__(
+        self,
+        order: torch.Tensor,
+        counts: list[int],
+        top_k: int,
+        *,
+        activation: str,
+        transposed: bool,
+        interleaved: bool,
+        limit: float | None,
+        alpha: float | None,
+    ) -> None:
+        self.order = order
+        self.counts = counts
+        self.visited = [expert for expert, count in enumerate(counts) if count]
+        self.tokens = (order // top_k).split(counts)
+        self.activation = activation
+        self.transposed = transposed
+        self.interleaved = interleaved
+        self.limit = limit
+        self.alpha = alpha
 
     def forward_weights(self, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Every expert's ``[in, out]`` matrix (``rows @ m`` is its projection), as views made in one call."""
@@ -164,144 +182,337 @@ def _unbind(buffer: torch.Tensor | None) -> tuple[torch.Tensor, ...] | None:
     return None if buffer is None else buffer.unbind(0)
 
 
-class _GroupedExperts(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx: Any,
-        hidden_states: torch.Tensor,
-        top_k_weights: torch.Tensor,
-        gate_up_proj: torch.Tensor,
-        down_proj: torch.Tensor,
-        gate_up_bias: torch.Tensor | None,
-        down_bias: torch.Tensor | None,
-        plan: _Plan,
-    ) -> torch.Tensor:
-        routing = top_k_weights.reshape(-1).index_select(0, plan.order).to(hidden_states.dtype)
-        two_i = gate_up_proj.shape[2] if plan.transposed else gate_up_proj.shape[1]
-        gate_up = hidden_states.new_empty(plan.order.numel(), two_i)  # pre-activations, saved for backward
-        out = torch.zeros_like(hidden_states)
-        segments = gate_up.split(plan.counts)
-        weights = routing.split(plan.counts)
-        columns = routing.unsqueeze(-1).split(plan.counts)
-        up_weights = plan.forward_weights(gate_up_proj)
-        down_weights = plan.forward_weights(down_proj)
-        by_hand = has_unit(plan.activation, alpha=plan.alpha)
-        for expert in plan.visited:
-            tokens = plan.tokens[expert]
-            segment = segments[expert]
-            torch.mm(hidden_states.index_select(0, tokens), up_weights[expert], out=segment)
-            if gate_up_bias is not None:
-                segment.add_(gate_up_bias[expert])
-            gate, up = split_gate_up(segment, plan.interleaved)
-            if by_hand:
-                weighted = gated_value(gate, up, limit=plan.limit, alpha=plan.alpha)
-            else:
-                weighted = experts_glu(gate, up, plan.activation, limit=plan.limit, alpha=plan.alpha)
-            rows = torch.mm(weighted.mul_(columns[expert]), down_weights[expert])
+def _two_i(gate_up_proj: torch.Tensor, transposed: bool) -> int:
+    return gate_up_proj.shape[2] if transposed else gate_up_proj.shape[1]
+
+
+# -- the forward operator ------------------------------------------------------------------------------------
+# Outputs: the layer's output [tokens, H]; what the backward needs and no caller sees: the pre-activations
+# [S, 2I], the routing weights in pair order [S], the pair order [S] (int64), and the pairs per expert [E]
+# (int64, on the CPU: the backward reads it without a device sync).
+@torch.library.custom_op(
+    FORWARD_OP,
+    mutates_args=(),
+    tags=(torch.Tag.cudagraph_unsafe,),
+    schema=(
+        "(Tensor hidden_states, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up_proj, Tensor down_proj, "
+        "Tensor? gate_up_bias, Tensor? down_bias, str activation, bool transposed, bool interleaved, float? limit, "
+        "float? alpha, int[]? counts) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"
+    ),
+)
+def _grouped_experts_fwd(
+    hidden_states: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    gate_up_bias: torch.Tensor | None,
+    down_bias: torch.Tensor | None,
+    activation: str,
+    transposed: bool,
+    interleaved: bool,
+    limit: float | None,
+    alpha: float | None,
+    counts: Sequence[int] | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    top_k = top_k_index.shape[1]
+    num_experts = gate_up_proj.shape[0]
+    flat_experts = top_k_index.reshape(-1)
+    if counts is None:
+        counts = torch.bincount(flat_experts, minlength=num_experts).tolist()  # the one host sync per call
+        if len(counts) > num_experts:
+            raise ValueError(
+                f"top_k_index holds expert id {len(counts) - 1}, but there are {num_experts} experts; if "
+                "apply_expert_parallel kept this rank's experts only, the moe_experts slot must run 'ep_alltoall' "
+                "(parallel_ops(state)), not this kernel"
+            )
+    else:
+        counts = list(counts)
+    # Pair s = token * K + k; sorted by expert, stably, so each segment keeps token order.
+    order = torch.argsort(flat_experts, stable=True)
+    plan = _Plan(
+        order,
+        counts,
+        top_k,
+        activation=activation,
+        transposed=transposed,
+        interleaved=interleaved,
+        limit=limit,
+        alpha=alpha,
+    )
+    routing = top_k_weights.reshape(-1).index_select(0, order).to(hidden_states.dtype)
+    gate_up = hidden_states.new_empty(order.numel(), _two_i(gate_up_proj, transposed))
+    out = torch.zeros_like(hidden_states)
+    segments = gate_up.split(plan.counts)
+    weights = routing.split(plan.counts)
+    columns = routing.unsqueeze(-1).split(plan.counts)
+    up_weights = plan.forward_weights(gate_up_proj)
+    down_weights = plan.forward_weights(down_proj)
+    by_hand = has_unit(activation, alpha=alpha)
+    for expert in plan.visited:
+        tokens = plan.tokens[expert]
+        segment = segments[expert]
+        torch.mm(hidden_states.index_select(0, tokens), up_weights[expert], out=segment)
+        if gate_up_bias is not None:
+            segment.add_(gate_up_bias[expert])
+        gate, up = split_gate_up(segment, interleaved)
+        if by_hand:
+            weighted = gated_value(gate, up, limit=limit, alpha=alpha)
+        else:
+            weighted = experts_glu(gate, up, activation, limit=limit, alpha=alpha)
+        rows = torch.mm(weighted.mul_(columns[expert]), down_weights[expert])
+        if down_bias is not None:
+            rows.addr_(weights[expert], down_bias[expert])
+        out.index_add_(0, tokens, rows)
+    return out, gate_up, routing, order, torch.tensor(counts, dtype=torch.long)
+
+
+@_grouped_experts_fwd.register_fake
+def _grouped_experts_fwd_fake(
+    hidden_states: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    gate_up_bias: torch.Tensor | None,
+    down_bias: torch.Tensor | None,
+    activation: str,
+    transposed: bool,
+    interleaved: bool,
+    limit: float | None,
+    alpha: float | None,
+    counts: Sequence[int] | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    pairs = top_k_index.numel()
+    return (
+        torch.empty_like(hidden_states),
+        hidden_states.new_empty(pairs, _two_i(gate_up_proj, transposed)),
+        hidden_states.new_empty(pairs),
+        top_k_index.new_empty(pairs, dtype=torch.long),
+        torch.empty(gate_up_proj.shape[0], dtype=torch.long, device="cpu"),
+    )
+
+
+# -- the backward operator -----------------------------------------------------------------------------------
+# ``needs``: which of (hidden_states, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias) get a
+# gradient; the others come back as empty tensors (an operator returns tensors, never None).
+@torch.library.custom_op(
+    BACKWARD_OP,
+    mutates_args=(),
+    tags=(torch.Tag.cudagraph_unsafe,),
+    schema=(
+        "(Tensor grad_output, Tensor hidden_states, Tensor top_k_weights, Tensor gate_up_proj, Tensor down_proj, "
+        "Tensor? down_bias, Tensor gate_up, Tensor routing, Tensor order, Tensor counts, int[]? host_counts, "
+        "str activation, bool transposed, bool interleaved, float? limit, float? alpha, int top_k, bool[] needs) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
+    ),
+)
+def _grouped_experts_bwd(
+    grad_output: torch.Tensor,
+    hidden_states: torch.Tensor,
+    top_k_weights: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    down_bias: torch.Tensor | None,
+    gate_up: torch.Tensor,
+    routing: torch.Tensor,
+    order: torch.Tensor,
+    counts: torch.Tensor,
+    host_counts: Sequence[int] | None,
+    activation: str,
+    transposed: bool,
+    interleaved: bool,
+    limit: float | None,
+    alpha: float | None,
+    top_k: int,
+    needs: Sequence[bool],
+) -> tuple[torch.Tensor, ...]:
+    plan = _Plan(
+        order,
+        list(host_counts) if host_counts is not None else counts.tolist(),  # a CPU tensor: no device sync
+        top_k,
+        activation=activation,
+        transposed=transposed,
+        interleaved=interleaved,
+        limit=limit,
+        alpha=alpha,
+    )
+    num_experts = gate_up_proj.shape[0]
+    dtype = gate_up.dtype
+    grad_output = grad_output.to(dtype)
+
+    unvisited = sorted(set(range(num_experts)) - set(plan.visited))
+
+    def expert_buffer(wanted: bool, like: torch.Tensor, *shape: int) -> torch.Tensor | None:
+        # Written expert by expert below; experts that received no rows get zeros.
+        if not wanted:
+            return None
+        buffer = like.new_empty(shape or like.shape)
+        if unvisited:
+            buffer[unvisited] = 0
+        return buffer
+
+    grad_hidden = torch.zeros_like(hidden_states) if needs[0] else None
+    per_pair = routing.new_empty(routing.shape) if needs[1] else None
+    grad_gate_up_proj = expert_buffer(needs[2], gate_up_proj)
+    grad_down_proj = expert_buffer(needs[3], down_proj)
+    grad_gate_up_bias = expert_buffer(needs[4], gate_up_proj, num_experts, gate_up.shape[1])
+    grad_down_bias = expert_buffer(needs[5], down_proj, num_experts, hidden_states.shape[-1])
+    by_hand = has_unit(activation, alpha=alpha)
+
+    # Per-expert views, each made by one call rather than one slice per expert in the loop.
+    segments = gate_up.split(plan.counts)
+    weights = routing.split(plan.counts)
+    columns = routing.unsqueeze(-1).split(plan.counts)
+    pairs = per_pair.split(plan.counts) if per_pair is not None else None
+    up_weights = plan.backward_weights(gate_up_proj)
+    down_weights = plan.backward_weights(down_proj)
+    grad_up_weights, grad_down_weights = _unbind(grad_gate_up_proj), _unbind(grad_down_proj)
+    grad_up_biases, grad_down_biases = _unbind(grad_gate_up_bias), _unbind(grad_down_bias)
+
+    # Last expert first: the forward pass touched its weights and segment last, so some are still cached
+    # (about 1% of the backward at E=32), and autograd's backward of the eager loop runs in this order too.
+    for expert in reversed(plan.visited):
+        tokens = plan.tokens[expert]
+        weight = columns[expert]
+        segment = segments[expert]
+        grad_rows = grad_output.index_select(0, tokens)  # [n, H]
+        # Recompute the gated unit: with its written-out derivative, else with its vector-Jacobian product from
+        # torch.func (autograd does not record inside an operator's implementation; torch.func's vjp does).
+        gate, up = split_gate_up(segment, interleaved)
+        if by_hand:
+            unit = GatedUnit(gate, up, limit=limit, alpha=alpha)
+            activated = unit.value
+        else:
+            activated, unit_vjp = torch.func.vjp(
+                lambda gate, up: experts_glu(gate, up, activation, limit=limit, alpha=alpha), gate, up
+            )
+        values = activated.detach()
+
+        if grad_down_biases is not None:
+            torch.mv(grad_rows.t(), weights[expert], out=grad_down_biases[expert])
+        # Gradient of the weighted activations, [n, I].
+        grad_weighted = torch.mm(grad_rows, down_weights[expert])
+        if pairs is not None:
+            pair = pairs[expert]
+            torch.sum(grad_weighted * values, dim=-1, out=pair)
             if down_bias is not None:
-                rows.addr_(weights[expert], down_bias[expert])
-            out.index_add_(0, tokens, rows)
-        ctx.save_for_backward(hidden_states, top_k_weights, gate_up_proj, down_proj, down_bias, gate_up, routing)
-        ctx.plan = plan
-        ctx.has_gate_up_bias = gate_up_bias is not None
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        hidden_states, top_k_weights, gate_up_proj, down_proj, down_bias, gate_up, routing = ctx.saved_tensors
-        plan: _Plan = ctx.plan
-        needs = ctx.needs_input_grad
-        num_experts = gate_up_proj.shape[0]
-        dtype = gate_up.dtype
-        grad_output = grad_output.to(dtype)
-
-        unvisited = sorted(set(range(num_experts)) - set(plan.visited))
-
-        def expert_buffer(wanted: bool, like: torch.Tensor, *shape: int) -> torch.Tensor | None:
-            # Written expert by expert below; experts that received no rows get zeros.
-            if not wanted:
-                return None
-            buffer = like.new_empty(shape or like.shape)
-            if unvisited:
-                buffer[unvisited] = 0
-            return buffer
-
-        grad_hidden = torch.zeros_like(hidden_states) if needs[0] else None
-        per_pair = routing.new_empty(routing.shape) if needs[1] else None
-        grad_gate_up_proj = expert_buffer(needs[2], gate_up_proj)
-        grad_down_proj = expert_buffer(needs[3], down_proj)
-        grad_gate_up_bias = expert_buffer(needs[4], gate_up_proj, num_experts, gate_up.shape[1])
-        grad_down_bias = expert_buffer(needs[5], down_proj, num_experts, hidden_states.shape[-1])
-        by_hand = has_unit(plan.activation, alpha=plan.alpha)
-
-        # Per-expert views, each made by one call rather than one slice per expert in the loop.
-        segments = gate_up.split(plan.counts)
-        weights = routing.split(plan.counts)
-        columns = routing.unsqueeze(-1).split(plan.counts)
-        pairs = per_pair.split(plan.counts) if per_pair is not None else None
-        up_weights = plan.backward_weights(gate_up_proj)
-        down_weights = plan.backward_weights(down_proj)
-        grad_up_weights, grad_down_weights = _unbind(grad_gate_up_proj), _unbind(grad_down_proj)
-        grad_up_biases, grad_down_biases = _unbind(grad_gate_up_bias), _unbind(grad_down_bias)
-
-        # Last expert first: the forward pass touched its weights and segment last, so some are still cached
-        # (about 1% of the backward at E=32), and autograd's backward of the eager loop runs in this order too.
-        for expert in reversed(plan.visited):
-            tokens = plan.tokens[expert]
-            weight = columns[expert]
-            segment = segments[expert]
-            grad_rows = grad_output.index_select(0, tokens)  # [n, H]
-            # Recompute the gated unit: with its written-out derivative, else keeping its graph for autograd.
-            if by_hand:
-                gate, up = split_gate_up(segment, plan.interleaved)
-                unit = GatedUnit(gate, up, limit=plan.limit, alpha=plan.alpha)
-                activated = unit.value
+                pair += grad_rows @ down_bias[expert]
+        if grad_down_weights is not None:
+            # By hand, `values` is a temporary spent after this (scaled in place); the vjp may share it.
+            weighted = values.mul_(weight) if by_hand else values * weight
+            plan.weight_grad(grad_down_weights[expert], weighted, grad_rows)
+        del grad_rows
+        grad_activated = grad_weighted.mul_(weight)
+        if by_hand:  # straight into the two halves (or interleaved columns) of one [n, 2I] buffer
+            grad_gate_up = torch.empty_like(segment)
+            grad_gate, grad_up = split_gate_up(grad_gate_up, interleaved)
+            unit.backward(grad_activated, grad_gate, grad_up)
+            del unit
+        else:
+            grad_gate, grad_up = unit_vjp(grad_activated)
+            if interleaved:
+                grad_gate_up = torch.stack((grad_gate, grad_up), dim=-1).flatten(-2)
             else:
-                with torch.enable_grad():
-                    gate, up = split_gate_up(segment.detach(), plan.interleaved)
-                    gate.requires_grad_(True)
-                    up.requires_grad_(True)
-                    activated = experts_glu(gate, up, plan.activation, limit=plan.limit, alpha=plan.alpha)
-            values = activated.detach()
+                grad_gate_up = torch.cat((grad_gate, grad_up), dim=-1)
+        del activated, values, grad_activated, grad_gate, grad_up, gate, up
 
-            if grad_down_biases is not None:
-                torch.mv(grad_rows.t(), weights[expert], out=grad_down_biases[expert])
-            # Gradient of the weighted activations, [n, I].
-            grad_weighted = torch.mm(grad_rows, down_weights[expert])
-            if pairs is not None:
-                pair = pairs[expert]
-                torch.sum(grad_weighted * values, dim=-1, out=pair)
-                if down_bias is not None:
-                    pair += grad_rows @ down_bias[expert]
-            if grad_down_weights is not None:
-                # By hand, `values` is a temporary spent after this (scaled in place); autograd's graph shares it.
-                weighted = values.mul_(weight) if by_hand else values * weight
-                plan.weight_grad(grad_down_weights[expert], weighted, grad_rows)
-            del grad_rows
-            grad_activated = grad_weighted.mul_(weight)
-            if by_hand:  # straight into the two halves (or interleaved columns) of one [n, 2I] buffer
-                grad_gate_up = torch.empty_like(segment)
-                grad_gate, grad_up = split_gate_up(grad_gate_up, plan.interleaved)
-                unit.backward(grad_activated, grad_gate, grad_up)
-                del unit
-            else:
-                grad_gate, grad_up = torch.autograd.grad(activated, (gate, up), grad_activated)
-                if plan.interleaved:
-                    grad_gate_up = torch.stack((grad_gate, grad_up), dim=-1).flatten(-2)
-                else:
-                    grad_gate_up = torch.cat((grad_gate, grad_up), dim=-1)
-            del activated, values, grad_activated, grad_gate, grad_up
+        if grad_up_biases is not None:
+            torch.sum(grad_gate_up, dim=0, out=grad_up_biases[expert])
+        if grad_up_weights is not None:
+            plan.weight_grad(grad_up_weights[expert], hidden_states.index_select(0, tokens), grad_gate_up)
+        if grad_hidden is not None:
+            grad_hidden.index_add_(0, tokens, torch.mm(grad_gate_up, up_weights[expert]))
 
-            if grad_up_biases is not None:
-                torch.sum(grad_gate_up, dim=0, out=grad_up_biases[expert])
-            if grad_up_weights is not None:
-                plan.weight_grad(grad_up_weights[expert], hidden_states.index_select(0, tokens), grad_gate_up)
-            if grad_hidden is not None:
-                grad_hidden.index_add_(0, tokens, torch.mm(grad_gate_up, up_weights[expert]))
+    grad_weights = None
+    if per_pair is not None:
+        grad_weights = torch.empty_like(per_pair).index_copy_(0, order, per_pair)
+        grad_weights = grad_weights.view(top_k_weights.shape).to(top_k_weights.dtype)
+    grads = (grad_hidden, grad_weights, grad_gate_up_proj, grad_down_proj, grad_gate_up_bias, grad_down_bias)
+    return tuple(hidden_states.new_empty(0) if grad is None else grad for grad in grads)
 
-        grad_weights = None
-        if per_pair is not None:
-            grad_weights = torch.empty_like(per_pair).index_copy_(0, plan.order, per_pair)
-            grad_weights = grad_weights.view(top_k_weights.shape).to(top_k_weights.dtype)
-        return grad_hidden, grad_weights, grad_gate_up_proj, grad_down_proj, grad_gate_up_bias, grad_down_bias, None
+
+@_grouped_experts_bwd.register_fake
+def _grouped_experts_bwd_fake(
+    grad_output: torch.Tensor,
+    hidden_states: torch.Tensor,
+    top_k_weights: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    down_bias: torch.Tensor | None,
+    gate_up: torch.Tensor,
+    routing: torch.Tensor,
+    order: torch.Tensor,
+    counts: torch.Tensor,
+    host_counts: Sequence[int] | None,
+    activation: str,
+    transposed: bool,
+    interleaved: bool,
+    limit: float | None,
+    alpha: float | None,
+    top_k: int,
+    needs: Sequence[bool],
+) -> tuple[torch.Tensor, ...]:
+    num_experts, hidden = gate_up_proj.shape[0], hidden_states.shape[-1]
+    shapes = (
+        (hidden_states, tuple(hidden_states.shape)),
+        (top_k_weights, tuple(top_k_weights.shape)),
+        (gate_up_proj, tuple(gate_up_proj.shape)),
+        (down_proj, tuple(down_proj.shape)),
+        (gate_up_proj, (num_experts, gate_up.shape[1])),
+        (down_proj, (num_experts, hidden)),
+    )
+    return tuple(
+        like.new_empty(shape) if wanted else hidden_states.new_empty(0)
+        for wanted, (like, shape) in zip(needs, shapes, strict=True)
+    )
+
+
+# -- autograd: the forward operator's backward is the backward operator ---------------------------------------
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
+    hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias = inputs[:7]
+    activation, transposed, interleaved, limit, alpha, counts = inputs[7:]
+    _, gate_up, routing, order, pair_counts = output
+    ctx.mark_non_differentiable(gate_up, routing, order, pair_counts)
+    ctx.save_for_backward(
+        hidden_states, top_k_weights, gate_up_proj, down_proj, down_bias, gate_up, routing, order, pair_counts
+    )
+    ctx.host_counts = None if counts is None else list(counts)
+    ctx.options = (activation, transposed, interleaved, limit, alpha, top_k_index.shape[1])
+    ctx.has_gate_up_bias = gate_up_bias is not None
+
+
+def _backward(ctx: Any, grad_output: torch.Tensor, *unused: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    saved = ctx.saved_tensors
+    hidden_states, top_k_weights, gate_up_proj, down_proj, down_bias, gate_up, routing, order, pair_counts = saved
+    activation, transposed, interleaved, limit, alpha, top_k = ctx.options
+    needs = ctx.needs_input_grad
+    # Inputs: hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, ...
+    wanted = [needs[0], needs[2], needs[3], needs[4], needs[5] and ctx.has_gate_up_bias, needs[6]]
+    grads = _grouped_experts_bwd(
+        grad_output,
+        hidden_states,
+        top_k_weights,
+        gate_up_proj,
+        down_proj,
+        down_bias,
+        gate_up,
+        routing,
+        order,
+        pair_counts,
+        ctx.host_counts,
+        activation,
+        transposed,
+        interleaved,
+        limit,
+        alpha,
+        top_k,
+        wanted,
+    )
+    hidden, weights, gate_up_grad, down_grad, gate_up_bias_grad, down_bias_grad = (
+        grad if flag else None for grad, flag in zip(grads, wanted, strict=True)
+    )
+    return (hidden, None, weights, gate_up_grad, down_grad, gate_up_bias_grad, down_bias_grad, *([None] * 6))
+
+
+_grouped_experts_fwd.register_autograd(_backward, setup_context=_setup_context)

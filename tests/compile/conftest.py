@@ -1,0 +1,19 @@
+"""Every compile test starts from a clean dynamo cache, every slot eager and one torch thread, and leaves them so."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from modelgraft.models.testing.parity import eager_slots_on_one_thread
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo_and_eager_slots() -> Iterator[None]:
+    """Compiled code is cached per code object with guards: a test must neither reuse nor leave any."""
+    torch._dynamo.reset()
+    with eager_slots_on_one_thread():
+        yield
+    torch._dynamo.reset()
