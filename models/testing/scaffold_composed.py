@@ -73,6 +73,7 @@ KNOWN_OPTIONS = (
     "image_seq_length",
     "image_seq_len",
     "num_image_tokens",
+    "spatial_merge_size",
 )
 WORDS = 60
 #: The tiling grid of models that cut images into tiles of the tower's size (LLaVA-NeXT's anyres), for the
@@ -268,7 +269,14 @@ class ScaffoldComposedVlm:
     def _count_options(self, signature: inspect.Signature, config: PreTrainedConfig, count: int) -> dict[str, Any]:
         options: dict[str, Any] = {}
         names = signature.parameters
-        if "patch_size" in names and "num_additional_image_tokens" in names:
+        merge = getattr(config, "spatial_merge_size", None) or getattr(
+            config.vision_config, "spatial_merge_size", None
+        )
+        if "patch_size" in names and "spatial_merge_size" in names and merge:
+            # Pixtral's count: (side / (patch * merge)) ** 2 for each image, whatever its size.
+            options["patch_size"] = config.vision_config.patch_size
+            options["spatial_merge_size"] = merge
+        elif "patch_size" in names and "num_additional_image_tokens" in names:
             # LLaVA's count: the tower's patches, plus its extra tokens, less the one a "default" strategy drops.
             options["patch_size"] = config.vision_config.patch_size
         elif "patch_size" in names and math.isqrt(count) ** 2 == count and IMAGE_SIDE % math.isqrt(count) == 0:
