@@ -145,8 +145,3 @@ class VlmInfo:
         (``get_rope_index``), else "composed" (the language model's own 1-D positions, LLaVA-like).
         The scaffold's refusal lists the differences from this one."""
         return "qwen_vl" if self.rope_index is not None else "composed"
-
-    @property
-    def differences(self) -> tuple[str, ...]:
-        """The differences from :attr:`contract`."""
-        return self.contract_differences if self.contract == "qwen_vl" else self.composed_differences
