@@ -5,12 +5,16 @@
     python -m modelgraft.models.distributed.example --nproc 4 --hsdp 2 --activation-checkpointing
     python -m modelgraft.models.distributed.example --nproc 4 --meta --steps 2 --checkpoint-dir ckpt
     python -m modelgraft.models.distributed.example --nproc 2 --sp 1 --resume --checkpoint-dir ckpt --steps 4 --export out
+    python -m modelgraft.models.distributed.example --nproc 2 --compile aot_eager
 
 ``--meta`` builds the model on the meta device and gives each rank storage for its own shards only.
 ``--checkpoint-dir`` saves the training state (model, optimizer, LR scheduler, RNG, data position) there at
 the end, as ``step_<N>``; ``--resume`` continues the latest one up to ``--steps`` (on any parallel layout:
 the state reshards). ``--export`` writes the trained model as a hub checkpoint that upstream's
 ``from_pretrained`` loads. See docs/distributed.md, "The example: save, resume, export".
+
+``--compile`` compiles each decoder layer in place (docs/compile.md), after the parallel plans and activation
+checkpointing and before ``fully_shard``.
 
 ``--hsdp`` alone replicates across the nodes torchrun started (``WORLD_SIZE / LOCAL_WORLD_SIZE``) and shards
 within each; ``--hsdp R`` sets the replica count. See docs/distributed.md, "Many nodes: torchrun".
@@ -101,6 +105,11 @@ def train(args: argparse.Namespace) -> None:
     attach_parallel(model, state, OpsConfig({"moe_experts": "grouped"}))
     if args.activation_checkpointing:
         apply_activation_checkpointing(model)
+    if args.compile:  # each decoder layer in place, before fully_shard, as torchtitan orders it
+        for layer in model.model.layers:
+            layer.compile(backend=args.compile)
+        if state.rank == 0:
+            print(f"compiled {len(model.model.layers)} decoder layers with {args.compile}", flush=True)
     apply_fsdp(model, state)
     if args.meta:  # storage for this rank's shards only; a resumed state fills the weights
         materialize(model, weights=not args.resume)
@@ -169,6 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     memory.add_argument(
         "--meta", action="store_true", help="build on the meta device; each rank allocates only its own shards"
+    )
+    speed = parser.add_argument_group("speed")
+    speed.add_argument(
+        "--compile",
+        nargs="?",
+        const="inductor",
+        default=None,
+        metavar="BACKEND",
+        help="torch.compile each decoder layer with BACKEND (no value: inductor; aot_eager needs no C++ compiler)",
     )
     checkpoints = parser.add_argument_group("checkpoints")
     checkpoints.add_argument(

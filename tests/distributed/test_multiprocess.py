@@ -53,9 +53,9 @@ for argv in json.loads({runs!r}):
 """
 
 
-def run_example(*runs: tuple[str, ...]) -> list[list[str]]:
+def run_example(*runs: tuple[str, ...], keep: tuple[str, ...] = ("step ",)) -> list[list[str]]:
     """Run the example as a user would (no torchrun: it starts its own ranks), once per argument list; each
-    run's ``step N: ...`` lines.
+    run's lines that start with one of ``keep`` (``step N: ...``).
 
     The runs share one process, forked from an interpreter that has imported torch and transformers but nothing
     of modelgraft (``run_code``): the second run's ranks fork from the fork server the first run started. Each
@@ -69,7 +69,7 @@ def run_example(*runs: tuple[str, ...]) -> list[list[str]]:
     assert result.returncode == 0, result.stderr[-4000:]
     outputs = result.stdout.split("=== run\n")[1:]
     assert len(outputs) == len(runs), result.stdout[-4000:]
-    return [[line for line in output.splitlines() if line.startswith("step ")] for output in outputs]
+    return [[line for line in output.splitlines() if line.startswith(keep)] for output in outputs]
 
 
 def test_example_trains_saves_resumes_on_another_layout_and_exports_what_upstream_loads(tmp_path: Path) -> None:
@@ -91,3 +91,18 @@ def test_example_trains_saves_resumes_on_another_layout_and_exports_what_upstrea
     model, info = transformers.Qwen3MoeForCausalLM.from_pretrained(tmp_path / "hub", output_loading_info=True)
     assert not any(info.values()), info
     assert model.model.layers[0].mlp.experts.gate_up_proj.shape[0] == model.config.num_experts
+
+
+def _figures(line: str) -> str:
+    """A ``step N: ...`` line without its timing: the loss, aux loss and grad norm rank 0 printed."""
+    return line.split(") ")[0]
+
+
+def test_example_with_each_layer_compiled_trains_as_it_does_eagerly() -> None:
+    """FSDP2, EP=2 and SP=2 on 2 ranks, every decoder layer compiled (aot_eager: no C++ compiler needed): each
+    step's loss, aux loss and gradient norm are the eager run's, to the printed digits."""
+    common = ("--nproc", "2", "--sp", "2", "--ep", "2", "--seq-len", "12", "--steps", "2")
+    eager, compiled = run_example(common, (*common, "--compile", "aot_eager"), keep=("step ", "compiled "))
+    assert compiled[0] == "compiled 2 decoder layers with aot_eager", compiled
+    assert len(eager) == 2, eager
+    assert [_figures(line) for line in compiled[1:]] == [_figures(line) for line in eager]
