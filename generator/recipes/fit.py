@@ -24,7 +24,7 @@ from typing import Any
 from modelgraft.generator import categories
 from modelgraft.generator.categories import OUT_OF_CATEGORY
 from modelgraft.generator.recipes.causal_lm_path import towers_on_causal_lm_path
-from modelgraft.generator.recipes.fit_composed import composed_arguments
+from modelgraft.generator.recipes.fit_composed import composed_arguments, text_layers
 from modelgraft.generator.recipes.fit_omni import omni_arguments, omni_processors
 from modelgraft.generator.recipes.fit_vlm import (
     VlmFinding,
@@ -565,6 +565,8 @@ def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
 #: an own tower's) and the loss head. The decoder's RoPE, experts and router are the composed decoder's, guarded
 #: by its own package.
 COMPOSED_TEXT_ARGUMENTS = ("norms", "mlps", "call_sites", "causal_lm")
+#: ... and those it keeps too when the language model is a class of its own module: nothing else guards them.
+OWN_TEXT_ARGUMENTS = ("rope", "experts", "router", "aux_loss")
 
 
 def _fit_composed(structure: ModelStructure, category: str, text: Fit) -> Fit:
@@ -575,11 +577,17 @@ def _fit_composed(structure: ModelStructure, category: str, text: Fit) -> Fit:
     found: list[VlmFinding] = []
     arguments = {key: value for key, value in text.arguments.items() if key in COMPOSED_TEXT_ARGUMENTS}
     arguments.update(composed_arguments(structure, found))
+    own = bool(arguments.get("composed", {}).get("own_text"))
+    if own:
+        arguments.update({key: value for key, value in text.arguments.items() if key in OWN_TEXT_ARGUMENTS})
+        if arguments.get("experts"):
+            arguments["composed"]["layers"] = text_layers(structure)
     processors = vlm_processors(structure.vlm, found) if structure.vlm is not None else {}
     refusals = [finding for finding in text.refusals if finding.structure in ("causal_lm",)]
     refusals += [Finding("vlm", finding.where, finding.line, finding.reason) for finding in found]
     guarded = guarded_slots(arguments)
-    skipped = tuple(finding for finding in text.skipped if finding.structure != "rope")
+    # A composed decoder's RoPE and experts are its own package's; an own text model's are left here if unguarded.
+    skipped = tuple(f for f in text.skipped if own or f.structure not in ("rope", "experts"))
     if refusals:
         why = "a composed VLM's config is its recipe call once every difference above is resolved"
         return Fit(

@@ -7,12 +7,11 @@ that each type a default config builds has one:
 
 - a type some package of this project registers (``register_model("llama", ...)`` in ``models/*/__init__.py``:
   a zoo decoder, a vision encoder of the library), read from the source, nothing imported;
-- a vision type the model's own package defines (``internvl_vision``): the scaffold registers it too, for the
-  same generated module, which holds its classes.
+- a type the model's own package defines (``internvl_vision``, ``mistral_large4_text``): the scaffold registers it
+  too, for the same generated module, which holds its classes. An own text model, built by ``AutoModel`` or as a
+  class of the module, gets the text recipe's guards (RoPE, experts, router) from the composed recipe.
 
-Anything else is refused, naming the type and the way to add it. A text type the package defines itself
-(gemma3's ``gemma3_text``) needs the text recipe on the same module, which a hand-written config applies
-(models/gemma3's); the scaffold refuses it and says so.
+Anything else is refused, naming the type and the way to add it.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from modelgraft.generator.recipes.fit_vlm import VlmFinding
 from modelgraft.generator.upstream.composed_contract import TEXT_CONFIG, VISION_CONFIG
 from modelgraft.generator.upstream.structure import ModelStructure
 
-__all__ = ["composed_arguments", "registered_model_types"]
+__all__ = ["composed_arguments", "own_text", "registered_model_types", "text_layers"]
 
 #: This project's model packages (the zoo and the library of vision encoders), beside the generator.
 MODELS_ROOT = Path(__file__).resolve().parents[2] / "models"
@@ -91,14 +90,13 @@ def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) ->
             continue
         model_type = composition.model_type
         sub_models[composition.config_attr] = model_type
-        if composition.own and composition.config_attr == VISION_CONFIG and composition.config_class:
+        if composition.own and composition.config_attr in (VISION_CONFIG, TEXT_CONFIG) and composition.config_class:
             own[model_type] = composition.config_class
             continue
         if composition.own:
             reason = (
-                f"{composition.config_attr}'s model_type {model_type} is this package's own text model: a composed"
-                " scaffold builds the language model from a registered decoder; write the config by hand with the"
-                " text recipe and composed_vlm on the same module (as models/gemma3's does)"
+                f"{composition.config_attr}'s model_type {model_type} is this package's own, but the configuration"
+                " module names no config class for it: the scaffold cannot register the generated class"
             )
             refusals.append(VlmFinding(model, line, reason))
         elif model_type not in registered:
@@ -125,5 +123,32 @@ def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) ->
             "placeholder_ids": list(vlm.placeholder_ids),
             # A tower's own base class (InternViT's): the base-class changes, as the model's base gets them
             "pretrained_models": [c for c in vlm.pretrained_bases if c != f"{structure.prefix}PreTrainedModel"],
+            "own_text": own_text(structure),
         }
     }
+
+
+def own_text(structure: ModelStructure) -> bool:
+    """Whether the language model is this module's own class (built directly, or by ``AutoModel`` for a text
+    type the package defines): then nothing else guards its RoPE and experts, and the composed recipe does."""
+    vlm = structure.vlm
+    assert vlm is not None and vlm.language_model is not None
+    for composition in vlm.compositions:
+        if composition.owner == vlm.model_class and composition.attr == vlm.language_model.attr:
+            return composition.own
+    return True  # not composed: the contract holds, so it is a class of this module on the text config
+
+
+def text_layers(structure: ModelStructure) -> str:
+    """The ``state_dict`` prefix of an own text model's decoder layers, seen from the conditional-generation
+    head, for the expert-parallel plan: ``model.language_model.layers`` where the head holds the Model as
+    ``self.model`` and the Model holds a base text model."""
+    vlm = structure.vlm
+    assert vlm is not None and vlm.language_model is not None
+    path = [vlm.language_model.attr]
+    head = structure.causal_lm
+    if head is None or head.cls != vlm.model_class:
+        path.insert(0, "model")
+    if (vlm.language_model.cls or "").endswith("ForCausalLM"):
+        path.append("model")
+    return ".".join([*path, "layers"])

@@ -210,6 +210,8 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
         lines.append(f"    tower={composed['tower']!r},")
     if composed["model"] != COMPOSED_DEFAULTS["model"].format(prefix=prefix):
         lines.append(f"    model={composed['model']!r},")
+    if not composed.get("sub_models"):  # both towers are this module's classes: no AutoModel call to replace
+        lines.append("    compose=False,")
     if composed.get("image_tiles"):
         lines.append("    image_tiles=True,")
     if composed.get("image_sizes"):
@@ -230,9 +232,43 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
             parts.add(part)
             lines.append(f"    {name}=[{', '.join(items)}],")
     lines.append("    causal_lm=" + _call("LossHead", arguments["causal_lm"]["cls"], _head_fields(arguments)) + ",")
+    if composed.get("own_text"):  # the module's own language model: its RoPE and experts are guarded here
+        lines += _own_text_lines(arguments, parts)
     lines.append(")")
     imports = f"from modelgraft.generator.recipes import {', '.join(sorted(parts) + ['composed_vlm'])}"
+    if len(imports) > LINE_LENGTH:
+        imports = format_source(imports).rstrip("\n")
     return imports, format_source("\n".join(lines) + "\n").rstrip("\n")
+
+
+def _own_text_lines(arguments: Mapping[str, Any], parts: set[str]) -> list[str]:
+    """``composed_vlm``'s arguments for a language model of the module's own: RoPE, experts, router, aux loss and
+    where the sparse blocks sit, each written only where the fit read one."""
+    lines: list[str] = []
+    rope = arguments.get("rope")
+    if isinstance(rope, Mapping):
+        parts.add("Rope")
+        lines.append("    rope=" + _call("Rope", rope["function"], {"formulation": rope["formulation"]}) + ",")
+    elif rope:
+        lines.append(f"    rope={rope!r},")
+    experts = arguments.get("experts")
+    if experts:
+        parts.add("Experts")
+        layout = {key: experts[key] for key in EXPERTS_LAYOUT_FIELDS if experts.get(key)}
+        fields = {"activation": experts["activation"], **layout}
+        lines.append("    experts=" + _call("Experts", experts["sparse_block"], fields) + ",")
+        router = arguments.get("router")
+        if router:
+            parts.add("Router")
+            lines.append("    router=" + _call("Router", router["cls"], _router_fields(router)) + ",")
+        layers = arguments["composed"].get("layers")
+        if layers and layers != "model.language_model.layers":
+            lines.append(f"    layers={layers!r},")
+        if experts.get("block_attr", "mlp") != "mlp":
+            lines.append(f"    sparse_block_attr={experts['block_attr']!r},")
+    if arguments.get("aux_loss"):
+        lines.append(f"    aux_loss={arguments['aux_loss']!r},")
+    return lines
 
 
 #: What recording an experts class's activation name in its ``__init__`` is for (the snippet's description).

@@ -24,6 +24,10 @@ mask and scatter, the projector, the masks, the output dataclasses. The recipe a
   unbound, upstream's forward; a call packing documents (1-D position ids that restart, no attention mask, no
   cache) turns the cache off first, so the language model's mask keeps the documents apart on eager and sdpa
   attention (helper ``packs_text_documents``);
+- for a language model that is a class of the module itself (deepseek_ocr2's, mistral_large4's), the text
+  recipes' guards nothing else applies: ``rope`` (:func:`modelgraft.generator.recipes.dense.apply_rope`), and for
+  routed experts the experts' call, the router and the expert-parallel plan on the head
+  (:func:`modelgraft.generator.recipes.vlm_moe.apply_moe_decoder`);
 - the base class's checkpoint conversions, strict loading and attention on request, as for a dense model
   (:func:`modelgraft.generator.recipes.dense.apply_pretrained_model`), unless a recipe already applied them to
   the same module (a text model kept next to the multimodal classes, as gemma3's is).
@@ -41,10 +45,12 @@ from modelgraft.generator.recipes.dense import (
     apply_mlps,
     apply_norms,
     apply_pretrained_model,
+    apply_rope,
     apply_upstream_version_check,
 )
-from modelgraft.generator.recipes.parts import CallSites, LossHead, Mlp, Norm
+from modelgraft.generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
 from modelgraft.generator.recipes.vlm import apply_sequence_parallel_forward
+from modelgraft.generator.recipes.vlm_moe import apply_moe_decoder
 
 __all__ = ["composed_vlm"]
 
@@ -66,6 +72,12 @@ def composed_vlm(
     sequence_parallel: bool = True,
     placeholder_ids: Sequence[str] = ("self.config.image_token_id",),
     pretrained_models: Sequence[str] = (),
+    rope: str | Rope | None = None,
+    experts: Experts | None = None,
+    router: Router | None = None,
+    layers: str = "model.language_model.layers",
+    sparse_block_attr: str = "mlp",
+    compose: bool = True,
 ) -> PatchConfig:
     """Apply the composed-VLM snippets to ``config`` for the model whose classes start with ``prefix``.
 
@@ -82,18 +94,23 @@ def composed_vlm(
     attend to each other both ways across what would be the ranks' slices). ``placeholder_ids``: the config ids
     ``get_placeholder_mask`` finds the image (then video) placeholders by, which a rank's slice is searched for.
     ``pretrained_models``: the module's other ``PreTrainedModel`` bases (an own tower's), which get the base-class
-    changes too.
+    changes too. ``rope``, ``experts``, ``router``: a language model of this module's own (None where the decoder is
+    a registered one, whose package guards them), as for :func:`~modelgraft.generator.recipes.moe.moe_text`;
+    ``layers`` and ``sparse_block_attr`` place its sparse blocks for the expert-parallel plan. ``compose=False``:
+    ``model`` builds both towers as classes of this module (deepseek_ocr2), with no ``AutoModel`` call to replace.
     """
     apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
     apply_call_sites(config, call_sites, prefix=prefix)
+    apply_rope(config, rope)
     model_cls = _named(model, prefix)
-    config.apply_snippet(
-        "vlm_composed_towers_init",
-        f"{model_cls}.__init__",
-        description="the towers are generated classes, chosen by the sub-configs' model_type",
-    )
+    if compose:
+        config.apply_snippet(
+            "vlm_composed_towers_init",
+            f"{model_cls}.__init__",
+            description="the towers are generated classes, chosen by the sub-configs' model_type",
+        )
     config.apply_snippet(
         "vlm_composed_dummy_forward",
         f"{model_cls}.dummy_forward",
@@ -111,7 +128,17 @@ def composed_vlm(
             placeholder_ids=placeholder_ids,
             packed_text=True,
         )
-    apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
+    head = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
+    if experts is not None:
+        apply_moe_decoder(
+            config,
+            experts=experts,
+            router=router,
+            causal_lm=head,
+            prefix=prefix,
+            layers=layers,
+            sparse_block_attr=sparse_block_attr,
+        )
     apply_pretrained_model(config, pretrained_model, prefix=prefix)
     for base in pretrained_models:
         apply_pretrained_model(config, base, prefix=prefix)

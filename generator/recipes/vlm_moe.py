@@ -86,7 +86,7 @@ def apply_moe_decoder(
     config: PatchConfig,
     *,
     experts: Experts,
-    router: Router,
+    router: Router | None,
     causal_lm: str,
     prefix: str,
     layers: str,
@@ -109,7 +109,8 @@ def apply_moe_decoder(
         alpha=experts.alpha,
         description="routed experts behind the moe_experts slot",
     )
-    apply_router(config, router, prefix=prefix)
+    if router is not None:  # None: the router stays upstream's (a composed VLM's own text model without one read)
+        apply_router(config, router, prefix=prefix)
     config.apply_snippet(
         "moe_parallel_plan",
         f"{causal_lm}.get_parallel_plan",

@@ -1,7 +1,8 @@
 """The composed (LLaVA-style) contract: what a VLM's upstream code must look like for the composed_vlm recipe.
 
 The recipe (generator/recipes/vlm_composed.py) patches a ``Model`` that builds its language model with
-``AutoModel.from_config(config.text_config)`` and its vision tower the same way (or as a class of its own module
+``AutoModel.from_config(config.text_config)`` (or as a class of its own module on ``config.text_config``, which the
+recipe then guards as a text recipe would) and its vision tower the same way (or as a class of its own module
 on ``config.vision_config``), projects the tower's features with a module next to it (or inside it), scatters them into the
 placeholder tokens ``get_placeholder_mask`` finds, and gives the language model its own 1-D positions. The
 generated ``__init__`` builds each ``AutoModel`` sub-model as the generated class registered for the sub-config's
@@ -34,10 +35,16 @@ def composed_differences(info: VlmInfo) -> tuple[str, ...]:
     language = info.language_model
     if language is None:
         out.append(f"{where} holds no language model")
-    elif language.attr not in composed or composed[language.attr].config_attr != TEXT_CONFIG:
+    elif language.attr in composed:
+        if composed[language.attr].config_attr != TEXT_CONFIG:
+            out.append(
+                f"{where} builds self.{language.attr} from config.{composed[language.attr].config_attr}, not config."
+                f"{TEXT_CONFIG}"
+            )
+    elif language.cls is None or language.config_attr != TEXT_CONFIG:
         out.append(
-            f"{where} builds self.{language.attr} as {language.built_by}, not AutoModel.from_config(config."
-            f"{TEXT_CONFIG}): no generated decoder can stand for it"
+            f"{where} builds self.{language.attr} as {language.built_by}: neither AutoModel.from_config(config."
+            f"{TEXT_CONFIG}) nor a class of its module on config.{TEXT_CONFIG}"
         )
     vision = info.vision
     if vision is None:
@@ -59,6 +66,16 @@ def composed_differences(info: VlmInfo) -> tuple[str, ...]:
                 f"the configuration names no default model_type for {composition.config_attr}"
                 f" (built as self.{composition.attr}): no generated class can be chosen for its tests"
             )
+    for name in info.unset_sized_fields:
+        out.append(
+            f"{where}.__init__ takes len(config.{name}), which the default configuration leaves None: its value is"
+            " the checkpoint's to choose, so no tiny config can be derived for the tests"
+        )
+    if info.nested_vision_configs:
+        out.append(
+            f"the vision config nests sub-configs ({', '.join(info.nested_vision_configs)}): one tower's sizes"
+            " cannot shrink it for the tests"
+        )
     if info.rope_index is not None:
         out.append(f"{info.rope_index.owner}.get_rope_index gives multimodal position ids, not the text's 1-D ones")
     mask = info.placeholder_mask

@@ -64,6 +64,8 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         placeholder_ids=_placeholder_ids(source, model_class),
         pretrained_bases=tuple(cls for cls in source.classes if "PreTrainedModel" in source.base_names(cls)),
         language_model_reads_text_row=_reads_text_row(source, language.cls if language else None),
+        unset_sized_fields=_unset_sized_fields(source, model_class),
+        nested_vision_configs=_nested_vision_configs(source),
         hub_transposes_experts=bool(model_type)
         and transposes_fused_experts(model_type or "", root=source.sources.root),
     )
@@ -383,6 +385,51 @@ def read_config_fields(source: ModelSource) -> frozenset[str]:
             }
             return frozenset(fields | set(assigns))
     return frozenset()
+
+
+def _unset_sized_fields(source: ModelSource, model_class: str | None) -> tuple[str, ...]:
+    """The config fields declared ``= None`` in the configuration class holding the sub-config table that the
+    Model's ``__init__`` takes the ``len`` of (``len(config.deepstack_layer_map)``), in source order."""
+    found = source.method(model_class, "__init__") if model_class else None
+    classes, table = _sub_config_table(source)
+    if found is None or table is None:
+        return ()
+    unset: set[str] = set()
+    for node in classes.values():
+        assigns = _class_assigns(node)
+        if any(assigns.get(name) is table for name in _SUB_CONFIG_TABLES):
+            unset = {
+                name for name, value in assigns.items() if isinstance(value, ast.Constant) and value.value is None
+            }
+    sized = [
+        call.args[0].attr
+        for call in ast.walk(found[0])
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "len"
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Attribute)
+        and dotted(call.args[0].value) == "config"
+        and call.args[0].attr in unset
+    ]
+    return tuple(dict.fromkeys(sized))
+
+
+def _nested_vision_configs(source: ModelSource) -> tuple[str, ...]:
+    """The sub-configs the vision config class declares in its own table (deepseek_ocr2's ``sam_config`` and
+    ``encoder_config``), where the package defines that class."""
+    classes, _ = _sub_config_table(source)
+    tables = {name: _own_table(node) for name, node in classes.items()}
+    for table in tables.values():
+        entry = dict(_table_entries(table)).get("vision_config")
+        if entry is not None:
+            return tuple(attr for attr, _ in _table_entries(tables.get(_sub_config_class(entry) or "")))
+    return ()
+
+
+def _own_table(node: ast.ClassDef) -> ast.Dict | None:
+    assigns = _class_assigns(node)
+    return next((assigns[n] for n in _SUB_CONFIG_TABLES if isinstance(assigns.get(n), ast.Dict)), None)  # type: ignore[return-value]
 
 
 def read_sub_configs(source: ModelSource) -> dict[str, str]:

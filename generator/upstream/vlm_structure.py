@@ -134,6 +134,12 @@ class VlmInfo:
     #: transformers transposes the fused expert tensors of this model_type's hub checkpoints on load
     #: (``conversion_mapping.py``, qwen3_vl_moe): the scaffold's converter is told that layout.
     hub_transposes_experts: bool = False
+    #: Fields of the model's config that default to None and that the Model's ``__init__`` takes the ``len`` of
+    #: (granite4_vision's ``deepstack_layer_map``): a default config cannot build the model, so no size the
+    #: scaffold's tests derive can either.
+    unset_sized_fields: tuple[str, ...] = ()
+    #: The sub-configs nested in the package's own vision config (deepseek_ocr2's SAM and encoder configs).
+    nested_vision_configs: tuple[str, ...] = ()
 
     @property
     def fits_qwen_vl_contract(self) -> bool:

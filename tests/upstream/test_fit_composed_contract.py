@@ -90,9 +90,53 @@ def test_a_tiling_model_s_recipe_call_says_so() -> None:
     assert "image_tiles" not in plain
 
 
-def test_a_language_model_not_built_from_the_text_config_is_a_difference() -> None:
+def test_a_language_model_neither_auto_built_nor_a_class_of_the_module_is_a_difference() -> None:
+    """blip's Model builds its text model from its own config attribute, not from config.text_config."""
+    differences = read_model("blip").vlm.composed_differences  # type: ignore[union-attr]
+    assert any("BlipModel builds self.text_model as BlipTextModel(...): neither" in d for d in differences)
+
+
+def test_a_language_model_that_is_a_class_of_the_module_fits() -> None:
+    """llama4 builds its language model as Llama4ForCausalLM(config.text_config): the module's own class."""
     differences = read_model("llama4").vlm.composed_differences  # type: ignore[union-attr]
-    assert any("builds self.language_model as Llama4ForCausalLM(...)" in d for d in differences)
+    assert not any("self.language_model" in d for d in differences)
+
+
+def test_an_own_moe_text_model_gets_its_experts_guarded_by_the_composed_recipe() -> None:
+    """mistral_large4's text model is its own type (mistral_large4_text), routed over experts."""
+    large = fit("mistral_large4")
+    assert large.arguments["composed"]["own_text"]
+    assert large.arguments["composed"]["own_types"]["mistral_large4_text"] == "MistralLarge4TextConfig"
+    _, call = recipe_call(large.category, "MistralLarge4", large.arguments)
+    assert '    experts=Experts("MistralLarge4TextMoE", activation="self.experts.config.hidden_act"),\n' in call
+    assert "layers=" not in call  # the default: model.language_model.layers
+
+
+def test_a_registered_decoder_s_rope_and_experts_are_not_the_composed_recipe_s() -> None:
+    llava = fit("llava")
+    assert not llava.arguments["composed"]["own_text"]
+    assert "rope" not in llava.arguments and "experts" not in llava.arguments
+
+
+def test_a_language_model_built_as_a_class_of_the_module_is_its_own_text() -> None:
+    """deepseek_ocr2 builds its language model as DeepseekOcr2TextModel(config.text_config), held by its Model."""
+    from modelgraft.generator.recipes.fit_composed import own_text, text_layers
+
+    structure = read_model("deepseek_ocr2")
+    assert own_text(structure)
+    assert text_layers(structure) == "model.language_model.layers"
+
+
+def test_a_config_field_the_model_sizes_but_the_default_leaves_unset_is_a_difference() -> None:
+    """granite4_vision's Model takes len(config.deepstack_layer_map), which defaults to None."""
+    differences = read_model("granite4_vision").vlm.composed_differences  # type: ignore[union-attr]
+    assert any("len(config.deepstack_layer_map)" in d for d in differences)
+
+
+def test_a_vision_config_nesting_sub_configs_is_a_difference() -> None:
+    """deepseek_ocr2's vision config holds a SAM config and an encoder config."""
+    differences = read_model("deepseek_ocr2").vlm.composed_differences  # type: ignore[union-attr]
+    assert "the vision config nests sub-configs (sam_config, encoder_config)" in " ".join(differences)
 
 
 def test_a_composed_vlm_fits_with_the_module_s_own_pieces_and_its_sub_model_types() -> None:
@@ -124,12 +168,6 @@ def test_a_tower_type_without_a_generated_class_is_refused_by_name() -> None:
     message = fit("fast_vlm").refusal_message()
     assert "vision_config's default model_type timm_wrapper has no generated class in this project" in message
     assert "Adding an encoder" in message
-
-
-def test_a_text_model_the_package_defines_is_refused_for_a_hand_written_config() -> None:
-    """aria's text model is its own (aria_text): the composed scaffold builds only registered decoders."""
-    message = fit_model(read_model("aria")).refusal_message()
-    assert "model_type aria_text is this package's own text model" in message
 
 
 def test_the_registered_types_are_read_from_the_model_packages() -> None:
