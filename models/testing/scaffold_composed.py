@@ -75,6 +75,8 @@ KNOWN_OPTIONS = (
     "num_image_tokens",
     "spatial_merge_size",
 )
+#: The options that are the number of placeholders per image, where a processor takes that number as given.
+COUNT_OPTIONS = ("image_seq_length", "image_seq_len", "num_image_tokens")
 WORDS = 60
 #: The tiling grid of models that cut images into tiles of the tower's size (LLaVA-NeXT's anyres), for the
 #: config and the image processor alike: up to 2 x 2 tiles of the tiny side.
@@ -223,7 +225,13 @@ class ScaffoldComposedVlm:
         config = self._build_config(image_token_id, len(tokenizer))
         count = self._features_per_image(config)
         options = self._count_options(signature, config, count)
-        return config, self._processor(tokenizer, options)
+        processor = self._processor(tokenizer, options)
+        for name in COUNT_OPTIONS:
+            # A count the class fixes as a class attribute, which __init__ does not take (GOT-OCR2's 256 per
+            # image): the instance's own value, which the processor's call defaults to, is the tiny model's.
+            if name not in signature.parameters and isinstance(getattr(type(processor), name, None), int):
+                setattr(processor, name, count)
+        return config, processor
 
     def _tokenizer_attributes(self, specials: tuple[str, ...]) -> dict[str, str]:
         """The ``*_token`` attributes the processor reads from its tokenizer, found by building it: each one it
@@ -292,7 +300,7 @@ class ScaffoldComposedVlm:
             patches = (IMAGE_SIDE // config.vision_config.patch_size) ** 2
             dropped = 1 if getattr(config, "vision_feature_select_strategy", None) == "default" else 0
             options["num_additional_image_tokens"] = count - patches + dropped
-        for name in ("image_seq_length", "image_seq_len", "num_image_tokens"):
+        for name in COUNT_OPTIONS:
             if name in names:
                 options[name] = count
         return options
@@ -322,7 +330,10 @@ class ScaffoldComposedVlm:
             texts.append(" ".join(parts + [f"w{(i % 20) + 40}" for i in range(3 + 2 * row + trailing_words)]))
             images.append([synthetic_image(20 + 9 * i, 36 - 5 * i, seed=10 * row + i) for i in range(count)])
         flat = [image for row in images for image in row]
-        inputs = processor(text=texts, images=flat or None, return_tensors="pt", padding=True)
+        if flat:
+            inputs = processor(text=texts, images=flat, return_tensors="pt", padding=True)
+        else:  # text alone is the tokenizer's (GOT-OCR2's processor refuses a call without images)
+            inputs = processor.tokenizer(texts, return_tensors="pt", padding=True)
         batch = dict(inputs)
         ignored = (batch["attention_mask"] == 0) | (batch["input_ids"] == config.image_token_id)
         batch["labels"] = batch["input_ids"].masked_fill(ignored, IGNORE_INDEX)
