@@ -58,7 +58,6 @@ VISION_SIZES: Mapping[str, Any] = {
     "num_attention_heads": 4,
     "image_size": IMAGE_SIDE,
     "patch_size": 7,
-    "projection_dim": 24,
     "layer_norm_eps": 3e-5,
 }
 #: Processor options set by these rules (besides the parts), by name.
@@ -146,12 +145,13 @@ class ScaffoldComposedVlm:
 
     def _vision(self, text_hidden: int) -> dict[str, Any]:
         """:data:`VISION_SIZES` for what the vision config declares; a tower that projects to the text width
-        itself (``out_hidden_size``) projects to the tiny text's."""
+        itself (``out_hidden_size``, ``projection_dim``) projects to the tiny text's."""
         vision_class = CONFIG_MAPPING[self._sub_type("vision_config")]
         declared = _declared(vision_class)
         sizes = {name: value for name, value in VISION_SIZES.items() if name in declared}
-        if "out_hidden_size" in declared:
-            sizes["out_hidden_size"] = text_hidden
+        for name in ("out_hidden_size", "projection_dim"):  # Janus's aligner projects to projection_dim
+            if name in declared:
+                sizes[name] = text_hidden
         return {**sizes, "model_type": vision_class.model_type}
 
     def _top_level(self, image_token_id: int) -> dict[str, Any]:
