@@ -195,6 +195,7 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
 #: fit read something else.
 COMPOSED_DEFAULTS = {
     "tower": "vision_tower",
+    "language_model": "language_model",
     "model": "{prefix}Model",
     "placeholder_ids": ("self.config.image_token_id",),
 }
@@ -208,6 +209,8 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
     lines = ["composed_vlm(", "    config,", f"    prefix={prefix!r},"]
     if composed["tower"] != COMPOSED_DEFAULTS["tower"]:
         lines.append(f"    tower={composed['tower']!r},")
+    if composed["language_model"] != COMPOSED_DEFAULTS["language_model"]:
+        lines.append(f"    language_model={composed['language_model']!r},")
     if composed["model"] != COMPOSED_DEFAULTS["model"].format(prefix=prefix):
         lines.append(f"    model={composed['model']!r},")
     if not composed.get("sub_models"):  # both towers are this module's classes: no AutoModel call to replace
@@ -216,6 +219,8 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
         lines.append("    image_tiles=True,")
     if composed.get("image_sizes"):
         lines.append("    image_sizes=True,")
+    if composed.get("image_rows"):
+        lines.append("    image_rows=True,")
     if composed.get("pretrained_models"):
         lines.append(f"    pretrained_models={tuple(composed['pretrained_models'])!r},")
     ids = composed.get("placeholder_ids") or list(COMPOSED_DEFAULTS["placeholder_ids"])

@@ -193,16 +193,20 @@ def apply_sequence_parallel_forward(
     *,
     placeholder_ids: Sequence[str] = (),
     packed_text: bool = False,
+    language_model: str = "",
 ) -> None:
     """``vlm_sequence_parallel_forward`` on ``target`` (the forward that scatters the towers' features), with its
     helpers. ``towers``: (tower, forward parameter feeding one call of it), one per tower call;
     ``placeholder_ids``: the config ids of the image (then video) placeholders, for a ``get_placeholder_mask``
     that checks the features' count (a composed VLM's); empty: its own masks. ``packed_text``: the forward also
-    turns the cache off for packed documents of 1-D position ids (:func:`packs_text_documents`)."""
+    turns the cache off for packed documents of 1-D position ids (:func:`packs_text_documents`).
+    ``language_model``: the attribute of the text model the forward calls, where not the snippet's default."""
     config.add_import("typing", ["Any"])  # the helpers' annotations: never assume upstream imports it
     options: dict[str, Any] = {}
     if placeholder_ids:
         options["placeholder_ids"] = list(placeholder_ids)
+    if language_model:
+        options["language_model"] = language_model
     if packed_text:
         config.add_import("transformers.masking_utils", ["find_packed_sequence_indices"])
         config.add_helper(packs_text_documents, description="a call whose packed documents need the mask builder")

@@ -60,6 +60,7 @@ def composed_vlm(
     *,
     prefix: str,
     tower: str = "vision_tower",
+    language_model: str = "language_model",
     norms: Sequence[Norm] = (),
     mlps: Sequence[Mlp] = (),
     call_sites: Sequence[CallSites] = (),
@@ -69,6 +70,7 @@ def composed_vlm(
     aux_loss: str = "",
     image_tiles: bool = False,
     image_sizes: bool = False,
+    image_rows: bool = False,
     sequence_parallel: bool = True,
     placeholder_ids: Sequence[str] = ("self.config.image_token_id",),
     pretrained_models: Sequence[str] = (),
@@ -81,14 +83,16 @@ def composed_vlm(
 ) -> PatchConfig:
     """Apply the composed-VLM snippets to ``config`` for the model whose classes start with ``prefix``.
 
-    ``tower`` is the attribute of ``model`` holding the vision tower; ``norms``, ``mlps`` and ``call_sites`` are
+    ``tower`` is the attribute of ``model`` holding the vision tower, ``language_model`` the one holding the text
+    model its forward calls (SmolVLM's ``text_model``); ``norms``, ``mlps`` and ``call_sites`` are
     the module's own (its projector's, or those of a text model it defines, when no other recipe guards them);
     ``pretrained_model`` is None when another recipe of the same config already changed the base class.
     ``aux_loss`` names the module-level MoE auxiliary-loss function the head calls ("" for a dense decoder).
     ``image_tiles``: the model tiles images on its config's ``image_grid_pinpoints`` and ``get_image_features``
     takes their ``image_sizes`` (LLaVA-NeXT, LLaVA-OneVision): ``dummy_forward`` feeds it one blank tile's.
     ``image_sizes``: ``get_image_features`` takes the images' sizes without tiles (Pixtral's variable sizes):
-    ``dummy_forward`` passes the blank image's.
+    ``dummy_forward`` passes the blank image's. ``image_rows``: ``get_image_features`` takes a row of images per
+    sample, ``(batch, images, channels, height, width)`` (SmolVLM's): the blank image is one row of one image.
     ``sequence_parallel``: ``model.forward`` gets the sequence-parallel branches (this rank's placeholder features,
     ``dummy_forward`` where a batch has no image); False keeps upstream's forward (gemma3's, whose image tokens
     attend to each other both ways across what would be the ranks' slices). ``placeholder_ids``: the config ids
@@ -118,6 +122,7 @@ def composed_vlm(
         tower=tower,
         tiles=image_tiles,
         image_sizes=image_sizes,
+        rows=image_rows,
         description="a zero loss term through the vision tower and the projector, for ranks without images",
     )
     if sequence_parallel:
@@ -127,6 +132,7 @@ def composed_vlm(
             [("self", "pixel_values")],
             placeholder_ids=placeholder_ids,
             packed_text=True,
+            language_model=language_model,
         )
     head = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
     if experts is not None:

@@ -57,6 +57,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         image_features=image_features,
         image_tiling=TILING_FIELD in read_config_fields(source),
         image_sizes=image_features is not None and "image_sizes" in image_features.required,
+        image_rows=_image_rows(source, model_class),
         compositions=compositions,
         processors=read_processors(source, model_type),
         vision_rope=vision_rope(source, vision.cls if vision else None),
@@ -413,6 +414,22 @@ def _unset_sized_fields(source: ModelSource, model_class: str | None) -> tuple[s
         and call.args[0].attr in unset
     ]
     return tuple(dict.fromkeys(sized))
+
+
+def _image_rows(source: ModelSource, model_class: str | None) -> bool:
+    """``get_image_features`` unpacks ``pixel_values.shape`` into five names: its images come as a row per sample,
+    ``(batch, images, channels, height, width)`` (SmolVLM's)."""
+    found = source.method(model_class, "get_image_features") if model_class else None
+    if found is None:
+        return False
+    return any(
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Tuple)
+        and len(node.targets[0].elts) == 5
+        and dotted(node.value) == "pixel_values.shape"
+        for node in ast.walk(found[0])
+    )
 
 
 def _nested_vision_configs(source: ModelSource) -> tuple[str, ...]:

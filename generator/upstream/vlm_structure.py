@@ -118,6 +118,9 @@ class VlmInfo:
     image_tiling: bool = False
     #: ``get_image_features`` requires ``image_sizes`` (Pixtral's variable sizes, or the tiles above).
     image_sizes: bool = False
+    #: ``get_image_features`` takes a row of images per sample, ``(batch, images, channels, height, width)``
+    #: (SmolVLM's): ``dummy_forward`` gives its blank image as one such row.
+    image_rows: bool = False
     #: The config ids ``get_placeholder_mask`` compares ``input_ids`` with: the image placeholder's, then the
     #: video's where there is one (``("self.config.image_token_id", "self.config.video_token_id")``).
     placeholder_ids: tuple[str, ...] = ()

@@ -190,3 +190,18 @@ def test_an_own_tower_s_base_class_gets_the_base_class_changes_too() -> None:
     assert composed["pretrained_models"] == ["InternVLVisionPreTrainedModel"]
     _, call = recipe_call("vlm", "InternVL", fit("internvl").arguments)
     assert '    pretrained_models=("InternVLVisionPreTrainedModel",),\n' in call
+
+
+def test_a_text_model_held_under_another_attribute_is_named_in_the_recipe_call() -> None:
+    """smolvlm's Model holds its language model as self.text_model, which its forward calls."""
+    smolvlm = fit("smolvlm")
+    _, call = recipe_call(smolvlm.category, "SmolVLM", smolvlm.arguments)
+    assert '    language_model="text_model",\n' in call
+
+
+def test_images_in_a_row_per_sample_are_read_from_get_image_features() -> None:
+    """smolvlm's get_image_features unpacks pixel_values.shape into (batch, images, channels, height, width)."""
+    assert read_model("smolvlm").vlm.image_rows  # type: ignore[union-attr]
+    assert not read_model("llava").vlm.image_rows  # type: ignore[union-attr]
+    _, call = recipe_call("vlm", "SmolVLM", fit("smolvlm").arguments)
+    assert "    image_rows=True,\n" in call
