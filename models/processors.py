@@ -34,7 +34,8 @@ from transformers import AutoTokenizer, BatchFeature, ProcessorMixin
 from transformers.video_processing_utils import BaseVideoProcessor
 from transformers.video_utils import VideoMetadata, make_batched_videos
 
-from modelgraft.models.registry import MODEL_PROCESSOR_REGISTRY, resolve_dotted
+from modelgraft.models.processor_imports import importable_processor_class
+from modelgraft.models.registry import MODEL_PROCESSOR_REGISTRY
 
 __all__ = ["FramesVideoProcessor", "ImagesOnlyVideoProcessor", "build_processor", "load_processor"]
 
@@ -168,7 +169,7 @@ def _processor_class(folder: Path) -> type[ProcessorMixin]:
     for name in ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json"):
         named = _json(folder / name).get("processor_class")
         if named:
-            return resolve_dotted(f"transformers.{named}")
+            return importable_processor_class(f"transformers.{named}")
     model_type = _json(folder / "config.json").get("model_type")
     if model_type in MODEL_PROCESSOR_REGISTRY:
         return MODEL_PROCESSOR_REGISTRY[model_type]

@@ -22,6 +22,7 @@ __all__ = [
     "ClassRegistry",
     "FactoryRegistry",
     "ModelingRegistry",
+    "ProcessorRegistry",
     "RegistryError",
     "UnknownEntryError",
     "check_dotted_path",
@@ -139,10 +140,28 @@ class ClassRegistry(_Registry[str]):
         return self._entry(model_type)
 
     def __getitem__(self, model_type: str) -> type:
-        cls = resolve_dotted(self._entry(model_type))
+        cls = self._resolve(self._entry(model_type))
         if not isinstance(cls, type):
             raise TypeError(f"{self.name}: {self._entry(model_type)!r} is not a class")
         return cls
+
+    def _resolve(self, path: str) -> Any:
+        return resolve_dotted(path)
+
+
+class ProcessorRegistry(ClassRegistry):
+    """model_type -> processor class, importable without torchvision where that is the same code.
+
+    transformers gives a placeholder for a processor whose module imports torchvision for helpers that the
+    model's PIL image processing module defines too (Pixtral's, the processor of mistral3); a lookup gives the
+    class loaded with those helpers taken from the PIL module instead (``modelgraft.models.processor_imports``).
+    """
+
+    def _resolve(self, path: str) -> Any:
+        # Imported here: it imports transformers, and importing the registry must not.
+        from modelgraft.models.processor_imports import importable_processor_class
+
+        return importable_processor_class(path)
 
 
 class FactoryRegistry(_Registry[str]):
@@ -218,7 +237,7 @@ class ModelingRegistry(_Registry[Mapping[str, str]]):
 
 MODELING_REGISTRY = ModelingRegistry("MODELING_REGISTRY")
 MODEL_CONFIG_REGISTRY = ClassRegistry("MODEL_CONFIG_REGISTRY")
-MODEL_PROCESSOR_REGISTRY = ClassRegistry("MODEL_PROCESSOR_REGISTRY")
+MODEL_PROCESSOR_REGISTRY = ProcessorRegistry("MODEL_PROCESSOR_REGISTRY")
 
 
 def register_model(

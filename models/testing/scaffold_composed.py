@@ -8,12 +8,13 @@ A zoo model's composed-VLM test (gemma3's) spells out its tiny config and its pr
   (``modelgraft.models.testing.tiny``), its vocabulary the tiny tokenizer's;
 - the vision config: :data:`VISION_SIZES` for the attributes the vision config declares (a 28 x 28 image of
   7 x 7 patches, 2 layers), list-valued feature layers cut to the tiny depth;
-- the processor: the model's own class over a word-level tokenizer holding every ``*_token`` string the
-  processor names (its placeholder and the markers around it), the PIL image processor at the tiny image size,
-  and its options by name: ``patch_size`` and ``vision_feature_select_strategy`` from the config, and the
-  placeholder count per image (``image_seq_length``, or ``num_additional_image_tokens`` on top of the
-  patches) from what upstream's own ``get_image_features`` returns for one image. A processor option these
-  rules cannot set fails the declaration with its name.
+- the processor: the model's own class (where transformers gives a placeholder for want of torchvision, the
+  class ``modelgraft.models.processor_imports.importable_processor_class`` loads) over a word-level tokenizer
+  holding every ``*_token`` string the processor names (its placeholder and the markers around it), the PIL
+  image processor at the tiny image size, and its options by name: ``patch_size`` and
+  ``vision_feature_select_strategy`` from the config, and the placeholder count per image (``image_seq_length``,
+  or ``num_additional_image_tokens`` on top of the patches) from what upstream's own ``get_image_features``
+  returns for one image. A processor option these rules cannot set fails the declaration with its name.
 
 :class:`ScaffoldComposedSuite` is the composed suite with the one check that names slots read from the
 declaration: the slots this module guards are all called, and so are slots of both towers.
@@ -37,6 +38,7 @@ from modelgraft.models.composition import sub_model_class
 from modelgraft.models.distributed.multimodal import packed_text_position_ids
 from modelgraft.models.loader import get_model_class
 from modelgraft.models.ops.binding import consulted_slots
+from modelgraft.models.processor_imports import importable_processor_class
 from modelgraft.models.processors import build_processor
 from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.composed_vlm_suite import ComposedVlm, ComposedVlmSuite
@@ -130,6 +132,11 @@ class ScaffoldComposedVlm:
     language_model: str = "language_model"
     #: Anything the processor class needs that the rules cannot set is reported here at first use.
     extra_specials: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        # A scaffold imports its processor class from transformers, which gives a placeholder for one whose
+        # module needs torchvision only for helpers its PIL module also defines (PixtralProcessor, mistral3's).
+        object.__setattr__(self, "processor_class", importable_processor_class(self.processor_class))
 
     def _sub_type(self, attr: str) -> str:
         return getattr(self.config_class(), attr).model_type

@@ -18,12 +18,16 @@ from pathlib import Path
 
 import pytest
 import transformers
-from transformers import PixtralImageProcessorPil, ProcessorMixin
+from transformers import Mistral3Config, PixtralImageProcessorPil, ProcessorMixin
 from transformers.utils import is_torchvision_available
 from transformers.utils.import_utils import DummyObject
 
 from modelgraft.models import processor_imports
 from modelgraft.models.processor_imports import ProcessorImportError, importable_processor_class
+from modelgraft.models.processors import load_processor
+from modelgraft.models.registry import MODEL_PROCESSOR_REGISTRY
+from modelgraft.models.testing import registered_model
+from modelgraft.models.testing.scaffold_composed import ScaffoldComposedVlm
 from modelgraft.models.testing.vlm_processor import synthetic_image, tiny_tokenizer
 
 without_torchvision = pytest.mark.skipif(is_torchvision_available(), reason="torchvision is installed here")
@@ -112,6 +116,43 @@ def test_with_torchvision_installed_upstream_s_class_is_returned_unchanged(monke
     assert importable_processor_class(placeholder) is placeholder
     resolved = importable_processor_class("transformers.PixtralProcessor")
     assert isinstance(resolved, DummyObject) and resolved.__name__ == "PixtralProcessor"
+
+
+# -- where classes are resolved by name --------------------------------------------------------------------------
+
+
+def test_load_processor_loads_a_saved_pixtral_processor(tmp_path: Path) -> None:
+    built = _pixtral_processor()
+    built.save_pretrained(tmp_path)
+
+    loaded = load_processor(tmp_path)
+
+    assert type(loaded) is type(built)
+    assert (loaded.patch_size, loaded.spatial_merge_size) == (PATCH, MERGE)
+    assert _pixtral_outputs(loaded)["input_ids"].tolist() == _pixtral_outputs(built)["input_ids"].tolist()
+
+
+def test_the_processor_registry_gives_the_importable_class() -> None:
+    with registered_model(
+        "mistral3",
+        modeling={"gpu": "transformers.models.mistral3.modeling_mistral3"},
+        config="transformers.Mistral3Config",
+        processor="transformers.PixtralProcessor",
+    ):
+        assert MODEL_PROCESSOR_REGISTRY["mistral3"] is importable_processor_class("transformers.PixtralProcessor")
+
+
+def test_a_composed_scaffold_given_the_placeholder_builds_with_the_importable_class() -> None:
+    scaffold = ScaffoldComposedVlm(
+        model_type="mistral3",
+        config_class=Mistral3Config,
+        processor_class=transformers.PixtralProcessor,
+        image_processor_class=PixtralImageProcessorPil,
+        causal_lm="Mistral3ForConditionalGeneration",
+        guarded=(),
+    )
+
+    assert scaffold.processor_class is importable_processor_class("transformers.PixtralProcessor")
 
 
 # -- refusals, on a package shaped like a transformers model folder --------------------------------------------------
