@@ -190,6 +190,11 @@ def _between(stmts: list[ast.stmt], logits: str) -> tuple[tuple[tuple[str, str],
                 steps.append(cap)
                 i += 1
                 continue
+        aliased = _aliased_softcap(stmts[i : i + 2], logits)
+        if aliased is not None:
+            steps.append(aliased)
+            i += 2
+            continue
         scale = _scale(stmt, logits)
         if scale is not None:
             steps.append(scale)
@@ -223,6 +228,25 @@ def _guarded_softcap(stmt: ast.If, logits: str) -> tuple[str, str] | None:
         return None
     cap = _softcap(stmt.body, logits) if len(stmt.body) == 3 else None
     return cap if cap is not None and cap[1] == dotted(test.left) else None
+
+
+def _aliased_softcap(stmts: list[ast.stmt], logits: str) -> tuple[str, str] | None:
+    """``cap = <expr>`` and then ``if cap is not None:`` around the softcapping statements (PaliGemma's
+    ``getattr(self.config.get_text_config(), "final_logit_softcapping", None)``): the step, capped by ``<expr>``."""
+    if len(stmts) < 2 or not isinstance(stmts[1], ast.If) or stmts[1].orelse:
+        return None
+    first = stmts[0]
+    if not (
+        isinstance(first, ast.Assign)
+        and len(first.targets) == 1
+        and isinstance(first.targets[0], ast.Name)
+        and first.targets[0].id != logits
+    ):
+        return None
+    cap = _guarded_softcap(stmts[1], logits)
+    if cap is None or cap[1] != first.targets[0].id:
+        return None
+    return cap[0], ast.unparse(first.value)
 
 
 def _scale(stmt: ast.stmt, logits: str) -> tuple[str, str] | None:

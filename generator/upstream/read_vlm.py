@@ -58,6 +58,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         image_tiling=TILING_FIELD in read_config_fields(source),
         image_sizes=image_features is not None and "image_sizes" in image_features.required,
         image_rows=_image_rows(source, model_class),
+        bidirectional_mask=_bidirectional_mask(source, model_class),
         compositions=compositions,
         processors=read_processors(source, model_type),
         vision_rope=vision_rope(source, vision.cls if vision else None),
@@ -414,6 +415,25 @@ def _unset_sized_fields(source: ModelSource, model_class: str | None) -> tuple[s
         and call.args[0].attr in unset
     ]
     return tuple(dict.fromkeys(sized))
+
+
+#: Mask-builder options that let tokens attend both ways (an image block, a prompt prefix).
+_BIDIRECTIONAL_MASK_KEYS = ("block_sequence_ids", "or_mask_function")
+
+
+def _bidirectional_mask(source: ModelSource, model_class: str | None) -> bool:
+    """The Model's forward hands the mask builder a block or an or-mask (``mask_kwargs["block_sequence_ids"]``,
+    ``or_mask_function=...``): some tokens attend both ways (PaliGemma's prefix, Gemma3's image tokens)."""
+    found = source.method(model_class, "forward") if model_class else None
+    if found is None:
+        return False
+    for node in ast.walk(found[0]):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            if node.slice.value in _BIDIRECTIONAL_MASK_KEYS:
+                return True
+        if isinstance(node, ast.keyword) and node.arg in _BIDIRECTIONAL_MASK_KEYS:
+            return True
+    return False
 
 
 def _image_rows(source: ModelSource, model_class: str | None) -> bool:

@@ -121,6 +121,9 @@ class VlmInfo:
     #: ``get_image_features`` takes a row of images per sample, ``(batch, images, channels, height, width)``
     #: (SmolVLM's): ``dummy_forward`` gives its blank image as one such row.
     image_rows: bool = False
+    #: The Model's forward builds a mask in which some tokens attend both ways (PaliGemma's prompt prefix, Gemma3's
+    #: image tokens): neither a rank's slice of the sequence nor packed documents keep that attention.
+    bidirectional_mask: bool = False
     #: The config ids ``get_placeholder_mask`` compares ``input_ids`` with: the image placeholder's, then the
     #: video's where there is one (``("self.config.image_token_id", "self.config.video_token_id")``).
     placeholder_ids: tuple[str, ...] = ()

@@ -63,8 +63,8 @@ def test_a_composed_vlm_copy_is_ruff_clean_and_passes_its_own_tests(llava: tuple
 
 
 def test_a_composed_vlm_whose_decoder_has_no_generated_class_is_refused_naming_it() -> None:
-    message = scaffold_refusal("paligemma", "vlm")
-    assert "text_config's default model_type gemma has no generated class in this project" in message
+    message = scaffold_refusal("florence2", "vlm")
+    assert "text_config's default model_type bart has no generated class in this project" in message
 
 
 def test_a_composed_vlm_whose_features_need_more_than_an_image_is_refused_naming_the_input() -> None:

@@ -157,9 +157,9 @@ def test_the_recipe_call_of_a_composed_vlm_is_composed_vlm() -> None:
 
 
 def test_a_decoder_type_without_a_generated_class_is_refused_by_name() -> None:
-    """paligemma's text model defaults to gemma, which no package of this project registers."""
-    message = fit("paligemma").refusal_message()
-    assert "text_config's default model_type gemma has no generated class in this project" in message
+    """florence2's text model defaults to bart, which no package of this project registers."""
+    message = fit("florence2").refusal_message()
+    assert "text_config's default model_type bart has no generated class in this project" in message
     assert "copier copy" in message
 
 
@@ -205,3 +205,16 @@ def test_images_in_a_row_per_sample_are_read_from_get_image_features() -> None:
     assert not read_model("llava").vlm.image_rows  # type: ignore[union-attr]
     _, call = recipe_call("vlm", "SmolVLM", fit("smolvlm").arguments)
     assert "    image_rows=True,\n" in call
+
+
+def test_a_mask_letting_tokens_attend_both_ways_is_a_difference() -> None:
+    """paligemma's Model gives the mask builder block_sequence_ids for its prompt prefix; llava's gives none."""
+    differences = read_model("paligemma").vlm.composed_differences  # type: ignore[union-attr]
+    assert any("PaliGemmaModel.forward lets some tokens attend both ways" in d for d in differences)
+    assert not read_model("llava").vlm.bidirectional_mask  # type: ignore[union-attr]
+
+
+def test_a_softcap_read_into_a_local_first_is_the_loss_head_s_softcap() -> None:
+    """paligemma caps its logits by a local read with getattr from the text config, then tests it for None."""
+    head = fit("paligemma").arguments["causal_lm"]
+    assert head["softcap"] == "getattr(self.config.get_text_config(), 'final_logit_softcapping', None)"
