@@ -79,6 +79,7 @@ KNOWN_OPTIONS = (
 #: The options that are the number of placeholders per image, where a processor takes that number as given.
 COUNT_OPTIONS = ("image_seq_length", "image_seq_len", "num_image_tokens")
 WORDS = 60
+BOS = "<bos>"
 #: The tiling grid of models that cut images into tiles of the tower's size (LLaVA-NeXT's anyres), for the
 #: config and the image processor alike: up to 2 x 2 tiles of the tiny side.
 TILING = "image_grid_pinpoints"
@@ -95,7 +96,7 @@ def _image_size_options(image_processor_class: type) -> dict[str, Any]:
     defaults = image_processor_class()  # some set their sizes in __init__ only
     if getattr(defaults, TILING, None):
         options[TILING] = PINPOINTS
-    for name in ("size", "crop_size"):
+    for name in ("size", "crop_size", "max_image_size"):  # max_image_size: SmolVLM's tile side
         keys = _set_keys(getattr(defaults, name, None))
         if "shortest_edge" in keys:
             options[name] = {"shortest_edge": IMAGE_SIDE}
@@ -132,6 +133,8 @@ class ScaffoldComposedVlm:
     language_model: str = "language_model"
     #: Anything the processor class needs that the rules cannot set is reported here at first use.
     extra_specials: tuple[str, ...] = field(default=())
+    #: ``get_image_features`` takes a row of images per sample, ``(batch, images, channels, height, width)``.
+    image_rows: bool = False
 
     def __post_init__(self) -> None:
         # A scaffold imports its processor class from transformers, which gives a placeholder for one whose
@@ -174,25 +177,26 @@ class ScaffoldComposedVlm:
     def _build_config(self, image_token_id: int, vocab: int) -> PreTrainedConfig:
         text = self._text(vocab)
         hidden = text.get("hidden_size") or CONFIG_MAPPING[text["model_type"]]().hidden_size
-        config = self.config_class(
-            text_config=text, vision_config=self._vision(hidden), **self._top_level(image_token_id)
-        )
+        top = self._top_level(image_token_id)
+        if "projection_dim" in _declared(self.config_class):  # PaliGemma's projector: tower -> text width
+            top["projection_dim"] = hidden
+        config = self.config_class(text_config=text, vision_config=self._vision(hidden), **top)
         for sub in (config, config.text_config, config.vision_config):
             sub._attn_implementation = "eager"
         return config
 
     def _tokenizer(self, specials: tuple[str, ...], named: Mapping[str, str] | None = None) -> PreTrainedTokenizerFast:
         """The word-level tokenizer with ``specials``, and ``named`` as attributes (``tokenizer.start_image_token``,
-        and its ``_id``), which some processors read from the hub's tokenizer."""
-        words = tiny_tokenizer(words=WORDS, special_tokens=specials + tuple((named or {}).values()))
-        if not named:
-            return words
+        and its ``_id``), which some processors read from the hub's tokenizer; it has a BOS token, as hub
+        tokenizers do (PaliGemma's processor writes ``tokenizer.bos_token`` after the images)."""
+        words = tiny_tokenizer(words=WORDS, special_tokens=(BOS, *specials, *(named or {}).values()))
         return PreTrainedTokenizerFast(
             tokenizer_object=words.backend_tokenizer,
             pad_token=words.pad_token,
             unk_token=words.unk_token,
             eos_token=words.eos_token,
-            extra_special_tokens=dict(named),
+            bos_token=BOS,
+            extra_special_tokens=dict(named or {}),
         )
 
     @cached_property
@@ -232,7 +236,7 @@ class ScaffoldComposedVlm:
         config = self._build_config(image_token_id, len(tokenizer))
         count = self._features_per_image(config)
         options = self._count_options(signature, config, count)
-        processor = self._processor(tokenizer, options)
+        processor = self._processor(tokenizer, options, count)
         for name in COUNT_OPTIONS:
             # A count the class fixes as a class attribute, which __init__ does not take (GOT-OCR2's 256 per
             # image): the instance's own value, which the processor's call defaults to, is the tiny model's.
@@ -256,8 +260,12 @@ class ScaffoldComposedVlm:
             return attributes
         raise AttributeError(f"{self.processor_class.__name__} reads more tokenizer attributes than expected")
 
-    def _processor(self, tokenizer: PreTrainedTokenizerFast, options: Mapping[str, Any]) -> ProcessorMixin:
+    def _processor(
+        self, tokenizer: PreTrainedTokenizerFast, options: Mapping[str, Any], count: int = 1
+    ) -> ProcessorMixin:
         image_processor = self.image_processor_class(**_image_size_options(self.image_processor_class))
+        if hasattr(image_processor, "image_seq_length"):  # PaliGemma's processor takes its count from here
+            image_processor.image_seq_length = count
         # build_processor adds the video processor a class takes (images only, here: upstream's needs torchvision).
         return build_processor(self.processor_class, image_processor=image_processor, tokenizer=tokenizer, **options)
 
@@ -268,6 +276,8 @@ class ScaffoldComposedVlm:
         seed_everything(0)
         model = upstream(config).eval()
         pixels = torch.zeros(1, config.vision_config.num_channels, IMAGE_SIDE, IMAGE_SIDE)
+        if self.image_rows:
+            pixels = pixels[None]
         if getattr(config, TILING, None):
             with torch.no_grad():
                 tokens = getattr(model.model, self.tower)(pixel_values=pixels).last_hidden_state.shape[1]
@@ -337,8 +347,9 @@ class ScaffoldComposedVlm:
             texts.append(" ".join(parts + [f"w{(i % 20) + 40}" for i in range(3 + 2 * row + trailing_words)]))
             images.append([synthetic_image(20 + 9 * i, 36 - 5 * i, seed=10 * row + i) for i in range(count)])
         flat = [image for row in images for image in row]
-        if flat:
-            inputs = processor(text=texts, images=flat, return_tensors="pt", padding=True)
+        if flat:  # a processor of image rows (SmolVLM's) takes each row's images as a list of their own
+            given = images if self.image_rows else flat
+            inputs = processor(text=texts, images=given, return_tensors="pt", padding=True)
         else:  # text alone is the tokenizer's (GOT-OCR2's processor refuses a call without images)
             inputs = processor.tokenizer(texts, return_tensors="pt", padding=True)
         batch = dict(inputs)

@@ -47,6 +47,10 @@ PLATFORM_PROVIDED = {
 #: Test-extra distributions used without an import: pytest plugins the test command enables.
 PLUGINS = {"pytest-xdist": "-n"}
 
+#: Modules the test extra installs that no file of ours imports: upstream's code, which tests run, imports them
+#: (the module, and where upstream needs it). A test that runs that code fails without them.
+UPSTREAM_NEEDS = {"num2words": "transformers' SmolVLMProcessor, which a SmolVLM copy's scaffold tests build"}
+
 #: Files of the shipped packages that belong to an extra rather than to the runtime.
 GPU_FILES = ("models/ops/kernels/liger.py", "models/ops/kernels/fla_delta.py", "models/ops/kernels/causal_conv.py")
 
@@ -244,8 +248,13 @@ def test_the_test_extra_is_exactly_what_only_tests_import():
     for dist, flag in PLUGINS.items():
         assert re.search(rf"\bpytest\b.* {re.escape(flag)}\b", ci), f"{dist} is declared for pytest {flag}"
         plugins.add(next(m for m, text in declared.items() if Requirement(text).name == dist))
-    problems = _mismatch("the test extra", declared, imported, plugins)
+    problems = _mismatch("the test extra", declared, imported, plugins | set(UPSTREAM_NEEDS))
     assert not problems, "pyproject.toml and the imports disagree:\n  " + "\n  ".join(problems)
+
+
+def test_what_upstream_needs_for_the_tests_is_declared_in_the_test_extra():
+    declared = _modules(_requirements("test"))
+    assert set(UPSTREAM_NEEDS) <= set(declared)
 
 
 def test_a_declared_but_unused_and_an_undeclared_dependency_are_both_reported():
