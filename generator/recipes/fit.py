@@ -582,6 +582,8 @@ def _fit_composed(structure: ModelStructure, category: str, text: Fit) -> Fit:
         arguments.update({key: value for key, value in text.arguments.items() if key in OWN_TEXT_ARGUMENTS})
         if arguments.get("experts"):
             arguments["composed"]["layers"] = text_layers(structure)
+        if structure.vlm is not None and structure.vlm.dsa_indexer:
+            arguments["composed"]["indexer"] = structure.vlm.dsa_indexer
     processors = vlm_processors(structure.vlm, found) if structure.vlm is not None else {}
     refusals = [finding for finding in text.refusals if finding.structure in ("causal_lm",)]
     refusals += [Finding("vlm", finding.where, finding.line, finding.reason) for finding in found]

@@ -271,6 +271,8 @@ def _own_text_lines(arguments: Mapping[str, Any], parts: set[str]) -> list[str]:
             lines.append(f"    layers={layers!r},")
         if experts.get("block_attr", "mlp") != "mlp":
             lines.append(f"    sparse_block_attr={experts['block_attr']!r},")
+    if arguments["composed"].get("indexer"):
+        lines.append(f"    indexer={arguments['composed']['indexer']!r},")
     if arguments.get("aux_loss"):
         lines.append(f"    aux_loss={arguments['aux_loss']!r},")
     return lines

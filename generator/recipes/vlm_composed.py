@@ -27,7 +27,8 @@ mask and scatter, the projector, the masks, the output dataclasses. The recipe a
 - for a language model that is a class of the module itself (deepseek_ocr2's, mistral_large4's), the text
   recipes' guards nothing else applies: ``rope`` (:func:`modelgraft.generator.recipes.dense.apply_rope`), and for
   routed experts the experts' call, the router and the expert-parallel plan on the head
-  (:func:`modelgraft.generator.recipes.vlm_moe.apply_moe_decoder`);
+  (:func:`modelgraft.generator.recipes.vlm_moe.apply_moe_decoder`), and ``dsa_indexer_guard`` on a DeepSeek
+  sparse attention indexer;
 - the base class's checkpoint conversions, strict loading and attention on request, as for a dense model
   (:func:`modelgraft.generator.recipes.dense.apply_pretrained_model`), unless a recipe already applied them to
   the same module (a text model kept next to the multimodal classes, as gemma3's is).
@@ -80,6 +81,7 @@ def composed_vlm(
     layers: str = "model.language_model.layers",
     sparse_block_attr: str = "mlp",
     compose: bool = True,
+    indexer: str | None = None,
 ) -> PatchConfig:
     """Apply the composed-VLM snippets to ``config`` for the model whose classes start with ``prefix``.
 
@@ -102,12 +104,20 @@ def composed_vlm(
     a registered one, whose package guards them), as for :func:`~modelgraft.generator.recipes.moe.moe_text`;
     ``layers`` and ``sparse_block_attr`` place its sparse blocks for the expert-parallel plan. ``compose=False``:
     ``model`` builds both towers as classes of this module (deepseek_ocr2), with no ``AutoModel`` call to replace.
+    ``indexer``: an own text model's DeepSeek sparse attention indexer class, whose selection goes behind the
+    ``dsa_indexer`` slot (so that sequence parallelism can bind its whole-sequence kernel there).
     """
     apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
     apply_call_sites(config, call_sites, prefix=prefix)
     apply_rope(config, rope)
+    if indexer is not None:
+        config.apply_snippet(
+            "dsa_indexer_guard",
+            f"{_named(indexer, prefix)}.forward",
+            description="DSA indexer's scores, mask and top-k behind the dsa_indexer slot",
+        )
     model_cls = _named(model, prefix)
     if compose:
         config.apply_snippet(

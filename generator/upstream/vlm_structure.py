@@ -124,6 +124,8 @@ class VlmInfo:
     #: The Model's forward builds a mask in which some tokens attend both ways (PaliGemma's prompt prefix, Gemma3's
     #: image tokens): neither a rank's slice of the sequence nor packed documents keep that attention.
     bidirectional_mask: bool = False
+    #: The module's DeepSeek sparse attention indexer class (an own text model's: mistral_large4's), or None.
+    dsa_indexer: str | None = None
     #: The config ids ``get_placeholder_mask`` compares ``input_ids`` with: the image placeholder's, then the
     #: video's where there is one (``("self.config.image_token_id", "self.config.video_token_id")``).
     placeholder_ids: tuple[str, ...] = ()

@@ -218,3 +218,10 @@ def test_a_softcap_read_into_a_local_first_is_the_loss_head_s_softcap() -> None:
     """paligemma caps its logits by a local read with getattr from the text config, then tests it for None."""
     head = fit("paligemma").arguments["causal_lm"]
     assert head["softcap"] == "getattr(self.config.get_text_config(), 'final_logit_softcapping', None)"
+
+
+def test_an_own_text_model_s_sparse_attention_indexer_goes_behind_its_slot() -> None:
+    """mistral_large4's text model selects its keys with a DeepSeek sparse attention indexer."""
+    assert read_model("mistral_large4").vlm.dsa_indexer == "MistralLarge4TextIndexer"  # type: ignore[union-attr]
+    _, call = recipe_call("vlm_moe", "MistralLarge4", fit("mistral_large4").arguments)
+    assert '    indexer="MistralLarge4TextIndexer",\n' in call
