@@ -183,6 +183,9 @@ class ScaffoldComposedVlm:
         config = self.config_class(text_config=text, vision_config=self._vision(hidden), **top)
         for sub in (config, config.text_config, config.vision_config):
             sub._attn_implementation = "eager"
+            # Upstream's per-expert loop, as the MoE suites pin it: its default grouped_mm needs 16-byte aligned
+            # strides on a CPU in bf16, which the tiny expert widths do not give.
+            sub._experts_implementation = "eager"
         return config
 
     def _tokenizer(self, specials: tuple[str, ...], named: Mapping[str, str] | None = None) -> PreTrainedTokenizerFast:
