@@ -61,6 +61,18 @@ def test_sp2_on_internvl_with_images_across_both_ranks_matches_one_process() -> 
     )
 
 
+def test_sp2_on_mistral_large4_with_the_images_on_one_rank_matches_one_process() -> None:
+    """A composed VLM + MoE: a Pixtral tower fed each image's size, and a text model of its own module whose
+    routed experts go through the composed recipe's guard; sp rank 1 runs the tower's dummy_forward."""
+    spawn(
+        multimodal_scenarios.sequence_parallel_composed_vlm_matches_one_process,
+        2,
+        "mistral_large4",
+        "images_on_sp_rank_0",
+        timeout=TIMEOUT,
+    )
+
+
 def test_fsdp2_on_llava_onevision_with_a_rank_without_images_matches_one_process() -> None:
     """A composed VLM's dummy_forward on the rank without images: its tower and projector still run under FSDP."""
     spawn(multimodal_scenarios.data_parallel_composed_vlm_matches_one_process, 2, "llava_onevision", timeout=TIMEOUT)
