@@ -5,7 +5,9 @@ Sections: ``generator`` (whole-process time and peak RSS of generate-all / patch
 memory), ``moe`` (the grouped experts kernel vs upstream's experts implementations, per layer and
 per train step of each MoE model). Optional, only with ``--only distributed``: ``distributed`` (per-rank
 memory and step time of FSDP2 / EP / SP / activation checkpointing on 1, 2 and 4 gloo ranks against one
-process; minutes, so neither in the default run nor in the smoke test). Each budget row says met or MISSED; a missed budget is
+process; minutes, so neither in the default run nor in the smoke test); only with ``--only compile``:
+``compile`` (each text model compiled per decoder layer by inductor, generated vs upstream: the compiled step
+and the cold compile time; a cold compile per side and model, so minutes too). Each budget row says met or MISSED; a missed budget is
 reported, not fatal, unless ``--strict``. ``--smoke`` runs every section at toy sizes in well under a minute: it proves the
 script works, its figures mean nothing. See docs/performance.md for how to read the table.
 """
@@ -26,7 +28,15 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-from benchmarks import composed_vlm_bench, distributed_bench, loss_bench, moe_bench, runtime_bench, vlm_bench
+from benchmarks import (
+    compile_bench,
+    composed_vlm_bench,
+    distributed_bench,
+    loss_bench,
+    moe_bench,
+    runtime_bench,
+    vlm_bench,
+)
 from benchmarks.child import fork_children_from_a_preloaded_interpreter
 from benchmarks.generator_bench import bench_generator
 from benchmarks.report import BAD_STATUSES, FAILED, Row, render_report
@@ -36,7 +46,7 @@ SECTIONS = ("generator", "runtime", "loss", "moe")
 #: from one interpreter that imported it (one import instead of three or four; the figures mean nothing).
 PRELOADED_IN_SMOKE_RUNS = ("runtime", "moe")
 #: Sections run only when named with --only: too slow for the default run and the smoke test.
-OPTIONAL_SECTIONS = ("distributed",)
+OPTIONAL_SECTIONS = ("distributed", "compile")
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "latest.md"
 
 
@@ -50,14 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--repeats", type=int, default=5, help="runs per timed measurement (default 5)")
     parser.add_argument(
-        "--models", help="runtime and moe sections: comma-separated model types (default: every registered)"
+        "--models", help="runtime, moe and compile sections: comma-separated model types (default: every registered)"
     )
     parser.add_argument(
         "--threads",
         type=int,
         default=1,
         help=(
-            "runtime and moe sections: torch threads "
+            "runtime, moe and compile sections: torch threads "
             "(default 1: immune to oversubscription on a shared machine; 0: torch's default)"
         ),
     )
@@ -162,6 +172,14 @@ def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
             section_rows, line = loss_bench.bench_loss(
                 loss_bench.SMOKE_SIZES if args.smoke else loss_bench.LossSizes()
             )
+            rows += section_rows
+            setup += [line] if line else []
+        elif section == "compile":
+            models = args.models.split(",") if args.models else None
+            if args.smoke and models is None:
+                models = [compile_bench.SMOKE_MODEL]
+            sizes = compile_bench.SMOKE_SIZES if args.smoke else compile_bench.CompileSizes()
+            section_rows, line = compile_bench.bench_compile(sizes, models, threads=args.threads)
             rows += section_rows
             setup += [line] if line else []
         elif section == "distributed":
