@@ -46,6 +46,12 @@ as a small CPU tensor (or the caller's own ``counts``). Both are tagged ``cudagr
 is sized by host ints that change from batch to batch, which a replayed CUDA graph would not see. Called
 eagerly, the operators run the same loops as before, with the same numerics, to the bit.
 
+The operators are made by :func:`define_operators`, which also makes the ``grouped_compiled`` family's pair
+(``modelgraft.models.ops.kernels.compiled_experts``): the same loops, with the backward's gated-unit block
+handed to a function inductor compiled. Autograd does not materialize zero gradients for the forward
+operator's four outputs that no caller sees (``set_materialize_grads(False)``): it used to fill a
+``[S, 2I]`` zero tensor per layer and step that the backward never read (25 MiB at E=64, k=8, I=192).
+
 Numerics: the eager reference's products, but the routing weight multiplies the activations before
 the down projection (fp32 reassociation), so results match within ``KERNEL_TOLERANCE`` in fp32 and
 a bf16 tolerance in bf16, not bitwise (tests/runtime/test_moe_kernels.py and
@@ -55,15 +61,24 @@ tests/runtime/test_grouped_experts_layouts.py); compiled, they match the eager k
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
 from modelgraft.models.ops.kernels.eager import check_moe_experts_options, experts_glu, split_gate_up
 from modelgraft.models.ops.kernels.expert_units import GatedUnit, gated_value, has_unit
 
-__all__ = ["BACKWARD_OP", "FORWARD_OP", "moe_experts"]
+__all__ = [
+    "BACKWARD_OP",
+    "FORWARD_OP",
+    "ExpertsOperators",
+    "UnitGradients",
+    "define_operators",
+    "moe_experts",
+    "run_experts",
+]
 
 #: The operators' qualified names, as ``torch.ops`` and compiled graphs show them.
 FORWARD_OP = "modelgraft::grouped_experts_fwd"
@@ -94,6 +109,45 @@ def moe_experts(
     Without them the kernel counts on the device and reads the counts in one sync, inside its forward
     operator (so a compiled graph holds no data-dependent shape).
     """
+    return run_experts(
+        _GROUPED.forward,
+        hidden_states,
+        top_k_index,
+        top_k_weights,
+        gate_up_proj,
+        down_proj,
+        activation,
+        layout=layout,
+        interleaved=interleaved,
+        gate_up_bias=gate_up_bias,
+        down_bias=down_bias,
+        limit=limit,
+        alpha=alpha,
+        counts=counts,
+    )
+
+
+def run_experts(
+    forward: Callable[..., tuple[torch.Tensor, ...]],
+    hidden_states: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+    gate_up_proj: torch.Tensor,
+    down_proj: torch.Tensor,
+    activation: str,
+    *,
+    layout: str,
+    interleaved: bool,
+    gate_up_bias: torch.Tensor | None,
+    down_bias: torch.Tensor | None,
+    limit: float | None,
+    alpha: float | None,
+    counts: Sequence[int] | None,
+) -> torch.Tensor:
+    """Check the slot's arguments and run them through ``forward``, a forward operator of :func:`define_operators`.
+
+    Every family built on these operators takes its arguments the same way, so each checks them here.
+    """
     check_moe_experts_options(
         hidden_states,
         gate_up_proj,
@@ -113,7 +167,7 @@ def moe_experts(
             )
     if top_k_index.shape[0] == 0:
         return torch.zeros_like(hidden_states)
-    out, *_ = _grouped_experts_fwd(
+    out, *_ = forward(
         hidden_states,
         top_k_index,
         top_k_weights,
@@ -129,6 +183,29 @@ def moe_experts(
         counts,
     )
     return out
+
+
+class UnitGradients(Protocol):
+    """The backward's gated-unit block for one expert segment, as a family other than ``grouped`` computes it.
+
+    From the segment's saved pre-activations ``[n, 2I]``, the gradient of the routing-weighted activations
+    ``[n, I]`` and the routing weights ``[n, 1]``: the gradient of the pre-activations ``[n, 2I]`` (gate and up
+    in the segment's column order), the weighted activations ``[n, I]`` (the down projection's input, for its
+    weight gradient) and each row's routing-weight gradient ``[n]`` (the down bias's share left out).
+    """
+
+    def accepts(self, segment: torch.Tensor, weight: torch.Tensor) -> bool:
+        """Whether this segment goes through it; the kernel's own eager unit computes those it declines."""
+        ...
+
+    def __call__(
+        self, segment: torch.Tensor, grad_weighted: torch.Tensor, weight: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+
+#: Gives a family's :class:`UnitGradients` for one call's options (dtype, activation, interleaved, limit,
+#: alpha), or None where it has none (the kernel's eager unit then computes every segment).
+UnitFactory = Callable[[torch.dtype, str, bool, "float | None", "float | None"], "UnitGradients | None"]
 
 
 class _Plan:
@@ -190,17 +267,14 @@ def _two_i(gate_up_proj: torch.Tensor, transposed: bool) -> int:
 # Outputs: the layer's output [tokens, H]; what the backward needs and no caller sees: the pre-activations
 # [S, 2I], the routing weights in pair order [S], the pair order [S] (int64), and the pairs per expert [E]
 # (int64, on the CPU: the backward reads it without a device sync).
-@torch.library.custom_op(
-    FORWARD_OP,
-    mutates_args=(),
-    tags=(torch.Tag.cudagraph_unsafe,),
-    schema=(
-        "(Tensor hidden_states, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up_proj, Tensor down_proj, "
-        "Tensor? gate_up_bias, Tensor? down_bias, str activation, bool transposed, bool interleaved, float? limit, "
-        "float? alpha, int[]? counts) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"
-    ),
+_FORWARD_SCHEMA = (
+    "(Tensor hidden_states, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up_proj, Tensor down_proj, "
+    "Tensor? gate_up_bias, Tensor? down_bias, str activation, bool transposed, bool interleaved, float? limit, "
+    "float? alpha, int[]? counts) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"
 )
-def _grouped_experts_fwd(
+
+
+def _forward(
     hidden_states: torch.Tensor,
     top_k_index: torch.Tensor,
     top_k_weights: torch.Tensor,
@@ -267,8 +341,7 @@ def _grouped_experts_fwd(
     return out, gate_up, routing, order, torch.tensor(counts, dtype=torch.long)
 
 
-@_grouped_experts_fwd.register_fake
-def _grouped_experts_fwd_fake(
+def _forward_fake(
     hidden_states: torch.Tensor,
     top_k_index: torch.Tensor,
     top_k_weights: torch.Tensor,
@@ -296,18 +369,61 @@ def _grouped_experts_fwd_fake(
 # -- the backward operator -----------------------------------------------------------------------------------
 # ``needs``: which of (hidden_states, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias) get a
 # gradient; the others come back as empty tensors (an operator returns tensors, never None).
-@torch.library.custom_op(
-    BACKWARD_OP,
-    mutates_args=(),
-    tags=(torch.Tag.cudagraph_unsafe,),
-    schema=(
-        "(Tensor grad_output, Tensor hidden_states, Tensor top_k_weights, Tensor gate_up_proj, Tensor down_proj, "
-        "Tensor? down_bias, Tensor gate_up, Tensor routing, Tensor order, Tensor counts, int[]? host_counts, "
-        "str activation, bool transposed, bool interleaved, float? limit, float? alpha, int top_k, bool[] needs) "
-        "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
-    ),
+_BACKWARD_SCHEMA = (
+    "(Tensor grad_output, Tensor hidden_states, Tensor top_k_weights, Tensor gate_up_proj, Tensor down_proj, "
+    "Tensor? down_bias, Tensor gate_up, Tensor routing, Tensor order, Tensor counts, int[]? host_counts, "
+    "str activation, bool transposed, bool interleaved, float? limit, float? alpha, int top_k, bool[] needs) "
+    "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
 )
-def _grouped_experts_bwd(
+
+
+def _eager_unit(
+    plan: _Plan,
+    segment: torch.Tensor,
+    grad_weighted: torch.Tensor,
+    weight: torch.Tensor,
+    pair: torch.Tensor | None,
+    want_weighted: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The backward's gated-unit block for one segment, eagerly: (pre-activation gradient, weighted activations).
+
+    Writes each row's routing-weight gradient into ``pair`` when given. ``grad_weighted`` is overwritten.
+    """
+    activation, interleaved, limit, alpha = plan.activation, plan.interleaved, plan.limit, plan.alpha
+    by_hand = has_unit(activation, alpha=alpha)
+    # Recompute the gated unit: with its written-out derivative, else with its vector-Jacobian product from
+    # torch.func (autograd does not record inside an operator's implementation; torch.func's vjp does).
+    gate, up = split_gate_up(segment, interleaved)
+    if by_hand:
+        unit = GatedUnit(gate, up, limit=limit, alpha=alpha)
+        activated = unit.value
+    else:
+        activated, unit_vjp = torch.func.vjp(
+            lambda gate, up: experts_glu(gate, up, activation, limit=limit, alpha=alpha), gate, up
+        )
+    values = activated.detach()
+    if pair is not None:
+        torch.sum(grad_weighted * values, dim=-1, out=pair)
+    weighted = None
+    if want_weighted:
+        # By hand, `values` is a temporary spent after this (scaled in place); the vjp may share it.
+        weighted = values.mul_(weight) if by_hand else values * weight
+    grad_activated = grad_weighted.mul_(weight)
+    if by_hand:  # straight into the two halves (or interleaved columns) of one [n, 2I] buffer
+        grad_gate_up = torch.empty_like(segment)
+        grad_gate, grad_up = split_gate_up(grad_gate_up, interleaved)
+        unit.backward(grad_activated, grad_gate, grad_up)
+    else:
+        grad_gate, grad_up = unit_vjp(grad_activated)
+        if interleaved:
+            grad_gate_up = torch.stack((grad_gate, grad_up), dim=-1).flatten(-2)
+        else:
+            grad_gate_up = torch.cat((grad_gate, grad_up), dim=-1)
+    return grad_gate_up, weighted
+
+
+def _backward_loops(
+    unit_factory: UnitFactory | None,
     grad_output: torch.Tensor,
     hidden_states: torch.Tensor,
     top_k_weights: torch.Tensor,
@@ -340,6 +456,7 @@ def _grouped_experts_bwd(
     num_experts = gate_up_proj.shape[0]
     dtype = gate_up.dtype
     grad_output = grad_output.to(dtype)
+    unit = None if unit_factory is None else unit_factory(dtype, activation, interleaved, limit, alpha)
 
     unvisited = sorted(set(range(num_experts)) - set(plan.visited))
 
@@ -358,7 +475,6 @@ def _grouped_experts_bwd(
     grad_down_proj = expert_buffer(needs[3], down_proj)
     grad_gate_up_bias = expert_buffer(needs[4], gate_up_proj, num_experts, gate_up.shape[1])
     grad_down_bias = expert_buffer(needs[5], down_proj, num_experts, hidden_states.shape[-1])
-    by_hand = has_unit(activation, alpha=alpha)
 
     # Per-expert views, each made by one call rather than one slice per expert in the loop.
     segments = gate_up.split(plan.counts)
@@ -377,45 +493,24 @@ def _grouped_experts_bwd(
         weight = columns[expert]
         segment = segments[expert]
         grad_rows = grad_output.index_select(0, tokens)  # [n, H]
-        # Recompute the gated unit: with its written-out derivative, else with its vector-Jacobian product from
-        # torch.func (autograd does not record inside an operator's implementation; torch.func's vjp does).
-        gate, up = split_gate_up(segment, interleaved)
-        if by_hand:
-            unit = GatedUnit(gate, up, limit=limit, alpha=alpha)
-            activated = unit.value
-        else:
-            activated, unit_vjp = torch.func.vjp(
-                lambda gate, up: experts_glu(gate, up, activation, limit=limit, alpha=alpha), gate, up
-            )
-        values = activated.detach()
-
         if grad_down_biases is not None:
             torch.mv(grad_rows.t(), weights[expert], out=grad_down_biases[expert])
         # Gradient of the weighted activations, [n, I].
         grad_weighted = torch.mm(grad_rows, down_weights[expert])
-        if pairs is not None:
-            pair = pairs[expert]
-            torch.sum(grad_weighted * values, dim=-1, out=pair)
-            if down_bias is not None:
-                pair += grad_rows @ down_bias[expert]
-        if grad_down_weights is not None:
-            # By hand, `values` is a temporary spent after this (scaled in place); the vjp may share it.
-            weighted = values.mul_(weight) if by_hand else values * weight
-            plan.weight_grad(grad_down_weights[expert], weighted, grad_rows)
-        del grad_rows
-        grad_activated = grad_weighted.mul_(weight)
-        if by_hand:  # straight into the two halves (or interleaved columns) of one [n, 2I] buffer
-            grad_gate_up = torch.empty_like(segment)
-            grad_gate, grad_up = split_gate_up(grad_gate_up, interleaved)
-            unit.backward(grad_activated, grad_gate, grad_up)
-            del unit
+        pair = pairs[expert] if pairs is not None else None
+        if unit is not None and unit.accepts(segment, weight):
+            grad_gate_up, weighted, pair_grad = unit(segment, grad_weighted, weight)
+            if pair is not None:
+                pair.copy_(pair_grad)
         else:
-            grad_gate, grad_up = unit_vjp(grad_activated)
-            if interleaved:
-                grad_gate_up = torch.stack((grad_gate, grad_up), dim=-1).flatten(-2)
-            else:
-                grad_gate_up = torch.cat((grad_gate, grad_up), dim=-1)
-        del activated, values, grad_activated, grad_gate, grad_up, gate, up
+            grad_gate_up, weighted = _eager_unit(
+                plan, segment, grad_weighted, weight, pair, grad_down_weights is not None
+            )
+        if pair is not None and down_bias is not None:
+            pair += grad_rows @ down_bias[expert]
+        if grad_down_weights is not None:
+            plan.weight_grad(grad_down_weights[expert], weighted, grad_rows)
+        del grad_rows, grad_weighted, weighted
 
         if grad_up_biases is not None:
             torch.sum(grad_gate_up, dim=0, out=grad_up_biases[expert])
@@ -432,8 +527,7 @@ def _grouped_experts_bwd(
     return tuple(hidden_states.new_empty(0) if grad is None else grad for grad in grads)
 
 
-@_grouped_experts_bwd.register_fake
-def _grouped_experts_bwd_fake(
+def _backward_fake(
     grad_output: torch.Tensor,
     hidden_states: torch.Tensor,
     top_k_weights: torch.Tensor,
@@ -474,6 +568,9 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor
     activation, transposed, interleaved, limit, alpha, counts = inputs[7:]
     _, gate_up, routing, order, pair_counts = output
     ctx.mark_non_differentiable(gate_up, routing, order, pair_counts)
+    # Only the layer's output has a gradient; without this, autograd would fill a zero [S, 2I] tensor (and three
+    # small ones) per call for outputs the backward never reads.
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(
         hidden_states, top_k_weights, gate_up_proj, down_proj, down_bias, gate_up, routing, order, pair_counts
     )
@@ -482,37 +579,74 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor
     ctx.has_gate_up_bias = gate_up_bias is not None
 
 
-def _backward(ctx: Any, grad_output: torch.Tensor, *unused: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-    saved = ctx.saved_tensors
-    hidden_states, top_k_weights, gate_up_proj, down_proj, down_bias, gate_up, routing, order, pair_counts = saved
-    activation, transposed, interleaved, limit, alpha, top_k = ctx.options
-    needs = ctx.needs_input_grad
-    # Inputs: hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, ...
-    wanted = [needs[0], needs[2], needs[3], needs[4], needs[5] and ctx.has_gate_up_bias, needs[6]]
-    grads = _grouped_experts_bwd(
-        grad_output,
-        hidden_states,
-        top_k_weights,
-        gate_up_proj,
-        down_proj,
-        down_bias,
-        gate_up,
-        routing,
-        order,
-        pair_counts,
-        ctx.host_counts,
-        activation,
-        transposed,
-        interleaved,
-        limit,
-        alpha,
-        top_k,
-        wanted,
-    )
-    hidden, weights, gate_up_grad, down_grad, gate_up_bias_grad, down_bias_grad = (
-        grad if flag else None for grad, flag in zip(grads, wanted, strict=True)
-    )
-    return (hidden, None, weights, gate_up_grad, down_grad, gate_up_bias_grad, down_bias_grad, *([None] * 6))
+def _autograd_backward(backward: Callable[..., tuple[torch.Tensor, ...]]) -> Callable[..., tuple[Any, ...]]:
+    """The forward operator's autograd formula: call ``backward``, the backward operator of the same pair."""
+
+    def formula(ctx: Any, grad_output: torch.Tensor | None, *unused: torch.Tensor | None) -> tuple[Any, ...]:
+        if grad_output is None:  # the output took no part in the loss
+            return (None,) * 13
+        saved = ctx.saved_tensors
+        hidden_states, top_k_weights, gate_up_proj, down_proj, down_bias, gate_up, routing, order, pair_counts = saved
+        activation, transposed, interleaved, limit, alpha, top_k = ctx.options
+        needs = ctx.needs_input_grad
+        # Inputs: hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, ...
+        wanted = [needs[0], needs[2], needs[3], needs[4], needs[5] and ctx.has_gate_up_bias, needs[6]]
+        grads = backward(
+            grad_output,
+            hidden_states,
+            top_k_weights,
+            gate_up_proj,
+            down_proj,
+            down_bias,
+            gate_up,
+            routing,
+            order,
+            pair_counts,
+            ctx.host_counts,
+            activation,
+            transposed,
+            interleaved,
+            limit,
+            alpha,
+            top_k,
+            wanted,
+        )
+        hidden, weights, gate_up_grad, down_grad, gate_up_bias_grad, down_bias_grad = (
+            grad if flag else None for grad, flag in zip(grads, wanted, strict=True)
+        )
+        return (hidden, None, weights, gate_up_grad, down_grad, gate_up_bias_grad, down_bias_grad, *([None] * 6))
+
+    return formula
 
 
-_grouped_experts_fwd.register_autograd(_backward, setup_context=_setup_context)
+@dataclass(frozen=True)
+class ExpertsOperators:
+    """A family's forward and backward operators (``torch.library`` custom operators), the first differentiable."""
+
+    forward: Any
+    backward: Any
+
+
+def define_operators(forward_name: str, backward_name: str, unit_factory: UnitFactory | None) -> ExpertsOperators:
+    """Define the forward and backward operators of one kernel family, named ``namespace::name`` each.
+
+    Both run the loops of this module; ``unit_factory`` (None: the eager units throughout) gives the backward's
+    gated-unit block for a call's options, which is how ``grouped_compiled`` hands it to inductor. Call once per
+    name, at import of the family's module: defining an operator registers it with torch for the process.
+    """
+
+    def backward_impl(*args: Any) -> tuple[torch.Tensor, ...]:
+        return _backward_loops(unit_factory, *args)
+
+    tags = (torch.Tag.cudagraph_unsafe,)
+    forward = torch.library.custom_op(forward_name, _forward, mutates_args=(), tags=tags, schema=_FORWARD_SCHEMA)
+    forward.register_fake(_forward_fake)
+    backward = torch.library.custom_op(
+        backward_name, backward_impl, mutates_args=(), tags=tags, schema=_BACKWARD_SCHEMA
+    )
+    backward.register_fake(_backward_fake)
+    forward.register_autograd(_autograd_backward(backward), setup_context=_setup_context)
+    return ExpertsOperators(forward, backward)
+
+
+_GROUPED = define_operators(FORWARD_OP, BACKWARD_OP, unit_factory=None)
