@@ -12,6 +12,9 @@ run binds (its CPU families, or none), and each CPU family in bf16 on the first 
 it (the casts inside a kernel are ours, and the same in every layer; upstream's code traces the same
 operators in either dtype). The other cases are traced, not run compiled: a compile costs 0.7 to 3 s, which
 is what keeps the matrix to this (docs/compile.md, "How the tests check it").
+
+``grouped_compiled`` (``grouped``'s operators, with a block of their backward compiled by inductor at run time) is
+not in the matrix: it traces as ``grouped`` does; test_kernels.py traces and compiles a sparse layer with it.
 """
 
 from __future__ import annotations

@@ -5,6 +5,18 @@ traced graph holds one call of the forward operator and none of the host reads i
 chunked loss is plain torch and traces as one graph. Both, compiled by inductor (C++ on a CPU: skipped,
 saying so, where no C++ compiler is installed), train as they do eagerly: outputs and every gradient
 within rtol 1e-5, atol 1e-5 in fp32 (inductor fuses and reorders the code around them).
+
+``grouped_compiled`` is the same loops behind operators of its own (``modelgraft::grouped_compiled_experts_fwd`` /
+``_bwd``), with its backward's gated-unit block compiled by inductor when it first runs. It traces as ``grouped``
+does; with inductor, on the gated units of the zoo (qwen3_moe's SiLU, DeepSeek-V4's clamped SwiGLU, gpt_oss's
+transposed, interleaved, biased unit; fp32, and bf16 once), one graph serves every segment, and outputs and every
+gradient match ``grouped`` within rtol 1e-5, atol 1e-5 (fp32) and the eager reference within the kernels'
+tolerances; inside a block compiled by inductor (the nested compile of a user's decoder layer) it trains as it
+does eagerly; where inductor finds no C++ compiler, binding it is refused with that reason. The layouts run
+eagerly in tests/runtime/test_grouped_experts_layouts.py. Qwen3-MoE's first decoder layer (sparse) with it bound
+traces as one graph and, compiled by aot_eager with the inductor compile nested inside, trains as it does eagerly.
+These tests sit here with the other inductor tests: the first inductor compile of a process costs about 10 s
+more than the next ones when inductor's cache is empty (docs/compile.md, "Running the tests").
 """
 
 from __future__ import annotations
@@ -16,10 +28,19 @@ from typing import Any
 import pytest
 import torch
 
-from modelgraft.models.ops.kernels import chunked_loss, load_kernel
+from modelgraft.models.ops import KernelUnavailableError, OpsConfig, bind_ops, current_ops
+from modelgraft.models.ops.kernels import chunked_loss, compiled_experts, cpp_compiler_missing, eager, load_kernel
+from modelgraft.models.testing import KERNEL_TOLERANCE
+
+from .layers import LAYERS, assert_steps_match, bound, layer_and_inputs, training_step
 
 TOKENS, HIDDEN, INTERMEDIATE, EXPERTS, TOP_K, VOCAB = 14, 48, 28, 7, 4, 131
 INDUCTOR_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
+#: The experts kernels and their forward operators (importing compiled_experts defined both families' operators).
+EXPERTS_KERNELS = {
+    "grouped": torch.ops.modelgraft.grouped_experts_fwd.default,
+    "grouped_compiled": torch.ops.modelgraft.grouped_compiled_experts_fwd.default,
+}
 
 
 def _inductor_compilers() -> list[str]:
@@ -34,6 +55,8 @@ needs_cxx = pytest.mark.skipif(
     not any(shutil.which(name) for name in _inductor_compilers()),
     reason=f"inductor compiles C++ on a CPU, and no {' or '.join(_inductor_compilers())} is installed (set CXX)",
 )
+#: grouped_compiled's own check, the one that refuses to bind it (it runs the compiler inductor would run).
+needs_grouped_compiled = pytest.mark.skipif(cpp_compiler_missing() is not None, reason=cpp_compiler_missing() or "")
 
 
 @pytest.fixture
@@ -57,9 +80,9 @@ def _routing() -> tuple[torch.Tensor, ...]:
     return hidden, scores, index, gate_up, down
 
 
-def _experts(**options: Any) -> Callable[..., torch.Tensor]:
-    """Routing weights renormalised, the grouped kernel, a residual: code around the operator for the compiler."""
-    grouped = load_kernel("moe_experts", "grouped")
+def _experts(kernel: str = "grouped", **options: Any) -> Callable[..., torch.Tensor]:
+    """Routing weights renormalised, a grouped kernel, a residual: code around the operator for the compiler."""
+    grouped = load_kernel("moe_experts", kernel)
 
     def block(
         hidden: torch.Tensor, scores: torch.Tensor, index: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor
@@ -99,7 +122,8 @@ def _loss_step(head: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> li
     return [loss.detach(), hidden.grad, weight.grad]
 
 
-def test_dynamo_sees_the_grouped_kernel_as_one_operator_call() -> None:
+@pytest.mark.parametrize("kernel", list(EXPERTS_KERNELS))
+def test_dynamo_sees_the_grouped_kernel_as_one_operator_call(kernel: str) -> None:
     graphs: list[torch.fx.GraphModule] = []
 
     def capture(graph: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
@@ -107,14 +131,23 @@ def test_dynamo_sees_the_grouped_kernel_as_one_operator_call() -> None:
         return graph.forward
 
     hidden, scores, index, gate_up, down = _routing()
-    torch.compile(_experts(), fullgraph=True, backend=capture)(hidden, scores, index, gate_up, down)
+    moe_experts = {"grouped": load_kernel("moe_experts", "grouped"), "grouped_compiled": compiled_experts.moe_experts}
+
+    def block(*args: torch.Tensor) -> torch.Tensor:  # as _experts, without binding (no C++ compiler needed)
+        hidden, scores, index, gate_up, down = args
+        return hidden + moe_experts[kernel](
+            hidden, index, scores / scores.sum(-1, keepdim=True), gate_up, down, "silu"
+        )
+
+    torch.compile(block, fullgraph=True, backend=capture)(hidden, scores, index, gate_up, down)
     (graph,) = graphs
     targets = [node.target for node in graph.graph.nodes if node.op == "call_function"]
-    assert targets.count(torch.ops.modelgraft.grouped_experts_fwd.default) == 1, targets
+    assert targets.count(EXPERTS_KERNELS[kernel]) == 1, targets
     assert not [target for target in map(str, targets) if "bincount" in target or "tolist" in target], targets
 
 
-def test_the_grouped_forward_operator_passes_torch_library_opcheck() -> None:
+@pytest.mark.parametrize("kernel", list(EXPERTS_KERNELS))
+def test_the_grouped_forward_operator_passes_torch_library_opcheck(kernel: str) -> None:
     """Schema, fake implementation against the real one, autograd registration, and AOT dispatch with dynamic
     shapes, on gpt_oss's layout (transposed, interleaved, biased, clamped) with a recomputed-by-vjp unit."""
     generator = torch.Generator().manual_seed(3)
@@ -129,7 +162,7 @@ def test_the_grouped_forward_operator_passes_torch_library_opcheck() -> None:
     ]
     x, weights, gate_up, down, gate_up_bias, down_bias = leaves
     args = (x, index, weights, gate_up, down, gate_up_bias, down_bias, "gelu", True, True, 0.7, None, None)
-    results = torch.library.opcheck(torch.ops.modelgraft.grouped_experts_fwd.default, args)
+    results = torch.library.opcheck(EXPERTS_KERNELS[kernel], args)
     assert set(results.values()) == {"SUCCESS"}, results
 
 
@@ -151,11 +184,94 @@ def test_the_chunked_loss_traces_as_one_graph() -> None:
 
 @needs_cxx
 @pytest.mark.usefixtures("inductor_in_process")
-def test_the_grouped_kernel_compiled_by_inductor_trains_as_it_does_eagerly() -> None:
-    expected = _experts_step(_experts())
-    actual = _experts_step(torch.compile(_experts(), fullgraph=True, backend="inductor"))
+@pytest.mark.parametrize("kernel", list(EXPERTS_KERNELS))
+def test_the_grouped_kernel_compiled_by_inductor_trains_as_it_does_eagerly(kernel: str) -> None:
+    # For grouped_compiled a nested compile: the block's graph holds its operators, whose backward runs the unit
+    # that inductor compiled (in the eager step first, then from the compiled block).
+    expected = _experts_step(_experts(kernel))
+    actual = _experts_step(torch.compile(_experts(kernel), fullgraph=True, backend="inductor"))
     for name, got, want in zip(("output", "hidden", "scores", "gate_up", "down"), actual, expected, strict=True):
         torch.testing.assert_close(got, want, **INDUCTOR_TOLERANCE, msg=lambda m, n=name: f"{n}: {m}")
+
+
+#: The gated units of the zoo, in the layout each model holds them: (layout, interleaved, biases, limit, alpha).
+ZOO_UNITS = {
+    "qwen3_moe": ("fused", False, False, None, None),
+    "deepseek_v4": ("fused", False, False, 1.0, None),
+    "gpt_oss": ("transposed", True, True, 1.0, 1.702),
+}
+#: Each unit compiled once (about 1.2 to 1.7 s of inductor each with its cache empty): SiLU and gpt_oss's in fp32,
+#: the clamped one in bf16.
+COMPILED_CASES = [
+    pytest.param("qwen3_moe", torch.float32, id="qwen3_moe-fp32"),
+    pytest.param("gpt_oss", torch.float32, id="gpt_oss-fp32"),
+    pytest.param("deepseek_v4", torch.bfloat16, id="deepseek_v4-bf16"),
+]
+
+
+def _layout_step(kernel: Callable[..., torch.Tensor], model: str, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Output and every gradient (in fp32) of ``kernel`` on ``model``'s expert layout, from a non-uniform loss."""
+    layout, interleaved, biases, limit, alpha = ZOO_UNITS[model]
+    hidden, scores, index, gate_up, down = _routing()
+    generator = torch.Generator().manual_seed(4)
+    if layout == "transposed":
+        gate_up, down = gate_up.transpose(1, 2).contiguous(), down.transpose(1, 2).contiguous()
+    leaves = {"hidden": hidden, "weights": scores, "gate_up": gate_up, "down": down}
+    if biases:
+        leaves["gate_up_bias"] = torch.randn(EXPERTS, 2 * INTERMEDIATE, generator=generator)
+        leaves["down_bias"] = torch.randn(EXPERTS, HIDDEN, generator=generator)
+    leaves = {name: value.to(dtype).requires_grad_(True) for name, value in leaves.items()}
+    out = kernel(
+        leaves["hidden"],
+        index,
+        leaves["weights"],
+        leaves["gate_up"],
+        leaves["down"],
+        "silu",
+        layout=layout,
+        interleaved=interleaved,
+        gate_up_bias=leaves.get("gate_up_bias"),
+        down_bias=leaves.get("down_bias"),
+        limit=limit,
+        alpha=alpha,
+    )
+    (out.float() * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+    return {"output": out.detach().float(), **{name: leaf.grad.float() for name, leaf in leaves.items()}}
+
+
+@needs_grouped_compiled
+@pytest.mark.usefixtures("inductor_in_process")
+@pytest.mark.parametrize(("model", "dtype"), COMPILED_CASES)
+def test_the_grouped_compiled_kernel_under_inductor_matches_grouped_and_the_reference(
+    model: str, dtype: torch.dtype
+) -> None:
+    counters = torch._dynamo.utils.counters["stats"]
+    graphs = counters["unique_graphs"]
+    actual = _layout_step(load_kernel("moe_experts", "grouped_compiled"), model, dtype)
+    # One graph for every segment of the call, whatever its row count (the unit was compiled and ran).
+    assert counters["unique_graphs"] - graphs == 1
+    grouped = _layout_step(load_kernel("moe_experts", "grouped"), model, dtype)
+    reference = _layout_step(eager.moe_experts, model, dtype)
+    for name, got in actual.items():
+        if dtype == torch.float32:
+            torch.testing.assert_close(got, grouped[name], **INDUCTOR_TOLERANCE, msg=lambda m, n=name: f"{n}: {m}")
+            torch.testing.assert_close(
+                got, reference[name], rtol=KERNEL_TOLERANCE.rtol, atol=KERNEL_TOLERANCE.atol, msg=lambda m: m
+            )
+        else:  # inductor computes bf16 in fp32 between loads and stores; eager rounds after every operation
+            bound = 2e-2 * reference[name].abs().max()
+            assert (got - reference[name]).abs().max() <= bound, name
+
+
+def test_binding_grouped_compiled_where_inductor_finds_no_cpp_compiler_is_refused_with_the_cause() -> None:
+    from torch._inductor import config
+
+    before = current_ops()
+    nowhere = config.patch({"cpp.cxx": ("/nonexistent/c++",)})  # where inductor looks, as $CXX would set it
+    refused = pytest.raises(KernelUnavailableError, match=r"no C\+\+ compiler was found .*/nonexistent/c\+\+")
+    with nowhere, refused:
+        bind_ops(OpsConfig({"moe_experts": "grouped_compiled"}))
+    assert current_ops() == before
 
 
 @needs_cxx
@@ -165,3 +281,19 @@ def test_the_chunked_loss_compiled_by_inductor_trains_as_it_does_eagerly() -> No
     actual = _loss_step(torch.compile(_loss(), fullgraph=True, backend="inductor"))
     for name, got, want in zip(("loss", "hidden", "weight"), actual, expected, strict=True):
         torch.testing.assert_close(got, want, **INDUCTOR_TOLERANCE, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@needs_grouped_compiled
+@pytest.mark.usefixtures("inductor_in_process")
+def test_a_sparse_layer_with_grouped_compiled_traces_as_one_graph_and_trains_compiled() -> None:
+    """A user's nested compile: the decoder layer compiled whole, the experts' backward block compiled by inductor
+    inside it (in the eager step first, then called from the compiled layer's backward)."""
+    # The MoE category's reference model: its first layer is sparse, and the cheapest MoE layer to compile.
+    layer = next(layer for layer in LAYERS if (layer.package, layer.role) == ("qwen3_moe", "first"))
+    module, args, kwargs = layer_and_inputs(layer, torch.float32)
+    with bound(layer, "grouped_compiled"):
+        explanation = torch._dynamo.explain(module)(*args, **kwargs)
+        expected = training_step(module, module, args, kwargs)
+        actual = training_step(torch.compile(module, fullgraph=True, backend="aot_eager"), module, args, kwargs)
+    assert (explanation.graph_break_count, explanation.break_reasons) == (0, [])
+    assert_steps_match(actual, expected, torch.float32)

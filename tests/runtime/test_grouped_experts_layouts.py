@@ -1,5 +1,5 @@
-"""Every expert layout of the ``moe_experts`` contract: the eager reference is upstream's code, the grouped kernel
-matches it.
+"""Every expert layout of the ``moe_experts`` contract: the eager reference is upstream's code, the grouped kernels
+(``grouped``, and ``grouped_compiled``'s code run eagerly) match it.
 
 Layouts (keyword-only, defaults = the original positional contract): ``layout`` "fused" ``[E, 2I, H]`` /
 ``[E, H, I]`` or "transposed" ``[E, H, 2I]`` / ``[E, I, H]``; ``interleaved`` gate/up columns (gpt_oss);
@@ -13,17 +13,23 @@ weights, both projections, both biases):
 - bf16: ``|grouped - eager| <= 2e-2 * max|eager|`` per tensor, about 2.5 bf16 ulps at the largest
   value; measured worst 9.6e-3. Both sides round every product to bf16, and grouped applies the
   routing weight before the down projection instead of after it.
+
+``grouped_compiled`` runs here under ``torch.compiler.set_stance("force_eager")``: its backward's gated-unit
+block (``compiled_experts.unit_gradients``) as plain torch, on every layout, without a C++ compiler and without
+inductor's compile time per layout; the same tolerances hold. Compiled by inductor, it is checked on the zoo's
+three units in tests/compile/test_kernels.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import pytest
 import torch
 
 from modelgraft.models.ops import OpsConfig, bound_ops, moe_experts_slot
-from modelgraft.models.ops.kernels import eager, grouped_experts
+from modelgraft.models.ops.kernels import compiled_experts, eager, grouped_experts
 from modelgraft.models.ops.kernels.expert_units import GatedUnit, gated_value, has_unit
 from modelgraft.models.testing import KERNEL_TOLERANCE
 
@@ -32,6 +38,13 @@ BF16_SCALE = 2e-2
 
 GATES = {"plain": (None, None), "clamped": (1.0, None), "gpt_oss": (1.0, 1.702)}
 LAYOUTS = list(itertools.product(("fused", "transposed"), (False, True), (False, True), GATES))
+
+
+#: The grouped kernels: each runs under its context (grouped_compiled's compiled block as plain torch).
+KERNELS = {
+    "grouped": (grouped_experts.moe_experts, contextlib.nullcontext),
+    "grouped_compiled": (compiled_experts.moe_experts, lambda: torch.compiler.set_stance("force_eager")),
+}
 
 
 def _layout_id(case: tuple) -> str:
@@ -100,12 +113,22 @@ def _options(case: tuple) -> dict:
     return {"layout": layout, "interleaved": interleaved, "limit": limit, "alpha": alpha}
 
 
+def _run_each(inputs: dict, dtype: torch.dtype, activation: str = "silu", **options) -> dict[str, dict]:
+    """Every grouped kernel's :func:`_run`, by kernel name."""
+    results = {}
+    for name, (kernel, context) in KERNELS.items():
+        with context():
+            results[name] = _run(kernel, inputs, dtype, activation, **options)
+    return results
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("case", LAYOUTS, ids=_layout_id)
-def test_grouped_matches_eager_for_every_layout(case: tuple, dtype: torch.dtype) -> None:
+def test_grouped_kernels_match_eager_for_every_layout(case: tuple, dtype: torch.dtype) -> None:
     inputs = _inputs(case[0], case[2])
     expected = _run(eager.moe_experts, inputs, dtype, **_options(case))
-    _assert_matches(_run(grouped_experts.moe_experts, inputs, dtype, **_options(case)), expected, dtype)
+    for actual in _run_each(inputs, dtype, **_options(case)).values():
+        _assert_matches(actual, expected, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -114,7 +137,7 @@ def test_grouped_matches_eager_for_every_layout(case: tuple, dtype: torch.dtype)
     [("fused", False, False, "plain"), ("transposed", True, True, "gpt_oss"), ("fused", False, True, "clamped")],
     ids=_layout_id,
 )
-def test_grouped_matches_eager_when_experts_receive_no_tokens(case: tuple, dtype: torch.dtype) -> None:
+def test_grouped_kernels_match_eager_when_experts_receive_no_tokens(case: tuple, dtype: torch.dtype) -> None:
     inputs = _inputs(case[0], case[2])
     # Every token picks among experts 1, 3 and 4 only: experts 0, 2, 5, 6 get no rows at all.
     used = torch.tensor([1, 3, 4])
@@ -122,10 +145,10 @@ def test_grouped_matches_eager_when_experts_receive_no_tokens(case: tuple, dtype
         [used[torch.randperm(3, generator=torch.Generator().manual_seed(t))] for t in range(T)]
     )
     expected = _run(eager.moe_experts, inputs, dtype, **_options(case))
-    actual = _run(grouped_experts.moe_experts, inputs, dtype, **_options(case))
-    _assert_matches(actual, expected, dtype)
-    for name in ("gate_up_proj", "down_proj", *(("gate_up_bias", "down_bias") if case[2] else ())):
-        assert not actual[name][[0, 2, 5, 6]].any(), f"{name}: an expert without tokens got a gradient"
+    for kernel, actual in _run_each(inputs, dtype, **_options(case)).items():
+        _assert_matches(actual, expected, dtype)
+        for name in ("gate_up_proj", "down_proj", *(("gate_up_bias", "down_bias") if case[2] else ())):
+            assert not actual[name][[0, 2, 5, 6]].any(), f"{kernel}, {name}: an expert without tokens got a gradient"
 
 
 @pytest.mark.parametrize("hidden,intermediate", [(24, 12), (12, 12)], ids=["H==2I", "H==I"])
@@ -156,26 +179,29 @@ def test_the_layout_is_the_keyword_never_the_shapes(hidden: int, intermediate: i
 )
 def test_invalid_options_are_errors(options: dict, message: str) -> None:
     inputs = {k: v for k, v in _inputs("fused", False).items() if not k.endswith("bias")}
-    for kernel in (eager.moe_experts, grouped_experts.moe_experts):
+    for kernel in (eager.moe_experts, grouped_experts.moe_experts, compiled_experts.moe_experts):
         with pytest.raises(ValueError, match=message):
             kernel(*inputs.values(), "silu", **options)
 
 
-def test_grouped_computes_only_the_gradients_asked_for() -> None:
+def test_grouped_kernels_compute_only_the_gradients_asked_for() -> None:
     inputs = {k: v for k, v in _inputs("transposed", True).items() if v is not None}
     options = {"layout": "transposed", "interleaved": True, "limit": 1.0, "alpha": 1.702}
     grads = {}
-    for kernel in (eager.moe_experts, grouped_experts.moe_experts):
+    kernels = {"eager": (eager.moe_experts, contextlib.nullcontext), **KERNELS}
+    for name, (kernel, context) in kernels.items():
         leaves = {k: v.clone().requires_grad_(k in ("gate_up_proj", "down_bias")) for k, v in inputs.items()}
         args = [leaves[k] for k in ("hidden_states", "top_k_index", "top_k_weights", "gate_up_proj", "down_proj")]
-        kernel(
-            *args, "silu", gate_up_bias=leaves["gate_up_bias"], down_bias=leaves["down_bias"], **options
-        ).sum().backward()
+        with context():
+            kernel(
+                *args, "silu", gate_up_bias=leaves["gate_up_bias"], down_bias=leaves["down_bias"], **options
+            ).sum().backward()
         assert all(leaf.grad is None for k, leaf in leaves.items() if k not in ("gate_up_proj", "down_bias"))
-        grads[kernel] = (leaves["gate_up_proj"].grad, leaves["down_bias"].grad)
+        grads[name] = (leaves["gate_up_proj"].grad, leaves["down_bias"].grad)
     tol = {"rtol": KERNEL_TOLERANCE.rtol, "atol": KERNEL_TOLERANCE.atol}
-    for want, got in zip(grads[eager.moe_experts], grads[grouped_experts.moe_experts], strict=True):
-        assert torch.allclose(got, want, **tol)
+    for name in KERNELS:
+        for want, got in zip(grads["eager"], grads[name], strict=True):
+            assert torch.allclose(got, want, **tol), name
 
 
 def test_grouped_runs_without_autograd() -> None:
@@ -201,13 +227,15 @@ def test_the_slot_passes_the_layout_keywords_through() -> None:
     [("fused", False, False, "plain"), ("transposed", True, True, "plain"), ("fused", False, True, "clamped")],
     ids=_layout_id,
 )
-def test_grouped_matches_eager_for_activations_without_a_written_out_unit(case: tuple, activation: str) -> None:
-    # These take the kernel's other backward: autograd on a per-expert recomputation of the unit.
+def test_grouped_kernels_match_eager_for_activations_without_a_written_out_unit(case: tuple, activation: str) -> None:
+    # These take the kernels' other backward: autograd on a per-expert recomputation of the unit (grouped_compiled
+    # compiles no block for them).
     assert not has_unit(activation, alpha=None)
+    assert compiled_experts.compiled_unit(torch.float32, activation, case[1], None, None) is None
     inputs = _inputs(case[0], case[2])
     expected = _run(eager.moe_experts, inputs, torch.float32, activation, **_options(case))
-    actual = _run(grouped_experts.moe_experts, inputs, torch.float32, activation, **_options(case))
-    _assert_matches(actual, expected, torch.float32)
+    for actual in _run_each(inputs, torch.float32, activation, **_options(case)).values():
+        _assert_matches(actual, expected, torch.float32)
 
 
 @pytest.mark.parametrize("gate", ["plain", "clamped", "gpt_oss"])

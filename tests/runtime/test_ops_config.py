@@ -52,7 +52,7 @@ def test_kernel_registry_per_slot() -> None:
     assert kernel_names("rope") == ("eager", "liger", "npu")
     assert kernel_names("causal_lm_loss") == ("eager", "chunked", "global_batch", "liger")
     assert kernel_names("sequence_classification_loss") == ("eager",)
-    assert kernel_names("moe_experts") == ("eager", "ep_alltoall", "grouped")
+    assert kernel_names("moe_experts") == ("eager", "ep_alltoall", "grouped", "grouped_compiled")
     assert kernel_names("load_balancing_loss") == ("eager", "global_batch")
     assert kernel_names("dsa_indexer") == ("eager", "shared_keys", "sp_gather")
     assert kernel_names("lightning_indexer") == ("eager", "shared_keys")

@@ -4,7 +4,7 @@ A kernel family is one module defining a function per slot it serves, named afte
 (``modelgraft.models.ops.kernels.liger.rms_norm`` serves ``rms_norm``). Each family's module is an
 import of this file: the pure-torch families at the top, the others inside their loader, run only when
 one of their kernels is bound, after their requirements are checked (each loader says why it waits; the
-pure-torch ``grouped`` waits too, because importing it registers torch operators).
+pure-torch ``grouped`` and ``grouped_compiled`` wait too, because importing them registers torch operators).
 "eager" is not a family: binding it leaves the slot unbound and upstream code runs.
 """
 
@@ -20,7 +20,15 @@ from typing import Any
 from modelgraft.models.ops.errors import KernelUnavailableError, OpsConfigError
 from modelgraft.models.ops.kernels import chunked_loss, delta_rule, indexers
 
-__all__ = ["EAGER", "KERNEL_FAMILIES", "KernelFamily", "is_distributed", "kernel_names", "load_kernel"]
+__all__ = [
+    "EAGER",
+    "KERNEL_FAMILIES",
+    "KernelFamily",
+    "cpp_compiler_missing",
+    "is_distributed",
+    "kernel_names",
+    "load_kernel",
+]
 
 EAGER = "eager"
 
@@ -35,6 +43,9 @@ class KernelFamily:
     slots: frozenset[str]
     requires_cuda: bool = False
     requires_packages: tuple[str, ...] = ()
+    #: Its kernels compile code with ``torch.compile`` (inductor), which builds C++ on a CPU: a C++ compiler
+    #: must be found where inductor looks for one (``$CXX``, else ``g++``).
+    requires_cpp_compiler: bool = False
     #: Its kernels run collectives over process groups bound as options (``parallel_ops``): a model that
     #: runs another kernel on such a slot computes on this rank's share alone.
     distributed: bool = False
@@ -56,7 +67,32 @@ class KernelFamily:
         missing = [package for package in self.requires_packages if importlib.util.find_spec(package) is None]
         if missing:
             reasons.append(f"needs package(s) that are not installed: {', '.join(missing)}")
+        if self.requires_cpp_compiler:
+            reason = cpp_compiler_missing()
+            if reason is not None:
+                reasons.append(reason)
         return "; ".join(reasons) or None
+
+
+def cpp_compiler_missing() -> str | None:
+    """Why inductor cannot compile for a CPU here (no C++ compiler where it looks), or None if it can.
+
+    Asks inductor itself (``torch._inductor.cpp_builder.get_cpp_compiler``, which runs ``<compiler> --version``
+    once per process and setting), so the answer follows ``torch._inductor.config.cpp.cxx`` and ``$CXX`` as
+    inductor does.
+    """
+    from torch._inductor import config, cpp_builder, exc
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except exc.InvalidCxxCompiler:
+        searched = config.cpp.cxx if isinstance(config.cpp.cxx, (list, tuple)) else (config.cpp.cxx,)
+        names = " or ".join(str(name) for name in searched if name)
+        return (
+            "compiles with torch.compile, whose inductor backend builds C++ on a CPU, and no C++ compiler was found "
+            f"(inductor looked for {names or 'none'}; install one or point $CXX at it)"
+        )
+    return None
 
 
 def _ep_alltoall() -> ModuleType:
@@ -103,6 +139,13 @@ def _grouped() -> ModuleType:
     return grouped_experts
 
 
+def _grouped_compiled() -> ModuleType:
+    # Imported when bound, after the C++ compiler check: it defines torch custom operators, as _grouped's does.
+    from modelgraft.models.ops.kernels import compiled_experts
+
+    return compiled_experts
+
+
 def _liger() -> ModuleType:
     # Imported when bound, after the CUDA and package checks: liger_kernel is an optional GPU-only package.
     from modelgraft.models.ops.kernels import liger
@@ -142,6 +185,12 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             name="grouped",
             load=_grouped,
             slots=frozenset({"moe_experts"}),
+        ),
+        "grouped_compiled": KernelFamily(
+            name="grouped_compiled",
+            load=_grouped_compiled,
+            slots=frozenset({"moe_experts"}),
+            requires_cpp_compiler=True,
         ),
         "shared_keys": KernelFamily(
             name="shared_keys",
