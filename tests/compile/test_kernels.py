@@ -32,8 +32,6 @@ from modelgraft.models.ops import KernelUnavailableError, OpsConfig, bind_ops, c
 from modelgraft.models.ops.kernels import chunked_loss, compiled_experts, cpp_compiler_missing, eager, load_kernel
 from modelgraft.models.testing import KERNEL_TOLERANCE
 
-from .layers import LAYERS, assert_steps_match, bound, layer_and_inputs, training_step
-
 TOKENS, HIDDEN, INTERMEDIATE, EXPERTS, TOP_K, VOCAB = 14, 48, 28, 7, 4, 131
 INDUCTOR_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
 #: The experts kernels and their forward operators (importing compiled_experts defined both families' operators).
@@ -288,6 +286,10 @@ def test_the_chunked_loss_compiled_by_inductor_trains_as_it_does_eagerly() -> No
 def test_a_sparse_layer_with_grouped_compiled_traces_as_one_graph_and_trains_compiled() -> None:
     """A user's nested compile: the decoder layer compiled whole, the experts' backward block compiled by inductor
     inside it (in the eager step first, then called from the compiled layer's backward)."""
+    # Imported here, not with the module: the zoo's layers are built when .layers is first imported, and the kernel
+    # tests above must not depend on every model of the zoo building.
+    from .layers import LAYERS, assert_steps_match, bound, layer_and_inputs, training_step
+
     # The MoE category's reference model: its first layer is sparse, and the cheapest MoE layer to compile.
     layer = next(layer for layer in LAYERS if (layer.package, layer.role) == ("qwen3_moe", "first"))
     module, args, kwargs = layer_and_inputs(layer, torch.float32)

@@ -231,7 +231,7 @@ def test_grouped_kernels_match_eager_for_activations_without_a_written_out_unit(
     # These take the kernels' other backward: autograd on a per-expert recomputation of the unit (grouped_compiled
     # compiles no block for them).
     assert not has_unit(activation, alpha=None)
-    assert compiled_experts.compiled_unit(torch.float32, activation, case[1], None, None) is None
+    assert compiled_experts.compiled_unit(torch.float32, 2 * I, activation, case[1], None, None) is None
     inputs = _inputs(case[0], case[2])
     expected = _run(eager.moe_experts, inputs, torch.float32, activation, **_options(case))
     for actual in _run_each(inputs, torch.float32, activation, **_options(case)).values():

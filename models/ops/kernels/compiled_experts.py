@@ -20,7 +20,7 @@ one thread (thread CPU time, medians of 12 interleaved rounds; docs/performance.
 - ``index_add_`` of 256 rows of 512 into the output, as a compiled gather-add-scatter: about 100 us
   against 32 us for ``index_add_``; a row gather compiled by inductor is a copy like ``index_select``.
 
-Compiled per call's options: dtype, device, gate/up order and the unit's clamp and alpha make one
+Compiled per call's options: dtype, the expert width, gate/up order and the unit's clamp and alpha make one
 :class:`CompiledUnit`, created when the first call with those options needs it and kept for the process.
 Its compiled function is a copy of :func:`unit_gradients` with a code object of its own, because dynamo
 keeps compiled graphs, and counts them against its recompile limit (8), per code object; with
@@ -152,16 +152,18 @@ _UNITS_LOCK = threading.Lock()
 
 
 def compiled_unit(
-    dtype: torch.dtype, activation: str, interleaved: bool, limit: float | None, alpha: float | None
+    dtype: torch.dtype, width: int, activation: str, interleaved: bool, limit: float | None, alpha: float | None
 ) -> CompiledUnit | None:
     """The :class:`CompiledUnit` of these options (made on first use), or None for a unit without a written-out
     derivative (GELU, ReLU, ...: ``grouped``'s eager loop takes it through ``torch.func.vjp``).
 
-    The device is not part of the key: dynamo guards on it, and this family runs on CPUs.
+    ``width`` is the pre-activations' (2I): the graph is static in it, so models of other widths get units of
+    their own rather than graphs that count toward one code object's recompile limit. The device is not part of
+    the key: dynamo guards on it, and this family runs on CPUs.
     """
     if not has_unit(activation, alpha=alpha):
         return None
-    key = (dtype, interleaved, limit, alpha)
+    key = (dtype, width, interleaved, limit, alpha)
     unit = _UNITS.get(key)
     if unit is None:
         with _UNITS_LOCK:

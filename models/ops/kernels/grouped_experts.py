@@ -203,9 +203,9 @@ class UnitGradients(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
 
-#: Gives a family's :class:`UnitGradients` for one call's options (dtype, activation, interleaved, limit,
-#: alpha), or None where it has none (the kernel's eager unit then computes every segment).
-UnitFactory = Callable[[torch.dtype, str, bool, "float | None", "float | None"], "UnitGradients | None"]
+#: Gives a family's :class:`UnitGradients` for one call's options (dtype, the pre-activations' width 2I, activation,
+#: interleaved, limit, alpha), or None where it has none (the kernel's eager unit then computes every segment).
+UnitFactory = Callable[[torch.dtype, int, str, bool, "float | None", "float | None"], "UnitGradients | None"]
 
 
 class _Plan:
@@ -456,7 +456,9 @@ def _backward_loops(
     num_experts = gate_up_proj.shape[0]
     dtype = gate_up.dtype
     grad_output = grad_output.to(dtype)
-    unit = None if unit_factory is None else unit_factory(dtype, activation, interleaved, limit, alpha)
+    unit = (
+        None if unit_factory is None else unit_factory(dtype, gate_up.shape[1], activation, interleaved, limit, alpha)
+    )
 
     unvisited = sorted(set(range(num_experts)) - set(plan.visited))
 
