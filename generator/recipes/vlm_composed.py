@@ -72,6 +72,7 @@ def composed_vlm(
     image_tiles: bool = False,
     image_sizes: bool = False,
     image_rows: bool = False,
+    image_grid: bool = False,
     sequence_parallel: bool = True,
     placeholder_ids: Sequence[str] = ("self.config.image_token_id",),
     pretrained_models: Sequence[str] = (),
@@ -95,6 +96,8 @@ def composed_vlm(
     ``image_sizes``: ``get_image_features`` takes the images' sizes without tiles (Pixtral's variable sizes):
     ``dummy_forward`` passes the blank image's. ``image_rows``: ``get_image_features`` takes a row of images per
     sample, ``(batch, images, channels, height, width)`` (SmolVLM's): the blank image is one row of one image.
+    ``image_grid``: ``get_image_features`` takes patch rows and their ``image_grid_thw`` (LLaVA-OneVision-1.5):
+    the blank image is one frame of ``spatial_merge_size`` x ``spatial_merge_size`` patches.
     ``sequence_parallel``: ``model.forward`` gets the sequence-parallel branches (this rank's placeholder features,
     ``dummy_forward`` where a batch has no image); False keeps upstream's forward (gemma3's, whose image tokens
     attend to each other both ways across what would be the ranks' slices). ``placeholder_ids``: the config ids
@@ -133,6 +136,7 @@ def composed_vlm(
         tiles=image_tiles,
         image_sizes=image_sizes,
         rows=image_rows,
+        grid=image_grid,
         description="a zero loss term through the vision tower and the projector, for ranks without images",
     )
     if sequence_parallel:

@@ -23,6 +23,9 @@ VISION_CONFIG = "vision_config"
 #: What ``dummy_forward`` hands ``get_image_features``: a blank image, and its size where the method takes one.
 IMAGE_FEATURES_INPUT = "pixel_values"
 SIZES_INPUT = "image_sizes"
+#: Patch rows on a (frames, height, width) grid, as the Qwen-VL image processors write them: ``dummy_forward``
+#: gives a blank grid of the smallest size the merger takes.
+GRID_INPUT = "image_grid_thw"
 
 
 def composed_differences(info: VlmInfo) -> tuple[str, ...]:
@@ -89,6 +92,11 @@ def composed_differences(info: VlmInfo) -> tuple[str, ...]:
         out.append(f"{where} has no get_placeholder_mask: its image features are not scattered into placeholders")
     elif mask.returns not in (1, 2):
         out.append(f"{mask.owner}.get_placeholder_mask returns a different number of masks on different paths")
+    elif not info.forward_scatters:
+        out.append(
+            f"{where}.forward leaves get_placeholder_mask to another method: the sequence-parallel forward cannot"
+            " hand it a rank's own features"
+        )
     elif not info.placeholder_ids:
         out.append(
             f"{mask.owner}.get_placeholder_mask compares input_ids with no self.config.<image id>: a rank's slice"
@@ -103,8 +111,8 @@ def composed_differences(info: VlmInfo) -> tuple[str, ...]:
         out.append(f"{where} has no get_image_features for dummy_forward to run on a blank image")
     else:
         # The blank image's size goes with it (Pixtral's variable sizes; LLaVA-NeXT's tiles of the tower's size).
-        needed = [p for p in features.required if p not in (IMAGE_FEATURES_INPUT, SIZES_INPUT)]
-        grids = [p for p in features.params if "grid" in p and p not in needed]
+        needed = [p for p in features.required if p not in (IMAGE_FEATURES_INPUT, SIZES_INPUT, GRID_INPUT)]
+        grids = [p for p in features.params if "grid" in p and p not in needed and p != GRID_INPUT]
         if grids:  # Qwen-VL-like patch rows (optional grid or not): a blank image of pixels is not its input
             out.append(
                 f"{features.owner}.get_image_features takes {', '.join(grids)}: patch rows on a grid, not images"

@@ -58,7 +58,9 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         image_tiling=TILING_FIELD in read_config_fields(source),
         image_sizes=image_features is not None and "image_sizes" in image_features.required,
         image_rows=_image_rows(source, model_class),
+        image_grid=image_features is not None and "image_grid_thw" in image_features.params,
         bidirectional_mask=_bidirectional_mask(source, model_class),
+        forward_scatters=_forward_scatters(source, model_class),
         dsa_indexer=_dsa_indexer(source),
         compositions=compositions,
         processors=read_processors(source, model_type),
@@ -435,6 +437,16 @@ def _dsa_indexer(source: ModelSource) -> str | None:
         } <= calls:
             return name
     return None
+
+
+def _forward_scatters(source: ModelSource, model_class: str | None) -> bool:
+    """The Model's forward calls ``self.get_placeholder_mask`` itself (True where there is no forward to read)."""
+    found = source.method(model_class, "forward") if model_class else None
+    if found is None:
+        return True
+    return any(
+        isinstance(node, ast.Call) and dotted(node.func) == "self.get_placeholder_mask" for node in ast.walk(found[0])
+    )
 
 
 #: Mask-builder options that let tokens attend both ways (an image block, a prompt prefix).

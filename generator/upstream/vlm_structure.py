@@ -121,9 +121,15 @@ class VlmInfo:
     #: ``get_image_features`` takes a row of images per sample, ``(batch, images, channels, height, width)``
     #: (SmolVLM's): ``dummy_forward`` gives its blank image as one such row.
     image_rows: bool = False
+    #: ``get_image_features`` takes ``image_grid_thw``: patch rows on a grid (LLaVA-OneVision-1.5, Ovis2.5),
+    #: which ``dummy_forward`` gives as one blank grid.
+    image_grid: bool = False
     #: The Model's forward builds a mask in which some tokens attend both ways (PaliGemma's prompt prefix, Gemma3's
     #: image tokens): neither a rank's slice of the sequence nor packed documents keep that attention.
     bidirectional_mask: bool = False
+    #: The Model's forward calls ``get_placeholder_mask`` itself, where the sequence-parallel forward can give it
+    #: a rank's features; False where another method scatters them (Ovis2.5's ``_merge_visual_features``).
+    forward_scatters: bool = True
     #: The module's DeepSeek sparse attention indexer class (an own text model's: mistral_large4's), or None.
     dsa_indexer: str | None = None
     #: The config ids ``get_placeholder_mask`` compares ``input_ids`` with: the image placeholder's, then the

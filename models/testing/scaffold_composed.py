@@ -22,6 +22,7 @@ declaration: the slots this module guards are all called, and so are slots of bo
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import math
@@ -60,6 +61,9 @@ VISION_SIZES: Mapping[str, Any] = {
     "num_attention_heads": 4,
     "image_size": IMAGE_SIDE,
     "patch_size": 7,
+    "depth": 2,  # the Qwen-VL-like towers' names for the layers and heads
+    "num_heads": 4,
+    "num_key_value_heads": 2,  # a tower with grouped-query attention (Exaone4.5's)
     "layer_norm_eps": 3e-5,
 }
 #: Processor options set by these rules (besides the parts), by name.
@@ -135,6 +139,9 @@ class ScaffoldComposedVlm:
     extra_specials: tuple[str, ...] = field(default=())
     #: ``get_image_features`` takes a row of images per sample, ``(batch, images, channels, height, width)``.
     image_rows: bool = False
+    #: ``get_image_features`` takes patch rows and their ``image_grid_thw``: the image processor cuts them at the
+    #: tiny patch size, and the processor counts each image's placeholders from its grid itself.
+    image_grid: bool = False
 
     def __post_init__(self) -> None:
         # A scaffold imports its processor class from transformers, which gives a placeholder for one whose
@@ -174,10 +181,12 @@ class ScaffoldComposedVlm:
             options[TILING] = PINPOINTS
         return options
 
-    def _build_config(self, image_token_id: int, vocab: int) -> PreTrainedConfig:
+    def _build_config(
+        self, image_token_id: int, vocab: int, markers: Mapping[str, int] | None = None
+    ) -> PreTrainedConfig:
         text = self._text(vocab)
         hidden = text.get("hidden_size") or CONFIG_MAPPING[text["model_type"]]().hidden_size
-        top = self._top_level(image_token_id)
+        top = {**self._top_level(image_token_id), **(markers or {})}
         if "projection_dim" in _declared(self.config_class):  # PaliGemma's projector: tower -> text width
             top["projection_dim"] = hidden
         config = self.config_class(text_config=text, vision_config=self._vision(hidden), **top)
@@ -236,7 +245,18 @@ class ScaffoldComposedVlm:
         image_token_id = getattr(processor, "image_token_id", None)  # the id it writes (aya_vision: a patch token)
         if not isinstance(image_token_id, int):
             image_token_id = tokenizer.convert_tokens_to_ids(processor.image_token)
-        config = self._build_config(image_token_id, len(tokenizer))
+        # The config's other marker ids (Ovis2.5's image_start_token_id) are the ids of the tokens the processor
+        # writes under the same name (image_start_token).
+        markers = {
+            name: tokenizer.convert_tokens_to_ids(token)
+            for name in _declared(self.config_class)
+            if name.endswith("_token_id")
+            and name != "image_token_id"
+            and isinstance(token := getattr(processor, name.removesuffix("_id"), None), str)
+        }
+        config = self._build_config(image_token_id, len(tokenizer), markers)
+        if self.image_grid:  # the processor counts from the grid, which the image processor's options set
+            return config, self._processor(tokenizer, {})
         count = self._features_per_image(config)
         options = self._count_options(signature, config, count)
         processor = self._processor(tokenizer, options, count)
@@ -266,11 +286,31 @@ class ScaffoldComposedVlm:
     def _processor(
         self, tokenizer: PreTrainedTokenizerFast, options: Mapping[str, Any], count: int = 1
     ) -> ProcessorMixin:
-        image_processor = self.image_processor_class(**_image_size_options(self.image_processor_class))
+        sizes = self._grid_options() if self.image_grid else _image_size_options(self.image_processor_class)
+        image_processor = self.image_processor_class(**sizes)
         if hasattr(image_processor, "image_seq_length"):  # PaliGemma's processor takes its count from here
             image_processor.image_seq_length = count
         # build_processor adds the video processor a class takes (images only, here: upstream's needs torchvision).
         return build_processor(self.processor_class, image_processor=image_processor, tokenizer=tokenizer, **options)
+
+    def _grid_options(self) -> dict[str, Any]:
+        """The image processor of patch rows at the tiny patch size, the model's merge size and its temporal patch
+        (1 where the vision config has none: its patch embedding reads one frame), bounded to tiny images."""
+        defaults = self.config_class()
+        vision = defaults.vision_config
+        merge = getattr(vision, "spatial_merge_size", None) or getattr(defaults, "spatial_merge_size", None) or 1
+        options: dict[str, Any] = {
+            "patch_size": VISION_SIZES["patch_size"],
+            "merge_size": merge,
+            "temporal_patch_size": getattr(vision, "temporal_patch_size", None) or 1,
+        }
+        side = VISION_SIZES["patch_size"] * merge
+        low, high = (side * 2) ** 2, (side * 3) ** 2
+        if "shortest_edge" in _set_keys(getattr(self.image_processor_class(), "size", None)):
+            options["size"] = {"shortest_edge": low, "longest_edge": high}
+        else:
+            options.update(min_pixels=low, max_pixels=high)
+        return options
 
     def _features_per_image(self, config: PreTrainedConfig) -> int:
         """How many feature rows upstream's ``get_image_features`` gives one tiny image; for a model that tiles
@@ -326,7 +366,8 @@ class ScaffoldComposedVlm:
         return options
 
     def config(self) -> PreTrainedConfig:
-        return self._build_config(self._parts[0].image_token_id, self._parts[0].text_config.vocab_size)
+        """A fresh copy of the tiny config (tests change theirs)."""
+        return copy.deepcopy(self._parts[0])
 
     def batch(
         self,

@@ -48,20 +48,33 @@ def test_a_vision_config_the_package_defines_is_its_own_type() -> None:
 
 
 def test_image_features_needing_more_than_pixels_is_one_difference() -> None:
-    """ovis2_5's ``get_image_features`` requires ``image_grid_thw``: the one difference in 5.25.0."""
-    ovis2_5 = read_model("ovis2_5").vlm
-    assert ovis2_5 is not None
+    """video_llama_3's ``get_image_features`` requires ``image_merge_sizes`` besides its grid (5.25.0)."""
+    differences = read_model("video_llama_3").vlm.composed_differences  # type: ignore[union-attr]
     expected = (
-        "Ovis2_5Model.get_image_features requires image_grid_thw: dummy_forward's blank image (pixel_values alone)"
-        " cannot feed it"
+        "VideoLlama3Model.get_image_features requires image_merge_sizes: dummy_forward's blank image (pixel_values"
+        " alone) cannot feed it"
     )
-    assert ovis2_5.composed_differences == (expected,)
+    assert expected in differences
 
 
-def test_image_features_on_patch_rows_with_an_optional_grid_is_a_difference() -> None:
-    """llava_onevision1_5's tower takes Qwen-VL-like patch rows and an optional ``image_grid_thw`` (5.25.0)."""
-    differences = read_model("llava_onevision1_5").vlm.composed_differences  # type: ignore[union-attr]
-    assert any("get_image_features takes image_grid_thw: patch rows on a grid" in d for d in differences)
+def test_image_features_on_patch_rows_and_their_grid_fit_with_a_blank_grid() -> None:
+    """llava_onevision1_5's tower takes Qwen-VL-like patch rows and their ``image_grid_thw`` (5.25.0)."""
+    vlm = read_model("llava_onevision1_5").vlm
+    assert vlm is not None and vlm.image_grid and not vlm.composed_differences
+    _, call = recipe_call("vlm", "LlavaOnevision15", fit("llava_onevision1_5").arguments)
+    assert "    image_grid=True,\n" in call
+
+
+def test_a_grid_of_another_name_is_still_a_difference() -> None:
+    """unlimited_ocr's get_image_features takes a patches_grid, which no blank grid stands for."""
+    differences = read_model("unlimited_ocr").vlm.composed_differences  # type: ignore[union-attr]
+    assert any("takes patches_grid: patch rows on a grid" in d for d in differences)
+
+
+def test_features_scattered_by_another_method_than_forward_are_a_difference() -> None:
+    """ovis2_5's forward hands its features to _merge_visual_features, which calls get_placeholder_mask."""
+    differences = read_model("ovis2_5").vlm.composed_differences  # type: ignore[union-attr]
+    assert any("Ovis2_5Model.forward leaves get_placeholder_mask to another method" in d for d in differences)
 
 
 def test_image_sizes_without_a_tiling_grid_fit_with_the_blank_image_s_size() -> None:
