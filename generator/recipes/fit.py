@@ -537,6 +537,9 @@ def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
             VlmFinding(structure.model, 0, "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards")
         )
     arguments.update(vlm_arguments(structure, found))
+    if categories.category(category).experts and not arguments.get("experts"):
+        why = "; ".join(f.reason for f in text.skipped if f.structure == "experts") or "no experts class found"
+        found.append(VlmFinding(structure.model, 0, f"the routed experts cannot go behind the moe_experts slot: {why}"))
     processors = vlm_processors(structure.vlm, found) if structure.vlm is not None else {}
     # The coverage floor counts the vision slots too: the text fit's own count is not the scaffold's.
     refusals = [finding for finding in text.refusals if finding.structure != "coverage"]

@@ -83,6 +83,7 @@ def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict
             "rope": rope.name if rope is not None and rope.name else "",
             # A tower that keeps no merge size of its own (hunyuan_vl's leaves it to its merger): its config's.
             "merge_size": "self.spatial_merge_size" if tower.spatial_merge_size else "self.config.spatial_merge_size",
+            "attr": tower.attr,
         },
         "mrope": multimodal_rope_name(structure),
         "towers": {

@@ -312,6 +312,7 @@ VISION_TOWER_DEFAULTS = {
     "patch_weight": "self.patch_embed.proj.weight",
     "rope": "apply_rotary_pos_emb_vision",
     "merge_size": "self.spatial_merge_size",
+    "attr": "visual",
 }
 
 

@@ -84,13 +84,15 @@ class VisionTower:
     ``patch_weight`` is the expression, inside the vision model, of the patch embedding's weight (its dtype,
     device and input width); ``rope`` the module-level rotary embedding function of the tower (None: none to
     guard); ``merge_size`` the expression of its spatial merge size (``self.config.spatial_merge_size`` for a
-    tower that keeps none, its merger sitting in the ``Model``).
+    tower that keeps none, its merger sitting in the ``Model``); ``attr`` the ``Model``'s attribute holding it.
     """
 
     cls: str
     patch_weight: str = "self.patch_embed.proj.weight"
     rope: str | None = "apply_rotary_pos_emb_vision"
     merge_size: str = "self.spatial_merge_size"
+    #: The ``Model``'s attribute holding the tower, which its forward calls.
+    attr: str = "visual"
 
 
 def rope_index_without_model(model_class: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
@@ -278,8 +280,9 @@ def vlm(
             towers={attribute: _named(cls, prefix) for attribute, cls in towers.items()},
             description="the towers are this module's classes, not AutoModel's",
         )
+    tower = f"self.{vision.attr}"
     apply_sequence_parallel_forward(
-        config, f"{model_cls}.forward", [("self.visual", "pixel_values"), ("self.visual", "pixel_values_videos")]
+        config, f"{model_cls}.forward", [(tower, "pixel_values"), (tower, "pixel_values_videos")]
     )
     if text_model is not None:
         apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")

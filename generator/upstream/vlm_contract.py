@@ -1,6 +1,7 @@
 """The Qwen-VL contract: what a VLM's upstream code must look like for the vlm recipe to patch it.
 
-The recipe (generator/recipes/vlm.py) rewrites a ``Model`` that holds ``self.visual`` and
+The recipe (generator/recipes/vlm.py) rewrites a ``Model`` that holds a vision tower (``self.visual``, or
+under another name the recipe is told: HY-V4-VL's ``self.vision_tower``) and
 ``self.language_model`` (whose forward takes the ``[4, B, L]`` position ids of packed documents), calls
 ``get_rope_index`` with Qwen-VL's inputs, splits image and video placeholders with a pair of masks and
 merges patches in (or next to) the tower. A model that follows all four fits; any other gets the list of
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
 #: processor's outputs through by name.
 ROPE_INDEX_PARAMS = ("input_ids", "mm_token_type_ids", "image_grid_thw", "video_grid_thw", "attention_mask")
 ROPE_INDEX_REQUIRED = ("input_ids", "mm_token_type_ids")
-VISION_ATTR = "visual"
 LANGUAGE_ATTR = "language_model"
 
 
@@ -31,8 +31,6 @@ def contract_differences(info: VlmInfo) -> tuple[str, ...]:
     where = info.model_class
     if info.vision is None:
         out.append(f"{where} holds no vision tower")
-    elif info.vision.attr != VISION_ATTR:
-        out.append(f"{where} holds its vision tower as self.{info.vision.attr}, not self.{VISION_ATTR}")
     if info.language_model is None or info.language_model.attr != LANGUAGE_ATTR:
         got = f"self.{info.language_model.attr}" if info.language_model else "nothing"
         out.append(f"{where} holds its language model as {got}, not self.{LANGUAGE_ATTR}")

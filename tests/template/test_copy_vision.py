@@ -74,11 +74,11 @@ def test_a_vlm_copy_is_ruff_clean_and_passes_its_own_tests(glm4v: tuple[Path, Pa
 
 
 def test_a_vlm_outside_the_qwen_vl_contract_is_refused_with_each_difference() -> None:
-    """hunyuan_vl has multimodal position ids (the Qwen-VL contract's) and differs from it in four points in
+    """hunyuan_vl has multimodal position ids (the Qwen-VL contract's) and differs from it in three points in
     transformers 5.25.0; a VLM without them is held to the composed contract (test_copy_composed.py)."""
     message = scaffold_refusal("hunyuan_vl", "vlm")
     assert message.startswith("no scaffold for hunyuan_vl: upstream has structures no snippet handles")
-    assert "HunYuanVLModel holds its vision tower as self.vision_tower, not self.visual" in message
+    assert "HunYuanVLModel.get_rope_index takes" in message
     assert "get_placeholder_mask returns 1 mask(s), not a pair (image, video)" in message
 
 

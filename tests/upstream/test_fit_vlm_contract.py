@@ -36,6 +36,7 @@ def test_a_vlm_that_fits_the_contract_is_scaffolded_with_its_tower_and_base_mode
         "patch_weight": "self.patch_embed.proj.weight",
         "rope": "apply_rotary_pos_emb_vision",
         "merge_size": "self.spatial_merge_size",
+        "attr": "visual",
     }
     assert glm4v.arguments["model"] == "Glm4vModel" and glm4v.arguments["towers"] == {}
 
@@ -96,11 +97,25 @@ def test_the_recipe_call_takes_no_sequence_classification_and_states_the_absent_
 
 def test_a_vlm_that_differs_lists_each_difference() -> None:
     """hunyuan_vl has multimodal position ids, so the Qwen-VL contract is the one it is held to; it differs in
-    four points in transformers 5.25.0."""
+    three points in transformers 5.25.0 (its tower's name, self.vision_tower, is not one)."""
     reasons = vlm_reasons("hunyuan_vl")
-    assert len(reasons) == 4
+    assert len(reasons) == 3
     assert all(": differs from the Qwen-VL contract: " in reason for reason in reasons)
-    assert "self.vision_tower, not self.visual" in reasons[0]
+    assert "get_rope_index takes" in reasons[0]
+
+
+def test_a_tower_under_another_name_is_the_recipe_s_tower_attribute() -> None:
+    """hy_v4_vl holds its tower as self.vision_tower: no difference, and the recipe call names it."""
+    assert read_model("hy_v4_vl").vlm.contract_differences == ()  # type: ignore[union-attr]
+    assert fit("hy_v4_vl").arguments["vision"]["attr"] == "vision_tower"
+
+
+def test_a_vlm_moe_whose_experts_no_kernel_reads_is_refused_with_the_reason() -> None:
+    """hy_v4_vl's experts forward is not the canonical loop (5.25.0)."""
+    reasons = vlm_reasons("hy_v4_vl")
+    assert any(
+        "the routed experts cannot go behind the moe_experts slot: the moe_experts slot takes" in r for r in reasons
+    )
 
 
 def test_a_vlm_without_a_processor_is_refused_as_its_tests_could_not_build_inputs() -> None:

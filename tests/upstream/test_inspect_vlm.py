@@ -52,7 +52,7 @@ def test_a_composed_report_lists_each_difference(capsys: pytest.CaptureFixture[s
     assert inspect_cli.main(["ovis2_5"]) == 0
     out = capsys.readouterr().out
     assert "differs from the composed-VLM contract (the one its structure shows):" in out
-    assert "    - Ovis2_5Model.get_image_features requires image_grid_thw" in out
+    assert "    - Ovis2_5Model.forward leaves get_placeholder_mask to another method" in out
 
 
 def test_json_holds_the_vlm_part(capsys: pytest.CaptureFixture[str]) -> None:

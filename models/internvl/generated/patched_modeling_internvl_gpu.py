@@ -4,7 +4,7 @@
 # Source: transformers.models.internvl.modeling_internvl (transformers==5.25.0)
 # Config: models.internvl.internvl_gpu_patch_gen_config
 # Description: InternVL with op-slot guards and slot-backed losses
-# Fingerprint: 62e1fac4fc825b63e12a
+# Fingerprint: b7463a67836bfbb572c0
 # Patches:
 #   - override_method InternVLVisionMLP.forward: activation slot guard
 #   - modify_init InternVLMultiModalProjector: record the activation's name for the slot guard
