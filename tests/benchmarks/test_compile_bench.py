@@ -1,4 +1,4 @@
-"""The compile benchmark's table rows, from two sides' results, and the models it takes; no compiling.
+"""The compile benchmark's table rows, from its children's results, and the models it takes; no compiling.
 
 A run of the section compiles every text model twice from a cold cache (minutes), so it is not in the
 suite; these tests check what the parent makes of its children's results and which models it hands them.
@@ -13,46 +13,58 @@ from benchmarks.compile_bench import SMOKE_SIZES, model_rows, refusals
 from benchmarks.report import FAILED, INFO, MET, MISSED
 
 
-def _side(compiled: list[float], *, first: float = 30.0, graphs: int = 1, loss: float = 8.5) -> dict[str, Any]:
+def _alone(compiled: list[float], *, first: float = 30.0, graphs: int = 1) -> dict[str, Any]:
+    return {"first": first, "compiled": compiled, "graphs": graphs, "breaks": 0}
+
+
+def _pair(upstream: list[float], generated: list[float]) -> dict[str, Any]:
     return {
-        "eager": [0.1, 0.1],
-        "first": first,
-        "compiled": compiled,
-        "first_loss": loss,
-        "graphs": graphs,
-        "breaks": 0,
+        "eager": {"upstream": [0.5], "generated": [0.5]},
+        "compiled": {"upstream": upstream, "generated": generated},
+        "loss_abs_diff": 0.0,
         "attention": "sdpa",
         "experts": None,
     }
 
 
-def test_the_step_row_is_the_ratio_of_median_compiled_steps_judged_against_the_train_step_budget() -> None:
+def _results(pair: dict[str, Any], **children: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    cache = {"upstream": 2, "generated": 2, "shared": 2}
+    return {"upstream": _alone([0.1]), "generated": _alone([0.1]), "pair": pair, "cache": cache, **children}
+
+
+def test_the_step_row_is_the_median_of_the_interleaved_rounds_ratios_judged_against_the_train_step_budget() -> None:
     slower = 1.2 * (budgets.TRAIN_STEP_RATIO + budgets.TRAIN_STEP_NOISE)
-    step, _ = model_rows("m", {"upstream": _side([0.1, 0.2, 0.3]), "generated": _side([0.2 * slower, 9.0, 0.0])})
-    assert step.result == f"{slower:.3f}x"
-    assert step.status == MISSED
-    step, _ = model_rows("m", {"upstream": _side([0.2]), "generated": _side([0.2])})
+    step, _ = model_rows("m", _results(_pair([0.1, 0.2, 0.4], [0.1 * slower, 0.2 * slower, 0.0])))
+    assert (step.result, step.spread, step.status) == (f"{slower:.3f}x", f"0.000-{slower:.3f} (n=3)", MISSED)
+    step, _ = model_rows("m", _results(_pair([0.2], [0.2])))
     assert (step.result, step.status) == ("1.000x", MET)
 
 
-def test_the_compile_time_is_the_first_compiled_step_less_the_median_step_and_has_no_budget() -> None:
-    _, compile_row = model_rows("m", {"upstream": _side([1.0], first=21.0), "generated": _side([2.0], first=32.0)})
+def test_the_compile_time_is_each_sides_first_step_less_its_median_step_and_has_no_budget() -> None:
+    sides = {"upstream": _alone([1.0], first=21.0), "generated": _alone([2.0], first=32.0)}
+    _, compile_row = model_rows("m", _results(_pair([0.1], [0.1]), **sides))
     assert (compile_row.result, compile_row.status, compile_row.budget) == ("1.500x", INFO, "")
     assert "upstream 20.0 s, generated 30.0 s" in compile_row.notes
 
 
 def test_the_step_row_says_when_the_sides_compiled_different_graphs() -> None:
-    step, _ = model_rows("m", {"upstream": _side([0.1]), "generated": _side([0.1], graphs=3)})
+    step, _ = model_rows("m", _results(_pair([0.1], [0.1]), generated=_alone([0.1], graphs=3)))
     assert "graphs / breaks: upstream 1 / 0, generated 3 / 0" in step.notes
 
 
-def test_a_side_that_failed_gives_one_failed_row_with_its_error() -> None:
-    rows = model_rows("m", {"upstream": _side([0.1]), "generated": {"error": "BackendCompilerFailed: boom"}})
+def test_the_step_row_says_whether_the_sides_compiled_the_same_graphs() -> None:
+    step, _ = model_rows("m", _results(_pair([0.1], [0.1])))
+    assert "the same compiled graphs" in step.notes
+    step, _ = model_rows("m", _results(_pair([0.1], [0.1]), cache={"upstream": 2, "generated": 3, "shared": 1}))
+    assert "cache keys: 1 shared, 2 upstream, 3 generated" in step.notes
+
+
+def test_a_child_that_failed_gives_one_failed_row_with_its_error() -> None:
+    rows = model_rows("m", _results({"error": "BackendCompilerFailed: boom"}))
     assert [(row.result, row.status) for row in rows] == [("error", FAILED)]
-    assert "generated: BackendCompilerFailed: boom" in rows[0].notes
+    assert "pair: BackendCompilerFailed: boom" in rows[0].notes
 
 
 def test_dense_moe_and_hybrid_text_models_are_taken_and_a_vlm_is_refused_with_the_reason() -> None:
     refused = refusals(["llama", "qwen3_moe", "qwen3_5", "qwen2_5_vl"], SMOKE_SIZES)
-    assert list(refused) == ["qwen2_5_vl"]
-    assert "no causal-LM class for 'qwen2_5_vl'" in refused["qwen2_5_vl"]
+    assert refused == {"qwen2_5_vl": "transformers has no causal-LM class for 'qwen2_5_vl'"}
