@@ -268,11 +268,17 @@ def generated_attention(upstream_cls: Any, config: Any) -> str:
 
 
 def sparse_models() -> list[str]:
-    """Every registered model type whose config routes to experts (imports transformers: child side)."""
+    """Every registered model type whose config routes to experts and that transformers builds as a causal LM
+    (imports transformers: child side). A VLM's own text type (mistral_large4_text) has no causal LM of its
+    own: its experts are measured through the text models that have one."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
     from modelgraft.models import MODEL_CONFIG_REGISTRY, MODELING_REGISTRY
 
     found = []
     for model_type in MODELING_REGISTRY:
+        if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+            continue
         keys = MODEL_CONFIG_REGISTRY[model_type]().to_dict()
         if any(key in keys for key in EXPERT_KEYS):
             found.append(model_type)
