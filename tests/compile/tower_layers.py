@@ -97,6 +97,7 @@ FAMILY_OF: dict[tuple[str, str], tuple[str, bool]] = {
     ("clip", "vision"): ("CLIP", False),
     ("internvl", "vision"): ("InternViT", False),
     ("pixtral", "vision"): ("Pixtral", False),
+    ("mistral_large4", "vision"): ("Pixtral", False),
 }
 
 
