@@ -17,8 +17,9 @@ one thread (thread CPU time, medians of 12 interleaved rounds; docs/performance.
 - the forward's unit (activation * up * routing weight), compiled: 8.1 ms against 5.9 ms eagerly. Eagerly it
   is three operations done in place on a temporary that stays in cache; compiled, each call pays dynamo's
   and the compiled wrapper's fixed cost (about 25 us, 64 calls per layer) and computes no faster;
-- ``index_add_`` of 256 rows of 512 into the output, as a compiled gather-add-scatter: about 100 us
-  against 32 us for ``index_add_``; a row gather compiled by inductor is a copy like ``index_select``.
+- ``index_add_`` of 256 rows of 512 into the output, compiled (as ``index_put_`` with accumulation, or as a
+  gather-add-scatter): 99 to 124 us against 32 us for ``index_add_``; a row gather compiled by inductor is a
+  copy like ``index_select``.
 
 Compiled per call's options: dtype, the expert width, gate/up order and the unit's clamp and alpha make one
 :class:`CompiledUnit`, created when the first call with those options needs it and kept for the process.
