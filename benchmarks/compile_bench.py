@@ -84,7 +84,7 @@ class CompileSizes:
     linear_num_key_heads: int = 2
     linear_num_value_heads: int = 4
     linear_head_dim: int = 64
-    #: Steps before each timed series, and timed steps per series.
+    #: Steps before each timed series, and timed steps per series (``run.py --repeats`` sets ``steps``).
     warmup: int = 1
     steps: int = 5
 

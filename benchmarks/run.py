@@ -15,6 +15,7 @@ script works, its figures mean nothing. See docs/performance.md for how to read 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -179,6 +180,7 @@ def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
             if args.smoke and models is None:
                 models = [compile_bench.SMOKE_MODEL]
             sizes = compile_bench.SMOKE_SIZES if args.smoke else compile_bench.CompileSizes()
+            sizes = dataclasses.replace(sizes, steps=repeats)  # the interleaved rounds of compiled steps
             section_rows, line = compile_bench.bench_compile(sizes, models, threads=args.threads)
             rows += section_rows
             setup += [line] if line else []
