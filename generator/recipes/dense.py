@@ -104,6 +104,7 @@ def apply_call_sites(config: PatchConfig, sites: Sequence[CallSites], *, prefix:
             "call_sites_guard",
             f"{cls}.forward",
             layer_norms=list(site.layer_norms),
+            chosen_layer_norms=list(site.chosen_layer_norms),
             activation=site.activation,
             activation_name=repr(site.activation_name) if site.activation_name else "self.activation_name",
             description="layer_norm and activation slot guards at the module calls",

@@ -218,6 +218,7 @@ def _call_sites(structure: ModelStructure) -> list[dict[str, Any]]:
             {
                 "cls": site.cls,
                 "layer_norms": list(site.layer_norms),
+                "chosen_layer_norms": list(site.chosen_layer_norms),
                 "activation": site.activation or "",
                 "activation_config": site.activation_config_attr or "",
                 "activation_name": site.activation_name or "",
@@ -440,7 +441,7 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
     if "plain" in kinds:
         guarded.append("activation")
     sites = arguments.get("call_sites") or []
-    if any(site["layer_norms"] for site in sites):
+    if any(site["layer_norms"] or site.get("chosen_layer_norms") for site in sites):
         guarded.append("layer_norm")
     if any(site["activation"] for site in sites) and "activation" not in guarded:
         guarded.append("activation")
@@ -539,7 +540,9 @@ def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
     arguments.update(vlm_arguments(structure, found))
     if categories.category(category).experts and not arguments.get("experts"):
         why = "; ".join(f.reason for f in text.skipped if f.structure == "experts") or "no experts class found"
-        found.append(VlmFinding(structure.model, 0, f"the routed experts cannot go behind the moe_experts slot: {why}"))
+        found.append(
+            VlmFinding(structure.model, 0, f"the routed experts cannot go behind the moe_experts slot: {why}")
+        )
     processors = vlm_processors(structure.vlm, found) if structure.vlm is not None else {}
     # The coverage floor counts the vision slots too: the text fit's own count is not the scaffold's.
     refusals = [finding for finding in text.refusals if finding.structure != "coverage"]

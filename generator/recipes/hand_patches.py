@@ -26,7 +26,8 @@ def _mlp(mlp: dict[str, Any]) -> list[str]:
 
 
 def _call_site(site: dict[str, Any]) -> str:
-    slots = [slot for slot, used in (("layer_norm", site["layer_norms"]), ("activation", site["activation"])) if used]
+    norms = site["layer_norms"] or site.get("chosen_layer_norms")
+    slots = [slot for slot, used in (("layer_norm", norms), ("activation", site["activation"])) if used]
     return f"{site['cls']}.forward: call_sites_guard, behind the {' and '.join(slots)} slot{'s' * (len(slots) > 1)}"
 
 
@@ -44,7 +45,9 @@ def hand_written_patches(arguments: dict[str, Any]) -> tuple[str, ...]:
     for mlp in arguments.get("mlps") or []:
         lines += _mlp(mlp)
     lines += [
-        _call_site(site) for site in arguments.get("call_sites") or [] if site["layer_norms"] or site["activation"]
+        _call_site(site)
+        for site in arguments.get("call_sites") or []
+        if site["layer_norms"] or site.get("chosen_layer_norms") or site["activation"]
     ]
     rope = arguments.get("rope")
     if rope:

@@ -172,10 +172,13 @@ class CallSites:
     ``layer_norms`` goes behind the layer_norm slot, and the ``ACT2FN`` module in ``activation`` behind
     the activation slot, its name recorded in ``__init__`` from ``config.<activation_config>`` or, for a
     torch activation module (``nn.GELU``), given as ``activation_name`` (the ACT2FN name computing the same).
+    ``chosen_layer_norms``: attributes whose module a config switch chooses, ``nn.LayerNorm`` among the choices
+    (InternViT's ``NORM2FN[config.norm_type]``): behind the layer_norm slot only while the module is one.
     """
 
     cls: str
     layer_norms: tuple[str, ...] = ()
+    chosen_layer_norms: tuple[str, ...] = ()
     activation: str = ""
     activation_config: str = ""
     activation_name: str = ""

@@ -77,6 +77,7 @@ def _site_fields(site: Mapping[str, Any]) -> dict[str, Any]:
         key: tuple(value) if isinstance(value, list) else value
         for key, value in (
             ("layer_norms", site["layer_norms"]),
+            ("chosen_layer_norms", site.get("chosen_layer_norms", [])),
             ("activation", site["activation"]),
             ("activation_config", site["activation_config"]),
             ("activation_name", site.get("activation_name", "")),

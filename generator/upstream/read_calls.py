@@ -5,6 +5,10 @@ builds ``self.ln_1 = nn.LayerNorm(...)`` and ``self.act = ACT2FN[config.activati
 them in its forward. Each such call is a site a guard can reach without rewriting the class: the one
 statement holding the call goes behind the layer_norm or activation slot. A site counts only when the
 attribute is built exactly that way in ``__init__`` and called exactly once in the class's own forward.
+
+A norm that a config switch chooses (InternViT's ``NORM2FN[config.norm_type](...)``, Janus's
+``nn.LayerNorm(...) if config.use_qk_norm else nn.Identity()``) is a site too, kept apart as a chosen one: its
+guard also tests that the module built is an ``nn.LayerNorm``, so the other choices run upstream's code.
 """
 
 from __future__ import annotations
@@ -25,6 +29,32 @@ def _layer_norm(source: ModelSource, value: ast.expr) -> bool:
     if isinstance(func, ast.Name) and func.id == "LayerNorm":
         return source.index.imported_from.get("LayerNorm", ("", ""))[0] == "torch.nn"
     return False
+
+
+def _is_layer_norm_class(source: ModelSource, value: ast.expr) -> bool:
+    """``nn.LayerNorm``, ``torch.nn.LayerNorm`` or ``LayerNorm`` imported from torch.nn (the class, not a call)."""
+    if isinstance(value, ast.Attribute):
+        return value.attr == "LayerNorm" and ast.unparse(value.value) in ("nn", "torch.nn")
+    if isinstance(value, ast.Name) and value.id == "LayerNorm":
+        return source.index.imported_from.get("LayerNorm", ("", ""))[0] == "torch.nn"
+    return False
+
+
+def _chosen_layer_norm(source: ModelSource, value: ast.expr) -> bool:
+    """A module a config switch chooses, ``nn.LayerNorm`` among the choices: ``a if cond else nn.LayerNorm(...)``
+    (either branch), or a call of a module-level table's entry (``NORM2FN[config.norm_type](...)``) whose dict
+    literal maps some key to ``nn.LayerNorm``."""
+    if isinstance(value, ast.IfExp):
+        return _layer_norm(source, value.body) or _layer_norm(source, value.orelse)
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Subscript)):
+        return False
+    table = value.func.value
+    if not isinstance(table, ast.Name):
+        return False
+    statement = source.index.members.get(table.id)
+    if not (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Dict)):
+        return False
+    return any(entry is not None and _is_layer_norm_class(source, entry) for entry in statement.value.values)
 
 
 def _activation_config_attr(value: ast.expr) -> str | None:
@@ -78,12 +108,16 @@ def read_call_sites(source: ModelSource, skip: set[str]) -> tuple[CallSites, ...
             continue
         assigns = source.init_assigns(cls)
         norms: list[str] = []
+        chosen: list[str] = []
         activation = config_attr = name = None
         for attr, values in assigns.items():
             if len(values) != 1 or len(_calls_of(forward, attr)) != 1:
                 continue
             if _layer_norm(source, values[0]):
                 norms.append(attr)
+            elif _chosen_layer_norm(source, values[0]):
+                if len(_calls_of(forward, attr)[0].args) == 1 and not _calls_of(forward, attr)[0].keywords:
+                    chosen.append(attr)
             elif activation is None:
                 call = _calls_of(forward, attr)[0]
                 if len(call.args) != 1 or call.keywords:
@@ -93,7 +127,9 @@ def read_call_sites(source: ModelSource, skip: set[str]) -> tuple[CallSites, ...
                 elif (read := _torch_activation_name(values[0])) is not None:
                     activation, name = attr, read
         if activation is not None and any(
-            is_self_attr(inner.func, norm) for inner in calls_in(_calls_of(forward, activation)[0]) for norm in norms
+            is_self_attr(inner.func, norm)
+            for inner in calls_in(_calls_of(forward, activation)[0])
+            for norm in (*norms, *chosen)
         ):
             # self.act(self.norm(x)): one statement would go behind both slots, which the guard cannot nest.
             activation = config_attr = name = None
@@ -101,12 +137,13 @@ def read_call_sites(source: ModelSource, skip: set[str]) -> tuple[CallSites, ...
         takes_config = init is not None and len(init.args.args) > 1 and init.args.args[1].arg == "config"
         if config_attr is not None and not takes_config:
             activation = config_attr = None
-        if norms or activation:
+        if norms or chosen or activation:
             found.append(
                 CallSites(
                     cls=cls,
                     line=source.classes[cls].lineno,
                     layer_norms=tuple(norms),
+                    chosen_layer_norms=tuple(chosen),
                     activation=activation,
                     activation_config_attr=config_attr,
                     activation_name=name,

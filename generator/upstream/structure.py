@@ -88,6 +88,10 @@ class CallSites:
     line: int
     #: Attributes holding an ``nn.LayerNorm``, each called once in forward.
     layer_norms: tuple[str, ...] = ()
+    #: Attributes whose module a config switch chooses, ``nn.LayerNorm`` among the choices (InternViT's
+    #: ``NORM2FN[config.norm_type](...)``, ``nn.Identity() if ... else nn.LayerNorm(...)``), each called once in
+    #: forward: guarded only while the module built is an ``nn.LayerNorm``.
+    chosen_layer_norms: tuple[str, ...] = ()
     #: The attribute holding ``ACT2FN[config.<activation_config_attr>]``, called once in forward on one input.
     activation: str | None = None
     activation_config_attr: str | None = None

@@ -224,3 +224,15 @@ def test_a_hub_that_stores_the_fused_experts_transposed_is_read_from_the_convers
     """qwen3_vl_moe's conversion_mapping.py entry transposes experts.gate_up_proj / down_proj on load."""
     assert vlm("qwen3_vl_moe").hub_transposes_experts
     assert not vlm("glm4v_moe").hub_transposes_experts  # per-expert hub weights, fused by the qwen2_moe entry
+
+
+def test_layer_norms_a_config_table_chooses_are_read_as_chosen_call_sites() -> None:
+    """InternViT builds both norms as NORM2FN[config.norm_type](...): nn.LayerNorm or its own RMSNorm."""
+    (site,) = [s for s in read("internvl").call_sites if s.cls == "InternVLVisionLayer"]
+    assert (site.layer_norms, site.chosen_layer_norms) == ((), ("layernorm_before", "layernorm_after"))
+
+
+def test_a_layer_norm_or_identity_by_a_config_switch_is_read_as_a_chosen_call_site() -> None:
+    """Janus's vision attention builds q_norm and k_norm as nn.LayerNorm(...) if use_qk_norm else nn.Identity()."""
+    (site,) = [s for s in read("janus").call_sites if s.cls == "JanusVisionAttention"]
+    assert site.chosen_layer_norms == ("q_norm", "k_norm")

@@ -4,7 +4,7 @@
 # Source: transformers.models.internvl.modeling_internvl (transformers==5.25.0)
 # Config: models.internvl.internvl_gpu_patch_gen_config
 # Description: InternVL with op-slot guards and slot-backed losses
-# Fingerprint: b7463a67836bfbb572c0
+# Fingerprint: 572adfa59b9b58f6db5d
 # Patches:
 #   - override_method InternVLVisionMLP.forward: activation slot guard
 #   - modify_init InternVLMultiModalProjector: record the activation's name for the slot guard
