@@ -24,12 +24,13 @@ composed_vlm(
     pretrained_models=("InternVLVisionPreTrainedModel",),
     mlps=[Mlp("InternVLVisionMLP", kind="plain", act="activation_fn", activation="self.config.hidden_act")],
     call_sites=[
+        CallSites("InternVLVisionLayer", chosen_layer_norms=("layernorm_before", "layernorm_after")),
         CallSites(
             "InternVLMultiModalProjector",
             layer_norms=("layer_norm",),
             activation="act",
             activation_config="projector_hidden_act",
-        )
+        ),
     ],
     causal_lm=LossHead("InternVLForConditionalGeneration", softcap="", scale=()),
 )

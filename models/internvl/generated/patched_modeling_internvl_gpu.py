@@ -4,9 +4,10 @@
 # Source: transformers.models.internvl.modeling_internvl (transformers==5.25.0)
 # Config: models.internvl.internvl_gpu_patch_gen_config
 # Description: InternVL with op-slot guards and slot-backed losses
-# Fingerprint: 572adfa59b9b58f6db5d
+# Fingerprint: ebb590f4609c99941f05
 # Patches:
 #   - override_method InternVLVisionMLP.forward: activation slot guard
+#   - override_method InternVLVisionLayer.forward: layer_norm and activation slot guards at the module calls
 #   - modify_init InternVLMultiModalProjector: record the activation's name for the slot guard
 #   - override_method InternVLMultiModalProjector.forward: layer_norm and activation slot guards at the module calls
 #   - override_method InternVLModel.__init__: the towers are generated classes, chosen by the sub-configs' model_type
@@ -420,6 +421,7 @@ class InternVLVisionMLP(nn.Module):
 NORM2FN = {"layer_norm": nn.LayerNorm, "rms_norm": InternVLVisionRMSNorm}
 
 
+# [MODIFIED CLASS] InternVLVisionLayer
 class InternVLVisionLayer(GradientCheckpointingLayer):
     """This corresponds to the Block class in the timm implementation."""
 
@@ -438,13 +440,25 @@ class InternVLVisionLayer(GradientCheckpointingLayer):
         self.lambda_2 = nn.Parameter(init_values * torch.ones(config.hidden_size), requires_grad=True)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
+    # [PATCHED METHOD] InternVLVisionLayer.forward: layer_norm and activation slot guards at the module calls
     def forward(
         self,
         hidden_states: torch.Tensor,
     ) -> torch.Tensor:
-        attention_output, _ = self.attention(
-            self.layernorm_before(hidden_states),  # in InternVLVision, layernorm is applied before self-attention
-        )
+        if layer_norm_slot.use_non_eager_impl and isinstance(self.layernorm_before, torch.nn.LayerNorm):
+            attention_output, _ = self.attention(
+                layer_norm_slot(
+                    hidden_states,
+                    self.layernorm_before.normalized_shape,
+                    self.layernorm_before.weight,
+                    self.layernorm_before.bias,
+                    self.layernorm_before.eps,
+                ),  # in InternVLVision, layernorm is applied before self-attention
+            )
+        else:
+            attention_output, _ = self.attention(
+                self.layernorm_before(hidden_states),  # in InternVLVision, layernorm is applied before self-attention
+            )
 
         attention_output = self.lambda_1 * attention_output
 
@@ -452,7 +466,16 @@ class InternVLVisionLayer(GradientCheckpointingLayer):
         hidden_states = attention_output + hidden_states
 
         # in InternVLVision, layernorm is also applied after self-attention
-        layer_output = self.layernorm_after(hidden_states)
+        if layer_norm_slot.use_non_eager_impl and isinstance(self.layernorm_after, torch.nn.LayerNorm):
+            layer_output = layer_norm_slot(
+                hidden_states,
+                self.layernorm_after.normalized_shape,
+                self.layernorm_after.weight,
+                self.layernorm_after.bias,
+                self.layernorm_after.eps,
+            )
+        else:
+            layer_output = self.layernorm_after(hidden_states)
 
         layer_output = self.mlp(layer_output)
         layer_output = self.dropout(layer_output)
