@@ -126,6 +126,9 @@ def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) ->
             # A tower's own base class (InternViT's): the base-class changes, as the model's base gets them
             "pretrained_models": [c for c in vlm.pretrained_bases if c != f"{structure.prefix}PreTrainedModel"],
             "own_text": own_text(structure),
+            # Tokens that attend both ways (PaliGemma's prefix, Gemma3's image tokens): no sequence-parallel
+            # branch, and image batches are refused under sequence parallelism and in packed rows instead.
+            "sequence_parallel": not vlm.bidirectional_mask,
         }
     }
 

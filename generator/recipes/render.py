@@ -226,6 +226,8 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
         lines.append("    image_grid=True,")
     if composed.get("pretrained_models"):
         lines.append(f"    pretrained_models={tuple(composed['pretrained_models'])!r},")
+    if composed.get("sequence_parallel") is False:
+        lines.append("    sequence_parallel=False,")
     ids = composed.get("placeholder_ids") or list(COMPOSED_DEFAULTS["placeholder_ids"])
     if ids != list(COMPOSED_DEFAULTS["placeholder_ids"]):
         lines.append(f"    placeholder_ids={tuple(ids)!r},")

@@ -50,7 +50,7 @@ from modelgraft.generator.recipes.dense import (
     apply_upstream_version_check,
 )
 from modelgraft.generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
-from modelgraft.generator.recipes.vlm import apply_sequence_parallel_forward
+from modelgraft.generator.recipes.vlm import apply_sequence_parallel_forward, packs_text_documents
 from modelgraft.generator.recipes.vlm_moe import apply_moe_decoder
 
 __all__ = ["composed_vlm"]
@@ -100,7 +100,9 @@ def composed_vlm(
     the blank image is one frame of ``spatial_merge_size`` x ``spatial_merge_size`` patches.
     ``sequence_parallel``: ``model.forward`` gets the sequence-parallel branches (this rank's placeholder features,
     ``dummy_forward`` where a batch has no image); False keeps upstream's forward (gemma3's, whose image tokens
-    attend to each other both ways across what would be the ranks' slices). ``placeholder_ids``: the config ids
+    attend to each other both ways across what would be the ranks' slices), and gets a guard instead: an image batch
+    is refused under sequence parallelism and in a row that packs documents, and a text-only packed row turns the
+    cache off. ``placeholder_ids``: the config ids
     ``get_placeholder_mask`` finds the image (then video) placeholders by, which a rank's slice is searched for.
     ``pretrained_models``: the module's other ``PreTrainedModel`` bases (an own tower's), which get the base-class
     changes too. ``rope``, ``experts``, ``router``: a language model of this module's own (None where the decoder is
@@ -147,6 +149,16 @@ def composed_vlm(
             placeholder_ids=placeholder_ids,
             packed_text=True,
             language_model=language_model,
+        )
+    else:
+        config.add_import("transformers.masking_utils", ["find_packed_sequence_indices"])
+        config.add_import("typing", ["Any"])  # the helper's annotations: never assume upstream imports it
+        config.add_helper(packs_text_documents, description="a call whose packed documents need the mask builder")
+        config.apply_snippet(
+            "vlm_composed_bidirectional_guard",
+            f"{model_cls}.forward",
+            packed_helper=packs_text_documents.__name__,
+            description="image batches refused under sequence parallelism and in packed rows (tokens attend both ways)",
         )
     head = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
     if experts is not None:

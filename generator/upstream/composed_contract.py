@@ -74,12 +74,6 @@ def composed_differences(info: VlmInfo) -> tuple[str, ...]:
             f"{where}.__init__ takes len(config.{name}), which the default configuration leaves None: its value is"
             " the checkpoint's to choose, so no tiny config can be derived for the tests"
         )
-    if info.bidirectional_mask:
-        out.append(
-            f"{where}.forward lets some tokens attend both ways (block_sequence_ids or an or_mask_function for the"
-            " mask builder): a rank's slice of the sequence and packed documents would cut that attention, so the"
-            " config is written by hand with sequence_parallel=False (as models/gemma3's is)"
-        )
     if info.nested_vision_configs:
         out.append(
             f"the vision config nests sub-configs ({', '.join(info.nested_vision_configs)}): one tower's sizes"

@@ -20,12 +20,15 @@ import torch
 from transformers import PreTrainedConfig
 
 from modelgraft.models.composition import sub_model_class
+from modelgraft.models.distributed.multimodal import packed_text_position_ids
 from modelgraft.models.loader import get_model_class
-from modelgraft.models.testing.parity import build_pair, build_upstream, check_parity, tolerance_for
+from modelgraft.models.ops import OpsConfig, bound_ops
+from modelgraft.models.ops.slots import placeholder_features_slot
+from modelgraft.models.testing.parity import build_generated, build_pair, build_upstream, check_parity, tolerance_for
 from modelgraft.models.testing.reference import reference_kernel, reference_kernels
 from modelgraft.models.testing.slot_isolation import SlotIsolatedSuite
 
-__all__ = ["ComposedVlm", "ComposedVlmSuite"]
+__all__ = ["BothWaysImageTokens", "ComposedVlm", "ComposedVlmSuite"]
 
 #: The image layouts every composed VLM is tested on: images per row of a 2-row batch.
 LAYOUTS = {"one-image-per-row": (1, 1), "several-images-in-a-row": (2, 1), "text-only": (0, 0)}
@@ -58,6 +61,8 @@ class ComposedVlmSuite(SlotIsolatedSuite):
     """The tests every composed VLM passes; ``model`` is set by the subclass."""
 
     model: ClassVar[ComposedVlm]
+    #: Slots the model's forward reads only to refuse a call while they are bound (:class:`BothWaysImageTokens`).
+    refused_slots: ClassVar[frozenset[str]] = frozenset()
 
     def _batch(self, layout: str) -> tuple[PreTrainedConfig, Mapping[str, Any]]:
         config = self.model.config()
@@ -155,3 +160,80 @@ class ComposedVlmSuite(SlotIsolatedSuite):
         upstream, info = upstream_cls.from_pretrained(tmp_path, output_loading_info=True, **LOAD_OPTIONS)
         assert not info["missing_keys"] and not info["unexpected_keys"], info
         assert torch.equal(self._logits(upstream, batch), self._logits(generated, batch))
+
+
+def _packed_row(docs: list[Mapping[str, Any]], images: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One row packing ``docs`` (each a one-row batch) end to end: every per-token input concatenated, 1-D
+    positions restarting at each document, no attention mask; the image inputs of ``images`` where given."""
+    length = [doc["input_ids"].shape[1] for doc in docs]
+    packed: dict[str, Any] = dict(images or {})
+    for key, value in docs[0].items():
+        if (
+            key in ("attention_mask", "labels")
+            or not isinstance(value, torch.Tensor)
+            or value.shape[:2]
+            != (
+                1,
+                length[0],
+            )
+        ):
+            continue
+        packed[key] = torch.cat([doc[key] for doc in docs], dim=1)
+    packed["position_ids"] = packed_text_position_ids(length)
+    return packed
+
+
+class BothWaysImageTokens:
+    """What a composed VLM whose image tokens (or prompt prefix) attend to each other both ways refuses, and what
+    it keeps: its forward has no sequence-parallel branch (``composed_vlm(..., sequence_parallel=False)``).
+
+    Listed before the composed suite among a test class's bases: its packed-documents test, on text-only
+    documents, replaces the suite's, whose packed row holds an image."""
+
+    model: ClassVar[ComposedVlm]
+    refused_slots: ClassVar[frozenset[str]] = frozenset({"placeholder_features"})
+
+    def _generated(self, config: PreTrainedConfig) -> torch.nn.Module:
+        upstream_cls = get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
+        generated_cls = get_model_class(self.model.model_type, self.model.architecture)
+        return build_generated(config, generated_cls, build_upstream(config, upstream_cls).state_dict()).eval()
+
+    def _rows(self, config: PreTrainedConfig, images_per_row: tuple[int, ...]) -> list[dict[str, Any]]:
+        batch = self.model.batch(config, images_per_row)
+        rows = []
+        for row in range(len(images_per_row)):
+            rows.append({k: v[row : row + 1] for k, v in batch.items() if k not in ("labels", "attention_mask")})
+        return rows
+
+    def test_an_image_batch_under_sequence_parallelism_is_refused(self) -> None:
+        config = self.model.config()
+        batch = self.model.batch(config, LAYOUTS["one-image-per-row"])
+        model = self._generated(config)
+        with bound_ops(OpsConfig()), torch.no_grad():
+            placeholder_features_slot.bind(reference_kernel("placeholder_features"), name="reference")
+            with pytest.raises(ValueError, match="without sequence parallelism"):
+                model(**batch)
+
+    def test_a_packed_row_holding_images_is_refused(self) -> None:
+        config = self.model.config()
+        (text,) = self._rows(config, (0,))
+        (image,) = self._rows(config, (1,))
+        pixels = {k: v for k, v in image.items() if k not in text}
+        model = self._generated(config)
+        with torch.no_grad(), pytest.raises(ValueError, match="packs documents holds images"):
+            model(**_packed_row([text, image], pixels))
+
+    def test_packed_documents_each_get_the_logits_they_get_alone(self) -> None:
+        """Two text-only documents in one row, 1-D positions restarting at each and no attention mask, with the
+        config's use_cache on: each gets the logits it gets alone (the forward turns the cache off)."""
+        config = self.model.config()
+        docs = self._rows(config, (0, 0))
+        model = self._generated(config)
+        with torch.no_grad():
+            together = model(**_packed_row(docs)).logits[0]
+            alone = [model(**doc).logits[0] for doc in docs]
+        assert model.config.text_config.use_cache
+        start = 0
+        for logits in alone:
+            torch.testing.assert_close(together[start : start + len(logits)], logits, rtol=1e-5, atol=1e-5)
+            start += len(logits)

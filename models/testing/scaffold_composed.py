@@ -187,6 +187,8 @@ class ScaffoldComposedVlm:
         text = self._text(vocab)
         hidden = text.get("hidden_size") or CONFIG_MAPPING[text["model_type"]]().hidden_size
         top = {**self._top_level(image_token_id), **(markers or {})}
+        if "projection_dim" in _declared(self.config_class):  # PaliGemma's projector: tower -> text width
+            top["projection_dim"] = hidden
         config = self.config_class(text_config=text, vision_config=self._vision(hidden), **top)
         for sub in (config, config.text_config, config.vision_config):
             sub._attn_implementation = "eager"
@@ -257,7 +259,7 @@ class ScaffoldComposedVlm:
             return config, self._processor(tokenizer, {})
         count = self._features_per_image(config)
         options = self._count_options(signature, config, count)
-        processor = self._processor(tokenizer, options)
+        processor = self._processor(tokenizer, options, count)
         for name in COUNT_OPTIONS:
             # A count the class fixes as a class attribute, which __init__ does not take (GOT-OCR2's 256 per
             # image): the instance's own value, which the processor's call defaults to, is the tiny model's.
@@ -281,9 +283,13 @@ class ScaffoldComposedVlm:
             return attributes
         raise AttributeError(f"{self.processor_class.__name__} reads more tokenizer attributes than expected")
 
-    def _processor(self, tokenizer: PreTrainedTokenizerFast, options: Mapping[str, Any]) -> ProcessorMixin:
+    def _processor(
+        self, tokenizer: PreTrainedTokenizerFast, options: Mapping[str, Any], count: int = 1
+    ) -> ProcessorMixin:
         sizes = self._grid_options() if self.image_grid else _image_size_options(self.image_processor_class)
         image_processor = self.image_processor_class(**sizes)
+        if hasattr(image_processor, "image_seq_length"):  # PaliGemma's processor takes its count from here
+            image_processor.image_seq_length = count
         # build_processor adds the video processor a class takes (images only, here: upstream's needs torchvision).
         return build_processor(self.processor_class, image_processor=image_processor, tokenizer=tokenizer, **options)
 
@@ -476,7 +482,7 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
         guards, and those of both towers' packages; the step still equals upstream's."""
         config, batch = self._batch("one-image-per-row")
         model = get_model_class(self.model.model_type, self.model.architecture)(config)
-        slots = consulted_slots(model) - NOT_CONSULTED["causal_lm"]
+        slots = consulted_slots(model) - NOT_CONSULTED["causal_lm"] - self.refused_slots
         for attr in (self.model.tower, self.model.language_model):
             assert consulted_slots(getattr(model.model, attr)), f"self.{attr} consults no op slot"
         assert set(self.model.guarded) <= slots, set(self.model.guarded) - slots

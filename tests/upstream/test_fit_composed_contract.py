@@ -220,11 +220,20 @@ def test_images_in_a_row_per_sample_are_read_from_get_image_features() -> None:
     assert "    image_rows=True,\n" in call
 
 
-def test_a_mask_letting_tokens_attend_both_ways_is_a_difference() -> None:
+def test_a_mask_letting_tokens_attend_both_ways_is_read_from_the_mask_builders_options() -> None:
     """paligemma's Model gives the mask builder block_sequence_ids for its prompt prefix; llava's gives none."""
-    differences = read_model("paligemma").vlm.composed_differences  # type: ignore[union-attr]
-    assert any("PaliGemmaModel.forward lets some tokens attend both ways" in d for d in differences)
+    assert read_model("paligemma").vlm.bidirectional_mask  # type: ignore[union-attr]
     assert not read_model("llava").vlm.bidirectional_mask  # type: ignore[union-attr]
+
+
+def test_a_mask_letting_tokens_attend_both_ways_fits_without_the_sequence_parallel_forward() -> None:
+    """It is no difference from the contract: the copy says sequence_parallel=False, and its forward refuses
+    image batches under sequence parallelism and in packed rows instead."""
+    assert not read_model("paligemma").vlm.composed_differences  # type: ignore[union-attr]
+    _, call = recipe_call("vlm", "PaliGemma", fit("paligemma").arguments)
+    assert "    sequence_parallel=False,\n" in call
+    _, call = recipe_call("vlm", "Llava", fit("llava").arguments)
+    assert "sequence_parallel" not in call
 
 
 def test_a_softcap_read_into_a_local_first_is_the_loss_head_s_softcap() -> None:

@@ -4,7 +4,7 @@
 # Source: transformers.models.gemma3.modeling_gemma3 (transformers==5.25.0)
 # Config: models.gemma3.gemma3_gpu_patch_gen_config
 # Description: Gemma3 text and VLM with op-slot guards (RMSNorm, gated MLP, RoPE), generated towers and slot-backed losses
-# Fingerprint: d4b4ebe367f3e109627b
+# Fingerprint: c8bc39453db92e4b00f4
 # Patches:
 #   - override_method Gemma3RMSNorm.forward: rms_norm slot guard
 #   - override_method Gemma3MLP.forward: glu_activation slot guard
@@ -17,6 +17,7 @@
 #   - override_method Gemma3PreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
 #   - override_method Gemma3Model.__init__: the towers are generated classes, chosen by the sub-configs' model_type
 #   - override_method Gemma3Model.dummy_forward: a zero loss term through the vision tower and the projector, for ranks without images
+#   - override_method Gemma3Model.forward: image batches refused under sequence parallelism and in packed rows (tokens attend both ways)
 #   - override_method Gemma3ForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
 # ====================================================================================================
 # Copyright 2025 Google Inc. HuggingFace Inc. team. All rights reserved.
@@ -35,6 +36,7 @@
 # limitations under the License.
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -50,6 +52,7 @@ from transformers.masking_utils import (
     create_causal_mask,
     create_masks_for_generate,
     create_sliding_window_causal_mask,
+    find_packed_sequence_indices,
     maybe_pad_block_sequence_ids,
     sliding_window_overlay,
 )
@@ -77,6 +80,7 @@ from modelgraft.models.composition import build_sub_model
 from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     glu_activation_slot,
+    placeholder_features_slot,
     rms_norm_slot,
     rope_slot,
     sequence_classification_loss_slot,
@@ -85,6 +89,20 @@ from modelgraft.models.pretrained import require_complete_load
 from modelgraft.models.upstream_version import require_generated_from
 
 require_generated_from("transformers", "5.25.0", __name__)
+
+
+# [HELPERS]: a call whose packed documents need the mask builder
+def packs_text_documents(position_ids: Any, attention_mask: Any, cache: Any) -> bool:
+    """Whether a composed VLM's call packs documents its text model's mask builder would not see.
+
+    True for ``[B, L]`` position ids that restart somewhere, called with no attention mask and no cache: the
+    language model builds its mask from them only when it gets no cache, and upstream's creates one whenever
+    ``use_cache`` is on. The restarts are found by transformers' ``find_packed_sequence_indices``, the function
+    the mask builder then applies.
+    """
+    if attention_mask is not None or cache is not None or position_ids is None or position_ids.ndim != 2:
+        return False
+    return find_packed_sequence_indices(position_ids) is not None
 
 
 logger = logging.get_logger(__name__)
@@ -895,6 +913,7 @@ class Gemma3Model(Gemma3PreTrainedModel):
         )
         return special_image_mask
 
+    # [PATCHED METHOD] Gemma3Model.forward: image batches refused under sequence parallelism and in packed rows (tokens attend both ways)
     @can_return_tuple
     @auto_docstring
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -936,6 +955,21 @@ class Gemma3Model(Gemma3PreTrainedModel):
         >>> processor.batch_decode(generate_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)[0]
         "Where is the cat standing?\nsnow"
         ```"""
+        if pixel_values is not None and placeholder_features_slot.use_non_eager_impl:
+            raise ValueError(
+                f"{type(self).__name__}: some tokens of an image batch attend to each other both ways, which a"
+                " sequence-parallel rank's slice of the sequence would cut; run image batches of this model without"
+                ' sequence parallelism (docs/scaffolding.md, "The composed-VLM contract")'
+            )
+        if packs_text_documents(position_ids, attention_mask, cache):
+            if pixel_values is not None:
+                raise ValueError(
+                    f"{type(self).__name__}: a row that packs documents holds images, and this model's mask lets image"
+                    " tokens attend both ways, which upstream's mask does not keep inside one document; pack text-only"
+                    ' rows, or give each image document a row of its own (docs/scaffolding.md, "The composed-VLM'
+                    ' contract")'
+                )
+            use_cache = False
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
 

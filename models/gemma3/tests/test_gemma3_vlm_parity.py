@@ -16,7 +16,7 @@ from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImagePr
 
 from modelgraft.models.composition import SubModelError, build_sub_model
 from modelgraft.models.testing.batches import IGNORE_INDEX
-from modelgraft.models.testing.composed_vlm_suite import ComposedVlm, ComposedVlmSuite
+from modelgraft.models.testing.composed_vlm_suite import BothWaysImageTokens, ComposedVlm, ComposedVlmSuite
 from modelgraft.models.testing.configs import tiny_config
 from modelgraft.models.testing.vlm_processor import synthetic_image, tiny_tokenizer
 
@@ -108,3 +108,7 @@ def test_a_tower_type_without_a_generated_class_is_refused_by_name() -> None:
     config.vision_config.model_type = "aimv2_vision_model"
     with pytest.raises(SubModelError, match="'aimv2_vision_model'"):
         build_sub_model(config.vision_config)
+
+
+class TestGemma3VlmImageTokensAttendBothWays(BothWaysImageTokens):
+    model = GEMMA3_VLM
