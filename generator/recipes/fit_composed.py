@@ -122,6 +122,7 @@ def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) ->
             "image_sizes": vlm.image_sizes and not vlm.image_tiling,
             "image_rows": vlm.image_rows,
             "image_grid": vlm.image_grid,
+            "image_merge_sizes": vlm.image_merge_sizes,
             "placeholder_ids": list(vlm.placeholder_ids),
             # A tower's own base class (InternViT's): the base-class changes, as the model's base gets them
             "pretrained_models": [c for c in vlm.pretrained_bases if c != f"{structure.prefix}PreTrainedModel"],

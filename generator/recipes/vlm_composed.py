@@ -73,6 +73,7 @@ def composed_vlm(
     image_sizes: bool = False,
     image_rows: bool = False,
     image_grid: bool = False,
+    image_merge_sizes: bool = False,
     sequence_parallel: bool = True,
     placeholder_ids: Sequence[str] = ("self.config.image_token_id",),
     pretrained_models: Sequence[str] = (),
@@ -98,6 +99,7 @@ def composed_vlm(
     sample, ``(batch, images, channels, height, width)`` (SmolVLM's): the blank image is one row of one image.
     ``image_grid``: ``get_image_features`` takes patch rows and their ``image_grid_thw`` (LLaVA-OneVision-1.5):
     the blank image is one frame of ``spatial_merge_size`` x ``spatial_merge_size`` patches.
+    ``image_merge_sizes``: it also takes one merge factor per image (VideoLLaMA3's): the blank frame's side.
     ``sequence_parallel``: ``model.forward`` gets the sequence-parallel branches (this rank's placeholder features,
     ``dummy_forward`` where a batch has no image); False keeps upstream's forward (gemma3's, whose image tokens
     attend to each other both ways across what would be the ranks' slices), and gets a guard instead: an image batch
@@ -139,6 +141,7 @@ def composed_vlm(
         image_sizes=image_sizes,
         rows=image_rows,
         grid=image_grid,
+        merge_sizes=image_merge_sizes,
         description="a zero loss term through the vision tower and the projector, for ranks without images",
     )
     if sequence_parallel:

@@ -26,6 +26,8 @@ SIZES_INPUT = "image_sizes"
 #: Patch rows on a (frames, height, width) grid, as the Qwen-VL image processors write them: ``dummy_forward``
 #: gives a blank grid of the smallest size the merger takes.
 GRID_INPUT = "image_grid_thw"
+#: One merge factor per image of the grid (VideoLLaMA3's), which goes with a blank grid as its side.
+MERGE_SIZES_INPUT = "image_merge_sizes"
 
 
 def composed_differences(info: VlmInfo) -> tuple[str, ...]:
@@ -105,7 +107,10 @@ def composed_differences(info: VlmInfo) -> tuple[str, ...]:
         out.append(f"{where} has no get_image_features for dummy_forward to run on a blank image")
     else:
         # The blank image's size goes with it (Pixtral's variable sizes; LLaVA-NeXT's tiles of the tower's size).
-        needed = [p for p in features.required if p not in (IMAGE_FEATURES_INPUT, SIZES_INPUT, GRID_INPUT)]
+        given = (IMAGE_FEATURES_INPUT, SIZES_INPUT, GRID_INPUT)
+        if GRID_INPUT in features.params:
+            given += (MERGE_SIZES_INPUT,)
+        needed = [p for p in features.required if p not in given]
         grids = [p for p in features.params if "grid" in p and p not in needed and p != GRID_INPUT]
         if grids:  # Qwen-VL-like patch rows (optional grid or not): a blank image of pixels is not its input
             out.append(

@@ -59,6 +59,9 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         image_sizes=image_features is not None and "image_sizes" in image_features.required,
         image_rows=_image_rows(source, model_class),
         image_grid=image_features is not None and "image_grid_thw" in image_features.params,
+        image_merge_sizes=image_features is not None
+        and "image_grid_thw" in image_features.params
+        and "image_merge_sizes" in image_features.required,
         bidirectional_mask=_bidirectional_mask(source, model_class),
         forward_scatters=_forward_scatters(source, model_class),
         dsa_indexer=_dsa_indexer(source),

@@ -124,6 +124,9 @@ class VlmInfo:
     #: ``get_image_features`` takes ``image_grid_thw``: patch rows on a grid (LLaVA-OneVision-1.5, Ovis2.5),
     #: which ``dummy_forward`` gives as one blank grid.
     image_grid: bool = False
+    #: ``get_image_features`` also requires ``image_merge_sizes``, one merge factor per image of the grid
+    #: (VideoLLaMA3's): ``dummy_forward`` gives its blank grid's side.
+    image_merge_sizes: bool = False
     #: The Model's forward builds a mask in which some tokens attend both ways (PaliGemma's prompt prefix, Gemma3's
     #: image tokens): neither a rank's slice of the sequence nor packed documents keep that attention.
     bidirectional_mask: bool = False

@@ -68,4 +68,6 @@ def test_a_composed_vlm_whose_decoder_has_no_generated_class_is_refused_naming_i
 
 
 def test_a_composed_vlm_whose_features_need_more_than_an_image_is_refused_naming_the_input() -> None:
-    assert "VideoLlama3Model.get_image_features requires image_merge_sizes" in scaffold_refusal("video_llama_3", "vlm")
+    assert "Lfm2VlModel.get_image_features requires spatial_shapes, pixel_attention_mask" in scaffold_refusal(
+        "lfm2_vl", "vlm"
+    )

@@ -48,13 +48,22 @@ def test_a_vision_config_the_package_defines_is_its_own_type() -> None:
 
 
 def test_image_features_needing_more_than_pixels_is_one_difference() -> None:
-    """video_llama_3's ``get_image_features`` requires ``image_merge_sizes`` besides its grid (5.25.0)."""
-    differences = read_model("video_llama_3").vlm.composed_differences  # type: ignore[union-attr]
+    """lfm2_vl's ``get_image_features`` requires ``spatial_shapes`` and ``pixel_attention_mask`` (5.25.0)."""
+    differences = read_model("lfm2_vl").vlm.composed_differences  # type: ignore[union-attr]
     expected = (
-        "VideoLlama3Model.get_image_features requires image_merge_sizes: dummy_forward's blank image (pixel_values"
-        " alone) cannot feed it"
+        "Lfm2VlModel.get_image_features requires spatial_shapes, pixel_attention_mask: dummy_forward's blank image"
+        " (pixel_values alone) cannot feed it"
     )
     assert expected in differences
+
+
+def test_merge_sizes_beside_a_grid_fit_with_the_blank_grids_side() -> None:
+    """video_llama_3's ``get_image_features`` requires ``image_merge_sizes``, one per image of its grid (5.25.0):
+    the copy says image_merge_sizes=True, and dummy_forward gives its blank frame's side."""
+    vlm = read_model("video_llama_3").vlm
+    assert vlm is not None and vlm.image_grid and vlm.image_merge_sizes and not vlm.composed_differences
+    _, call = recipe_call("vlm", "VideoLlama3", fit("video_llama_3").arguments)
+    assert "    image_grid=True,\n    image_merge_sizes=True,\n" in call
 
 
 def test_image_features_on_patch_rows_and_their_grid_fit_with_a_blank_grid() -> None:
