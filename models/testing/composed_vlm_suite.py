@@ -28,7 +28,11 @@ from modelgraft.models.testing.parity import build_generated, build_pair, build_
 from modelgraft.models.testing.reference import reference_kernel, reference_kernels
 from modelgraft.models.testing.slot_isolation import SlotIsolatedSuite
 
-__all__ = ["BothWaysImageTokens", "ComposedVlm", "ComposedVlmSuite"]
+__all__ = ["REFUSED_WHERE_TOKENS_ATTEND_BOTH_WAYS", "BothWaysImageTokens", "ComposedVlm", "ComposedVlmSuite"]
+
+#: The slots a forward whose tokens attend both ways reads only to refuse an image batch while they are bound
+#: (``vlm_composed_bidirectional_guard``): sequence parallelism binds ``placeholder_features``.
+REFUSED_WHERE_TOKENS_ATTEND_BOTH_WAYS = frozenset({"placeholder_features"})
 
 #: The image layouts every composed VLM is tested on: images per row of a 2-row batch.
 LAYOUTS = {"one-image-per-row": (1, 1), "several-images-in-a-row": (2, 1), "text-only": (0, 0)}
@@ -61,8 +65,6 @@ class ComposedVlmSuite(SlotIsolatedSuite):
     """The tests every composed VLM passes; ``model`` is set by the subclass."""
 
     model: ClassVar[ComposedVlm]
-    #: Slots the model's forward reads only to refuse a call while they are bound (:class:`BothWaysImageTokens`).
-    refused_slots: ClassVar[frozenset[str]] = frozenset()
 
     def _batch(self, layout: str) -> tuple[PreTrainedConfig, Mapping[str, Any]]:
         config = self.model.config()
@@ -191,7 +193,6 @@ class BothWaysImageTokens:
     documents, replaces the suite's, whose packed row holds an image."""
 
     model: ClassVar[ComposedVlm]
-    refused_slots: ClassVar[frozenset[str]] = frozenset({"placeholder_features"})
 
     def _generated(self, config: PreTrainedConfig) -> torch.nn.Module:
         upstream_cls = get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
