@@ -61,10 +61,16 @@ def _fit(model: str, category: str) -> Fit | None:
     return None if structure is None else fit_model(structure, category or None)
 
 
-def upstream(model: str) -> dict[str, Any]:
-    """The reader's report of ``model`` as a dict ({} for a package transformers lacks: the question says so)."""
+def upstream(model: str, category: str = "") -> dict[str, Any]:
+    """The reader's report of ``model`` as a dict ({} for a package transformers lacks: the question says so).
+
+    For a VLM answer (``category``, or the detected category when empty), the VLM's own head and config where the
+    package also defines a text-only causal LM (cohere_compass); a text answer keeps the text head's (gemma3)."""
     structure = _structure(model)
-    return {} if structure is None else structure.to_dict()
+    if structure is None:
+        return {}
+    row = categories.lookup(category or structure.category)
+    return (structure.for_vlm() if row is not None and row.vlm else structure).to_dict()
 
 
 def scaffold_fit(model: str, category: str = "") -> dict[str, Any]:

@@ -527,7 +527,9 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
 
 def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
     """The vlm / vlm_moe recipe's fit: the text decoder's as the dense / MoE fit's, the vision side's read
-    from the reader's VLM report (:func:`modelgraft.generator.recipes.fit_vlm.vlm_arguments`)."""
+    from the reader's VLM report (:func:`modelgraft.generator.recipes.fit_vlm.vlm_arguments`), over the VLM's
+    own head where the package also defines a text-only causal LM (:meth:`ModelStructure.for_vlm`)."""
+    structure = structure.for_vlm()
     text = _fit_scaffold(structure, categories.category(category).text)
     if structure.vlm is not None and structure.vlm.contract == "composed":
         return _fit_composed(structure, category, text)

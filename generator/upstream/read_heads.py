@@ -195,7 +195,7 @@ def _between(stmts: list[ast.stmt], logits: str) -> tuple[tuple[tuple[str, str],
             steps.append(aliased)
             i += 2
             continue
-        scale = _scale(stmt, logits)
+        scale = _scale(stmt, logits) or _guarded_scale(stmt, logits)
         if scale is not None:
             steps.append(scale)
             i += 1
@@ -264,6 +264,27 @@ def _scale(stmt: ast.stmt, logits: str) -> tuple[str, str] | None:
     ):
         return ops[type(stmt.value.op)], dotted(stmt.value.right)
     return None
+
+
+def _guarded_scale(stmt: ast.stmt, logits: str) -> tuple[str, str] | None:
+    """``if <scale> is not None:`` around one scaling statement by the same scale (cohere_compass's
+    ``logit_scale``): the step, by ``(<scale> if <scale> is not None else 1)``, which is exact where it is None."""
+    if not (isinstance(stmt, ast.If) and not stmt.orelse and len(stmt.body) == 1):
+        return None
+    test = stmt.test
+    if not (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.IsNot)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return None
+    scale = _scale(stmt.body[0], logits)
+    factor = dotted(test.left)
+    if scale is None or scale[1] != factor:
+        return None
+    return scale[0], f"({factor} if {factor} is not None else 1)"
 
 
 def _loss_statement_problem(stmt: ast.stmt, logits: str) -> str | None:

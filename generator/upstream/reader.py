@@ -34,7 +34,7 @@ from modelgraft.generator.upstream.read_omni import read_omni
 from modelgraft.generator.upstream.read_rope import read_rope
 from modelgraft.generator.upstream.read_vlm import multimodal_rope, read_vlm, text_rope_function
 from modelgraft.generator.upstream.source import ModelSource
-from modelgraft.generator.upstream.structure import ModelStructure, MoeInfo, RopeInfo
+from modelgraft.generator.upstream.structure import CausalLmInfo, ModelStructure, MoeInfo, RopeInfo
 from modelgraft.generator.upstream.vlm_structure import VlmInfo
 
 _TOP = "transformers"
@@ -109,6 +109,13 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
     detected = categories.category(category)
     vlm = read_vlm(source, config.model_type) if detected.vlm else None
     omni = read_omni(source) if detected.omni else None
+    head = _vlm_head(source, vlm, causal_lm)
+    vlm_head = vlm_config = None
+    if head is not None:
+        # The VLM's own head, config and model_type, beside the text head's (ModelStructure.for_vlm).
+        report = read_config(source, head)
+        vlm_head, vlm_config = read_causal_lm(source, head), (report.module, report.cls, report.model_type)
+        vlm = read_vlm(source, report.model_type)
     return ModelStructure(
         model=model,
         modeling_module=module,
@@ -134,6 +141,8 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         instantiated=source.instantiated,
         conditional=source.conditionally_instantiated,
         vlm=vlm,
+        vlm_head=vlm_head,
+        vlm_config=vlm_config,
         omni=omni,
         linear_attention=gated_delta_net if category != categories.OUT_OF_CATEGORY else None,
         call_sites=read_call_sites(
@@ -167,6 +176,22 @@ def _moe_classes(moe: MoeInfo | None) -> set[str]:
     if moe is None:
         return set()
     return {moe.sparse_block} | ({moe.experts.cls} if moe.experts else set())
+
+
+def _vlm_head(source: ModelSource, vlm: VlmInfo | None, causal_lm: CausalLmInfo | None) -> str | None:
+    """A VLM's conditional-generation head, where the language-model head read first is a text-only
+    ``*ForCausalLM`` (cohere_compass, aria and llama4 define both): the ``*ForConditionalGeneration`` that builds
+    the ``Model`` holding the tower and the language model, whose loss a VLM's training step computes."""
+    if vlm is None or vlm.model_class is None or causal_lm is None:
+        return None
+    if causal_lm.cls.endswith("ForConditionalGeneration") or causal_lm.cls == vlm.model_class:
+        return None
+    for cls in source.classes:
+        if cls.endswith("ForConditionalGeneration") and any(
+            vlm.model_class in source.instantiated_classes(cls, attr) for attr in source.init_assigns(cls)
+        ):
+            return cls
+    return None
 
 
 def _lm_class(source: ModelSource, heads: dict[str, str]) -> str | None:

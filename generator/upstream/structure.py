@@ -11,7 +11,7 @@ Every ``line`` is the 1-based line of the class or function in the upstream mode
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -316,6 +316,19 @@ class ModelStructure:
     #: For an Omni model (categories omni, omni_moe): the thinker, the speech side's attributes and the classes
     #: only they reach (``read_omni``); None for every other category.
     omni: OmniInfo | None = None
+    #: For a VLM that also defines a text-only ``*ForCausalLM`` (cohere_compass, aria): its conditional-generation
+    #: head, and that head's config module, class and model_type. The fields above keep the text head's, which
+    #: a text answer scaffolds (gemma3's ``Gemma3ForCausalLM``); :meth:`for_vlm` reads these instead.
+    vlm_head: CausalLmInfo | None = None
+    vlm_config: tuple[str | None, str | None, str | None] | None = None
+
+    def for_vlm(self) -> ModelStructure:
+        """The structure as a VLM answer scaffolds it: the conditional-generation head and its config, where the
+        text head read first is a text-only causal LM; else itself."""
+        if self.vlm_head is None or self.vlm_config is None:
+            return self
+        module, cls, model_type = self.vlm_config
+        return replace(self, causal_lm=self.vlm_head, config_module=module, config_class=cls, model_type=model_type)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (patchgen-inspect --json, Copier answers)."""

@@ -154,7 +154,12 @@ def tiny_text_sizes(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
             "mrope_section": _scaled_sections(list(sections), int(head_dim * factor) // 2),
         }
     )
-    sizes["rope_parameters"] = rope
+    layer_types = getattr(default, "layer_types", None)
+    if layer_types and getattr(default, "rope_parameters", None) == {}:
+        # RoPE parameters keyed by layer type (cohere_compass's): a default config keeps none flat.
+        sizes["rope_parameters"] = {layer_type: dict(rope) for layer_type in dict.fromkeys(layer_types)}
+    else:
+        sizes["rope_parameters"] = rope
     sizes["max_position_embeddings"] = 64
     return sizes
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from modelgraft.scaffold.jinja_extension import scaffold_refusal
+from modelgraft.scaffold.jinja_extension import scaffold_refusal, upstream
 
 from .repos import clone, copy_model, run, without
 from .test_copy import _assert_ruff_clean
@@ -86,8 +86,20 @@ def test_a_vlm_without_a_processor_is_refused() -> None:
     assert "no processor class: neither the package nor the Auto tables name one" in scaffold_refusal("glm_ocr")
 
 
+def test_a_vlm_answer_defaults_to_the_vlm_heads_config_and_a_text_answer_to_the_text_heads() -> None:
+    """cohere_compass defines a text-only causal LM beside its VLM head; gemma3 is scaffolded as dense too."""
+    assert (upstream("cohere_compass")["config_class"], upstream("cohere_compass")["model_type"]) == (
+        "CohereCompassConfig",
+        "cohere_compass",
+    )
+    assert (upstream("gemma3", "dense")["config_class"], upstream("gemma3", "dense")["model_type"]) == (
+        "Gemma3TextConfig",
+        "gemma3_text",
+    )
+
+
 def test_a_vlm_whose_causal_lm_is_text_only_is_refused() -> None:
-    assert "is not the conditional-generation head over CohereCompassModel" in scaffold_refusal("cohere_compass")
+    assert "the causal LM Llama4ForCausalLM is not the conditional-generation head" in scaffold_refusal("llama4")
 
 
 def test_a_vlm_moe_model_answered_vlm_is_refused_with_the_detected_category() -> None:

@@ -163,7 +163,26 @@ def test_a_tower_that_keeps_no_merge_size_takes_its_merge_size_from_its_config()
 
 
 def test_a_package_whose_causal_lm_is_text_only_is_refused_as_a_vlm() -> None:
-    assert any("is not the conditional-generation head" in reason for reason in vlm_reasons("cohere_compass"))
+    """llama4's Llama4ForConditionalGeneration is itself the class holding the tower (5.25.0)."""
+    assert any("is not the conditional-generation head" in reason for reason in vlm_reasons("llama4"))
+
+
+def test_a_vlm_that_also_defines_a_text_only_causal_lm_is_read_by_its_conditional_generation_head() -> None:
+    """cohere_compass defines CohereCompassForCausalLM (text) and CohereCompassForConditionalGeneration over
+    CohereCompassModel (5.25.0): the VLM's head, config and model_type are the latter's."""
+    text = read_model("cohere_compass")
+    vlm = text.for_vlm()
+    assert text.causal_lm is not None and text.causal_lm.cls == "CohereCompassForCausalLM"
+    assert vlm.causal_lm is not None and vlm.causal_lm.cls == "CohereCompassForConditionalGeneration"
+    assert (vlm.config_class, vlm.model_type) == ("CohereCompassConfig", "cohere_compass")
+    assert fit("cohere_compass").arguments["causal_lm"]["cls"] == "CohereCompassForConditionalGeneration"
+    assert not vlm_reasons("cohere_compass")
+
+
+def test_a_logits_scale_applied_only_when_set_is_read_as_a_scale_by_one_otherwise() -> None:
+    """cohere_compass's head multiplies by self.logit_scale under ``if self.logit_scale is not None``."""
+    head = fit("cohere_compass").arguments["causal_lm"]
+    assert head["scale"] == ["mul", "(self.logit_scale if self.logit_scale is not None else 1)"]
 
 
 def test_a_refused_vlm_names_the_patches_a_hand_written_config_would_apply() -> None:
