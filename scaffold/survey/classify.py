@@ -349,6 +349,13 @@ def thin_scaffold_note(slots: tuple[str, ...]) -> str:
     return f"thin scaffold: guards only {guarded} (less than the causal LM loss and two slots)"
 
 
+def merged_slots(*groups: tuple[str, ...]) -> tuple[str, ...]:
+    """The slots of every group, once each, in :data:`SLOT_ORDER` (unknown names after, as first seen)."""
+    names = list(dict.fromkeys(name for group in groups for name in group))
+    known = [name for name in SLOT_ORDER if name in names]
+    return (*known, *(name for name in names if name not in SLOT_ORDER))
+
+
 def guarded_slots(source: str) -> tuple[str, ...]:
     """Slot names whose ``<name>_slot.use_non_eager_impl`` the generated module consults (:data:`SLOT_ORDER`)."""
     names: list[str] = []

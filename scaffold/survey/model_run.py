@@ -13,11 +13,13 @@ from modelgraft.scaffold.survey.classify import (
     Observation,
     classify,
     guarded_slots,
+    merged_slots,
     strip_ansi,
     template_version,
 )
 from modelgraft.scaffold.survey.clones import changed_paths, reset_clone, subprocess_env
 from modelgraft.scaffold.survey.processes import Runner
+from modelgraft.scaffold.survey.sub_models import sub_model_modules
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ def survey_model(clone: Path, model: str, category: str, runner: Runner, setting
             tests = runner.run(pytest_argv, clone, env, left)
         generated = dest / "generated" / f"patched_modeling_{model}_gpu.py"
         slots = guarded_slots(generated.read_text(encoding="utf-8")) if generated.is_file() else ()
+        for module in sub_model_modules(dest, clone / "models"):  # a composed copy's towers guard the rest
+            slots = merged_slots(slots, guarded_slots(module.read_text(encoding="utf-8")))
     finally:
         reset_clone(clone, model)
     return Observation(model, copy, dest_exists, stray, tests, settings.timeout, slots)
