@@ -227,6 +227,20 @@ def _call_sites(structure: ModelStructure) -> list[dict[str, Any]]:
     return sites
 
 
+def _without_indexer_sites(
+    sites: list[dict[str, Any]], structure: ModelStructure, skipped: list[Finding]
+) -> list[dict[str, Any]]:
+    """The call sites less the DSA indexer's: its forward goes behind ``dsa_indexer_guard``, and a target takes
+    one patch, so the indexer's own module calls (DeepSeek-V3.2's key LayerNorm) stay upstream's code."""
+    indexer = structure.dsa_indexer
+    kept = [site for site in sites if site["cls"] != indexer]
+    if len(kept) != len(sites):
+        line = next((site.line for site in structure.call_sites if site.cls == indexer), 0)
+        reason = "its forward goes behind dsa_indexer_guard, and a target takes one patch: its module calls stay"
+        skipped.append(Finding("call_sites", indexer or "", line, reason))
+    return kept
+
+
 def _rope(structure: ModelStructure, skipped: list[Finding]) -> str | dict[str, str] | None:
     rope = structure.rope
     if structure.vlm is not None and multimodal_rope_name(structure):
@@ -453,6 +467,8 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
         guarded.append("moe_experts")
     if arguments.get("router"):
         guarded.append(f"{arguments['router'].get('kind', 'group_limited')}_router")
+    if arguments.get("indexer") or (arguments.get("composed") or {}).get("indexer"):
+        guarded.append("dsa_indexer")
     mixer = arguments.get("gated_delta_net")
     if mixer:
         guarded += (["rms_norm_gated"] if mixer.get("norm") else []) + list(GATED_DELTA_NET_SLOTS)
@@ -590,8 +606,8 @@ def _fit_composed(structure: ModelStructure, category: str, text: Fit) -> Fit:
         arguments.update({key: value for key, value in text.arguments.items() if key in OWN_TEXT_ARGUMENTS})
         if arguments.get("experts"):
             arguments["composed"]["layers"] = text_layers(structure)
-        if structure.vlm is not None and structure.vlm.dsa_indexer:
-            arguments["composed"]["indexer"] = structure.vlm.dsa_indexer
+        if structure.dsa_indexer:
+            arguments["composed"]["indexer"] = structure.dsa_indexer
     processors = vlm_processors(structure.vlm, found) if structure.vlm is not None else {}
     refusals = [finding for finding in text.refusals if finding.structure in ("causal_lm",)]
     refusals += [Finding("vlm", finding.where, finding.line, finding.reason) for finding in found]
@@ -670,6 +686,9 @@ def _fit_scaffold(structure: ModelStructure, category: str) -> Fit:
         if router is not None:  # recorded only where there is one: other scaffolds' answers stay as they were
             arguments["router"] = router
         arguments["aux_loss"] = (structure.causal_lm.aux_loss_function if structure.causal_lm else None) or ""
+        if structure.dsa_indexer:  # recorded only where there is one: other scaffolds' answers stay as they were
+            arguments["indexer"] = structure.dsa_indexer
+            arguments["call_sites"] = _without_indexer_sites(arguments["call_sites"], structure, skipped)
     if structure.linear_attention is not None:  # recorded only for a hybrid: other scaffolds' answers stay
         arguments["gated_delta_net"] = _gated_delta_net(structure, skipped, refusals)
 

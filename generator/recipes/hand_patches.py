@@ -70,6 +70,9 @@ def hand_written_patches(arguments: dict[str, Any]) -> tuple[str, ...]:
     if router:
         kind = router["kind"]
         lines.append(f"{router['cls']}.forward: {kind}_router_guard, behind the {kind}_router slot")
+    indexer = arguments.get("indexer")
+    if indexer:
+        lines.append(f"{indexer}.forward: dsa_indexer_guard, behind the dsa_indexer slot")
     head = arguments.get("causal_lm")
     if head:
         aux = arguments.get("aux_loss")

@@ -69,6 +69,7 @@ def moe_text(
     sequence_classification: str | None = "{prefix}ForSequenceClassification",
     base_model: str = "{prefix}Model",
     pretrained_model: str | None = "{prefix}PreTrainedModel",
+    indexer: str | None = None,
 ) -> PatchConfig:
     """Apply the MoE snippets to ``config`` for the model whose classes start with ``prefix``.
 
@@ -78,6 +79,8 @@ def moe_text(
     parallel plan; ``experts=None`` leaves the routed experts unguarded (a layout no kernel reads).
     ``router`` puts the router's forward behind its slot (None, the default: the router stays upstream's).
     ``pretrained_model`` is the base class of every model class, as for :func:`dense_text`.
+    ``indexer`` names a DeepSeek sparse attention indexer class (DeepSeek-V3.2's), whose scoring, mask and top-k
+    go behind the ``dsa_indexer`` slot, where sequence parallelism binds its whole-sequence kernel.
     """
     apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
@@ -99,6 +102,12 @@ def moe_text(
         )
     if router is not None:
         apply_router(config, router, prefix=prefix)
+    if indexer is not None:
+        config.apply_snippet(
+            "dsa_indexer_guard",
+            f"{_named(indexer, prefix)}.forward",
+            description="DSA indexer's scores, mask and top-k behind the dsa_indexer slot",
+        )
     causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss)
     if experts is not None:
         config.apply_snippet(

@@ -175,6 +175,8 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
             parts.add("Router")
             lines.append("    router=" + _call("Router", router["cls"], _router_fields(router)) + ",")
         lines.append(f"    aux_loss={arguments.get('aux_loss') or ''!r},")
+        if arguments.get("indexer"):
+            lines.append(f"    indexer={arguments['indexer']!r},")
         if experts and experts.get("block_attr", "mlp") != "mlp":
             lines.append(f"    sparse_block_attr={experts['block_attr']!r},")
     if not vision:  # the vlm recipes take no sequence classification head

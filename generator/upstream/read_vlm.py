@@ -17,6 +17,7 @@ from dataclasses import replace
 from modelgraft.generator.errors import UpstreamError
 from modelgraft.generator.upstream.composed_contract import composed_differences
 from modelgraft.generator.upstream.read_conversion import transposes_fused_experts
+from modelgraft.generator.upstream.read_indexer import read_dsa_indexer
 from modelgraft.generator.upstream.read_processors import read_processors
 from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, dotted
 from modelgraft.generator.upstream.structure import RopeInfo
@@ -64,7 +65,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         and "image_merge_sizes" in image_features.required,
         bidirectional_mask=_bidirectional_mask(source, model_class),
         forward_scatters=_forward_scatters(source, model_class),
-        dsa_indexer=_dsa_indexer(source),
+        dsa_indexer=read_dsa_indexer(source),
         compositions=compositions,
         processors=read_processors(source, model_type),
         vision_rope=vision_rope(source, vision.cls if vision else None),
@@ -421,25 +422,6 @@ def _unset_sized_fields(source: ModelSource, model_class: str | None) -> tuple[s
         and call.args[0].attr in unset
     ]
     return tuple(dict.fromkeys(sized))
-
-
-def _dsa_indexer(source: ModelSource) -> str | None:
-    """The module's DeepSeek sparse attention indexer: the class whose forward takes ``hidden_states``,
-    ``attention_mask`` and ``position_ids``, scores its queries against ``k.transpose`` and returns
-    ``index_scores.topk`` (mistral_large4's text indexer; the ``dsa_indexer_guard`` snippet's shape)."""
-    for name in source.classes:
-        found = source.method(name, "forward")
-        if found is None or found[1] is not None:
-            continue
-        func = found[0]
-        params = {arg.arg for arg in func.args.args}
-        calls = {dotted(node.func) for node in ast.walk(func) if isinstance(node, ast.Call)}
-        if {"hidden_states", "attention_mask", "position_ids"} <= params and {
-            "k.transpose",
-            "index_scores.topk",
-        } <= calls:
-            return name
-    return None
 
 
 def _forward_scatters(source: ModelSource, model_class: str | None) -> bool:

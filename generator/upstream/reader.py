@@ -26,6 +26,7 @@ from modelgraft.generator.upstream.read_heads import (
     read_multipliers,
     read_sequence_classification,
 )
+from modelgraft.generator.upstream.read_indexer import read_dsa_indexer
 from modelgraft.generator.upstream.read_linear_attention import read_gated_delta_net
 from modelgraft.generator.upstream.read_mlps import read_mlps
 from modelgraft.generator.upstream.read_moe import experts_holders, read_moe
@@ -141,6 +142,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         instantiated=source.instantiated,
         conditional=source.conditionally_instantiated,
         vlm=vlm,
+        dsa_indexer=read_dsa_indexer(source),
         vlm_head=vlm_head,
         vlm_config=vlm_config,
         omni=omni,

@@ -319,6 +319,8 @@ class ModelStructure:
     #: For a VLM that also defines a text-only ``*ForCausalLM`` (cohere_compass, aria): its conditional-generation
     #: head, and that head's config module, class and model_type. The fields above keep the text head's, which
     #: a text answer scaffolds (gemma3's ``Gemma3ForCausalLM``); :meth:`for_vlm` reads these instead.
+    #: The DeepSeek sparse attention indexer class (``read_indexer``), whatever the category; None without one.
+    dsa_indexer: str | None = None
     vlm_head: CausalLmInfo | None = None
     vlm_config: tuple[str | None, str | None, str | None] | None = None
 

@@ -146,3 +146,16 @@ def test_a_loss_head_no_snippet_fits_points_to_its_remedy_and_the_planned_patche
         "Write the config by hand (docs/adding-a-model.md#hand-written-patches), with the patches named above"
         in message
     )
+
+
+def test_a_moe_model_with_a_dsa_indexer_puts_it_behind_the_dsa_indexer_slot() -> None:
+    """deepseek_v32's DeepseekV32Indexer (5.25.0): the fit records it, and its key LayerNorm call is left."""
+    deepseek = fit("deepseek_v32", "moe")
+    assert deepseek.arguments["indexer"] == "DeepseekV32Indexer"
+    assert "dsa_indexer" in deepseek.guarded
+    assert all(site["cls"] != "DeepseekV32Indexer" for site in deepseek.arguments["call_sites"])
+    assert any(f.where == "DeepseekV32Indexer" and "dsa_indexer_guard" in f.reason for f in deepseek.skipped)
+
+
+def test_a_moe_model_without_a_dsa_indexer_records_none() -> None:
+    assert "indexer" not in fit("qwen3_moe", "moe").arguments
