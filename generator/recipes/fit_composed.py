@@ -121,6 +121,7 @@ def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) ->
             "image_tiles": vlm.image_tiling and vlm.image_sizes,
             "image_sizes": vlm.image_sizes and not vlm.image_tiling,
             "image_rows": vlm.image_rows,
+            "zero_images_are_padding": vlm.zero_images_are_padding,
             "image_grid": vlm.image_grid,
             "placeholder_ids": list(vlm.placeholder_ids),
             # A tower's own base class (InternViT's): the base-class changes, as the model's base gets them

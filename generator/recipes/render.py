@@ -224,6 +224,8 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
         lines.append("    image_rows=True,")
     if composed.get("image_grid"):
         lines.append("    image_grid=True,")
+    if composed.get("zero_images_are_padding"):
+        lines.append("    zero_images_are_padding=True,")
     if composed.get("pretrained_models"):
         lines.append(f"    pretrained_models={tuple(composed['pretrained_models'])!r},")
     ids = composed.get("placeholder_ids") or list(COMPOSED_DEFAULTS["placeholder_ids"])

@@ -20,7 +20,8 @@ mask and scatter, the projector, the masks, the output dataclasses. The recipe a
   on one blank image (a zero loss term for ranks without images);
 - ``vlm_sequence_parallel_forward`` on ``<Prefix>Model.forward`` (the Qwen-VL recipe's): under the
   ``placeholder_features`` slot, which sequence parallelism binds, the image features of this rank's placeholders
-  are scattered into its slice of the sequence, and a rank whose batch has no image adds ``dummy_forward``;
+  are scattered into its slice of the sequence (by upstream's own statements: ``get_placeholder_mask`` and
+  ``masked_scatter``, or a merger of the model's own such as Idefics3's ``inputs_merger``), and a rank whose batch has no image adds ``dummy_forward``;
   unbound, upstream's forward; a call packing documents (1-D position ids that restart, no attention mask, no
   cache) turns the cache off first, so the language model's mask keeps the documents apart on eager and sdpa
   attention (helper ``packs_text_documents``);
@@ -73,6 +74,7 @@ def composed_vlm(
     image_sizes: bool = False,
     image_rows: bool = False,
     image_grid: bool = False,
+    zero_images_are_padding: bool = False,
     sequence_parallel: bool = True,
     placeholder_ids: Sequence[str] = ("self.config.image_token_id",),
     pretrained_models: Sequence[str] = (),
@@ -98,6 +100,8 @@ def composed_vlm(
     sample, ``(batch, images, channels, height, width)`` (SmolVLM's): the blank image is one row of one image.
     ``image_grid``: ``get_image_features`` takes patch rows and their ``image_grid_thw`` (LLaVA-OneVision-1.5):
     the blank image is one frame of ``spatial_merge_size`` x ``spatial_merge_size`` patches.
+    ``zero_images_are_padding``: ``get_image_features`` drops all-zero images as a row's padding (Idefics3's): the
+    blank image is ones, so the tower runs on it.
     ``sequence_parallel``: ``model.forward`` gets the sequence-parallel branches (this rank's placeholder features,
     ``dummy_forward`` where a batch has no image); False keeps upstream's forward (gemma3's, whose image tokens
     attend to each other both ways across what would be the ranks' slices). ``placeholder_ids``: the config ids
@@ -137,6 +141,7 @@ def composed_vlm(
         image_sizes=image_sizes,
         rows=image_rows,
         grid=image_grid,
+        fill="ones" if zero_images_are_padding else "zeros",
         description="a zero loss term through the vision tower and the projector, for ranks without images",
     )
     if sequence_parallel:
