@@ -102,7 +102,9 @@ def _image_size_options(image_processor_class: type) -> dict[str, Any]:
         options[TILING] = PINPOINTS
     for name in ("size", "crop_size", "max_image_size"):  # max_image_size: SmolVLM's tile side
         keys = _set_keys(getattr(defaults, name, None))
-        if "shortest_edge" in keys:
+        if {"shortest_edge", "longest_edge"} <= keys:  # Idefics2's bounds: both at the tiny side, a square image
+            options[name] = {"shortest_edge": IMAGE_SIDE, "longest_edge": IMAGE_SIDE}
+        elif "shortest_edge" in keys:
             options[name] = {"shortest_edge": IMAGE_SIDE}
         elif "longest_edge" in keys:  # Pixtral's: images of any size up to it
             options[name] = {"longest_edge": IMAGE_SIDE}
@@ -312,7 +314,8 @@ class ScaffoldComposedVlm:
         upstream = get_model_class(self.model_type, self.causal_lm, use_hf=True)
         seed_everything(0)
         model = upstream(config).eval()
-        pixels = torch.zeros(1, config.vision_config.num_channels, IMAGE_SIDE, IMAGE_SIDE)
+        # Ones, not zeros: a model that pads rows of fewer images with all-zero ones drops those (Idefics3's).
+        pixels = torch.ones(1, config.vision_config.num_channels, IMAGE_SIDE, IMAGE_SIDE)
         if self.image_rows:
             pixels = pixels[None]
         if getattr(config, TILING, None):
