@@ -21,8 +21,8 @@ mask and scatter, the projector, the masks, the output dataclasses. The recipe a
 - ``vlm_sequence_parallel_forward`` on ``<Prefix>Model.forward`` (the Qwen-VL recipe's): under the
   ``placeholder_features`` slot, which sequence parallelism binds, the image features of this rank's placeholders
   are scattered into its slice of the sequence (by upstream's own statements: ``get_placeholder_mask`` and
-  ``masked_scatter``, or a merger of the model's own such as Idefics3's ``inputs_merger``), and a rank whose batch has no image adds ``dummy_forward``;
-  unbound, upstream's forward; a call packing documents (1-D position ids that restart, no attention mask, no
+  ``masked_scatter``, or a merger of the model's own such as Idefics3's ``inputs_merger``), and a rank whose
+  batch has no image adds ``dummy_forward``; unbound, upstream's forward; a call packing documents (1-D position ids that restart, no attention mask, no
   cache) turns the cache off first, so the language model's mask keeps the documents apart on eager and sdpa
   attention (helper ``packs_text_documents``);
 - for a language model that is a class of the module itself (deepseek_ocr2's, mistral_large4's), the text

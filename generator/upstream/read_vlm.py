@@ -482,11 +482,13 @@ def _forward_scatters(source: ModelSource, model_class: str | None) -> bool:
     """The Model's forward calls ``self.get_placeholder_mask`` itself, or a placeholder merger that scatters the
     features (Idefics3's ``inputs_merger``; True where there is no forward to read)."""
     found = source.method(model_class, "forward") if model_class else None
-    if found is None:
+    if model_class is None or found is None:
         return True
-    calls = {dotted(node.func) for node in ast.walk(found[0]) if isinstance(node, ast.Call)}
-    merger = _placeholder_merger(source, model_class) if model_class else None
-    return "self.get_placeholder_mask" in calls or merger is not None
+    if source.method(model_class, "get_placeholder_mask") is None:
+        return _placeholder_merger(source, model_class) is not None
+    return any(
+        isinstance(node, ast.Call) and dotted(node.func) == "self.get_placeholder_mask" for node in ast.walk(found[0])
+    )
 
 
 #: Mask-builder options that let tokens attend both ways (an image block, a prompt prefix).
