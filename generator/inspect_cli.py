@@ -152,7 +152,7 @@ def render_vlm(v: VlmInfo) -> list[str]:
     for m in v.mergers:
         kind = "deepstack mergers" if m.deepstack else "merger"
         out.append(f"  {kind:20} {m.owner}.{m.attr} = {m.cls} (in the {m.place})")
-    for method in (v.rope_index, v.placeholder_mask):
+    for method in (v.rope_index, v.placeholder_mask, v.placeholder_merger):
         if method is not None:
             masks = f"  returns {method.returns} mask(s)" if method.name == "get_placeholder_mask" else ""
             out.append(

@@ -121,6 +121,7 @@ def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) ->
             "image_tiles": vlm.image_tiling and vlm.image_sizes,
             "image_sizes": vlm.image_sizes and not vlm.image_tiling,
             "image_rows": vlm.image_rows,
+            "zero_images_are_padding": vlm.zero_images_are_padding,
             "image_grid": vlm.image_grid,
             "image_merge_sizes": vlm.image_merge_sizes,
             "placeholder_ids": list(vlm.placeholder_ids),

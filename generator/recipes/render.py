@@ -228,6 +228,8 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
         lines.append("    image_grid=True,")
     if composed.get("image_merge_sizes"):
         lines.append("    image_merge_sizes=True,")
+    if composed.get("zero_images_are_padding"):
+        lines.append("    zero_images_are_padding=True,")
     if composed.get("pretrained_models"):
         lines.append(f"    pretrained_models={tuple(composed['pretrained_models'])!r},")
     if composed.get("sequence_parallel") is False:

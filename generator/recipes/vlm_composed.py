@@ -20,8 +20,9 @@ mask and scatter, the projector, the masks, the output dataclasses. The recipe a
   on one blank image (a zero loss term for ranks without images);
 - ``vlm_sequence_parallel_forward`` on ``<Prefix>Model.forward`` (the Qwen-VL recipe's): under the
   ``placeholder_features`` slot, which sequence parallelism binds, the image features of this rank's placeholders
-  are scattered into its slice of the sequence, and a rank whose batch has no image adds ``dummy_forward``;
-  unbound, upstream's forward; a call packing documents (1-D position ids that restart, no attention mask, no
+  are scattered into its slice of the sequence (by upstream's own statements: ``get_placeholder_mask`` and
+  ``masked_scatter``, or a merger of the model's own such as Idefics3's ``inputs_merger``), and a rank whose
+  batch has no image adds ``dummy_forward``; unbound, upstream's forward; a call packing documents (1-D position ids that restart, no attention mask, no
   cache) turns the cache off first, so the language model's mask keeps the documents apart on eager and sdpa
   attention (helper ``packs_text_documents``);
 - for a language model that is a class of the module itself (deepseek_ocr2's, mistral_large4's), the text
@@ -74,6 +75,7 @@ def composed_vlm(
     image_rows: bool = False,
     image_grid: bool = False,
     image_merge_sizes: bool = False,
+    zero_images_are_padding: bool = False,
     sequence_parallel: bool = True,
     placeholder_ids: Sequence[str] = ("self.config.image_token_id",),
     pretrained_models: Sequence[str] = (),
@@ -100,6 +102,8 @@ def composed_vlm(
     ``image_grid``: ``get_image_features`` takes patch rows and their ``image_grid_thw`` (LLaVA-OneVision-1.5):
     the blank image is one frame of ``spatial_merge_size`` x ``spatial_merge_size`` patches.
     ``image_merge_sizes``: it also takes one merge factor per image (VideoLLaMA3's): the blank frame's side.
+    ``zero_images_are_padding``: ``get_image_features`` drops all-zero images as a row's padding (Idefics3's): the
+    blank image is ones, so the tower runs on it.
     ``sequence_parallel``: ``model.forward`` gets the sequence-parallel branches (this rank's placeholder features,
     ``dummy_forward`` where a batch has no image); False keeps upstream's forward (gemma3's, whose image tokens
     attend to each other both ways across what would be the ranks' slices), and gets a guard instead: an image batch
@@ -142,6 +146,7 @@ def composed_vlm(
         rows=image_rows,
         grid=image_grid,
         merge_sizes=image_merge_sizes,
+        fill="ones" if zero_images_are_padding else "zeros",
         description="a zero loss term through the vision tower and the projector, for ranks without images",
     )
     if sequence_parallel:

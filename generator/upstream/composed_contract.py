@@ -4,7 +4,8 @@ The recipe (generator/recipes/vlm_composed.py) patches a ``Model`` that builds i
 ``AutoModel.from_config(config.text_config)`` (or as a class of its own module on ``config.text_config``, which the
 recipe then guards as a text recipe would) and its vision tower the same way (or as a class of its own module
 on ``config.vision_config``), projects the tower's features with a module next to it (or inside it), scatters them into the
-placeholder tokens ``get_placeholder_mask`` finds, and gives the language model its own 1-D positions. The
+placeholder tokens ``get_placeholder_mask`` finds (or a method of the ``Model`` that finds them by a config id
+and scatters them itself, Idefics3's ``inputs_merger``), and gives the language model its own 1-D positions. The
 generated ``__init__`` builds each ``AutoModel`` sub-model as the generated class registered for the sub-config's
 model_type, and ``dummy_forward`` runs ``get_image_features`` on one blank image. A model that differs in any of
 these gets the list of differences, one line each, which the scaffold's refusal prints (docs/scaffolding.md,
@@ -84,8 +85,20 @@ def composed_differences(info: VlmInfo) -> tuple[str, ...]:
     if info.rope_index is not None:
         out.append(f"{info.rope_index.owner}.get_rope_index gives multimodal position ids, not the text's 1-D ones")
     mask = info.placeholder_mask
-    if mask is None:
-        out.append(f"{where} has no get_placeholder_mask: its image features are not scattered into placeholders")
+    merger = info.placeholder_merger
+    if mask is None and merger is not None:
+        # Idefics3's inputs_merger: the placeholder scatter in a method of its own, called by the forward.
+        if not info.placeholder_ids:
+            out.append(
+                f"{merger.owner}.{merger.name} compares input_ids with no self.config.<image id>: a rank's slice"
+                " cannot find its image placeholders"
+            )
+    elif mask is None:
+        out.append(
+            f"{where} has no get_placeholder_mask, and its forward calls no method that compares input_ids with a"
+            " self.config.<image id> and masked_scatters the features: its image features are not scattered into"
+            " placeholders"
+        )
     elif mask.returns not in (1, 2):
         out.append(f"{mask.owner}.get_placeholder_mask returns a different number of masks on different paths")
     elif not info.forward_scatters:

@@ -37,7 +37,7 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
     compositions = _compositions(source)
     vision = language = None
     mergers: list[MergerInfo] = []
-    rope_index = placeholder = image_features = None
+    rope_index = placeholder = merger = image_features = None
     if model_class is not None:
         vision = _tower(source, model_class, VISION_ATTRS, compositions)
         language = _tower(source, model_class, _LANGUAGE_ATTRS, compositions)
@@ -46,6 +46,8 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         mergers.extend(_mergers(source, model_class, "model"))
         rope_index = _method(source, model_class, "get_rope_index")
         placeholder = _method(source, model_class, "get_placeholder_mask")
+        merger_name = _placeholder_merger(source, model_class) if placeholder is None else None
+        merger = _method(source, model_class, merger_name) if merger_name else None
         image_features = _method(source, model_class, "get_image_features")
     info = VlmInfo(
         model_class=model_class,
@@ -55,10 +57,12 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         mergers=tuple(mergers),
         rope_index=rope_index,
         placeholder_mask=placeholder,
+        placeholder_merger=merger,
         image_features=image_features,
         image_tiling=TILING_FIELD in read_config_fields(source),
         image_sizes=image_features is not None and "image_sizes" in image_features.required,
         image_rows=_image_rows(source, model_class),
+        zero_images_are_padding=_zero_images_are_padding(source, model_class),
         image_grid=image_features is not None and "image_grid_thw" in image_features.params,
         image_merge_sizes=image_features is not None
         and "image_grid_thw" in image_features.params
@@ -82,18 +86,53 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
 
 
 def _compared_ids(source: ModelSource, model_class: str | None) -> list[str]:
-    """The ``self.config.<id>`` expressions ``get_placeholder_mask`` compares ``input_ids`` with, in source order."""
+    """The ``self.config.<id>`` expressions ``get_placeholder_mask`` compares ``input_ids`` with, in source order;
+    where the Model has none, those its placeholder merger compares (Idefics3's ``inputs_merger``)."""
     found = source.method(model_class, "get_placeholder_mask") if model_class else None
+    if found is None and model_class is not None:
+        merger = _placeholder_merger(source, model_class)
+        found = source.method(model_class, merger) if merger else None
     if found is None:
         return []
+    return _ids_compared_with_input_ids(found[0])
+
+
+def _ids_compared_with_input_ids(func: ast.FunctionDef) -> list[str]:
     compared = [
         dotted(side)
-        for node in ast.walk(found[0])
+        for node in ast.walk(func)
         if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "input_ids"
         for side in node.comparators
         if dotted(side).startswith("self.config.")
     ]
     return list(dict.fromkeys(compared))
+
+
+def _placeholder_merger(source: ModelSource, model_class: str) -> str | None:
+    """The method the Model's forward calls (``self.<name>(...)``) that scatters image features into placeholders
+    itself: it takes ``input_ids`` and ``inputs_embeds``, compares ``input_ids`` with a ``self.config.<id>`` and
+    calls ``masked_scatter`` (Idefics2's and Idefics3's ``inputs_merger``); None where the forward calls none."""
+    forward = source.method(model_class, "forward")
+    if forward is None:
+        return None
+    called = [
+        node.func.attr
+        for node in ast.walk(forward[0])
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and dotted(node.func.value) == "self"
+    ]
+    for name in dict.fromkeys(called):
+        found = source.method(model_class, name) if name != "get_placeholder_mask" else None
+        if found is None:
+            continue
+        func = found[0]
+        params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}
+        scatters = any(
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "masked_scatter"
+            for node in ast.walk(func)
+        )
+        if {"input_ids", "inputs_embeds"} <= params and scatters and _ids_compared_with_input_ids(func):
+            return name
+    return None
 
 
 def _shared_placeholder_token(source: ModelSource, model_class: str | None) -> bool:
@@ -425,10 +464,13 @@ def _unset_sized_fields(source: ModelSource, model_class: str | None) -> tuple[s
 
 
 def _forward_scatters(source: ModelSource, model_class: str | None) -> bool:
-    """The Model's forward calls ``self.get_placeholder_mask`` itself (True where there is no forward to read)."""
+    """The Model's forward calls ``self.get_placeholder_mask`` itself, or a placeholder merger that scatters the
+    features (Idefics3's ``inputs_merger``; True where there is no forward to read)."""
     found = source.method(model_class, "forward") if model_class else None
-    if found is None:
+    if model_class is None or found is None:
         return True
+    if source.method(model_class, "get_placeholder_mask") is None:
+        return _placeholder_merger(source, model_class) is not None
     return any(
         isinstance(node, ast.Call) and dotted(node.func) == "self.get_placeholder_mask" for node in ast.walk(found[0])
     )
@@ -465,6 +507,21 @@ def _image_rows(source: ModelSource, model_class: str | None) -> bool:
         and isinstance(node.targets[0], ast.Tuple)
         and len(node.targets[0].elts) == 5
         and dotted(node.value) == "pixel_values.shape"
+        for node in ast.walk(found[0])
+    )
+
+
+def _zero_images_are_padding(source: ModelSource, model_class: str | None) -> bool:
+    """``get_image_features`` compares ``pixel_values == 0.0``: it finds (and drops) the all-zero images a row of
+    fewer images is padded with (Idefics3's ``real_images_inds``)."""
+    found = source.method(model_class, "get_image_features") if model_class else None
+    if found is None:
+        return False
+    return any(
+        isinstance(node, ast.Compare)
+        and dotted(node.left) == "pixel_values"
+        and any(isinstance(op, ast.Eq) for op in node.ops)
+        and any(isinstance(side, ast.Constant) and side.value == 0 for side in node.comparators)
         for node in ast.walk(found[0])
     )
 

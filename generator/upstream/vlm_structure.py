@@ -101,6 +101,10 @@ class VlmInfo:
     mergers: tuple[MergerInfo, ...] = ()
     rope_index: MethodInfo | None = None
     placeholder_mask: MethodInfo | None = None
+    #: A method of the Model, called by its forward, that finds the placeholders by ``input_ids == self.config.<id>``
+    #: and scatters the image features into them itself (Idefics2's and Idefics3's ``inputs_merger``): where the
+    #: Model has no ``get_placeholder_mask``, the same scatter in another method.
+    placeholder_merger: MethodInfo | None = None
     compositions: tuple[CompositionInfo, ...] = ()
     processors: tuple[ProcessorInfo, ...] = ()
     #: The RoPE the vision tower's attention applies (``apply_rotary_pos_emb_vision``), apart from the text one.
@@ -121,6 +125,9 @@ class VlmInfo:
     #: ``get_image_features`` takes a row of images per sample, ``(batch, images, channels, height, width)``
     #: (SmolVLM's): ``dummy_forward`` gives its blank image as one such row.
     image_rows: bool = False
+    #: ``get_image_features`` drops the images whose pixels are all zero, as the padding of a row of fewer images
+    #: (``(pixel_values == 0.0)``, Idefics2's, Idefics3's and SmolVLM's): ``dummy_forward``'s blank image is ones.
+    zero_images_are_padding: bool = False
     #: ``get_image_features`` takes ``image_grid_thw``: patch rows on a grid (LLaVA-OneVision-1.5, Ovis2.5),
     #: which ``dummy_forward`` gives as one blank grid.
     image_grid: bool = False
@@ -130,13 +137,15 @@ class VlmInfo:
     #: The Model's forward builds a mask in which some tokens attend both ways (PaliGemma's prompt prefix, Gemma3's
     #: image tokens): neither a rank's slice of the sequence nor packed documents keep that attention.
     bidirectional_mask: bool = False
-    #: The Model's forward calls ``get_placeholder_mask`` itself, where the sequence-parallel forward can give it
-    #: a rank's features; False where another method scatters them (Ovis2.5's ``_merge_visual_features``).
+    #: The Model's forward calls ``get_placeholder_mask`` (or its ``placeholder_merger``) itself, where the
+    #: sequence-parallel forward can give it a rank's features; False where another method calls
+    #: ``get_placeholder_mask`` and scatters them (Ovis2.5's ``_merge_visual_features``).
     forward_scatters: bool = True
     #: The module's DeepSeek sparse attention indexer class (an own text model's: mistral_large4's), or None.
     dsa_indexer: str | None = None
-    #: The config ids ``get_placeholder_mask`` compares ``input_ids`` with: the image placeholder's, then the
-    #: video's where there is one (``("self.config.image_token_id", "self.config.video_token_id")``).
+    #: The config ids ``get_placeholder_mask`` (or the ``placeholder_merger``) compares ``input_ids`` with: the
+    #: image placeholder's, then the video's where there is one
+    #: (``("self.config.image_token_id", "self.config.video_token_id")``).
     placeholder_ids: tuple[str, ...] = ()
     #: The module's classes deriving from transformers' ``PreTrainedModel`` itself: the base class, and a tower's
     #: own (InternVL's ``InternVLVisionPreTrainedModel``), each of which gets the base-class changes.

@@ -59,9 +59,17 @@ def mixed_precision(
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The modules whose class the model lists in ``_no_split_modules`` (its decoder / vision blocks)."""
+    """The modules whose class the model lists in ``_no_split_modules`` (its decoder / vision blocks), outermost
+    only: a listed module inside another (Idefics2's ``Idefics2MLP`` in its ``Idefics2PerceiverLayer``) is part of
+    that one's unit, as FSDP cannot shard parameters its enclosing unit already holds."""
     names = set(getattr(model, "_no_split_modules", None) or ())
-    layers = [module for module in model.modules() if type(module).__name__ in names and module is not model]
+    layers: list[nn.Module] = []
+    inside: set[int] = set()
+    for module in model.modules():  # pre-order: a module comes before what it holds
+        if id(module) in inside or module is model or type(module).__name__ not in names:
+            continue
+        layers.append(module)
+        inside.update(id(sub) for sub in module.modules())
     if not layers:
         raise ParallelConfigError(
             f"{type(model).__name__} names no decoder layer in _no_split_modules ({sorted(names)}); cannot shard per layer"

@@ -17,7 +17,9 @@ A zoo model's composed-VLM test (gemma3's) spells out its tiny config and its pr
   returns for one image. A processor option these rules cannot set fails the declaration with its name.
 
 :class:`ScaffoldComposedSuite` is the composed suite with the one check that names slots read from the
-declaration: the slots this module guards are all called, and so are slots of both towers.
+declaration: the slots this module guards are all called, and so are slots of both towers. It adds what the
+sequence-parallel forward promises: packed documents, a text-only row beside an image row, and each half of the
+sequence scattering the features of its own placeholders.
 """
 
 from __future__ import annotations
@@ -47,7 +49,13 @@ from modelgraft.models.testing.composed_vlm_suite import (
     ComposedVlm,
     ComposedVlmSuite,
 )
-from modelgraft.models.testing.parity import build_generated, build_upstream, check_parity, tolerance_for
+from modelgraft.models.testing.parity import (
+    _kernels_bound,
+    build_generated,
+    build_upstream,
+    check_parity,
+    tolerance_for,
+)
 from modelgraft.models.testing.reference import NOT_CONSULTED, reference_kernels
 from modelgraft.models.testing.seed import seed_everything
 from modelgraft.models.testing.tiny import tiny_overrides_for
@@ -106,7 +114,9 @@ def _image_size_options(image_processor_class: type) -> dict[str, Any]:
         options[TILING] = PINPOINTS
     for name in ("size", "crop_size", "max_image_size"):  # max_image_size: SmolVLM's tile side
         keys = _set_keys(getattr(defaults, name, None))
-        if "shortest_edge" in keys:
+        if {"shortest_edge", "longest_edge"} <= keys:  # Idefics2's bounds: both at the tiny side, a square image
+            options[name] = {"shortest_edge": IMAGE_SIDE, "longest_edge": IMAGE_SIDE}
+        elif "shortest_edge" in keys:
             options[name] = {"shortest_edge": IMAGE_SIDE}
         elif "longest_edge" in keys:  # Pixtral's: images of any size up to it
             options[name] = {"longest_edge": IMAGE_SIDE}
@@ -331,7 +341,8 @@ class ScaffoldComposedVlm:
         upstream = get_model_class(self.model_type, self.causal_lm, use_hf=True)
         seed_everything(0)
         model = upstream(config).eval()
-        pixels = torch.zeros(1, config.vision_config.num_channels, IMAGE_SIDE, IMAGE_SIDE)
+        # Ones, not zeros: a model that pads rows of fewer images with all-zero ones drops those (Idefics3's).
+        pixels = torch.ones(1, config.vision_config.num_channels, IMAGE_SIDE, IMAGE_SIDE)
         if self.image_rows:
             pixels = pixels[None]
         if getattr(config, TILING, None):
@@ -465,6 +476,53 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
             tolerance=tolerance_for(torch.bfloat16, kernels=False),
             logits="close",
         )
+
+    def test_a_text_only_row_beside_an_image_row_matches_upstream(self) -> None:
+        """One row with an image and one without, in one batch: the text row's share of the images is what the
+        processor pads it with (all-zero images where images come in rows per sample, which Idefics3's
+        get_image_features drops), and the step is upstream's."""
+        config = self.model.config()
+        check_parity(config, self.model.architecture, batch=self.scaffold.batch(config, (1, 0)))
+
+    def test_each_half_of_the_sequence_scatters_the_image_features_of_its_own_placeholders(self) -> None:
+        """Sequence parallelism of two ranks, in one process: with the placeholder_features slot bound to a kernel
+        that keeps the features of one half's placeholders (as the sp kernel does from the ranks' masks), each half
+        of the ids, with the whole batch's images, hands its language model that half of the embeddings the whole
+        sequence gets: the features reach this rank's placeholders through upstream's own scatter
+        (get_placeholder_mask, or Idefics3's inputs_merger)."""
+        config, batch = self._batch("several-images-in-a-row")
+        model = build_generated(
+            config,
+            get_model_class(self.model.model_type, self.model.architecture),
+            build_upstream(
+                config, get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
+            ).state_dict(),
+        ).eval()
+        received: list[torch.Tensor] = []
+        language_model = getattr(model.model, self.model.language_model)
+        language_model.register_forward_pre_hook(
+            lambda _, args, kwargs: received.append(kwargs["inputs_embeds"]), with_kwargs=True
+        )
+        inputs = {key: value for key, value in batch.items() if key != "labels"}
+        ids = inputs["input_ids"]
+        whole_mask = ids == config.image_token_id
+        ordinals = whole_mask.flatten().cumsum(0).view(whole_mask.shape) - 1
+        with torch.no_grad():
+            model(**inputs, use_cache=False)
+            whole = received[-1]
+            half = -(-ids.shape[1] // 2)
+            for window in (slice(0, half), slice(half, ids.shape[1])):
+
+                def this_half(mask: torch.Tensor, features: torch.Tensor, window: slice = window) -> torch.Tensor:
+                    local = mask[..., 0] if mask.dim() == 3 else mask
+                    return features[ordinals[:, window][local.bool()]]
+
+                local = {
+                    key: value[:, window] for key, value in inputs.items() if key in ("input_ids", "attention_mask")
+                }
+                with _kernels_bound({"placeholder_features": this_half}):
+                    model(**{**inputs, **local}, use_cache=False)
+                assert torch.equal(received[-1], whole[:, window])
 
     def test_packed_documents_each_get_the_logits_they_get_alone(self) -> None:
         """A row packing a text-only document and an image document, 1-D positions restarting at each and no

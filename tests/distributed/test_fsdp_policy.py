@@ -1,11 +1,13 @@
-"""What ``apply_fsdp`` decides before any rank communicates: the precision policy and which modules are routers."""
+"""What ``apply_fsdp`` decides before any rank communicates: the precision policy, which modules are routers, and
+which modules are its per-layer units."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
-from modelgraft.models.distributed import mixed_precision, router_modules
+from modelgraft.models.distributed import decoder_layers, mixed_precision, router_modules
 
 from .scenarios import config_of, fresh_model
 
@@ -25,3 +27,31 @@ def test_router_modules_are_the_modules_the_model_records_router_logits_from(nam
     assert len(routers) == sparse_layers
     recorded = getattr(model, "_can_record_outputs", {}).get("router_logits")
     assert all(isinstance(router, recorded.target_class) for router in routers)
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(2, 2)
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = _Mlp()
+
+
+class _Nested(nn.Module):
+    """Idefics2's layout: a listed MLP inside a listed block, and one on its own next to them."""
+
+    _no_split_modules = ("_Block", "_Mlp")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([_Block(), _Block()])
+        self.projector = _Mlp()
+
+
+def test_a_listed_module_inside_another_listed_one_is_part_of_that_one_s_unit() -> None:
+    model = _Nested()
+    assert decoder_layers(model) == [model.blocks[0], model.blocks[1], model.projector]

@@ -86,6 +86,37 @@ def test_features_scattered_by_another_method_than_forward_are_a_difference() ->
     assert any("Ovis2_5Model.forward leaves get_placeholder_mask to another method" in d for d in differences)
 
 
+@pytest.mark.parametrize("model", ["idefics2", "idefics3"])
+def test_features_scattered_by_an_inputs_merger_the_forward_calls_fit_the_composed_contract(model: str) -> None:
+    """idefics2's and idefics3's forward scatters with inputs_merger, which finds the placeholders by
+    input_ids == self.config.image_token_id; neither Model has a get_placeholder_mask."""
+    vlm = read_model(model).vlm
+    assert vlm is not None and vlm.placeholder_mask is None
+    assert vlm.placeholder_merger is not None and vlm.placeholder_merger.name == "inputs_merger"
+    assert vlm.placeholder_ids == ("self.config.image_token_id",)
+    assert vlm.forward_scatters
+    assert vlm.composed_differences == ()
+
+
+def test_a_model_scattering_by_neither_a_placeholder_mask_nor_a_merger_is_a_difference() -> None:
+    """blip's Model has no get_placeholder_mask, and its forward calls no method that scatters by an image id."""
+    vlm = read_model("blip").vlm
+    assert vlm is not None and vlm.placeholder_merger is None
+    assert any(
+        "BlipModel has no get_placeholder_mask, and its forward calls no method" in d for d in vlm.composed_differences
+    )
+
+
+def test_images_of_all_zeros_dropped_as_padding_give_the_blank_image_of_ones() -> None:
+    """idefics3's get_image_features drops images whose pixels are all 0 (a row's padding); llava's keeps them."""
+    assert read_model("idefics3").vlm.zero_images_are_padding  # type: ignore[union-attr]
+    assert not read_model("llava").vlm.zero_images_are_padding  # type: ignore[union-attr]
+    _, call = recipe_call("vlm", "Idefics3", fit("idefics3").arguments)
+    assert "    zero_images_are_padding=True,\n" in call
+    _, call = recipe_call("vlm", "Llava", fit("llava").arguments)
+    assert "zero_images_are_padding" not in call
+
+
 def test_image_sizes_without_a_tiling_grid_fit_with_the_blank_image_s_size() -> None:
     """mistral3's Pixtral tower takes images of any size with their ``image_sizes`` (5.25.0)."""
     mistral3 = read_model("mistral3").vlm
