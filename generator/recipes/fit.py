@@ -608,6 +608,12 @@ def _fit_composed(structure: ModelStructure, category: str, text: Fit) -> Fit:
             arguments["composed"]["layers"] = text_layers(structure)
         if structure.dsa_indexer:
             arguments["composed"]["indexer"] = structure.dsa_indexer
+        if categories.category(category).experts and not arguments.get("experts"):
+            # An own MoE text model whose experts no kernel reads would train unguarded where it matters most.
+            why = "; ".join(f.reason for f in text.skipped if f.structure == "experts") or "no experts class found"
+            found.append(
+                VlmFinding(structure.model, 0, f"the routed experts cannot go behind the moe_experts slot: {why}")
+            )
     processors = vlm_processors(structure.vlm, found) if structure.vlm is not None else {}
     refusals = [finding for finding in text.refusals if finding.structure in ("causal_lm",)]
     refusals += [Finding("vlm", finding.where, finding.line, finding.reason) for finding in found]

@@ -14,6 +14,7 @@ from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.recipes.fit_composed import registered_model_types
 from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.reader import read_model
+from modelgraft.scaffold.jinja_extension import scaffold_refusal
 
 pytestmark = pytest.mark.upstream_facts
 
@@ -287,3 +288,9 @@ def test_an_own_text_model_s_sparse_attention_indexer_goes_behind_its_slot() -> 
     assert read_model("mistral_large4").vlm.dsa_indexer == "MistralLarge4TextIndexer"  # type: ignore[union-attr]
     _, call = recipe_call("vlm_moe", "MistralLarge4", fit("mistral_large4").arguments)
     assert '    indexer="MistralLarge4TextIndexer",\n' in call
+
+
+def test_a_vlm_moe_whose_own_experts_no_kernel_reads_is_refused_with_their_reason() -> None:
+    """aria's own text model routes to AriaExperts, stored [E, 2I, H] gate-first (5.25.0): no kernel reads it."""
+    message = scaffold_refusal("aria")
+    assert "the routed experts cannot go behind the moe_experts slot: the moe_experts slot takes [E, 2I, H]" in message
