@@ -59,10 +59,12 @@ def mixed_precision(
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The modules whose class the model lists in ``_no_split_modules`` (its decoder / vision blocks), outermost
-    only: a listed module inside another (Idefics2's ``Idefics2MLP`` in its ``Idefics2PerceiverLayer``) is part of
-    that one's unit, as FSDP cannot shard parameters its enclosing unit already holds."""
-    names = set(getattr(model, "_no_split_modules", None) or ())
+    """The modules whose class the model, or a sub-model it holds, lists in ``_no_split_modules`` (its decoder and
+    vision blocks), outermost only: a listed module inside another (Idefics2's ``Idefics2MLP`` in its
+    ``Idefics2PerceiverLayer``) is part of that one's unit, as FSDP cannot shard parameters its enclosing unit
+    already holds. The sub-models' lists count because a composed model's own list may name only its tower's
+    blocks (Idefics3's), while the language model it built from its text config lists the decoder layers."""
+    names = {name for module in model.modules() for name in getattr(module, "_no_split_modules", None) or ()}
     layers: list[nn.Module] = []
     inside: set[int] = set()
     for module in model.modules():  # pre-order: a module comes before what it holds

@@ -55,3 +55,29 @@ class _Nested(nn.Module):
 def test_a_listed_module_inside_another_listed_one_is_part_of_that_one_s_unit() -> None:
     model = _Nested()
     assert decoder_layers(model) == [model.blocks[0], model.blocks[1], model.projector]
+
+
+class _Decoder(nn.Module):
+    """A language model built from a text sub-config: it lists its own decoder layers."""
+
+    _no_split_modules = ("_Block",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([_Block(), _Block()])
+
+
+class _Composed(nn.Module):
+    """Idefics3's layout: the top model lists only its tower's blocks, the language model its own layers."""
+
+    _no_split_modules = ("_Mlp",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tower = nn.ModuleList([_Mlp()])
+        self.language_model = _Decoder()
+
+
+def test_the_decoder_layers_a_sub_model_lists_are_units_too() -> None:
+    model = _Composed()
+    assert decoder_layers(model) == [model.tower[0], *model.language_model.layers]
