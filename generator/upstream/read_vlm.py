@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from modelgraft.generator.errors import UpstreamError
 from modelgraft.generator.upstream.composed_contract import composed_differences
+from modelgraft.generator.upstream.read_auto import auto_model_class
 from modelgraft.generator.upstream.read_conversion import transposes_fused_experts
 from modelgraft.generator.upstream.read_processors import read_processors
 from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, dotted
@@ -71,10 +72,25 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         language_model_reads_text_row=_reads_text_row(source, language.cls if language else None),
         unset_sized_fields=_unset_sized_fields(source, model_class),
         nested_vision_configs=_nested_vision_configs(source),
+        sub_model_types=_sub_model_types(source, model_type),
         hub_transposes_experts=bool(model_type)
         and transposes_fused_experts(model_type or "", root=source.sources.root),
     )
     return _with_contract(info)
+
+
+def _sub_model_types(source: ModelSource, model_type: str | None) -> tuple[tuple[str, str], ...]:
+    """(model_type, config class) of each sub-config class of the package's own whose ``AutoModel`` class is a
+    class of this modeling module, in the table's order; never the package's own ``model_type``."""
+    classes = read_sub_configs(source)
+    found: dict[str, str] = {}
+    for attr, (sub_type, own) in read_sub_config_types(source).items():
+        config_class = classes.get(attr)
+        if not own or sub_type is None or sub_type == model_type or config_class is None:
+            continue
+        if auto_model_class(source.sources, sub_type) in source.classes:
+            found.setdefault(sub_type, config_class)
+    return tuple(found.items())
 
 
 def _compared_ids(source: ModelSource, model_class: str | None) -> list[str]:

@@ -154,6 +154,12 @@ class VlmInfo:
     unset_sized_fields: tuple[str, ...] = ()
     #: The sub-configs nested in the package's own vision config (deepseek_ocr2's SAM and encoder configs).
     nested_vision_configs: tuple[str, ...] = ()
+    #: The sub-config types of the package's own configuration module for which upstream's ``AutoModel`` builds a
+    #: class of this modeling module, each with its config class (``("qwen2_5_vl_vision", "Qwen2_5_VLVisionConfig")``):
+    #: the scaffold registers them for the generated module, so another model whose sub-config has such a type
+    #: (hyperclovax_vision_v2's Qwen2.5-VL tower) builds the generated class (docs/scaffolding.md, "The composed-VLM
+    #: contract"). The package's own model_type is never among them.
+    sub_model_types: tuple[tuple[str, str], ...] = ()
 
     @property
     def fits_qwen_vl_contract(self) -> bool:

@@ -236,3 +236,21 @@ def test_a_layer_norm_or_identity_by_a_config_switch_is_read_as_a_chosen_call_si
     """Janus's vision attention builds q_norm and k_norm as nn.LayerNorm(...) if use_qk_norm else nn.Identity()."""
     (site,) = [s for s in read("janus").call_sites if s.cls == "JanusVisionAttention"]
     assert site.chosen_layer_norms == ("q_norm", "k_norm")
+
+
+def test_the_own_sub_types_automodel_builds_from_this_module_are_read_with_their_config_classes() -> None:
+    """AutoModel maps qwen2_5_vl_vision to Qwen2_5_VisionTransformerPretrainedModel, a class of modeling_qwen2_5_vl."""
+    assert vlm("qwen2_5_vl").sub_model_types == (
+        ("qwen2_5_vl_vision", "Qwen2_5_VLVisionConfig"),
+        ("qwen2_5_vl_text", "Qwen2_5_VLTextConfig"),
+    )
+
+
+def test_a_sub_type_automodel_maps_to_the_package_s_own_model_is_not_a_sub_type() -> None:
+    """qwen2_vl's vision config has the package's own model_type (qwen2_vl), which AutoModel maps to Qwen2VLModel."""
+    assert vlm("qwen2_vl").sub_model_types == (("qwen2_vl_text", "Qwen2VLTextConfig"),)
+
+
+def test_sub_types_of_another_package_are_not_this_package_s_to_register() -> None:
+    """hyperclovax_vision_v2's sub-configs default to qwen2_5_vl_vision and hyperclovax: AutoConfig, not its own."""
+    assert vlm("hyperclovax_vision_v2").sub_model_types == ()
