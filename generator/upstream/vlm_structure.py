@@ -31,6 +31,11 @@ class TowerInfo:
     patch_weight: str | None = None
     #: For the vision tower: it keeps ``self.spatial_merge_size`` (the merge ``dummy_forward``'s grid needs).
     spatial_merge_size: bool = False
+    #: The model package whose modeling module defines ``cls``, where that is not this one: a sub-model built by
+    #: ``AutoModel.from_config`` on a sub-config whose default model_type is another package's (cosmos3_omni's
+    #: ``qwen3_vl_vision``: ``Qwen3VLVisionModel`` of qwen3_vl), read from transformers' Auto tables. None for a
+    #: class of this module, or where the configuration names no default type.
+    package: str | None = None
 
 
 @dataclass(frozen=True)
