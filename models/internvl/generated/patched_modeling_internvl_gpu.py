@@ -4,7 +4,7 @@
 # Source: transformers.models.internvl.modeling_internvl (transformers==5.25.0)
 # Config: models.internvl.internvl_gpu_patch_gen_config
 # Description: InternVL with op-slot guards and slot-backed losses
-# Fingerprint: ebb590f4609c99941f05
+# Fingerprint: e2b5127d798e3ceced3f
 # Patches:
 #   - override_method InternVLVisionMLP.forward: activation slot guard
 #   - override_method InternVLVisionLayer.forward: layer_norm and activation slot guards at the module calls
