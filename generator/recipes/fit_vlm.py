@@ -12,6 +12,10 @@ upstream (docs/scaffolding.md, "VLM scaffolds"):
   ``rope`` slot; a plain rotate-half text RoPE (the whole Qwen-VL family's in the pinned transformers) goes
   behind it through ``rope`` as for a dense model;
 - ``towers``: each ``AutoModel.from_config(config.<sub>)`` of the ``Model``, rewritten to this module's class;
+  where the sub-config's default type is another package's (glm46v's ``glm4v_vision``), ``sub_models`` instead:
+  the recipe builds it with ``build_sub_model`` as the generated class registered for that type, which a
+  package of this project must register (else a refusal naming the package to scaffold), and
+  ``sub_model_slots`` the slots that generated module consults, which the tests bind;
 - ``model``: the class holding both towers, whose ``get_rope_index`` the position-id function runs.
 
 The processor the tests build (the package's processor and its PIL image processor) is part of the fit too:
@@ -122,12 +126,20 @@ def _sub_models(vlm: VlmInfo, refusals: list[VlmFinding]) -> tuple[dict[str, str
         if not tower.package:
             continue
         sub_models[composition.config_attr] = composition.model_type
-        found = sub_model_slots(composition.model_type) if composition.model_type in registered else None
-        if found is None:
+        if composition.model_type not in registered:
             reason = (
                 f"{composition.config_attr}'s default model_type {composition.model_type} has no generated class in"
                 f" this project (self.{composition.attr} would be upstream's {tower.cls}, unguarded): scaffold its"
                 f" package first (copier copy -d model={tower.package}), which registers it"
+            )
+            refusals.append(VlmFinding(where, line, reason))
+            continue
+        found = sub_model_slots(composition.model_type)
+        if found is None:
+            reason = (
+                f"{composition.config_attr}'s default model_type {composition.model_type} is registered, but not as"
+                ' register_model("<type>", modeling={"gpu": "<module>"}) naming a generated file of this project:'
+                " the slots its class consults cannot be read for the tests"
             )
             refusals.append(VlmFinding(where, line, reason))
             continue
