@@ -134,12 +134,12 @@ def _sub_models(vlm: VlmInfo, refusals: list[VlmFinding]) -> tuple[dict[str, str
             )
             refusals.append(VlmFinding(where, line, reason))
             continue
-        found = sub_model_slots(composition.model_type)
+        found = sub_model_slots(composition.model_type, tower.cls) if tower.cls else None
         if found is None:
             reason = (
                 f"{composition.config_attr}'s default model_type {composition.model_type} is registered, but not as"
-                ' register_model("<type>", modeling={"gpu": "<module>"}) naming a generated file of this project:'
-                " the slots its class consults cannot be read for the tests"
+                ' register_model("<type>", modeling={"gpu": "<module>"}) naming a generated file of this project'
+                f" that defines {tower.cls}: the slots that class consults cannot be read for the tests"
             )
             refusals.append(VlmFinding(where, line, reason))
             continue

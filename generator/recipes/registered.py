@@ -3,19 +3,20 @@
 The fits check that a sub-model a VLM builds with ``AutoModel.from_config`` has a generated class
 (docs/scaffolding.md, "The composed-VLM contract" and "The Qwen-VL contract"). Generation-time code imports
 neither torch nor the model packages, so the ``register_model(...)`` calls of ``models/*/__init__.py`` and the
-generated files they name are read here as source, with ``ast`` and a regular expression.
+generated files they name are read here as source, with ``ast``.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from functools import cache
 from pathlib import Path
 
+from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
+from modelgraft.generator.upstream.source import ModelSource, calls_in
+
 __all__ = [
     "MODELS_ROOT",
-    "NOT_SUB_MODEL_SLOTS",
     "registered_model_types",
     "registered_module_file",
     "sub_model_slots",
@@ -49,13 +50,6 @@ def registered_model_types(root: Path = MODELS_ROOT) -> frozenset[str]:
     return frozenset(found)
 
 
-#: The slots a generated module consults (``<name>_slot.use_non_eager_impl``), as the survey counts them.
-_CONSULTED_SLOT = re.compile(r"\b(\w+)_slot\.use_non_eager_impl\b")
-#: Slots of a generated module that are not its sub-models' to consult: its heads' losses, and the placeholder
-#: scatter of its own ``Model.forward`` (a model that builds the sub-models has a forward of its own).
-NOT_SUB_MODEL_SLOTS = frozenset({"causal_lm_loss", "sequence_classification_loss", "placeholder_features"})
-
-
 def registered_module_file(model_type: str, root: Path = MODELS_ROOT) -> Path | None:
     """The generated GPU modeling file ``register_model("<type>", modeling={"gpu": "<path>"})`` names in
     ``root/*/__init__.py``, as a file of this project (read with ``ast``); None where no such call names one."""
@@ -80,14 +74,44 @@ def registered_module_file(model_type: str, root: Path = MODELS_ROOT) -> Path | 
     return None
 
 
-def sub_model_slots(model_type: str, root: Path = MODELS_ROOT) -> tuple[str, ...] | None:
-    """The slots the generated module registered for ``model_type`` consults, less :data:`NOT_SUB_MODEL_SLOTS`,
-    in the order they first appear; None where no generated file of this project is registered for it."""
+def sub_model_slots(model_type: str, cls: str, root: Path = MODELS_ROOT) -> tuple[str, ...] | None:
+    """The slots ``cls`` of the generated module registered for ``model_type`` consults, in source order: the
+    ``<name>_slot.use_non_eager_impl`` tests of the classes it builds (``self.x = Cls(...)`` in ``__init__``, at
+    any depth), of their bases in the module, and of the module's functions those call (the vision RoPE), so a
+    sub-model is credited with its own guards only, not with its module's heads or its other sub-models'.
+
+    None where no generated file of this project is registered for ``model_type``, or it defines no ``cls``.
+    """
     path = registered_module_file(model_type, root)
     if path is None:
         return None
-    found = _CONSULTED_SLOT.findall(path.read_text(encoding="utf-8"))
-    return tuple(slot for slot in dict.fromkeys(found) if slot not in NOT_SUB_MODEL_SLOTS)
+    source = ModelSource(model=model_type, index=ModuleIndex.parse(path.stem, path), sources=UpstreamSources())
+    if cls not in source.classes:
+        return None
+    nodes: list[ast.AST] = []
+    classes = [cls]
+    for name in classes:  # grows while it is walked: breadth first over what each class builds or derives from
+        nodes.append(source.classes[name])
+        built = [c for attr in source.init_assigns(name) for c in source.instantiated_classes(name, attr)]
+        bases = [b for b in source.base_names(name) if b in source.classes]
+        classes += [c for c in (*built, *bases) if c not in classes]
+    functions: list[str] = []
+    for node in nodes:  # grows too: a function calls others (eager attention, rotate_half)
+        for call in calls_in(node):
+            name = call.func.id if isinstance(call.func, ast.Name) else None
+            if name in source.functions and name not in functions:
+                functions.append(name)
+                nodes.append(source.functions[name])
+    found = [
+        attribute.value.id.removesuffix("_slot")
+        for node in sorted(nodes, key=lambda n: getattr(n, "lineno", 0))
+        for attribute in ast.walk(node)
+        if isinstance(attribute, ast.Attribute)
+        and attribute.attr == "use_non_eager_impl"
+        and isinstance(attribute.value, ast.Name)
+        and attribute.value.id.endswith("_slot")
+    ]
+    return tuple(dict.fromkeys(found))
 
 
 def _loop_constants(tree: ast.Module, name: str) -> set[str]:
