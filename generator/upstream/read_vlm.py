@@ -73,7 +73,8 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         language_model_reads_text_row=_reads_text_row(_defining(source, language), language.cls if language else None),
         unset_sized_fields=_unset_sized_fields(source, model_class),
         nested_vision_configs=_nested_vision_configs(source),
-        sub_model_types=_sub_model_types(source, model_type),
+        # A composed VLM (no get_rope_index) registers its own sub-types through its recipe's own_types instead.
+        sub_model_types=_sub_model_types(source, model_type) if rope_index is not None else (),
         hub_transposes_experts=bool(model_type)
         and transposes_fused_experts(model_type or "", root=source.sources.root),
     )

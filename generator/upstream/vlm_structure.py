@@ -163,7 +163,8 @@ class VlmInfo:
     #: class of this modeling module, each with its config class (``("qwen2_5_vl_vision", "Qwen2_5_VLVisionConfig")``):
     #: the scaffold registers them for the generated module, so another model whose sub-config has such a type
     #: (hyperclovax_vision_v2's Qwen2.5-VL tower) builds the generated class (docs/scaffolding.md, "The composed-VLM
-    #: contract"). The package's own model_type is never among them.
+    #: contract"). The package's own model_type is never among them; a composed VLM's are empty, its recipe
+    #: registering its own types (``own_types``).
     sub_model_types: tuple[tuple[str, str], ...] = ()
 
     @property

@@ -281,3 +281,8 @@ def test_another_package_s_language_model_is_read_for_the_text_row() -> None:
     """llava's language model defaults to llama's LlamaModel, whose forward has no position_ids.shape[0] == 4."""
     assert vlm("llava").language_model.package == "llama"
     assert not vlm("llava").language_model_reads_text_row
+
+
+def test_a_composed_vlm_s_own_sub_types_are_left_to_its_recipe() -> None:
+    """internvl registers internvl_vision through the composed recipe's own_types, not as a Qwen-VL sub-type."""
+    assert vlm("internvl").sub_model_types == ()
