@@ -472,6 +472,8 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
     mixer = arguments.get("gated_delta_net")
     if mixer:
         guarded += (["rms_norm_gated"] if mixer.get("norm") else []) + list(GATED_DELTA_NET_SLOTS)
+    # The sub-models another package's generated classes build (glm46v's glm4v towers) consult their own guards.
+    guarded += [slot for slot in arguments.get("sub_model_slots") or [] if slot not in guarded]
     if arguments.get("causal_lm"):
         guarded.append("causal_lm_loss")
     if arguments.get("aux_loss"):

@@ -16,60 +16,17 @@ Anything else is refused, naming the type and the way to add it.
 
 from __future__ import annotations
 
-import ast
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from modelgraft.generator.recipes.fit_vlm import VlmFinding
+from modelgraft.generator.recipes.registered import registered_model_types
 from modelgraft.generator.upstream.composed_contract import TEXT_CONFIG, VISION_CONFIG
 from modelgraft.generator.upstream.structure import ModelStructure
 
 __all__ = ["composed_arguments", "own_text", "registered_model_types", "text_layers"]
 
-#: This project's model packages (the zoo and the library of vision encoders), beside the generator.
-MODELS_ROOT = Path(__file__).resolve().parents[2] / "models"
 ADD_DECODER = "scaffold a package for it first (copier copy, docs/adding-a-model.md)"
 ADD_ENCODER = 'add it to the library of vision encoders (docs/vision-encoders.md, "Adding an encoder")'
-
-
-@cache
-def registered_model_types(root: Path = MODELS_ROOT) -> frozenset[str]:
-    """The model types ``register_model("<type>", ...)`` calls register in ``root/*/__init__.py``.
-
-    Read with ``ast``: a call whose first argument is a string constant, or a loop over a tuple of them
-    (qwen3_omni_moe registers two types in one loop).
-    """
-    found: set[str] = set()
-    for init in sorted(root.glob("*/__init__.py")):
-        tree = ast.parse(init.read_text(encoding="utf-8"))
-        constants = {
-            node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
-        }
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register_model" and node.args):
-                continue
-            first = node.args[0]
-            if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                found.add(first.value)
-            elif isinstance(first, ast.Name):  # a loop variable: every string of the loops over constants
-                found.update(_loop_constants(tree, first.id) & constants)
-    return frozenset(found)
-
-
-def _loop_constants(tree: ast.Module, name: str) -> set[str]:
-    values: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.For) and isinstance(node.iter, (ast.Tuple, ast.List)):
-            targets = [node.target] if isinstance(node.target, ast.Name) else list(getattr(node.target, "elts", []))
-            for index, target in enumerate(targets):
-                if not (isinstance(target, ast.Name) and target.id == name):
-                    continue
-                for element in node.iter.elts:
-                    item = element.elts[index] if isinstance(element, ast.Tuple) and len(targets) > 1 else element
-                    if isinstance(item, ast.Constant) and isinstance(item.value, str):
-                        values.add(item.value)
-    return values
 
 
 def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict[str, Any]:

@@ -12,6 +12,10 @@ upstream (docs/scaffolding.md, "VLM scaffolds"):
   ``rope`` slot; a plain rotate-half text RoPE (the whole Qwen-VL family's in the pinned transformers) goes
   behind it through ``rope`` as for a dense model;
 - ``towers``: each ``AutoModel.from_config(config.<sub>)`` of the ``Model``, rewritten to this module's class;
+  where the sub-config's default type is another package's (glm46v's ``glm4v_vision``), ``sub_models`` instead:
+  the recipe builds it with ``build_sub_model`` as the generated class registered for that type, which a
+  package of this project must register (else a refusal naming the package to scaffold), and
+  ``sub_model_slots`` the slots that generated module consults, which the tests bind;
 - ``model``: the class holding both towers, whose ``get_rope_index`` the position-id function runs.
 
 The processor the tests build (the package's processor and its PIL image processor) is part of the fit too:
@@ -24,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from modelgraft.generator.recipes.registered import registered_model_types, sub_model_slots
 from modelgraft.generator.upstream.structure import ModelStructure
 from modelgraft.generator.upstream.vlm_structure import ProcessorInfo, VlmInfo
 
@@ -68,6 +73,7 @@ def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict
         return {}
     tower = vlm.vision
     assert tower is not None and tower.cls is not None  # the contract holds
+    sub_models, slots = _sub_models(vlm, refusals)
     if not tower.patch_weight:
         reason = "no patch embedding (a Conv3d, Conv2d or Linear under patch_embed) that dummy_forward can size"
         refusals.append(VlmFinding(tower.cls, tower.line, reason))
@@ -76,21 +82,69 @@ def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict
         reason = f"the causal LM {head.cls} is not the conditional-generation head over {model}"
         refusals.append(VlmFinding(head.cls, head.line, reason))
     rope = vlm.vision_rope
-    return {
-        "vision": {
-            "cls": tower.cls,
-            "patch_weight": tower.patch_weight or "",
-            "rope": rope.name if rope is not None and rope.name else "",
-            # A tower that keeps no merge size of its own (hunyuan_vl's leaves it to its merger): its config's.
-            "merge_size": "self.spatial_merge_size" if tower.spatial_merge_size else "self.config.spatial_merge_size",
-            "attr": tower.attr,
-        },
+    vision = {
+        "cls": tower.cls,
+        "patch_weight": tower.patch_weight or "",
+        "rope": rope.name if rope is not None and rope.name else "",
+        # A tower that keeps no merge size of its own (hunyuan_vl's leaves it to its merger): its config's.
+        "merge_size": "self.spatial_merge_size" if tower.spatial_merge_size else "self.config.spatial_merge_size",
+        "attr": tower.attr,
+    }
+    arguments: dict[str, Any] = {
+        "vision": vision,
         "mrope": multimodal_rope_name(structure),
         "towers": {
             c.config_attr: c.builds for c in vlm.compositions if c.owner == vlm.model_class and c.builds is not None
         },
         "model": model,
     }
+    if sub_models:
+        # Built by build_sub_model as another package's generated classes, which guard them and give the tower
+        # its dummy_forward; the test suite binds the slots those classes consult.
+        arguments["sub_models"] = sub_models
+        arguments["sub_model_slots"] = list(slots)
+        if tower.package:
+            vision["package"] = tower.package
+        if vlm.language_model is not None and vlm.language_model.package:
+            arguments["text_model"] = None
+    return arguments
+
+
+def _sub_models(vlm: VlmInfo, refusals: list[VlmFinding]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The ``Model``'s ``AutoModel`` sub-models of another package's type (config attribute -> default
+    model_type), and the slots their generated classes consult; each type no package of this project registers
+    is refused by name, with the package to scaffold."""
+    where, line = vlm.model_class or "-", vlm.model_line
+    registered = registered_model_types()
+    towers = {t.config_attr: t for t in (vlm.vision, vlm.language_model) if t is not None and t.config_attr}
+    sub_models: dict[str, str] = {}
+    slots: list[str] = []
+    for composition in vlm.compositions:
+        tower = towers.get(composition.config_attr)
+        if composition.owner != vlm.model_class or composition.model_type is None or tower is None:
+            continue
+        if not tower.package:
+            continue
+        sub_models[composition.config_attr] = composition.model_type
+        if composition.model_type not in registered:
+            reason = (
+                f"{composition.config_attr}'s default model_type {composition.model_type} has no generated class in"
+                f" this project (self.{composition.attr} would be upstream's {tower.cls}, unguarded): scaffold its"
+                f" package first (copier copy -d model={tower.package}), which registers it"
+            )
+            refusals.append(VlmFinding(where, line, reason))
+            continue
+        found = sub_model_slots(composition.model_type, tower.cls) if tower.cls else None
+        if found is None:
+            reason = (
+                f"{composition.config_attr}'s default model_type {composition.model_type} is registered, but not as"
+                ' register_model("<type>", modeling={"gpu": "<module>"}) naming a generated file of this project'
+                f" that defines {tower.cls}: the slots that class consults cannot be read for the tests"
+            )
+            refusals.append(VlmFinding(where, line, reason))
+            continue
+        slots += [slot for slot in found if slot not in slots]
+    return sub_models, tuple(slots)
 
 
 def _holds_model(structure: ModelStructure, head: str) -> bool:

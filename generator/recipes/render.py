@@ -322,6 +322,7 @@ VISION_TOWER_DEFAULTS = {
     "rope": "apply_rotary_pos_emb_vision",
     "merge_size": "self.spatial_merge_size",
     "attr": "visual",
+    "package": None,
 }
 
 
@@ -380,6 +381,10 @@ def _vlm_lines(spec: categories.Category, prefix: str, arguments: Mapping[str, A
     towers = arguments.get("towers")
     if towers:
         lines.append(f"    towers={dict(towers)!r},")
+    if arguments.get("sub_models"):  # sub-models of other packages' types, built by build_sub_model
+        lines.append("    compose=True,")
+        if "text_model" in arguments and arguments["text_model"] is None:
+            lines.append("    text_model=None,")
     return lines
 
 

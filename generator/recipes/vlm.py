@@ -14,6 +14,10 @@ registered attention implementations, its patch merger, the placeholder scatter 
 - ``vlm_rope_vision_guard``: the vision tower's ``apply_rotary_pos_emb_vision`` behind ``rope_vision_slot``;
 - ``vlm_own_towers_init`` for ``towers``: a ``<Prefix>Model.__init__`` that builds its towers with
   ``AutoModel.from_config`` (Qwen3-VL) builds this module's classes instead, so its guards run;
+- ``vlm_composed_towers_init`` for ``compose``: a ``<Prefix>Model.__init__`` whose ``AutoModel`` sub-models are
+  of other packages' types (glm46v's glm4v towers) builds them with ``build_sub_model``, as the generated classes
+  registered for those types; a tower of another package (``VisionTower.package``) gets its ``dummy_forward``
+  and its RoPE guard from its own generated module, not here;
 - ``causal_lm_loss_guard`` on ``<Prefix>ForConditionalGeneration.forward``: upstream's loss call names
   ``self.config.text_config.vocab_size`` and its lm_head call the hidden states sliced by ``logits_to_keep``, and
   the snippet hands the kernel exactly those, plus the forward's ``**kwargs`` where upstream's loss call drops
@@ -84,7 +88,8 @@ class VisionTower:
     ``patch_weight`` is the expression, inside the vision model, of the patch embedding's weight (its dtype,
     device and input width); ``rope`` the module-level rotary embedding function of the tower (None: none to
     guard); ``merge_size`` the expression of its spatial merge size (``self.config.spatial_merge_size`` for a
-    tower that keeps none, its merger sitting in the ``Model``); ``attr`` the ``Model``'s attribute holding it.
+    tower that keeps none, its merger sitting in the ``Model``); ``attr`` the ``Model``'s attribute holding it;
+    ``package`` the model package whose generated module defines ``cls`` where it is not this one.
     """
 
     cls: str
@@ -93,6 +98,10 @@ class VisionTower:
     merge_size: str = "self.spatial_merge_size"
     #: The ``Model``'s attribute holding the tower, which its forward calls.
     attr: str = "visual"
+    #: The package of another model whose generated class the ``Model`` builds as its tower, through
+    #: ``build_sub_model`` (glm46v's ``Glm4vVisionModel``, of glm4v): that module gives it ``dummy_forward`` and
+    #: guards its RoPE, so this recipe adds neither. None: the tower is a class of this module.
+    package: str | None = None
 
 
 def rope_index_without_model(model_class: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
@@ -240,6 +249,7 @@ def vlm(
     towers: Mapping[str, str] | None = None,
     pretrained_model: str | None = "{prefix}PreTrainedModel",
     aux_loss: str = "",
+    compose: bool = False,
 ) -> PatchConfig:
     """Apply the VLM snippets to ``config`` for the model whose classes start with ``prefix``.
 
@@ -252,6 +262,10 @@ def vlm(
     that layout, no guard).
     ``aux_loss`` names the module-level MoE auxiliary-loss function the head calls ("" for a dense text
     decoder), whose call goes behind ``load_balancing_loss_slot`` (:func:`modelgraft.generator.recipes.vlm_moe.vlm_moe`).
+    ``compose``: ``model`` builds sub-models of other packages' types with ``AutoModel.from_config`` (glm46v's
+    glm4v towers, cosmos3_omni's qwen3_vl ones): every such call builds the generated class registered for the
+    sub-config's model_type instead (``vlm_composed_towers_init``, as the composed recipe's towers), so their
+    packages' guards run; ``towers`` is then empty, and ``text_model`` None where the text model is one of them.
     """
     apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
@@ -260,20 +274,27 @@ def vlm(
     apply_rope(config, rope)
     if mrope is not None:
         config.apply_snippet("vlm_mrope_guard", mrope, description="multimodal RoPE behind the rope slot")
-    if vision.rope is not None:
+    if vision.rope is not None and vision.package is None:
         config.apply_snippet(
             "vlm_rope_vision_guard", vision.rope, description="vision RoPE behind the rope_vision slot"
         )
-    config.apply_snippet(
-        "vlm_vision_dummy_forward",
-        f"{_named(vision.cls, prefix)}.dummy_forward",
-        add=True,
-        patch_weight=vision.patch_weight,
-        merge_size=vision.merge_size,
-        description="a zero loss term through the vision tower, for ranks without images",
-    )
+    if vision.package is None:
+        config.apply_snippet(
+            "vlm_vision_dummy_forward",
+            f"{_named(vision.cls, prefix)}.dummy_forward",
+            add=True,
+            patch_weight=vision.patch_weight,
+            merge_size=vision.merge_size,
+            description="a zero loss term through the vision tower, for ranks without images",
+        )
     model_cls = _named(model, prefix)
-    if towers:
+    if compose:
+        config.apply_snippet(
+            "vlm_composed_towers_init",
+            f"{model_cls}.__init__",
+            description="the towers are generated classes, chosen by the sub-configs' model_type",
+        )
+    elif towers:
         config.apply_snippet(
             "vlm_own_towers_init",
             f"{model_cls}.__init__",

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from modelgraft.generator.errors import UpstreamError
 from modelgraft.generator.upstream.composed_contract import composed_differences
+from modelgraft.generator.upstream.read_auto import auto_model_class, model_type_package
 from modelgraft.generator.upstream.read_conversion import transposes_fused_experts
 from modelgraft.generator.upstream.read_indexer import read_dsa_indexer
 from modelgraft.generator.upstream.read_processors import read_processors
@@ -41,8 +42,8 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
     if model_class is not None:
         vision = _tower(source, model_class, VISION_ATTRS, compositions)
         language = _tower(source, model_class, _LANGUAGE_ATTRS, compositions)
-        if vision is not None and vision.cls in source.classes:
-            mergers.extend(_mergers(source, vision.cls, "tower"))
+        if vision is not None and vision.cls in _defining(source, vision).classes:
+            mergers.extend(_mergers(_defining(source, vision), vision.cls, "tower"))
         mergers.extend(_mergers(source, model_class, "model"))
         rope_index = _method(source, model_class, "get_rope_index")
         placeholder = _method(source, model_class, "get_placeholder_mask")
@@ -72,17 +73,34 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         dsa_indexer=read_dsa_indexer(source),
         compositions=compositions,
         processors=read_processors(source, model_type),
-        vision_rope=vision_rope(source, vision.cls if vision else None),
+        # Only a tower of this module: another package's tower keeps its rotary function in its own module.
+        vision_rope=vision_rope(source, vision.cls if vision and not vision.package else None),
         video_shares_image_token=_shared_placeholder_token(source, model_class),
         placeholder_ids=_placeholder_ids(source, model_class),
         pretrained_bases=tuple(cls for cls in source.classes if "PreTrainedModel" in source.base_names(cls)),
-        language_model_reads_text_row=_reads_text_row(source, language.cls if language else None),
+        language_model_reads_text_row=_reads_text_row(_defining(source, language), language.cls if language else None),
         unset_sized_fields=_unset_sized_fields(source, model_class),
         nested_vision_configs=_nested_vision_configs(source),
+        # A composed VLM (no get_rope_index) registers its own sub-types through its recipe's own_types instead.
+        sub_model_types=_sub_model_types(source, model_type) if rope_index is not None else (),
         hub_transposes_experts=bool(model_type)
         and transposes_fused_experts(model_type or "", root=source.sources.root),
     )
     return _with_contract(info)
+
+
+def _sub_model_types(source: ModelSource, model_type: str | None) -> tuple[tuple[str, str], ...]:
+    """(model_type, config class) of each sub-config class of the package's own whose ``AutoModel`` class is a
+    class of this modeling module, in the table's order; never the package's own ``model_type``."""
+    classes = read_sub_configs(source)
+    found: dict[str, str] = {}
+    for attr, (sub_type, own) in read_sub_config_types(source).items():
+        config_class = classes.get(attr)
+        if not own or sub_type is None or sub_type == model_type or config_class is None:
+            continue
+        if auto_model_class(source.sources, sub_type) in source.classes:
+            found.setdefault(sub_type, config_class)
+    return tuple(found.items())
 
 
 def _compared_ids(source: ModelSource, model_class: str | None) -> list[str]:
@@ -224,6 +242,7 @@ def _tower(
     func = call.func
     built_by = f"{dotted(func)}(...)"
     cls: str | None = None
+    package: str | None = None
     if isinstance(func, ast.Attribute) and func.attr in ("_from_config", "from_config"):
         target = dotted(func.value)
         if target in source.classes:
@@ -231,18 +250,47 @@ def _tower(
         else:
             composed = [c for c in compositions if c.owner == owner and c.attr == attr]
             cls = composed[0].builds if composed else None
+            if cls is None and composed and composed[0].model_type is not None and not composed[0].own:
+                cls, package = _other_package_class(source, composed[0].model_type)
     elif isinstance(func, ast.Name) and func.id in source.classes:
         cls = func.id
-    line = source.classes[cls].lineno if cls in source.classes else 0
+    defining = _package_source(source, package) if package else source
+    line = defining.classes[cls].lineno if cls in defining.classes else 0
     return TowerInfo(
         attr=attr,
         cls=cls,
         line=line,
         built_by=built_by,
         config_attr=config_attr,
-        patch_weight=_patch_weight(source, cls) if cls in source.classes else None,
-        spatial_merge_size=cls in source.classes and "spatial_merge_size" in source.init_assigns(cls),
+        patch_weight=_patch_weight(defining, cls) if cls in defining.classes else None,
+        spatial_merge_size=cls in defining.classes and "spatial_merge_size" in defining.init_assigns(cls),
+        package=package,
     )
+
+
+def _other_package_class(source: ModelSource, model_type: str) -> tuple[str | None, str | None]:
+    """(class, package) ``AutoModel`` builds for ``model_type`` where another package's modeling module defines
+    it (``qwen3_vl_vision``: ``Qwen3VLVisionModel`` of qwen3_vl); (None, None) when it has none there."""
+    cls = auto_model_class(source.sources, model_type)
+    package = model_type_package(source.sources, model_type)
+    if cls is None or package == source.model:
+        return None, None
+    try:
+        other = _package_source(source, package)
+    except UpstreamError:
+        return None, None
+    return (cls, package) if cls in other.classes else (None, None)
+
+
+def _package_source(source: ModelSource, package: str) -> ModelSource:
+    """The modeling module of another model package, parsed through the same cache as ``source``."""
+    module = f"transformers.models.{package}.modeling_{package}"
+    return ModelSource(model=package, index=source.sources.get(module), sources=source.sources)
+
+
+def _defining(source: ModelSource, tower: TowerInfo | None) -> ModelSource:
+    """The modeling module that defines ``tower``'s class: this one, or the other package's it comes from."""
+    return _package_source(source, tower.package) if tower is not None and tower.package else source
 
 
 #: Module attributes that embed the processor's patch rows, and the torch layers that do it.

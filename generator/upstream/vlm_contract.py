@@ -5,7 +5,9 @@ under another name the recipe is told: HY-V4-VL's ``self.vision_tower``) and
 ``self.language_model`` (whose forward takes the ``[4, B, L]`` position ids of packed documents), calls
 ``get_rope_index`` with Qwen-VL's inputs, splits image and video placeholders with a pair of masks and
 merges patches in (or next to) the tower. A model that follows all four fits; any other gets the list of
-what differs, which the scaffold's refusal prints (docs/scaffolding.md, "The Qwen-VL contract").
+what differs, which the scaffold's refusal prints (docs/scaffolding.md, "The Qwen-VL contract"). A tower or
+language model built with ``AutoModel.from_config`` on a sub-config whose default type is another package's
+(glm46v's glm4v towers) is judged by that package's class, which the reader reads there.
 """
 
 from __future__ import annotations

@@ -31,6 +31,11 @@ class TowerInfo:
     patch_weight: str | None = None
     #: For the vision tower: it keeps ``self.spatial_merge_size`` (the merge ``dummy_forward``'s grid needs).
     spatial_merge_size: bool = False
+    #: The model package whose modeling module defines ``cls``, where that is not this one: a sub-model built by
+    #: ``AutoModel.from_config`` on a sub-config whose default model_type is another package's (cosmos3_omni's
+    #: ``qwen3_vl_vision``: ``Qwen3VLVisionModel`` of qwen3_vl), read from transformers' Auto tables. None for a
+    #: class of this module, or where the configuration names no default type.
+    package: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,13 @@ class VlmInfo:
     unset_sized_fields: tuple[str, ...] = ()
     #: The sub-configs nested in the package's own vision config (deepseek_ocr2's SAM and encoder configs).
     nested_vision_configs: tuple[str, ...] = ()
+    #: The sub-config types of the package's own configuration module for which upstream's ``AutoModel`` builds a
+    #: class of this modeling module, each with its config class (``("qwen2_5_vl_vision", "Qwen2_5_VLVisionConfig")``):
+    #: the scaffold registers them for the generated module, so another model whose sub-config has such a type
+    #: (hyperclovax_vision_v2's Qwen2.5-VL tower) builds the generated class (docs/scaffolding.md, "The composed-VLM
+    #: contract"). The package's own model_type is never among them; a composed VLM's are empty, its recipe
+    #: registering its own types (``own_types``).
+    sub_model_types: tuple[tuple[str, str], ...] = ()
 
     @property
     def fits_qwen_vl_contract(self) -> bool:

@@ -8,3 +8,13 @@ register_model(
     config="transformers.Qwen2_5_VLConfig",
     processor="transformers.Qwen2_5_VLProcessor",
 )
+register_model(
+    "qwen2_5_vl_vision",
+    modeling={"gpu": "modelgraft.models.qwen2_5_vl.generated.patched_modeling_qwen2_5_vl_gpu"},
+    config="transformers.Qwen2_5_VLVisionConfig",
+)
+register_model(
+    "qwen2_5_vl_text",
+    modeling={"gpu": "modelgraft.models.qwen2_5_vl.generated.patched_modeling_qwen2_5_vl_gpu"},
+    config="transformers.Qwen2_5_VLTextConfig",
+)

@@ -8,3 +8,8 @@ register_model(
     config="transformers.Qwen2VLConfig",
     processor="transformers.Qwen2VLProcessor",
 )
+register_model(
+    "qwen2_vl_text",
+    modeling={"gpu": "modelgraft.models.qwen2_vl.generated.patched_modeling_qwen2_vl_gpu"},
+    config="transformers.Qwen2VLTextConfig",
+)

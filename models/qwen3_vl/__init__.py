@@ -8,3 +8,13 @@ register_model(
     config="transformers.Qwen3VLConfig",
     processor="transformers.Qwen3VLProcessor",
 )
+register_model(
+    "qwen3_vl_vision",
+    modeling={"gpu": "modelgraft.models.qwen3_vl.generated.patched_modeling_qwen3_vl_gpu"},
+    config="transformers.Qwen3VLVisionConfig",
+)
+register_model(
+    "qwen3_vl_text",
+    modeling={"gpu": "modelgraft.models.qwen3_vl.generated.patched_modeling_qwen3_vl_gpu"},
+    config="transformers.Qwen3VLTextConfig",
+)

@@ -10,4 +10,14 @@ register_model(
     config="transformers.Qwen3VLMoeConfig",
     processor="transformers.Qwen3VLProcessor",
 )
+register_model(
+    "qwen3_vl_moe_vision",
+    modeling={"gpu": "modelgraft.models.qwen3_vl_moe.generated.patched_modeling_qwen3_vl_moe_gpu"},
+    config="transformers.Qwen3VLMoeVisionConfig",
+)
+register_model(
+    "qwen3_vl_moe_text",
+    modeling={"gpu": "modelgraft.models.qwen3_vl_moe.generated.patched_modeling_qwen3_vl_moe_gpu"},
+    config="transformers.Qwen3VLMoeTextConfig",
+)
 register_converter("qwen3_vl_moe", "modelgraft.models.qwen3_vl_moe.checkpoint.checkpoint_converter")

@@ -5,7 +5,8 @@ A zoo VLM's test file spells out its tiny text and vision sizes and runs on the 
 for a model no one has sized by hand, so :class:`ScaffoldVlm` derives both from upstream's classes at run time:
 
 - the text sizes from the text config class (``modelgraft.models.testing.tiny``, the rules the text scaffolds
-  use), with the multimodal RoPE sections scaled to the tiny rotary width, in upstream's proportions;
+  use), with the multimodal RoPE sections scaled to the tiny rotary width, in upstream's proportions; a
+  sub-config the top-level config declares as ``AutoConfig`` (glm46v's) is the class of its default type;
 - the vision sizes for the attributes the vision config class declares, each a tiny value the Qwen-VL
   towers accept (patch 4, merge 2, 2 blocks), the tower's output width the text width;
 - the special tokens from the config class's ``*_token_id`` fields and the processor's placeholder tokens:
@@ -123,6 +124,12 @@ def _scaled_sections(sections: list[int], total: int) -> list[int]:
     return scaled
 
 
+def sub_config_class(config_class: type[PreTrainedConfig], attr: str) -> type[PreTrainedConfig]:
+    """The config class of ``config_class``'s sub-config ``attr`` in a default config: the class ``sub_configs``
+    names, or, where that is ``AutoConfig`` (glm46v's towers), the class of the default model_type it builds."""
+    return type(getattr(config_class(), attr))
+
+
 def tiny_text_sizes(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
     """The tiny text config of a VLM whose top-level config class is ``config_class``.
 
@@ -131,7 +138,7 @@ def tiny_text_sizes(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
     off), with a head width of 16 and the RoPE sections (``mrope_section``) scaled to the tiny rotary half-width:
     ``head_dim * partial_rotary_factor / 2``.
     """
-    text_class = config_class.sub_configs["text_config"]
+    text_class = sub_config_class(config_class, "text_config")
     sizes = {
         name: value
         for name, value in tiny_overrides_for(text_class, head_dim_explicit=True).items()
@@ -167,7 +174,7 @@ def tiny_text_sizes(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
 def tiny_vision_sizes(config_class: type[PreTrainedConfig], text_hidden: int) -> dict[str, Any]:
     """The tiny vision config: :data:`VISION_SIZES` for the attributes the vision config class declares, and
     its output width (``out_hidden_size``) the text decoder's ``text_hidden``."""
-    vision_class = config_class.sub_configs["vision_config"]
+    vision_class = sub_config_class(config_class, "vision_config")
     declared = _fields(vision_class) or set(vision_class().to_dict())
     sizes = {name: value for name, value in VISION_SIZES.items() if name in declared}
     if "out_hidden_size" in declared:
@@ -344,8 +351,21 @@ def derive(declaration: Any) -> None:
 
 
 #: Where a scaffold keeps upstream's modules on purpose: torch's own layers and transformers' activation modules.
-#: Every other module of a built model must be a class of the generated file (AutoModel towers are not).
+#: Every other module of a built model must be a class of the generated file (AutoModel towers are not), or of
+#: the generated module registered for a sub-config's model_type (glm46v's glm4v towers, built by
+#: ``build_sub_model``).
 KEPT_UPSTREAM_PACKAGES = ("torch.nn.modules.", "transformers.activations.")
+
+
+def generated_modules(config: PreTrainedConfig, model_type: str, backend: str) -> set[str]:
+    """The generated modules a built model may take its modules from: its own, and that registered for each
+    sub-config's model_type (where one is)."""
+    modules = {MODELING_REGISTRY.module_path(model_type, backend)}
+    for attr in ("vision_config", "text_config"):
+        sub_type = getattr(getattr(config, attr, None), "model_type", None)
+        if sub_type in MODELING_REGISTRY and sub_type != model_type:
+            modules.add(MODELING_REGISTRY.module_path(sub_type, backend))
+    return modules
 
 
 def _modalities(batch: Mapping[str, Any]) -> list[str]:
@@ -496,9 +516,16 @@ class _ScaffoldChecks:
                     assert not torch.equal(model(**no_positions).logits, expected), f"{modality}_position_ids unread"
 
     def test_every_module_is_generated_or_deliberately_left_upstream(self, backend: str) -> None:
-        """Every module outside the generated file is a torch layer or an activation module (KEPT_UPSTREAM_PACKAGES)."""
-        model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend)
-        outside = module_classes_outside(model, MODELING_REGISTRY.module_path(self.model.model_type, backend))
+        """Every module outside the generated files (the model's, its registered sub-models') is a torch layer or an
+        activation module (KEPT_UPSTREAM_PACKAGES)."""
+        config = self.model.config()
+        model = build_model(config, architecture=self.model.causal_lm, backend=backend)
+        outside = set.intersection(
+            *(
+                module_classes_outside(model, module)
+                for module in generated_modules(config, self.model.model_type, backend)
+            )
+        )
         assert {name for name in outside if not name.startswith(KEPT_UPSTREAM_PACKAGES)} == set()
 
     #: The zoo's hand-kept list has no counterpart here: a scaffold keeps upstream's modules by package.

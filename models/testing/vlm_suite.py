@@ -513,13 +513,16 @@ class VlmParitySuite(VisionMetadataChecks):
         assert [key for key in info["unexpected_keys"] if key.endswith(unexpected)]
 
     def test_every_generated_class_takes_upstreams_checkpoint_conversions(self, backend: str) -> None:
-        """``is_custom_code`` false for each, which makes transformers apply the model_type's conversions."""
+        """``is_custom_code`` false for each, which makes transformers apply the model_type's conversions: the
+        module's own, and the sub-models a built model takes from other generated modules (glm46v's glm4v towers)."""
         module = MODELING_REGISTRY.get_module(self.model.model_type, backend)
-        classes = [
+        classes = {
             value
             for value in vars(module).values()
             if isinstance(value, type) and issubclass(value, PreTrainedModel) and value.__module__ == module.__name__
-        ]
+        }
+        model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend)
+        classes |= {type(sub) for sub in model.modules() if isinstance(sub, PreTrainedModel)}
         assert len(classes) >= 4  # base, vision, text, model, head
         assert [cls.__name__ for cls in classes if cls.is_custom_code()] == []
 

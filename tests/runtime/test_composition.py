@@ -8,7 +8,7 @@ class). Gemma3's VLM test covers the composition inside a whole model.
 from __future__ import annotations
 
 import pytest
-from transformers import CLIPVisionConfig, PretrainedConfig, SiglipVisionConfig
+from transformers import CLIPVisionConfig, PretrainedConfig, Qwen2_5_VLVisionConfig, SiglipVisionConfig
 
 from modelgraft.models.composition import SubModelError, build_sub_model, sub_model_class
 from modelgraft.models.registry import MODELING_REGISTRY, register_model, unregister_model
@@ -18,6 +18,13 @@ def test_a_registered_vision_type_resolves_to_the_generated_class_upstream_names
     cls = sub_model_class(SiglipVisionConfig())
     assert cls is MODELING_REGISTRY.get_class("siglip_vision_model", "SiglipVisionModel")
     assert cls.__module__.startswith("modelgraft.models.siglip.")
+
+
+def test_a_sub_type_of_a_qwen_vl_package_resolves_to_that_package_s_generated_tower() -> None:
+    """qwen2_5_vl registers qwen2_5_vl_vision (hyperclovax_vision_v2's default tower) for its generated module."""
+    cls = sub_model_class(Qwen2_5_VLVisionConfig())
+    assert cls is MODELING_REGISTRY.get_class("qwen2_5_vl", "Qwen2_5_VisionTransformerPretrainedModel")
+    assert cls.__module__.startswith("modelgraft.models.qwen2_5_vl.")
 
 
 def test_build_sub_model_builds_that_class_from_the_config() -> None:

@@ -102,7 +102,7 @@ def test_the_conditions_follow_each_row() -> None:
         if row.towers:
             expected |= {"processor", "image_processor"}
         if row.vlm:
-            expected |= {"separate_videos"} | ({"hub_transposed"} if row.experts else set())
+            expected |= {"separate_videos", "sub_model_types"} | ({"hub_transposed"} if row.experts else set())
         assert asked == expected, row.name
         assert _checkpoint_name(row.name, {"sparse_block": "X"}) == ("checkpoint.py" if row.experts else "")
         assert _checkpoint_name(row.name, None) == ""

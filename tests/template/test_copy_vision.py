@@ -42,6 +42,13 @@ def test_a_vlm_copy_registers_its_processor_with_the_model(glm4v: tuple[Path, Pa
     assert 'config="transformers.Glm4vConfig",' in init
 
 
+def test_a_vlm_copy_registers_the_sub_models_automodel_builds_from_its_module(glm4v: tuple[Path, Path]) -> None:
+    """glm4v_vision and glm4v_text resolve to the generated module, so glm46v's AutoModel towers can build them."""
+    init = (glm4v[1] / "__init__.py").read_text(encoding="utf-8")
+    for sub_type, config in (("glm4v_vision", "Glm4vVisionConfig"), ("glm4v_text", "Glm4vTextConfig")):
+        assert f'    "{sub_type}",\n' in init and f'config="transformers.{config}",' in init, sub_type
+
+
 def test_a_vlm_copy_calls_the_vlm_recipe_with_the_tower_it_read(glm4v: tuple[Path, Path]) -> None:
     config = (glm4v[1] / "glm4v_gpu_patch_gen_config.py").read_text(encoding="utf-8")
     assert "from modelgraft.generator.recipes import CallSites, LossHead, Mlp, Norm, VisionTower, vlm" in config

@@ -8,6 +8,7 @@ from functools import cache
 
 import pytest
 
+from modelgraft.generator.recipes import fit_vlm
 from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.recipes.fit_vlm import VlmFinding, vlm_arguments
 from modelgraft.generator.recipes.render import recipe_call
@@ -195,3 +196,36 @@ def test_a_vlm_answered_as_its_text_category_gets_no_vlm_finding() -> None:
     """gemma3's causal LM is a text model of its own: answered dense, it is fitted as dense."""
     gemma3 = fit_model(read_model("gemma3"), "dense")
     assert not [f for f in gemma3.refusals if f.structure == "vlm"]
+
+
+def test_towers_of_another_package_s_types_are_composed_and_guarded_by_that_package() -> None:
+    """glm46v builds glm4v_vision and glm4v_text with AutoModel; glm4v's generated module (the zoo's) guards them."""
+    glm46v = fit("glm46v")
+    assert not glm46v.refused
+    arguments = glm46v.arguments
+    assert arguments["sub_models"] == {"vision_config": "glm4v_vision", "text_config": "glm4v_text"}
+    assert arguments["vision"]["package"] == "glm4v" and arguments["vision"]["rope"] == ""
+    assert arguments["text_model"] is None and arguments["towers"] == {}
+    assert set(glm46v.guarded) == {"rms_norm", "glu_activation", "layer_norm", "rope_vision", "causal_lm_loss"}
+
+
+def test_composed_towers_render_as_build_sub_model_calls_without_this_module_s_text_model() -> None:
+    _, call = recipe_call("vlm", "Glm46V", fit("glm46v").arguments)
+    assert '    vision=VisionTower("Glm4vVisionModel", rope=None, package="glm4v"),\n' in call
+    assert "    compose=True,\n    text_model=None,\n" in call
+
+
+def test_a_tower_type_no_package_of_this_project_registers_is_refused_naming_the_package_to_scaffold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fit_vlm, "registered_model_types", lambda: frozenset({"glm4v_text"}))
+    reasons = [f.describe() for f in fit_model(read_model("glm46v")).refusals if f.structure == "vlm"]
+    assert len(reasons) == 1
+    assert "vision_config's default model_type glm4v_vision has no generated class in this project" in reasons[0]
+    assert "copier copy -d model=glm4v" in reasons[0]
+
+
+def test_cosmos3_omni_is_refused_for_its_missing_processor_alone() -> None:
+    """Its qwen3_vl towers are the zoo's; neither its package nor the Auto tables name a processor (5.25.0)."""
+    (reason,) = vlm_reasons("cosmos3_omni")
+    assert "no processor class: neither the package nor the Auto tables name one" in reason

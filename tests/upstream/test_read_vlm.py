@@ -146,8 +146,9 @@ def test_glm4v_fits_the_contract_but_its_text_rope_is_not_a_known_body() -> None
 
 
 def test_llava_holds_an_automodel_tower_a_projector_and_one_mask() -> None:
+    """The tower is the class AutoModel builds for the default clip_vision_model, read in clip's package."""
     info = vlm("llava")
-    assert (info.vision.attr, info.vision.cls) == ("vision_tower", None)
+    assert (info.vision.attr, info.vision.cls, info.vision.package) == ("vision_tower", "CLIPVisionModel", "clip")
     assert {(c.attr, c.config_class, c.builds) for c in info.compositions} == {
         ("vision_tower", "AutoConfig", None),
         ("language_model", "AutoConfig", None),
@@ -157,11 +158,13 @@ def test_llava_holds_an_automodel_tower_a_projector_and_one_mask() -> None:
     assert info.rope_index is None and info.placeholder_mask.returns == 1
 
 
-def test_llava_differs_from_the_qwen_vl_contract_in_rope_index_and_masks() -> None:
+def test_llava_differs_from_the_qwen_vl_contract_in_rope_index_text_row_and_masks() -> None:
+    """Its default language model is llama's LlamaModel, whose forward reads no [4, B, L] position ids."""
     differences = vlm("llava").contract_differences
-    assert len(differences) == 2
+    assert len(differences) == 3
     assert "no get_rope_index" in differences[0]
-    assert "returns 1 mask(s)" in differences[1]
+    assert differences[1].startswith("LlamaModel.forward takes no [4, B, L] position ids")
+    assert "returns 1 mask(s)" in differences[2]
 
 
 def test_gemma3s_language_model_built_through_a_local_is_still_read() -> None:
@@ -236,3 +239,50 @@ def test_a_layer_norm_or_identity_by_a_config_switch_is_read_as_a_chosen_call_si
     """Janus's vision attention builds q_norm and k_norm as nn.LayerNorm(...) if use_qk_norm else nn.Identity()."""
     (site,) = [s for s in read("janus").call_sites if s.cls == "JanusVisionAttention"]
     assert site.chosen_layer_norms == ("q_norm", "k_norm")
+
+
+def test_the_own_sub_types_automodel_builds_from_this_module_are_read_with_their_config_classes() -> None:
+    """AutoModel maps qwen2_5_vl_vision to Qwen2_5_VisionTransformerPretrainedModel, a class of modeling_qwen2_5_vl."""
+    assert vlm("qwen2_5_vl").sub_model_types == (
+        ("qwen2_5_vl_vision", "Qwen2_5_VLVisionConfig"),
+        ("qwen2_5_vl_text", "Qwen2_5_VLTextConfig"),
+    )
+
+
+def test_a_sub_type_automodel_maps_to_the_package_s_own_model_is_not_a_sub_type() -> None:
+    """qwen2_vl's vision config has the package's own model_type (qwen2_vl), which AutoModel maps to Qwen2VLModel."""
+    assert vlm("qwen2_vl").sub_model_types == (("qwen2_vl_text", "Qwen2VLTextConfig"),)
+
+
+def test_sub_types_of_another_package_are_not_this_package_s_to_register() -> None:
+    """hyperclovax_vision_v2's sub-configs default to qwen2_5_vl_vision and hyperclovax: AutoConfig, not its own."""
+    assert vlm("hyperclovax_vision_v2").sub_model_types == ()
+
+
+def test_an_automodel_tower_of_another_package_s_default_type_is_read_in_that_package() -> None:
+    """glm46v's vision_config defaults to glm4v_vision: AutoModel builds glm4v's Glm4vVisionModel, merger and all."""
+    info = vlm("glm46v")
+    assert (info.vision.cls, info.vision.package) == ("Glm4vVisionModel", "glm4v")
+    assert (info.vision.patch_weight, info.vision.spatial_merge_size) == ("self.patch_embed.proj.weight", True)
+    assert [(m.owner, m.attr, m.place) for m in info.mergers] == [("Glm4vVisionModel", "merger", "tower")]
+
+
+def test_another_package_s_tower_keeps_its_rotary_function_out_of_this_module_s_report() -> None:
+    """glm46v's module defines no rotary function: the tower's is glm4v's, guarded in glm4v's generated module."""
+    assert vlm("glm46v").vision_rope is None
+
+
+@pytest.mark.parametrize("model", ["cosmos3_omni", "glm46v"])
+def test_vlms_whose_automodel_towers_default_to_a_qwen_vl_family_package_fit_the_contract(model: str) -> None:
+    assert vlm(model).contract_differences == ()
+
+
+def test_another_package_s_language_model_is_read_for_the_text_row() -> None:
+    """llava's language model defaults to llama's LlamaModel, whose forward has no position_ids.shape[0] == 4."""
+    assert vlm("llava").language_model.package == "llama"
+    assert not vlm("llava").language_model_reads_text_row
+
+
+def test_a_composed_vlm_s_own_sub_types_are_left_to_its_recipe() -> None:
+    """internvl registers internvl_vision through the composed recipe's own_types, not as a Qwen-VL sub-type."""
+    assert vlm("internvl").sub_model_types == ()

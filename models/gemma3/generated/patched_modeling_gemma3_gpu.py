@@ -4,7 +4,7 @@
 # Source: transformers.models.gemma3.modeling_gemma3 (transformers==5.25.0)
 # Config: models.gemma3.gemma3_gpu_patch_gen_config
 # Description: Gemma3 text and VLM with op-slot guards (RMSNorm, gated MLP, RoPE), generated towers and slot-backed losses
-# Fingerprint: 21b96d5cf982f2f16ee5
+# Fingerprint: 30862f0f2a174eb805a4
 # Patches:
 #   - override_method Gemma3RMSNorm.forward: rms_norm slot guard
 #   - override_method Gemma3MLP.forward: glu_activation slot guard
