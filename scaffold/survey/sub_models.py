@@ -2,8 +2,9 @@
 
 A composed VLM's generated module builds its vision tower and language model with ``build_sub_model``, so their
 guards live in the packages registered for the sub-configs' model types (the zoo's decoders, the library's vision
-encoders), not in the copy's own module. The survey's count of what a copy guards (its "thin scaffold" note)
-reads those modules too. Everything is read from files: the copy's answers (``recipe.composed.sub_models``)
+encoders), not in the copy's own module; so does a Qwen-VL copy built with ``compose=True`` (glm46v's towers are
+glm4v's). The survey's count of what a copy guards (its "thin scaffold" note) reads those modules too.
+Everything is read from files: the copy's answers (``recipe.composed.sub_models``, or ``recipe.sub_models``)
 and each package's ``register_model("<type>", modeling={"gpu": "<module>"})`` call, with ``ast``; nothing is
 imported.
 """
@@ -56,9 +57,14 @@ def sub_model_modules(copy: Path, models: Path) -> tuple[Path, ...]:
     if not answers.is_file():
         return ()
     recipe = (yaml.safe_load(answers.read_text(encoding="utf-8")) or {}).get("recipe") or {}
-    composed = recipe.get("composed") if isinstance(recipe, dict) else None
-    if not isinstance(composed, dict):
+    if not isinstance(recipe, dict):
+        return ()
+    # A composed VLM's answers hold them under recipe.composed; a Qwen-VL one built with compose=True
+    # (glm46v's towers are glm4v's) at the recipe's top level.
+    holder = recipe.get("composed") if isinstance(recipe.get("composed"), dict) else recipe
+    sub_models = holder.get("sub_models")
+    if not isinstance(sub_models, dict):
         return ()
     registered = registered_modules(models)
-    types = (composed.get("sub_models") or {}).values()
+    types = sub_models.values()
     return tuple(registered[t] for t in types if t in registered and registered[t].is_file())

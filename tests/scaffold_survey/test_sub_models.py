@@ -67,3 +67,11 @@ def test_a_composed_copy_whose_towers_guard_two_slots_is_not_a_thin_scaffold(tmp
     assert thin_scaffold_note(own)
     slots = merged_slots(own, *(guarded_slots(m.read_text()) for m in sub_model_modules(models / "paligemma", models)))
     assert thin_scaffold_note(slots) == ""
+
+
+def test_a_qwen_vl_copy_built_from_sub_models_reaches_their_modules_too(tmp_path: Path) -> None:
+    """glm46v's answers name its sub-models' types at the recipe's top level (its towers are glm4v's)."""
+    models = _models(tmp_path)
+    answers = "recipe:\n  sub_models:\n    text_config: gemma\n    vision_config: siglip_vision_model\n"
+    (models / "paligemma" / ".copier-answers.yml").write_text(answers)
+    assert len(sub_model_modules(models / "paligemma", models)) == 2
