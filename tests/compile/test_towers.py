@@ -1,7 +1,7 @@
 """Each tower family's block compiles; those whose upstream code reads sizes on the host say where.
 
 Which blocks: the first block of the first tower of each family in package order (``tower_layers.TOWERS``):
-Qwen-VL vision (qwen2_5_omni's; the same attention as qwen2_vl's and qwen2_5_vl's), Whisper-like audio
+Qwen-VL vision (qwen2_5_omni's; the same attention as qwen2_vl's and qwen2_5_vl's), GLM-4V vision, Whisper-like audio
 (qwen2_5_omni's; also qwen3_omni_moe's), Qwen3-VL vision (qwen3_5's; also qwen3_5_moe's, qwen3_vl's,
 qwen3_vl_moe's and qwen3_omni_moe's), SigLIP (llava_onevision's tower; also siglip's and paligemma's), CLIP
 (clip), InternViT (internvl) and Pixtral (mistral_large4's tower; also pixtral's). Every tower of the zoo has a
@@ -94,6 +94,7 @@ def test_one_tower_of_each_family_is_taken() -> None:
     assert sorted(families) == sorted({FAMILY_OF[tower][0] for tower in zoo_towers()})
     assert sorted(families) == [
         "CLIP",
+        "GLM-4V vision",
         "InternViT",
         "Pixtral",
         "Qwen-VL vision",

@@ -91,6 +91,7 @@ FAMILY_OF: dict[tuple[str, str], tuple[str, bool]] = {
     ("qwen3_omni_moe", "vision"): ("Qwen3-VL vision", True),
     ("qwen2_5_omni", "audio"): ("Whisper-like audio", True),
     ("qwen3_omni_moe", "audio"): ("Whisper-like audio", True),
+    ("glm4v", "vision"): ("GLM-4V vision", True),
     ("siglip", "vision"): ("SigLIP", False),
     ("llava_onevision", "vision"): ("SigLIP", False),
     ("paligemma", "vision"): ("SigLIP", False),

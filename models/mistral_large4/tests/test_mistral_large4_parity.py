@@ -16,7 +16,7 @@ MISTRAL_LARGE4 = ScaffoldComposedVlm(
     processor_class=PixtralProcessor,
     image_processor_class=PixtralImageProcessorPil,
     causal_lm="MistralLarge4ForConditionalGeneration",
-    guarded=("rms_norm", "gated_mlp", "activation", "moe_experts", "causal_lm_loss"),
+    guarded=("rms_norm", "gated_mlp", "activation", "moe_experts", "dsa_indexer", "causal_lm_loss"),
 )
 
 
