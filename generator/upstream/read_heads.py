@@ -215,19 +215,26 @@ def _softcap(stmts: list[ast.stmt], logits: str) -> tuple[str, str] | None:
     return None
 
 
-def _guarded_softcap(stmt: ast.If, logits: str) -> tuple[str, str] | None:
-    """``if <cap> is not None:`` around the three softcapping statements, with the same cap."""
-    test = stmt.test
-    if not (
+def _tested_not_none(test: ast.expr) -> str | None:
+    """``X`` for a test ``X is not None``, else None."""
+    if (
         isinstance(test, ast.Compare)
         and len(test.ops) == 1
         and isinstance(test.ops[0], ast.IsNot)
         and isinstance(test.comparators[0], ast.Constant)
         and test.comparators[0].value is None
     ):
+        return dotted(test.left)
+    return None
+
+
+def _guarded_softcap(stmt: ast.If, logits: str) -> tuple[str, str] | None:
+    """``if <cap> is not None:`` around the three softcapping statements, with the same cap."""
+    tested = _tested_not_none(stmt.test)
+    if tested is None:
         return None
     cap = _softcap(stmt.body, logits) if len(stmt.body) == 3 else None
-    return cap if cap is not None and cap[1] == dotted(test.left) else None
+    return cap if cap is not None and cap[1] == tested else None
 
 
 def _aliased_softcap(stmts: list[ast.stmt], logits: str) -> tuple[str, str] | None:
@@ -271,17 +278,8 @@ def _guarded_scale(stmt: ast.stmt, logits: str) -> tuple[str, str] | None:
     ``logit_scale``): the step, by ``(<scale> if <scale> is not None else 1)``, which is exact where it is None."""
     if not (isinstance(stmt, ast.If) and not stmt.orelse and len(stmt.body) == 1):
         return None
-    test = stmt.test
-    if not (
-        isinstance(test, ast.Compare)
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.IsNot)
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value is None
-    ):
-        return None
-    scale = _scale(stmt.body[0], logits)
-    factor = dotted(test.left)
+    factor = _tested_not_none(stmt.test)
+    scale = _scale(stmt.body[0], logits) if factor is not None else None
     if scale is None or scale[1] != factor:
         return None
     return scale[0], f"({factor} if {factor} is not None else 1)"
