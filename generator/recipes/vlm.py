@@ -197,6 +197,14 @@ def apply_packed_documents(config: PatchConfig, target: str) -> None:
     )
 
 
+def sequence_parallel_ranks() -> int:
+    """How many ranks hold a slice of one sequence: the size of the process group the ``placeholder_features``
+    slot's kernel is bound over (1 unbound, or bound without a group, as FSDP alone binds it)."""
+    bound = placeholder_features_slot.bound
+    group = None if bound is None else bound.options.get("group")
+    return 1 if group is None else torch.distributed.get_world_size(group)
+
+
 def apply_sequence_parallel_forward(
     config: PatchConfig,
     target: str,
@@ -205,13 +213,16 @@ def apply_sequence_parallel_forward(
     placeholder_ids: Sequence[str] = (),
     packed_text: bool = False,
     language_model: str = "",
+    both_ways: bool = False,
 ) -> None:
     """``vlm_sequence_parallel_forward`` on ``target`` (the forward that scatters the towers' features), with its
     helpers. ``towers``: (tower, forward parameter feeding one call of it), one per tower call;
     ``placeholder_ids``: the config ids of the image (then video) placeholders, for a ``get_placeholder_mask``
     that checks the features' count (a composed VLM's); empty: its own masks. ``packed_text``: the forward also
     turns the cache off for packed documents of 1-D position ids (:func:`packs_text_documents`).
-    ``language_model``: the attribute of the text model the forward calls, where not the snippet's default."""
+    ``language_model``: the attribute of the text model the forward calls, where not the snippet's default.
+    ``both_ways`` (with ``packed_text``): some tokens attend both ways, so image batches are refused where a
+    sequence is split over ranks and in packed rows (the snippet says why; :func:`sequence_parallel_ranks`)."""
     config.add_import("typing", ["Any"])  # the helpers' annotations: never assume upstream imports it
     options: dict[str, Any] = {}
     if placeholder_ids:
@@ -222,6 +233,11 @@ def apply_sequence_parallel_forward(
         config.add_import("transformers.masking_utils", ["find_packed_sequence_indices"])
         config.add_helper(packs_text_documents, description="a call whose packed documents need the mask builder")
         options["packed_helper"] = packs_text_documents.__name__
+    if both_ways:
+        if not packed_text:
+            raise ValueError("both_ways needs packed_text: its refusal of packed image rows is the packed guard's")
+        config.add_helper(sequence_parallel_ranks, description="how many ranks hold a slice of one sequence")
+        options["both_ways"] = True
     config.add_helper(placeholder_outputs, description="a tower's features of this rank's placeholders")
     config.add_helper(with_tower_dummies, description="zero from the towers a batch does not feed")
     config.apply_snippet(

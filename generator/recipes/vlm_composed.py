@@ -51,7 +51,7 @@ from modelgraft.generator.recipes.dense import (
     apply_upstream_version_check,
 )
 from modelgraft.generator.recipes.parts import CallSites, Experts, LossHead, Mlp, Norm, Rope, Router
-from modelgraft.generator.recipes.vlm import apply_sequence_parallel_forward, packs_text_documents
+from modelgraft.generator.recipes.vlm import apply_sequence_parallel_forward
 from modelgraft.generator.recipes.vlm_moe import apply_moe_decoder
 
 __all__ = ["composed_vlm"]
@@ -104,11 +104,11 @@ def composed_vlm(
     ``image_merge_sizes``: it also takes one merge factor per image (VideoLLaMA3's): the blank frame's side.
     ``zero_images_are_padding``: ``get_image_features`` drops all-zero images as a row's padding (Idefics3's): the
     blank image is ones, so the tower runs on it.
-    ``sequence_parallel``: ``model.forward`` gets the sequence-parallel branches (this rank's placeholder features,
-    ``dummy_forward`` where a batch has no image); False keeps upstream's forward (gemma3's, whose image tokens
-    attend to each other both ways across what would be the ranks' slices), and gets a guard instead: an image batch
-    is refused under sequence parallelism and in a row that packs documents, and a text-only packed row turns the
-    cache off. ``placeholder_ids``: the config ids
+    ``model.forward`` gets the sequence-parallel branches (this rank's placeholder features, ``dummy_forward``
+    where a batch has no image). ``sequence_parallel=False`` (gemma3's, paligemma's: tokens that attend both ways
+    across what would be the ranks' slices): the same forward, but an image batch is refused where more than one
+    rank holds a slice of a sequence and in a row that packs documents; FSDP alone still runs the dummy towers.
+    ``placeholder_ids``: the config ids
     ``get_placeholder_mask`` finds the image (then video) placeholders by, which a rank's slice is searched for.
     ``pretrained_models``: the module's other ``PreTrainedModel`` bases (an own tower's), which get the base-class
     changes too. ``rope``, ``experts``, ``router``: a language model of this module's own (None where the decoder is
@@ -149,25 +149,15 @@ def composed_vlm(
         fill="ones" if zero_images_are_padding else "zeros",
         description="a zero loss term through the vision tower and the projector, for ranks without images",
     )
-    if sequence_parallel:
-        apply_sequence_parallel_forward(
-            config,
-            f"{model_cls}.forward",
-            [("self", "pixel_values")],
-            placeholder_ids=placeholder_ids,
-            packed_text=True,
-            language_model=language_model,
-        )
-    else:
-        config.add_import("transformers.masking_utils", ["find_packed_sequence_indices"])
-        config.add_import("typing", ["Any"])  # the helper's annotations: never assume upstream imports it
-        config.add_helper(packs_text_documents, description="a call whose packed documents need the mask builder")
-        config.apply_snippet(
-            "vlm_composed_bidirectional_guard",
-            f"{model_cls}.forward",
-            packed_helper=packs_text_documents.__name__,
-            description="image batches refused under sequence parallelism and in packed rows (tokens attend both ways)",
-        )
+    apply_sequence_parallel_forward(
+        config,
+        f"{model_cls}.forward",
+        [("self", "pixel_values")],
+        placeholder_ids=placeholder_ids,
+        packed_text=True,
+        language_model=language_model,
+        both_ways=not sequence_parallel,
+    )
     head = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)
     if experts is not None:
         apply_moe_decoder(

@@ -66,7 +66,7 @@ def _resolve(ops: OpsConfig) -> dict[str, BoundKernel | None]:
         if options:
             _check_options(slot, kernel, fn, options)
             fn = functools.partial(fn, **options)
-        resolved[slot] = BoundKernel(name=kernel, fn=fn)
+        resolved[slot] = BoundKernel(name=kernel, fn=fn, options=dict(options))
     return resolved
 
 
@@ -76,7 +76,7 @@ def restore_bindings(bindings: Mapping[str, BoundKernel | None]) -> None:
         if bound is None:
             SLOTS[slot].unbind()
         else:
-            SLOTS[slot].bind(bound.fn, name=bound.name)
+            SLOTS[slot].bind(bound.fn, name=bound.name, options=bound.options)
 
 
 def bind_ops(ops: OpsConfig) -> None:

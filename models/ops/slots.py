@@ -9,7 +9,7 @@ reference implementation of each contract.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -52,10 +52,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BoundKernel:
-    """A kernel bound to a slot, with the name it was bound under (for reporting and restoring)."""
+    """A kernel bound to a slot, with the name it was bound under (for reporting and restoring) and the options
+    it was bound with (already applied to ``fn``; kept for code that asks how a slot is bound, such as a forward
+    that needs the size of the process group a kernel runs over)."""
 
     name: str
     fn: Callable[..., Any]
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 class OpSlot:
@@ -80,13 +83,16 @@ class OpSlot:
         """Name of the bound kernel, or None when unbound (eager)."""
         return None if self._bound is None else self._bound.name
 
-    def bind(self, kernel: Callable[..., Any], name: str | None = None) -> None:
-        """Route calls to ``kernel``; ``name`` defaults to its qualified name."""
+    def bind(
+        self, kernel: Callable[..., Any], name: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> None:
+        """Route calls to ``kernel``; ``name`` defaults to its qualified name; ``options``: those ``kernel``
+        was given (recorded only, see :class:`BoundKernel`)."""
         if not callable(kernel):
             raise TypeError(f"slot {self.name!r}: kernel must be callable, got {kernel!r}")
         if name is None:
             name = f"{getattr(kernel, '__module__', '?')}.{getattr(kernel, '__qualname__', repr(kernel))}"
-        self._bound = BoundKernel(name=name, fn=kernel)
+        self._bound = BoundKernel(name=name, fn=kernel, options=dict(options or {}))
 
     def unbind(self) -> None:
         """Return to the upstream code path."""

@@ -10,6 +10,7 @@ tower and of the decoder is reached, and ``dummy_forward`` is a zero that reache
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ import torch
 from transformers import PreTrainedConfig
 
 from modelgraft.models.composition import sub_model_class
+from modelgraft.models.distributed.launch import spawn
 from modelgraft.models.distributed.multimodal import packed_text_position_ids
 from modelgraft.models.loader import get_model_class
 from modelgraft.models.ops import OpsConfig, bound_ops
@@ -28,11 +30,7 @@ from modelgraft.models.testing.parity import build_generated, build_pair, build_
 from modelgraft.models.testing.reference import reference_kernel, reference_kernels
 from modelgraft.models.testing.slot_isolation import SlotIsolatedSuite
 
-__all__ = ["REFUSED_WHERE_TOKENS_ATTEND_BOTH_WAYS", "BothWaysImageTokens", "ComposedVlm", "ComposedVlmSuite"]
-
-#: The slots a forward whose tokens attend both ways reads only to refuse an image batch while they are bound
-#: (``vlm_composed_bidirectional_guard``): sequence parallelism binds ``placeholder_features``.
-REFUSED_WHERE_TOKENS_ATTEND_BOTH_WAYS = frozenset({"placeholder_features"})
+__all__ = ["BothWaysImageTokens", "ComposedVlm", "ComposedVlmSuite"]
 
 #: The image layouts every composed VLM is tested on: images per row of a 2-row batch.
 LAYOUTS = {"one-image-per-row": (1, 1), "several-images-in-a-row": (2, 1), "text-only": (0, 0)}
@@ -206,14 +204,22 @@ class BothWaysImageTokens:
             rows.append({k: v[row : row + 1] for k, v in batch.items() if k not in ("labels", "attention_mask")})
         return rows
 
-    def test_an_image_batch_under_sequence_parallelism_is_refused(self) -> None:
+    def test_an_image_batch_with_the_slot_bound_over_whole_sequences_matches_upstream(self) -> None:
+        """FSDP alone binds the placeholder_features slot with no sequence group: the image batch runs as upstream's."""
         config = self.model.config()
-        batch = self.model.batch(config, LAYOUTS["one-image-per-row"])
+        batch = {k: v for k, v in self.model.batch(config, LAYOUTS["one-image-per-row"]).items() if k != "labels"}
         model = self._generated(config)
-        with bound_ops(OpsConfig()), torch.no_grad():
-            placeholder_features_slot.bind(reference_kernel("placeholder_features"), name="reference")
-            with pytest.raises(ValueError, match="without sequence parallelism"):
-                model(**batch)
+        upstream_cls = get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
+        upstream = build_upstream(config, upstream_cls).eval()
+        with torch.no_grad():
+            expected = upstream(**batch).logits
+            with bound_ops(OpsConfig()):
+                placeholder_features_slot.bind(reference_kernel("placeholder_features"), name="reference")
+                got = model(**batch).logits
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+    def test_an_image_batch_split_over_two_sequence_ranks_is_refused(self) -> None:
+        spawn(refuses_an_image_batch_split_over_sequence_ranks, 2, type(self).__module__, type(self).__qualname__)
 
     def test_a_packed_row_holding_images_is_refused(self) -> None:
         config = self.model.config()
@@ -238,3 +244,17 @@ class BothWaysImageTokens:
         for logits in alone:
             torch.testing.assert_close(together[start : start + len(logits)], logits, rtol=1e-5, atol=1e-5)
             start += len(logits)
+
+
+def refuses_an_image_batch_split_over_sequence_ranks(module: str, suite: str) -> None:
+    """On each of 2 ranks of one sequence-parallel group (the whole world), with parallel_ops bound: the suite's
+    model refuses an image batch, naming sequence parallelism."""
+    from modelgraft.models.distributed import ParallelState, parallel_ops
+
+    model: ComposedVlm = getattr(importlib.import_module(module), suite).model
+    state = ParallelState.build(sp=2)
+    config = model.config()
+    batch = model.batch(config, LAYOUTS["one-image-per-row"])
+    generated = get_model_class(model.model_type, model.architecture)(config).eval()
+    with bound_ops(parallel_ops(state)), torch.no_grad(), pytest.raises(ValueError, match="without sequence"):
+        generated(**batch)

@@ -44,11 +44,7 @@ from modelgraft.models.ops.binding import consulted_slots
 from modelgraft.models.processor_imports import importable_processor_class
 from modelgraft.models.processors import build_processor
 from modelgraft.models.testing.batches import IGNORE_INDEX
-from modelgraft.models.testing.composed_vlm_suite import (
-    REFUSED_WHERE_TOKENS_ATTEND_BOTH_WAYS,
-    ComposedVlm,
-    ComposedVlmSuite,
-)
+from modelgraft.models.testing.composed_vlm_suite import ComposedVlm, ComposedVlmSuite
 from modelgraft.models.testing.parity import (
     _kernels_bound,
     build_generated,
@@ -156,15 +152,6 @@ class ScaffoldComposedVlm:
     #: ``get_image_features`` takes patch rows and their ``image_grid_thw``: the image processor cuts them at the
     #: tiny patch size, and the processor counts each image's placeholders from its grid itself.
     image_grid: bool = False
-    #: Some tokens attend to each other both ways (``composed_vlm(..., sequence_parallel=False)``): the forward
-    #: reads the slots of :data:`REFUSED_WHERE_TOKENS_ATTEND_BOTH_WAYS` only to refuse an image batch while they
-    #: are bound, so no check binds them.
-    attends_both_ways: bool = False
-
-    @property
-    def refused_slots(self) -> frozenset[str]:
-        """The slots whose binding this model's forward refuses for an image batch."""
-        return REFUSED_WHERE_TOKENS_ATTEND_BOTH_WAYS if self.attends_both_ways else frozenset()
 
     def __post_init__(self) -> None:
         # A scaffold imports its processor class from transformers, which gives a placeholder for one whose
@@ -490,11 +477,6 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
         of the ids, with the whole batch's images, hands its language model that half of the embeddings the whole
         sequence gets: the features reach this rank's placeholders through upstream's own scatter
         (get_placeholder_mask, or Idefics3's inputs_merger)."""
-        if self.scaffold.attends_both_ways:
-            pytest.skip(
-                f"{self.model.architecture} refuses image batches under sequence parallelism by design (its tokens"
-                " attend both ways): test_an_image_batch_under_sequence_parallelism_is_refused checks the refusal"
-            )
         config, batch = self._batch("several-images-in-a-row")
         model = build_generated(
             config,
@@ -558,7 +540,7 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
         guards, and those of both towers' packages; the step still equals upstream's."""
         config, batch = self._batch("one-image-per-row")
         model = get_model_class(self.model.model_type, self.model.architecture)(config)
-        slots = consulted_slots(model) - NOT_CONSULTED["causal_lm"] - self.scaffold.refused_slots
+        slots = consulted_slots(model) - NOT_CONSULTED["causal_lm"]
         for attr in (self.model.tower, self.model.language_model):
             assert consulted_slots(getattr(model.model, attr)), f"self.{attr} consults no op slot"
         assert set(self.model.guarded) <= slots, set(self.model.guarded) - slots

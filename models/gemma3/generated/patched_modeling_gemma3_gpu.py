@@ -4,7 +4,7 @@
 # Source: transformers.models.gemma3.modeling_gemma3 (transformers==5.25.0)
 # Config: models.gemma3.gemma3_gpu_patch_gen_config
 # Description: Gemma3 text and VLM with op-slot guards (RMSNorm, gated MLP, RoPE), generated towers and slot-backed losses
-# Fingerprint: 30862f0f2a174eb805a4
+# Fingerprint: 1cb8cf6683dcf919ffef
 # Patches:
 #   - override_method Gemma3RMSNorm.forward: rms_norm slot guard
 #   - override_method Gemma3MLP.forward: glu_activation slot guard
@@ -17,7 +17,7 @@
 #   - override_method Gemma3PreTrainedModel.get_correct_attn_implementation: fused_attention registered when a model asks for it
 #   - override_method Gemma3Model.__init__: the towers are generated classes, chosen by the sub-configs' model_type
 #   - override_method Gemma3Model.dummy_forward: a zero loss term through the vision tower and the projector, for ranks without images
-#   - override_method Gemma3Model.forward: image batches refused under sequence parallelism and in packed rows (tokens attend both ways)
+#   - override_method Gemma3Model.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
 #   - override_method Gemma3ForConditionalGeneration.forward: logits and loss behind the causal_lm_loss slot
 # ====================================================================================================
 # Copyright 2025 Google Inc. HuggingFace Inc. team. All rights reserved.
@@ -103,6 +103,52 @@ def packs_text_documents(position_ids: Any, attention_mask: Any, cache: Any) -> 
     if attention_mask is not None or cache is not None or position_ids is None or position_ids.ndim != 2:
         return False
     return find_packed_sequence_indices(position_ids) is not None
+
+
+# [HELPERS]: how many ranks hold a slice of one sequence
+def sequence_parallel_ranks() -> int:
+    """How many ranks hold a slice of one sequence: the size of the process group the ``placeholder_features``
+    slot's kernel is bound over (1 unbound, or bound without a group, as FSDP alone binds it)."""
+    bound = placeholder_features_slot.bound
+    group = None if bound is None else bound.options.get("group")
+    return 1 if group is None else torch.distributed.get_world_size(group)
+
+
+# [HELPERS]: a tower's features of this rank's placeholders
+def placeholder_outputs(outputs: Any, mask: Any, features: str, layers: str | None = None) -> Any:
+    """A tower's ``outputs`` with ``features`` (and the per-layer ``layers``) cut to the placeholders of ``mask``.
+
+    ``outputs.<features>`` holds the tower's features of every placeholder of the batch (one tensor, one per
+    image stacked (InternVL's ``[images, tokens, hidden]``, flattened here to rows), or a tuple of one per image,
+    concatenated here into a tuple of one), and so does each of ``outputs.<layers>`` (Qwen3-VL's
+    deepstack features: one tensor, or one tuple per layer); the ``placeholder_features`` slot keeps those of this
+    process's positions, so upstream's statements that follow (the count check, the scatter, the deepstack merge)
+    run unchanged on this rank's slice of the sequence.
+    """
+
+    def selected(value: Any) -> Any:
+        if isinstance(value, (tuple, list)):
+            return (placeholder_features_slot(mask, torch.cat(list(value), dim=0)),)
+        return placeholder_features_slot(mask, value.flatten(0, -2) if value.dim() > 2 else value)
+
+    setattr(outputs, features, selected(getattr(outputs, features)))
+    if layers is not None and getattr(outputs, layers, None) is not None:
+        setattr(outputs, layers, [selected(layer) for layer in getattr(outputs, layers)])
+    return outputs
+
+
+# [HELPERS]: zero from the towers a batch does not feed
+def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
+    """``inputs_embeds`` plus exactly zero from each given tower's ``dummy_forward`` (None: that call ran).
+
+    A rank whose batch lacks an input of a tower call (no image, no video, no audio) runs the tower once in its
+    place, so every rank makes the same tower calls (FSDP's collectives of the tower's blocks stay in step) and
+    every tower parameter gets a gradient, zero, instead of None.
+    """
+    for tower in towers:
+        if tower is not None:
+            inputs_embeds = inputs_embeds + tower.dummy_forward().to(inputs_embeds.dtype)
+    return inputs_embeds
 
 
 logger = logging.get_logger(__name__)
@@ -913,7 +959,7 @@ class Gemma3Model(Gemma3PreTrainedModel):
         )
         return special_image_mask
 
-    # [PATCHED METHOD] Gemma3Model.forward: image batches refused under sequence parallelism and in packed rows (tokens attend both ways)
+    # [PATCHED METHOD] Gemma3Model.forward: sequence-parallel aware: this rank's placeholder features, dummy towers, dict masks
     @can_return_tuple
     @auto_docstring
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -955,7 +1001,7 @@ class Gemma3Model(Gemma3PreTrainedModel):
         >>> processor.batch_decode(generate_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)[0]
         "Where is the cat standing?\nsnow"
         ```"""
-        if pixel_values is not None and placeholder_features_slot.use_non_eager_impl:
+        if pixel_values is not None and placeholder_features_slot.use_non_eager_impl and sequence_parallel_ranks() > 1:
             raise ValueError(
                 f"{type(self).__name__}: some tokens of an image batch attend to each other both ways, which a"
                 " sequence-parallel rank's slice of the sequence would cut; run image batches of this model without"
@@ -990,7 +1036,14 @@ class Gemma3Model(Gemma3PreTrainedModel):
         # Merge text and images
         mm_encoder_outputs = mm_encoder_outputs if mm_encoder_outputs is not None else {}
         if mm_encoder_outputs.get("image") is None and pixel_values is not None:
-            mm_encoder_outputs["image"] = self.get_image_features(pixel_values, return_dict=True)
+            if placeholder_features_slot.use_non_eager_impl:
+                mm_encoder_outputs["image"] = placeholder_outputs(
+                    self.get_image_features(pixel_values, return_dict=True),
+                    (input_ids == self.config.image_token_id),
+                    "pooler_output",
+                )
+            else:
+                mm_encoder_outputs["image"] = self.get_image_features(pixel_values, return_dict=True)
 
         if mm_encoder_outputs.get("image") is not None:
             image_features = mm_encoder_outputs["image"].pooler_output.to(inputs_embeds.device, inputs_embeds.dtype)
@@ -1018,15 +1071,26 @@ class Gemma3Model(Gemma3PreTrainedModel):
             else:
                 causal_mask_mapping = create_masks_for_generate(**mask_kwargs)
 
-        outputs = self.language_model(
-            attention_mask=causal_mask_mapping,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            return_dict=True,
-            **kwargs,
-        )
+        if placeholder_features_slot.use_non_eager_impl:
+            outputs = self.language_model(
+                attention_mask=causal_mask_mapping,
+                position_ids=position_ids,
+                cache=cache,
+                inputs_embeds=with_tower_dummies(inputs_embeds, self if pixel_values is None else None),
+                use_cache=use_cache,
+                return_dict=True,
+                **kwargs,
+            )
+        else:
+            outputs = self.language_model(
+                attention_mask=causal_mask_mapping,
+                position_ids=position_ids,
+                cache=cache,
+                inputs_embeds=inputs_embeds,
+                use_cache=use_cache,
+                return_dict=True,
+                **kwargs,
+            )
 
         return Gemma3ModelOutputWithPast(**outputs, image_outputs=mm_encoder_outputs.get("image"))
 

@@ -4,7 +4,7 @@
 # Source: transformers.models.internvl.modeling_internvl (transformers==5.25.0)
 # Config: models.internvl.internvl_gpu_patch_gen_config
 # Description: InternVL with op-slot guards and slot-backed losses
-# Fingerprint: 56f0a6f1ea475e7b660a
+# Fingerprint: 5c670e6d02b110712880
 # Patches:
 #   - override_method InternVLVisionMLP.forward: activation slot guard
 #   - override_method InternVLVisionLayer.forward: layer_norm and activation slot guards at the module calls
