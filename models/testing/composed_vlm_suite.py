@@ -30,7 +30,7 @@ from modelgraft.models.testing.parity import build_generated, build_pair, build_
 from modelgraft.models.testing.reference import reference_kernel, reference_kernels
 from modelgraft.models.testing.slot_isolation import SlotIsolatedSuite
 
-__all__ = ["BothWaysImageTokens", "ComposedVlm", "ComposedVlmSuite"]
+__all__ = ["BothWaysImageTokens", "ComposedVlm", "ComposedVlmSuite", "generated_from_upstream"]
 
 #: The image layouts every composed VLM is tested on: images per row of a 2-row batch.
 LAYOUTS = {"one-image-per-row": (1, 1), "several-images-in-a-row": (2, 1), "text-only": (0, 0)}
@@ -162,6 +162,13 @@ class ComposedVlmSuite(SlotIsolatedSuite):
         assert torch.equal(self._logits(upstream, batch), self._logits(generated, batch))
 
 
+def generated_from_upstream(model: ComposedVlm, config: PreTrainedConfig) -> torch.nn.Module:
+    """The generated model of ``model`` holding the weights of an upstream one built from ``config``, in eval mode."""
+    upstream_cls = get_model_class(model.model_type, model.architecture, use_hf=True)
+    generated_cls = get_model_class(model.model_type, model.architecture)
+    return build_generated(config, generated_cls, build_upstream(config, upstream_cls).state_dict()).eval()
+
+
 def _packed_row(docs: list[Mapping[str, Any]], images: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One row packing ``docs`` (each a one-row batch) end to end: every per-token input concatenated, 1-D
     positions restarting at each document, no attention mask; the image inputs of ``images`` where given."""
@@ -193,9 +200,7 @@ class BothWaysImageTokens:
     model: ClassVar[ComposedVlm]
 
     def _generated(self, config: PreTrainedConfig) -> torch.nn.Module:
-        upstream_cls = get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
-        generated_cls = get_model_class(self.model.model_type, self.model.architecture)
-        return build_generated(config, generated_cls, build_upstream(config, upstream_cls).state_dict()).eval()
+        return generated_from_upstream(self.model, config)
 
     def _rows(self, config: PreTrainedConfig, images_per_row: tuple[int, ...]) -> list[dict[str, Any]]:
         batch = self.model.batch(config, images_per_row)

@@ -44,11 +44,9 @@ from modelgraft.models.ops.binding import consulted_slots
 from modelgraft.models.processor_imports import importable_processor_class
 from modelgraft.models.processors import build_processor
 from modelgraft.models.testing.batches import IGNORE_INDEX
-from modelgraft.models.testing.composed_vlm_suite import ComposedVlm, ComposedVlmSuite
+from modelgraft.models.testing.composed_vlm_suite import ComposedVlm, ComposedVlmSuite, generated_from_upstream
 from modelgraft.models.testing.parity import (
     _kernels_bound,
-    build_generated,
-    build_upstream,
     check_parity,
     tolerance_for,
 )
@@ -478,13 +476,7 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
         sequence gets: the features reach this rank's placeholders through upstream's own scatter
         (get_placeholder_mask, or Idefics3's inputs_merger)."""
         config, batch = self._batch("several-images-in-a-row")
-        model = build_generated(
-            config,
-            get_model_class(self.model.model_type, self.model.architecture),
-            build_upstream(
-                config, get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
-            ).state_dict(),
-        ).eval()
+        model = generated_from_upstream(self.model, config)
         received: list[torch.Tensor] = []
         language_model = getattr(model.model, self.model.language_model)
         language_model.register_forward_pre_hook(
@@ -517,13 +509,7 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
         attention (the generated forward turns the cache off, so the mask builder sees the documents)."""
         config = self.model.config()
         text, image = (self.scaffold.batch(config, (count,)) for count in (0, 1))
-        generated = build_generated(
-            config,
-            get_model_class(self.model.model_type, self.model.architecture),
-            build_upstream(
-                config, get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
-            ).state_dict(),
-        ).eval()
+        generated = generated_from_upstream(self.model, config)
         lengths = [text["input_ids"].shape[1], image["input_ids"].shape[1]]
         packed = {key: value for key, value in image.items() if key not in ("input_ids", "attention_mask", "labels")}
         packed["input_ids"] = torch.cat((text["input_ids"], image["input_ids"]), dim=1)
