@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import modelgraft.models.ops
-from modelgraft.models.ops import SLOTS, OpSlot, UnboundSlotError, rms_norm_slot
+from modelgraft.models.ops import SLOTS, OpsConfig, OpSlot, UnboundSlotError, bound_ops, rms_norm_slot
 from modelgraft.models.testing.preloaded_python import run_code
 
 #: The slot instances generated modeling files import by these exact names.
@@ -124,3 +124,19 @@ def test_unbind_returns_to_eager() -> None:
 def test_bind_rejects_a_non_callable() -> None:
     with pytest.raises(TypeError, match="callable"):
         OpSlot("test").bind("not a kernel")  # type: ignore[arg-type]
+
+
+def test_a_binding_records_the_options_its_kernel_was_given_and_a_scope_restores_them() -> None:
+    """A forward may ask how a slot is bound (a both-ways VLM reads the size of the placeholder kernel's group)."""
+    chunked = OpsConfig({"causal_lm_loss": "chunked"}, kernel_options={"causal_lm_loss": {"chunk_size": 8}})
+    with bound_ops(chunked):
+        assert SLOTS["causal_lm_loss"].bound.options == {"chunk_size": 8}
+        with bound_ops(OpsConfig()):
+            assert SLOTS["causal_lm_loss"].bound is None
+        assert SLOTS["causal_lm_loss"].bound.options == {"chunk_size": 8}
+
+
+def test_a_kernel_bound_by_hand_records_no_options() -> None:
+    slot = OpSlot("demo")
+    slot.bind(lambda x: x, name="identity")
+    assert slot.bound is not None and slot.bound.options == {}
