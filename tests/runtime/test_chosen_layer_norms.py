@@ -1,5 +1,6 @@
 """A norm a config switch chooses (InternViT's ``NORM2FN[config.norm_type]``) goes behind the layer_norm slot only
-while it is an ``nn.LayerNorm``: the InternVL zoo tower, generated against upstream's, for both choices."""
+while it is an ``nn.LayerNorm``, and InternViT's own RMSNorm, the other choice, behind the rms_norm slot: the
+InternVL zoo tower, generated against upstream's, for both choices."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_the_towers_layer_norms_run_through_the_slot_when_the_config_chooses_lay
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_an_rms_norm_the_config_chooses_runs_upstreams_code_not_the_layer_norm_slot() -> None:
+def test_an_rms_norm_the_config_chooses_runs_through_the_rms_norm_slot_not_the_layer_norm_slot() -> None:
     expected, got, calls = _run("rms_norm")
-    assert calls["layer_norm"] == 0
+    assert (calls["layer_norm"], calls["rms_norm"]) == (0, 2 * LAYERS)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

@@ -53,6 +53,8 @@ LOCAL_MODIFICATIONS = {
     # GLM-5's hub layout is DeepSeek's (MTP layer, FP8 scales): the shared DeepSeek converter; the config's
     # DSA indexer guard, which the reader does not plan; the parity test's sizes (expert groups, indexers).
     "glm_moe_dsa": ["checkpoint.py", "glm_moe_dsa_gpu_patch_gen_config.py", "tests/test_glm_moe_dsa_parity.py"],
+    # InternViT's RMSNorm, which its layers build only for norm_type="rms_norm": guarded by hand.
+    "internvl": ["internvl_gpu_patch_gen_config.py"],
     # The text model and its composed VLM in one module: the docstrings, the composed_vlm call, the second
     # registration, the text head, the test's sliding window and soft-cap.
     "gemma3": ["__init__.py", "gemma3_gpu_patch_gen_config.py", "tests/test_gemma3_parity.py"],

@@ -4,8 +4,9 @@
 # Source: transformers.models.internvl.modeling_internvl (transformers==5.25.0)
 # Config: models.internvl.internvl_gpu_patch_gen_config
 # Description: InternVL with op-slot guards and slot-backed losses
-# Fingerprint: 5c670e6d02b110712880
+# Fingerprint: 90e04baba7b6e877af19
 # Patches:
+#   - override_method InternVLVisionRMSNorm.forward: rms_norm slot guard
 #   - override_method InternVLVisionMLP.forward: activation slot guard
 #   - override_method InternVLVisionLayer.forward: layer_norm and activation slot guards at the module calls
 #   - modify_init InternVLMultiModalProjector: record the activation's name for the slot guard
@@ -71,6 +72,7 @@ from modelgraft.models.ops.slots import (
     causal_lm_loss_slot,
     layer_norm_slot,
     placeholder_features_slot,
+    rms_norm_slot,
 )
 from modelgraft.models.pretrained import require_complete_load
 from modelgraft.models.upstream_version import require_generated_from
@@ -132,6 +134,7 @@ def with_tower_dummies(inputs_embeds: Any, *towers: Any) -> Any:
 logger = logging.get_logger(__name__)
 
 
+# [MODIFIED CLASS] InternVLVisionRMSNorm
 @use_kernel_forward_from_hub("RMSNorm")
 class InternVLVisionRMSNorm(nn.Module):
     def __init__(self, hidden_size, eps: float = 1e-6) -> None:
@@ -142,7 +145,10 @@ class InternVLVisionRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.variance_epsilon = eps
 
+    # [PATCHED METHOD] InternVLVisionRMSNorm.forward: rms_norm slot guard
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if rms_norm_slot.use_non_eager_impl:
+            return rms_norm_slot(hidden_states, self.weight, self.variance_epsilon)
         input_dtype = hidden_states.dtype
         hidden_states = hidden_states.to(torch.float32)
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
