@@ -66,15 +66,11 @@ def registered_module_file(model_type: str, root: Path = MODELS_ROOT) -> Path | 
                 continue
             for key, value in zip(modeling.keys, modeling.values, strict=True):
                 if isinstance(key, ast.Constant) and key.value == "gpu" and isinstance(value, ast.Constant):
-                    module = str(value.value)
-                    parts = module.split(".")
-                    if module.startswith("."):  # relative to the package: root/<package>/<...>.py
-                        path = init.parent.joinpath(*module.lstrip(".").split(".")).with_suffix(".py")
-                    elif "models" in parts:  # modelgraft.models.<package>.generated.<module>
+                    # modelgraft.models.<package>.generated.<module> -> root/<package>/generated/<module>.py
+                    parts = str(value.value).split(".")
+                    if "models" in parts:
                         path = root.joinpath(*parts[parts.index("models") + 1 :]).with_suffix(".py")
-                    else:
-                        continue
-                    return path if path.is_file() else None
+                        return path if path.is_file() else None
     return None
 
 

@@ -5,19 +5,49 @@ guards live in the packages registered for the sub-configs' model types (the zoo
 encoders), not in the copy's own module; so does a Qwen-VL copy built with ``compose=True`` (glm46v's towers are
 glm4v's). The survey's count of what a copy guards (its "thin scaffold" note) reads those modules too.
 Everything is read from files: the copy's answers (``recipe.composed.sub_models``, or ``recipe.sub_models``)
-and each package's ``register_model("<type>", modeling={"gpu": "<module>"})`` call
-(``modelgraft.generator.recipes.registered``); nothing is imported.
+and each package's ``register_model("<type>", modeling={"gpu": "<module>"})`` call, with ``ast``; nothing is
+imported.
 """
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import yaml
 
-from modelgraft.generator.recipes.registered import registered_module_file
+__all__ = ["registered_modules", "sub_model_modules"]
 
-__all__ = ["sub_model_modules"]
+#: The import name of the models folder: ``modelgraft.models.<package>...`` lives under ``models/<package>/``.
+MODELS_PACKAGE = "modelgraft.models."
+
+
+def registered_modules(models: Path) -> dict[str, Path]:
+    """Model type -> the file of its generated gpu module, for every ``register_model`` call with constant
+    arguments in ``models/*/__init__.py`` whose module lies under ``models``."""
+    found: dict[str, Path] = {}
+    for init in sorted(models.glob("*/__init__.py")):
+        for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register_model" and node.args):
+                continue
+            first = node.args[0]
+            modeling = next((k.value for k in node.keywords if k.arg == "modeling"), None)
+            if not (
+                isinstance(first, ast.Constant) and isinstance(first.value, str) and isinstance(modeling, ast.Dict)
+            ):
+                continue
+            for key, value in zip(modeling.keys, modeling.values, strict=True):
+                if not (isinstance(key, ast.Constant) and key.value == "gpu" and isinstance(value, ast.Constant)):
+                    continue
+                module = str(value.value)
+                if module.startswith("."):  # relative to the package: models/<package>/<...>
+                    path = init.parent.joinpath(*module.lstrip(".").split("."))
+                elif module.startswith(MODELS_PACKAGE):
+                    path = models.joinpath(*module[len(MODELS_PACKAGE) :].split("."))
+                else:
+                    continue
+                found[first.value] = path.with_suffix(".py")
+    return found
 
 
 def sub_model_modules(copy: Path, models: Path) -> tuple[Path, ...]:
@@ -35,5 +65,6 @@ def sub_model_modules(copy: Path, models: Path) -> tuple[Path, ...]:
     sub_models = holder.get("sub_models")
     if not isinstance(sub_models, dict):
         return ()
-    found = (registered_module_file(model_type, models) for model_type in sub_models.values())
-    return tuple(path for path in found if path is not None)
+    registered = registered_modules(models)
+    types = sub_models.values()
+    return tuple(registered[t] for t in types if t in registered and registered[t].is_file())

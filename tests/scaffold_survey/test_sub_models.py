@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelgraft.generator.recipes.registered import registered_module_file
 from modelgraft.scaffold.survey.classify import guarded_slots, merged_slots, thin_scaffold_note
-from modelgraft.scaffold.survey.sub_models import sub_model_modules
+from modelgraft.scaffold.survey.sub_models import registered_modules, sub_model_modules
 
 TOWER = "if layer_norm_slot.use_non_eager_impl:\n    pass\nif activation_slot.use_non_eager_impl:\n    pass\n"
 COPY = "if causal_lm_loss_slot.use_non_eager_impl:\n    pass\n"
@@ -41,12 +40,12 @@ def _models(tmp_path: Path) -> Path:
     return models
 
 
-def test_registered_module_files_are_found_by_absolute_and_relative_module_paths(tmp_path: Path) -> None:
+def test_registered_modules_map_each_type_to_its_generated_gpu_file(tmp_path: Path) -> None:
     models = _models(tmp_path)
-    assert registered_module_file("siglip_vision_model", models) == (
-        models / "siglip" / "generated" / "patched_modeling_siglip_gpu.py"
-    )
-    assert registered_module_file("gemma", models) == models / "gemma" / "generated" / "patched_modeling_gemma_gpu.py"
+    assert registered_modules(models) == {
+        "siglip_vision_model": models / "siglip" / "generated" / "patched_modeling_siglip_gpu.py",
+        "gemma": models / "gemma" / "generated" / "patched_modeling_gemma_gpu.py",
+    }
 
 
 def test_a_composed_copy_reaches_the_modules_registered_for_its_sub_models(tmp_path: Path) -> None:
