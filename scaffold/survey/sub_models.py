@@ -6,7 +6,8 @@ encoders), not in the copy's own module; so does a Qwen-VL copy built with ``com
 glm4v's). The survey's count of what a copy guards (its "thin scaffold" note) reads those modules too.
 Everything is read from files: the copy's answers (``recipe.composed.sub_models``, or ``recipe.sub_models``)
 and each package's ``register_model("<type>", modeling={"gpu": "<module>"})`` call, with ``ast``; nothing is
-imported.
+imported. The generator reads those calls too (``generator/recipes/registered.py``), but the survey imports no
+generator code (tests/scaffold_survey/test_survey.py), so it keeps this reader of its own.
 """
 
 from __future__ import annotations
