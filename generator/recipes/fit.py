@@ -315,6 +315,8 @@ def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, Any
         return None
     if experts.gated_unit == "clamped_swiglu" and experts.transposed and experts.layout == "interleaved":
         return _clamped_swiglu_experts(structure)
+    if experts.gated_unit and experts.layout == "gate_up" and not experts.has_bias:
+        return _gate_first_unit_experts(structure)
     if experts.layout != "gate_up" or experts.has_bias or experts.custom_activation or not experts.activation_expr:
         why = (
             experts.reason
@@ -389,6 +391,27 @@ def _clamped_swiglu_experts(structure: ModelStructure) -> dict[str, Any]:
         "limit": f"self.experts.{experts.limit_attr}",
         "alpha": f"self.experts.{experts.alpha_attr}",
     }
+
+
+def _gate_first_unit_experts(structure: ModelStructure) -> dict[str, Any]:
+    """Gate-first experts whose clamped unit the reader recognised exactly (DeepSeek-V4's, MiniMax-M3-VL's).
+
+    The slot's default layout is theirs; the limit (and gpt_oss's alpha) are read from the experts'
+    attributes at run time, as upstream's unit reads them. With ``alpha`` the slot computes gpt_oss's unit and
+    the activation argument is not used; the literal "silu" is passed, as for gpt_oss.
+    """
+    moe = structure.moe
+    assert moe is not None and moe.experts is not None
+    experts = moe.experts
+    fitted = {
+        "sparse_block": moe.sparse_block,
+        "activation": experts.activation_expr if experts.gated_unit == "clamped" else '"silu"',
+        "block_attr": moe.block_attr,
+        "limit": f"self.experts.{experts.limit_attr}",
+    }
+    if experts.gated_unit == "clamped_swiglu":
+        fitted["alpha"] = f"self.experts.{experts.alpha_attr}"
+    return fitted
 
 
 def _gated_delta_net(structure: ModelStructure, skipped: list[Finding], refusals: list[Finding]) -> dict[str, str]:

@@ -159,6 +159,54 @@ P_o = (P_u + 1) * P_glu
 return P_o
 """
 
+# DeepSeek-V4 and the VLM + MoE models after it: [E, 2I, H] weights through F.linear, gate-first, the gated
+# unit a method of the experts (so upstream's grouped backends apply the same unit on their packed output).
+_EXPERTS_GATE_UP_UNIT = """
+P_out = torch.zeros_like(P_x)
+with torch.no_grad():
+    P_mask = F.one_hot(P_idx, num_classes=self.P_ne + 1).permute(2, 1, 0)
+    P_hit = torch.greater(P_mask.sum(dim=(-1, -2)), 0).nonzero()
+for P_e in P_hit:
+    P_e = P_e[0]
+    if P_e == self.P_ne:
+        continue
+    P_pos, P_tok = torch.where(P_mask[P_e])
+    P_cur = self.P_unit(F.linear(P_x[P_tok], self.gate_up_proj[P_e]))
+    P_cur = F.linear(P_cur, self.down_proj[P_e]) * P_w[P_tok, P_pos, None]
+    P_out.index_add_(0, P_tok, P_cur.to(P_out.dtype))
+return P_out
+"""
+
+#: Gate-first gated units (the method _EXPERTS_GATE_UP_UNIT calls), each with the gated_unit it is: the slot's
+#: ``limit`` alone (DeepSeek-V4: ACT of the clamped gate times the clamped up), or ``limit`` and ``alpha``
+#: (gpt_oss's unit on halves instead of alternate columns: MiniMax-M3-VL). A clamp of the gate written
+#: ``clamp(min=None, max=...)`` is the same clamp; both spellings are listed.
+_GATE_FIRST_UNITS: tuple[tuple[str, str], ...] = tuple(
+    (body.replace("CLAMP_GATE", clamp), unit)
+    for clamp in ("P_g.clamp(max=self.P_limit)", "P_g.clamp(min=None, max=self.P_limit)")
+    for body, unit in (
+        (
+            """
+P_g, P_u = P_gu.chunk(2, dim=-1)
+P_g = CLAMP_GATE
+P_u = P_u.clamp(min=-self.P_limit, max=self.P_limit)
+return ACT(P_g) * P_u
+""",
+            "clamped",
+        ),
+        (
+            """
+P_g, P_u = P_gu.chunk(2, dim=-1)
+P_g = CLAMP_GATE
+P_u = P_u.clamp(min=-self.P_limit, max=self.P_limit)
+P_glu = P_g * torch.sigmoid(P_g * self.P_alpha)
+return (P_u + 1.0) * P_glu
+""",
+            "clamped_swiglu",
+        ),
+    )
+)
+
 _DENSE_MARKERS = (
     "mlp_only_layers",
     "first_k_dense_replace",
@@ -404,6 +452,9 @@ def _experts(source: ModelSource, block: str, cls: str, config_defaults: dict[st
         )
     if doubled == [1]:
         bound = match_body(_EXPERTS_GATE_UP, forward.body) if forward is not None else None
+        unit = _gate_first_unit(source, cls, forward, config_defaults) if bound is None else None
+        if unit is not None:
+            return ExpertsInfo(cls, line, "gate_up", has_bias=has_bias, custom_activation=True, **unit)
         if bound is None:
             return ExpertsInfo(
                 cls,
@@ -472,6 +523,53 @@ def _clamped_swiglu_experts(
         "alpha_config": settings["alpha"][1],
         "reason": "gate/up columns alternate; gate_up_proj is [E, H, 2I] (transposed); biases; clamped SwiGLU",
     }
+
+
+def _gate_first_unit(
+    source: ModelSource, cls: str, forward: ast.FunctionDef | None, config_defaults: dict[str, str]
+) -> dict[str, object] | None:
+    """A gate-first loop whose gated unit is a method of the experts, recognised exactly (None otherwise).
+
+    Returns the ExpertsInfo fields: the unit's kind, the attributes holding its clamp limit (and alpha) with
+    the values ``__init__`` gives them, and, for an ``ACT(gate) * up`` unit, how the sparse block names the
+    activation (``self.experts.<act>`` read as upstream's ACT2FN key, or a literal function such as ``F.silu``).
+    """
+    loop = match_body(_EXPERTS_GATE_UP_UNIT, forward.body) if forward is not None else None
+    unit = source.own_method(cls, attr_binding(loop, "unit") or "") if loop is not None else None
+    if unit is None or len(unit.args.args) != 2:
+        return None
+    for template, kind in _GATE_FIRST_UNITS:
+        bound = match_body(template, unit.body)
+        if bound is None or bound["gu"] != unit.args.args[1].arg:
+            continue
+        activation = _unit_activation(source, cls, bound) if kind == "clamped" else None
+        if kind == "clamped" and activation is None:
+            return None
+        assigns = source.init_assigns(cls)
+        fields: dict[str, object] = {"gated_unit": kind, "activation_expr": activation}
+        for role in ("limit", "alpha") if kind == "clamped_swiglu" else ("limit",):
+            values = assigns.get(attr_binding(bound, role) or "", [])
+            setting = _numeric_setting(values[0], config_defaults) if len(values) == 1 else None
+            if setting is None:
+                return None
+            fields[f"{role}_attr"] = attr_binding(bound, role)
+            fields[role], fields[f"{role}_config"] = setting
+        return fields
+    return None
+
+
+#: Literal activation functions a gated unit may call, and their ACT2FN names.
+_LITERAL_ACTIVATIONS = {"F.silu": '"silu"', "nn.functional.silu": '"silu"', "torch.nn.functional.silu": '"silu"'}
+
+
+def _unit_activation(source: ModelSource, cls: str, bound: dict[str, str]) -> str | None:
+    """How the sparse block names the activation a unit's ``ACT(gate)`` applied (None: no name reachable)."""
+    literal = bound.get("act_fn")
+    if literal is not None:
+        return _LITERAL_ACTIVATIONS.get(literal)
+    if attr_binding(bound, "act") != "act_fn":
+        return None
+    return _experts_activation(source, "", cls) if "use_experts_implementation" in source.decorator_names(cls) else None
 
 
 def _numeric_setting(value: ast.expr, config_defaults: dict[str, str]) -> tuple[float | None, str] | None:
