@@ -49,13 +49,15 @@ def vlm_moe(
     aux_loss: str = "load_balancing_loss_func",
     layers: str = "model.language_model.layers",
     sparse_block_attr: str = "mlp",
+    indexer: str | None = None,
 ) -> PatchConfig:
     """Apply the VLM snippets and the MoE snippets to ``config`` for the model whose classes start with ``prefix``.
 
     The arguments shared with :func:`~modelgraft.generator.recipes.vlm.vlm` mean what they mean there; ``experts``,
     ``router`` and ``aux_loss`` what they mean for :func:`~modelgraft.generator.recipes.moe.moe_text`. ``layers``
     is the ``state_dict`` prefix of the text decoder's layers (inside the conditional-generation class) and
-    ``sparse_block_attr`` the layer attribute holding the sparse block, for the parallel plan.
+    ``sparse_block_attr`` the layer attribute holding the sparse block, for the parallel plan; ``indexer`` a
+    DeepSeek sparse attention indexer class of the text decoder, as for :func:`~modelgraft.generator.recipes.moe.moe_text`.
     """
     vlm(
         config,
@@ -78,6 +80,7 @@ def vlm_moe(
         prefix=prefix,
         layers=layers,
         sparse_block_attr=sparse_block_attr,
+        indexer=indexer,
     )
     return config
 
@@ -91,6 +94,7 @@ def apply_moe_decoder(
     prefix: str,
     layers: str,
     sparse_block_attr: str,
+    indexer: str | None = None,
 ) -> None:
     """The MoE pieces of a multimodal model's text decoder: experts and router behind their slots, and the
     expert-parallel plan on ``causal_lm`` (a class name) over the fused expert tensors under ``layers``.
@@ -111,6 +115,12 @@ def apply_moe_decoder(
     )
     if router is not None:  # None: the router stays upstream's (a composed VLM's own text model without one read)
         apply_router(config, router, prefix=prefix)
+    if indexer is not None:
+        config.apply_snippet(
+            "dsa_indexer_guard",
+            f"{_named(indexer, prefix)}.forward",
+            description="DSA indexer's scores, mask and top-k behind the dsa_indexer slot",
+        )
     config.apply_snippet(
         "moe_parallel_plan",
         f"{causal_lm}.get_parallel_plan",
