@@ -86,7 +86,10 @@ class VlmMoeParitySuite(VlmParitySuite):
         assert len(actual.router_logits) == len(expected.router_logits) == self._sparse_layers(pair.generated)
         for layer, (want, got) in enumerate(zip(expected.router_logits, actual.router_logits, strict=True)):
             assert torch.equal(got, want), f"router logits of sparse layer {layer} differ from upstream"
-        assert torch.equal(actual.aux_loss, expected.aux_loss)
+        if "load_balancing_loss" in self.model.guarded:
+            assert torch.equal(actual.aux_loss, expected.aux_loss)
+        else:  # upstream's head computes no aux loss (HY-V4-VL): neither does the generated one
+            assert actual.aux_loss is None and expected.aux_loss is None
         assert torch.equal(actual.loss, expected.loss)
 
     def test_router_logits_cover_every_text_token_of_the_batch(self, backend: str) -> None:
@@ -117,7 +120,7 @@ class VlmMoeParitySuite(VlmParitySuite):
         sparse = self._sparse_layers(model)
         assert sparse > 0
         assert calls["moe_experts"] == calls["softmax_topk_router"] == sparse
-        assert calls["load_balancing_loss"] == 1
+        assert calls["load_balancing_loss"] == int("load_balancing_loss" in self.model.guarded)
 
     def test_a_bound_experts_kernel_runs_whatever_the_experts_implementation(self, backend: str) -> None:
         """upstream's @use_experts_implementation dispatch cannot route around a bound kernel."""
