@@ -192,7 +192,14 @@ def _local_experts(
         if options.get("gate_up_bias") is not None:
             gate_up = gate_up + options["gate_up_bias"][0]
         gate, up = split_gate_up(gate_up, options.get("interleaved", False))
-        hidden = experts_glu(gate, up, activation, limit=options.get("limit"), alpha=options.get("alpha"))
+        hidden = experts_glu(
+            gate,
+            up,
+            activation,
+            limit=options.get("limit"),
+            alpha=options.get("alpha"),
+            activation_first=options.get("activation_first", False),
+        )
         out = hidden @ down_proj[0] if transposed else F.linear(hidden, down_proj[0])
         return out if options.get("down_bias") is None else out + options["down_bias"][0]
     ones = torch.ones(rows.shape[0], 1, dtype=rows.dtype, device=rows.device)
@@ -215,6 +222,7 @@ def moe_experts(
     down_bias: torch.Tensor | None = None,
     limit: float | None = None,
     alpha: float | None = None,
+    activation_first: bool = False,
     group: ProcessGroup | None = None,
 ) -> torch.Tensor:
     """``moe_experts`` slot contract over experts split across ``group`` (the ep group).
@@ -269,7 +277,7 @@ def moe_experts(
     # return trip, so the local experts run at weight 1 and w * (a @ W + b) comes out as upstream's.
     options = {"layout": layout, "interleaved": interleaved, "gate_up_bias": gate_up_bias, "down_bias": down_bias}
     outputs = _local_experts(
-        rows, local_ids, local_counts, gate_up_proj, down_proj, activation, {**options, "limit": limit, "alpha": alpha}
+        rows, local_ids, local_counts, gate_up_proj, down_proj, activation, {**options, "limit": limit, "alpha": alpha, "activation_first": activation_first}
     )
     returned = all_to_all(outputs, group, output_splits=send_splits, input_splits=recv_splits)
 

@@ -147,7 +147,8 @@ causal_lm_loss_slot = _define("causal_lm_loss")
 # sequence_classification_loss_slot(logits, labels, pooled_logits, config) -> loss
 sequence_classification_loss_slot = _define("sequence_classification_loss")
 # moe_experts_slot(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, activation, *,
-#                  layout="fused", interleaved=False, gate_up_bias=None, down_bias=None, limit=None, alpha=None)
+#                  layout="fused", interleaved=False, gate_up_bias=None, down_bias=None, limit=None, alpha=None,
+#                  activation_first=False)
 #     -> Tensor [tokens, hidden]. Keyword-only options, every default being the original contract:
 #     layout "fused": gate_up_proj [E, 2I, H], down_proj [E, H, I] (F.linear); "transposed": [E, H, 2I], [E, I, H]
 #         (x @ W[e], gpt_oss). Said by the caller, never guessed from shapes (ambiguous when H == 2I or H == I).
@@ -155,6 +156,8 @@ sequence_classification_loss_slot = _define("sequence_classification_loss")
 #     gate_up_bias [E, 2I] (same column order), down_bias [E, H]: added after each matmul.
 #     limit: clamped SwiGLU, ACT(gate.clamp(max=limit)) * up.clamp(-limit, limit) (deepseek_v4);
 #     limit + alpha: gpt_oss's, g = gate.clamp(max=limit); (up.clamp(-limit, limit) + 1) * g * sigmoid(alpha * g).
+#     activation_first (+ limit): Step-3.7's, ACT(gate).clamp(max=limit) * up.clamp(-limit, limit); no clamp
+#         where limit is None.
 moe_experts_slot = _define("moe_experts")
 # load_balancing_loss_slot(router_logits, num_experts, top_k, attention_mask) -> Tensor, or the int 0 without logits
 #     attention_mask: None, [batch, seq], or a 4-D mask / dict of them by attention type (its real tokens)

@@ -3,8 +3,8 @@
 
 Layouts (keyword-only, defaults = the original positional contract): ``layout`` "fused" ``[E, 2I, H]`` /
 ``[E, H, I]`` or "transposed" ``[E, H, 2I]`` / ``[E, I, H]``; ``interleaved`` gate/up columns (gpt_oss);
-``gate_up_bias`` / ``down_bias``; the gated unit plain, clamped (``limit``, DeepSeek-V4) or gpt_oss's
-(``limit`` + ``alpha``).
+``gate_up_bias`` / ``down_bias``; the gated unit plain, clamped (``limit``, DeepSeek-V4), gpt_oss's
+(``limit`` + ``alpha``) or clamped after the activation (``limit`` + ``activation_first``, Step-3.7).
 
 Tolerances of grouped vs eager, outputs and the gradients of every input (hidden states, routing
 weights, both projections, both biases):
@@ -174,8 +174,9 @@ def test_the_layout_is_the_keyword_never_the_shapes(hidden: int, intermediate: i
         ({"alpha": 1.702}, "alpha .* needs limit"),
         ({"gate_up_bias": torch.zeros(E, I)}, "gate_up_bias must be"),
         ({"down_bias": torch.zeros(E, I)}, "down_bias must be"),
+        ({"limit": 1.0, "alpha": 1.702, "activation_first": True}, "activation_first clamps ACT"),
     ],
-    ids=["unknown-layout", "alpha-without-limit", "gate-up-bias-shape", "down-bias-shape"],
+    ids=["unknown-layout", "alpha-without-limit", "gate-up-bias-shape", "down-bias-shape", "alpha-activation-first"],
 )
 def test_invalid_options_are_errors(options: dict, message: str) -> None:
     inputs = {k: v for k, v in _inputs("fused", False).items() if not k.endswith("bias")}
@@ -261,3 +262,35 @@ def test_the_written_out_units_are_upstreams_values_and_autograds_derivatives(ga
     unit.backward(grad.clone(), got_gate, got_up)
     for got, leaf in zip((got_gate, got_up), leaves, strict=True):
         torch.testing.assert_close(got, leaf.grad, rtol=1e-6, atol=1e-7, equal_nan=True)
+
+
+def test_the_activation_first_unit_clamps_the_activated_gate() -> None:
+    """Step-3.7's unit: ACT(gate).clamp(max=l) * up.clamp(-l, l), which differs from clamping the gate first."""
+    generator = torch.Generator().manual_seed(3)
+    gate, up = (torch.randn(9, 16, generator=generator) * 3 for _ in range(2))
+    got = eager.experts_glu(gate, up, "silu", limit=1.0, alpha=None, activation_first=True)
+    assert torch.equal(got, torch.nn.functional.silu(gate).clamp(max=1.0) * up.clamp(min=-1.0, max=1.0))
+    assert not torch.equal(got, eager.experts_glu(gate, up, "silu", limit=1.0, alpha=None))
+
+
+def test_the_activation_first_unit_without_a_limit_is_the_plain_unit() -> None:
+    """A layer whose limit is None (Step-3.7's zero or missing per-layer limit) clamps nothing."""
+    generator = torch.Generator().manual_seed(4)
+    gate, up = (torch.randn(9, 16, generator=generator) * 3 for _ in range(2))
+    got = eager.experts_glu(gate, up, "silu", limit=None, alpha=None, activation_first=True)
+    assert torch.equal(got, eager.experts_glu(gate, up, "silu", limit=None, alpha=None))
+
+
+def test_the_activation_first_unit_has_no_written_out_derivative() -> None:
+    assert not has_unit("silu", alpha=None, activation_first=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("case", [("fused", False, False), ("transposed", True, True)], ids=["fused", "transposed-bias"])
+def test_grouped_kernels_match_eager_with_the_activation_first_unit(case: tuple, dtype: torch.dtype) -> None:
+    layout, interleaved, bias = case
+    inputs = _inputs(layout, bias)
+    options = {"layout": layout, "interleaved": interleaved, "limit": 0.2, "activation_first": True}
+    expected = _run(eager.moe_experts, inputs, dtype, **options)
+    for actual in _run_each(inputs, dtype, **options).values():
+        _assert_matches(actual, expected, dtype)

@@ -191,6 +191,7 @@ def moe_experts(
     down_bias: torch.Tensor | None = None,
     limit: float | None = None,
     alpha: float | None = None,
+    activation_first: bool = False,
     counts: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """``moe_experts`` slot contract (``modelgraft.models.ops.kernels.eager.moe_experts``): ``grouped``'s kernel with
@@ -213,5 +214,6 @@ def moe_experts(
         down_bias=down_bias,
         limit=limit,
         alpha=alpha,
+        activation_first=activation_first,
         counts=counts,
     )

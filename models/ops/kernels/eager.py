@@ -262,6 +262,7 @@ def check_moe_experts_options(
     down_bias: torch.Tensor | None,
     limit: float | None,
     alpha: float | None,
+    activation_first: bool = False,
 ) -> tuple[int, int]:
     """Validate the keyword options of the ``moe_experts`` contract against the shapes; returns ``(H, I)``.
 
@@ -274,6 +275,8 @@ def check_moe_experts_options(
         raise ValueError(f"moe_experts: layout must be one of {MOE_LAYOUTS}, got {layout!r}")
     if alpha is not None and limit is None:
         raise ValueError("moe_experts: alpha (gpt_oss's clamped SwiGLU) needs limit")
+    if activation_first and alpha is not None:
+        raise ValueError("moe_experts: activation_first clamps ACT(gate) (Step-3.7's unit); gpt_oss's alpha unit has none")
     if gate_up_proj.dim() != 3 or down_proj.dim() != 3:
         raise ValueError(
             f"moe_experts: expert weights must be 3-D, got gate_up_proj {tuple(gate_up_proj.shape)}, "
@@ -309,15 +312,28 @@ def split_gate_up(gate_up: torch.Tensor, interleaved: bool) -> tuple[torch.Tenso
 
 
 def experts_glu(
-    gate: torch.Tensor, up: torch.Tensor, activation: str, *, limit: float | None, alpha: float | None
+    gate: torch.Tensor,
+    up: torch.Tensor,
+    activation: str,
+    *,
+    limit: float | None,
+    alpha: float | None,
+    activation_first: bool = False,
 ) -> torch.Tensor:
     """The gated unit of one expert, upstream's formula for each variant of the contract.
 
     - neither: ``ACT(gate) * up`` (qwen3_moe, mixtral, deepseek_v3, ...);
     - ``limit``: DeepSeek-V4's clamped SwiGLU, ``ACT(gate.clamp(max=limit)) * up.clamp(-limit, limit)``;
     - ``limit`` and ``alpha``: gpt_oss's, ``g = gate.clamp(max=limit)``,
-      ``(up.clamp(-limit, limit) + 1) * g * sigmoid(g * alpha)``; ``activation`` is not used.
+      ``(up.clamp(-limit, limit) + 1) * g * sigmoid(g * alpha)``; ``activation`` is not used;
+    - ``limit`` and ``activation_first``: Step-3.7's, ``ACT(gate).clamp(max=limit) * up.clamp(-limit, limit)``.
     """
+    if activation_first:
+        gate = _activation(activation)(gate)
+        if limit is not None:
+            gate = gate.clamp(max=limit)
+            up = up.clamp(min=-limit, max=limit)
+        return gate * up
     if limit is not None:
         gate = gate.clamp(min=None, max=limit)
         up = up.clamp(min=-limit, max=limit)
@@ -341,6 +357,7 @@ def moe_experts(
     down_bias: torch.Tensor | None = None,
     limit: float | None = None,
     alpha: float | None = None,
+    activation_first: bool = False,
 ) -> torch.Tensor:
     """Routed experts, upstream's per-expert loop (``Qwen3MoeExperts.forward``, ``GptOssExperts.forward``).
 
@@ -354,7 +371,7 @@ def moe_experts(
     - ``interleaved``: gate and up are the even and odd columns of the 2I axis (gpt_oss), not halves.
     - ``gate_up_bias [E, 2I]`` (same column order as the projection) and ``down_bias [E, H]``, added
       after each matmul, before the routing weight.
-    - ``limit`` / ``alpha``: the clamped gated units of :func:`experts_glu`.
+    - ``limit`` / ``alpha`` / ``activation_first``: the clamped gated units of :func:`experts_glu`.
     """
     check_moe_experts_options(
         hidden_states,
@@ -365,6 +382,7 @@ def moe_experts(
         down_bias=down_bias,
         limit=limit,
         alpha=alpha,
+        activation_first=activation_first,
     )
     num_experts = gate_up_proj.shape[0]
     fused = layout == "fused"
@@ -381,7 +399,7 @@ def moe_experts(
         if gate_up_bias is not None:
             gate_up = gate_up + gate_up_bias[expert_idx]
         gate, up = split_gate_up(gate_up, interleaved)
-        current = experts_glu(gate, up, activation, limit=limit, alpha=alpha)
+        current = experts_glu(gate, up, activation, limit=limit, alpha=alpha, activation_first=activation_first)
         current = F.linear(current, down_proj[expert_idx]) if fused else current @ down_proj[expert_idx]
         if down_bias is not None:
             current = current + down_bias[expert_idx]

@@ -16,7 +16,8 @@ A clamp passes the gradient where its input lies within its bounds, bounds inclu
 a NaN input, as torch's clamp does. Values are :func:`modelgraft.models.ops.kernels.eager.experts_glu`'s operations
 in the same order, so they equal upstream's to the bit; derivatives match autograd's to rounding
 (tests/runtime/test_grouped_experts_layouts.py checks both, on and just past the bounds). Other
-activations have no unit here (:func:`has_unit` says False) and keep autograd.
+activations, and Step-3.7's clamp after the activation, have no unit here (:func:`has_unit` says False) and
+keep autograd.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def gated_value(gate: torch.Tensor, up: torch.Tensor, *, limit: float | None, al
     return (up.add_(1) if limit is not None else up + 1).mul_(glu)
 
 
-def has_unit(activation: str, *, alpha: float | None) -> bool:
-    """Whether :class:`GatedUnit` covers this unit: gpt_oss's (``alpha``), or SiLU, clamped or not."""
-    return alpha is not None or activation in SILU
+def has_unit(activation: str, *, alpha: float | None, activation_first: bool = False) -> bool:
+    """Whether :class:`GatedUnit` covers this unit: gpt_oss's (``alpha``), or SiLU, clamped or not; Step-3.7's
+    clamp of the activated gate (``activation_first``) has no written-out derivative and keeps autograd."""
+    return not activation_first and (alpha is not None or activation in SILU)

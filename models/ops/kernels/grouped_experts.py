@@ -99,6 +99,7 @@ def moe_experts(
     down_bias: torch.Tensor | None = None,
     limit: float | None = None,
     alpha: float | None = None,
+    activation_first: bool = False,
     counts: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """``moe_experts`` slot contract (see ``modelgraft.models.ops.kernels.eager.moe_experts``), grouped by expert.
@@ -123,6 +124,7 @@ def moe_experts(
         down_bias=down_bias,
         limit=limit,
         alpha=alpha,
+        activation_first=activation_first,
         counts=counts,
     )
 
@@ -143,6 +145,7 @@ def run_experts(
     limit: float | None,
     alpha: float | None,
     counts: Sequence[int] | None,
+    activation_first: bool = False,
 ) -> torch.Tensor:
     """Check the slot's arguments and run them through ``forward``, a forward operator of :func:`define_operators`.
 
@@ -157,6 +160,7 @@ def run_experts(
         down_bias=down_bias,
         limit=limit,
         alpha=alpha,
+        activation_first=activation_first,
     )
     num_experts = gate_up_proj.shape[0]
     if counts is not None:
@@ -180,6 +184,7 @@ def run_experts(
         interleaved,
         limit,
         alpha,
+        activation_first,
         counts,
     )
     return out
@@ -215,7 +220,18 @@ class _Plan:
     loops below index a tuple instead of slicing tensors; ``visited`` lists the experts with rows.
     """
 
-    __slots__ = ("activation", "alpha", "counts", "interleaved", "limit", "order", "tokens", "transposed", "visited")
+    __slots__ = (
+        "activation",
+        "activation_first",
+        "alpha",
+        "counts",
+        "interleaved",
+        "limit",
+        "order",
+        "tokens",
+        "transposed",
+        "visited",
+    )
 
     def __init__(
         self,
@@ -228,6 +244,7 @@ class _Plan:
         interleaved: bool,
         limit: float | None,
         alpha: float | None,
+        activation_first: bool,
     ) -> None:
         self.order = order
         self.counts = counts
@@ -238,6 +255,7 @@ class _Plan:
         self.interleaved = interleaved
         self.limit = limit
         self.alpha = alpha
+        self.activation_first = activation_first
 
     def forward_weights(self, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Every expert's ``[in, out]`` matrix (``rows @ m`` is its projection), as views made in one call."""
@@ -270,7 +288,7 @@ def _two_i(gate_up_proj: torch.Tensor, transposed: bool) -> int:
 _FORWARD_SCHEMA = (
     "(Tensor hidden_states, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up_proj, Tensor down_proj, "
     "Tensor? gate_up_bias, Tensor? down_bias, str activation, bool transposed, bool interleaved, float? limit, "
-    "float? alpha, int[]? counts) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"
+    "float? alpha, bool activation_first, int[]? counts) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"
 )
 
 
@@ -287,6 +305,7 @@ def _forward(
     interleaved: bool,
     limit: float | None,
     alpha: float | None,
+    activation_first: bool,
     counts: Sequence[int] | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     top_k = top_k_index.shape[1]
@@ -313,6 +332,7 @@ def _forward(
         interleaved=interleaved,
         limit=limit,
         alpha=alpha,
+        activation_first=activation_first,
     )
     routing = top_k_weights.reshape(-1).index_select(0, order).to(hidden_states.dtype)
     gate_up = hidden_states.new_empty(order.numel(), _two_i(gate_up_proj, transposed))
@@ -322,7 +342,7 @@ def _forward(
     columns = routing.unsqueeze(-1).split(plan.counts)
     up_weights = plan.forward_weights(gate_up_proj)
     down_weights = plan.forward_weights(down_proj)
-    by_hand = has_unit(activation, alpha=alpha)
+    by_hand = has_unit(activation, alpha=alpha, activation_first=activation_first)
     for expert in plan.visited:
         tokens = plan.tokens[expert]
         segment = segments[expert]
@@ -333,7 +353,7 @@ def _forward(
         if by_hand:
             weighted = gated_value(gate, up, limit=limit, alpha=alpha)
         else:
-            weighted = experts_glu(gate, up, activation, limit=limit, alpha=alpha)
+            weighted = experts_glu(gate, up, activation, limit=limit, alpha=alpha, activation_first=activation_first)
         rows = torch.mm(weighted.mul_(columns[expert]), down_weights[expert])
         if down_bias is not None:
             rows.addr_(weights[expert], down_bias[expert])
@@ -354,6 +374,7 @@ def _forward_fake(
     interleaved: bool,
     limit: float | None,
     alpha: float | None,
+    activation_first: bool,
     counts: Sequence[int] | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     pairs = top_k_index.numel()
@@ -372,7 +393,8 @@ def _forward_fake(
 _BACKWARD_SCHEMA = (
     "(Tensor grad_output, Tensor hidden_states, Tensor top_k_weights, Tensor gate_up_proj, Tensor down_proj, "
     "Tensor? down_bias, Tensor gate_up, Tensor routing, Tensor order, Tensor counts, int[]? host_counts, "
-    "str activation, bool transposed, bool interleaved, float? limit, float? alpha, int top_k, bool[] needs) "
+    "str activation, bool transposed, bool interleaved, float? limit, float? alpha, bool activation_first, int top_k, "
+    "bool[] needs) "
     "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
 )
 
@@ -390,7 +412,8 @@ def _eager_unit(
     Writes each row's routing-weight gradient into ``pair`` when given. ``grad_weighted`` is overwritten.
     """
     activation, interleaved, limit, alpha = plan.activation, plan.interleaved, plan.limit, plan.alpha
-    by_hand = has_unit(activation, alpha=alpha)
+    activation_first = plan.activation_first
+    by_hand = has_unit(activation, alpha=alpha, activation_first=activation_first)
     # Recompute the gated unit: with its written-out derivative, else with its vector-Jacobian product from
     # torch.func (autograd does not record inside an operator's implementation; torch.func's vjp does).
     gate, up = split_gate_up(segment, interleaved)
@@ -399,7 +422,11 @@ def _eager_unit(
         activated = unit.value
     else:
         activated, unit_vjp = torch.func.vjp(
-            lambda gate, up: experts_glu(gate, up, activation, limit=limit, alpha=alpha), gate, up
+            lambda gate, up: experts_glu(
+                gate, up, activation, limit=limit, alpha=alpha, activation_first=activation_first
+            ),
+            gate,
+            up,
         )
     values = activated.detach()
     if pair is not None:
@@ -440,6 +467,7 @@ def _backward_loops(
     interleaved: bool,
     limit: float | None,
     alpha: float | None,
+    activation_first: bool,
     top_k: int,
     needs: Sequence[bool],
 ) -> tuple[torch.Tensor, ...]:
@@ -452,12 +480,15 @@ def _backward_loops(
         interleaved=interleaved,
         limit=limit,
         alpha=alpha,
+        activation_first=activation_first,
     )
     num_experts = gate_up_proj.shape[0]
     dtype = gate_up.dtype
     grad_output = grad_output.to(dtype)
     unit = (
-        None if unit_factory is None else unit_factory(dtype, gate_up.shape[1], activation, interleaved, limit, alpha)
+        None
+        if unit_factory is None or activation_first  # no written-out derivative: the eager unit's autograd
+        else unit_factory(dtype, gate_up.shape[1], activation, interleaved, limit, alpha)
     )
 
     unvisited = sorted(set(range(num_experts)) - set(plan.visited))
@@ -546,6 +577,7 @@ def _backward_fake(
     interleaved: bool,
     limit: float | None,
     alpha: float | None,
+    activation_first: bool,
     top_k: int,
     needs: Sequence[bool],
 ) -> tuple[torch.Tensor, ...]:
@@ -567,7 +599,7 @@ def _backward_fake(
 # -- autograd: the forward operator's backward is the backward operator ---------------------------------------
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
     hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias = inputs[:7]
-    activation, transposed, interleaved, limit, alpha, counts = inputs[7:]
+    activation, transposed, interleaved, limit, alpha, activation_first, counts = inputs[7:]
     _, gate_up, routing, order, pair_counts = output
     ctx.mark_non_differentiable(gate_up, routing, order, pair_counts)
     # Only the layer's output has a gradient; without this, autograd would fill a zero [S, 2I] tensor (and three
@@ -577,7 +609,7 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor
         hidden_states, top_k_weights, gate_up_proj, down_proj, down_bias, gate_up, routing, order, pair_counts
     )
     ctx.host_counts = None if counts is None else list(counts)
-    ctx.options = (activation, transposed, interleaved, limit, alpha, top_k_index.shape[1])
+    ctx.options = (activation, transposed, interleaved, limit, alpha, activation_first, top_k_index.shape[1])
     ctx.has_gate_up_bias = gate_up_bias is not None
 
 
@@ -586,10 +618,10 @@ def _autograd_backward(backward: Callable[..., tuple[torch.Tensor, ...]]) -> Cal
 
     def formula(ctx: Any, grad_output: torch.Tensor | None, *unused: torch.Tensor | None) -> tuple[Any, ...]:
         if grad_output is None:  # the output took no part in the loss
-            return (None,) * 13
+            return (None,) * 14
         saved = ctx.saved_tensors
         hidden_states, top_k_weights, gate_up_proj, down_proj, down_bias, gate_up, routing, order, pair_counts = saved
-        activation, transposed, interleaved, limit, alpha, top_k = ctx.options
+        activation, transposed, interleaved, limit, alpha, activation_first, top_k = ctx.options
         needs = ctx.needs_input_grad
         # Inputs: hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, ...
         wanted = [needs[0], needs[2], needs[3], needs[4], needs[5] and ctx.has_gate_up_bias, needs[6]]
@@ -610,13 +642,14 @@ def _autograd_backward(backward: Callable[..., tuple[torch.Tensor, ...]]) -> Cal
             interleaved,
             limit,
             alpha,
+            activation_first,
             top_k,
             wanted,
         )
         hidden, weights, gate_up_grad, down_grad, gate_up_bias_grad, down_bias_grad = (
             grad if flag else None for grad, flag in zip(grads, wanted, strict=True)
         )
-        return (hidden, None, weights, gate_up_grad, down_grad, gate_up_bias_grad, down_bias_grad, *([None] * 6))
+        return (hidden, None, weights, gate_up_grad, down_grad, gate_up_bias_grad, down_bias_grad, *([None] * 7))
 
     return formula
 
