@@ -394,7 +394,8 @@ def _clamped_swiglu_experts(structure: ModelStructure) -> dict[str, Any]:
 
 
 def _gate_first_unit_experts(structure: ModelStructure) -> dict[str, Any]:
-    """Gate-first experts whose clamped unit the reader recognised exactly (DeepSeek-V4's, MiniMax-M3-VL's).
+    """Gate-first experts whose clamped unit the reader recognised exactly (DeepSeek-V4's, MiniMax-M3-VL's,
+    Step-3.7's).
 
     The slot's default layout is theirs; the limit (and gpt_oss's alpha) are read from the experts'
     attributes at run time, as upstream's unit reads them. With ``alpha`` the slot computes gpt_oss's unit and
@@ -405,12 +406,14 @@ def _gate_first_unit_experts(structure: ModelStructure) -> dict[str, Any]:
     experts = moe.experts
     fitted = {
         "sparse_block": moe.sparse_block,
-        "activation": experts.activation_expr if experts.gated_unit == "clamped" else '"silu"',
+        "activation": '"silu"' if experts.gated_unit == "clamped_swiglu" else experts.activation_expr,
         "block_attr": moe.block_attr,
         "limit": f"self.experts.{experts.limit_attr}",
     }
     if experts.gated_unit == "clamped_swiglu":
         fitted["alpha"] = f"self.experts.{experts.alpha_attr}"
+    if experts.gated_unit == "activation_first":
+        fitted["activation_first"] = True
     return fitted
 
 

@@ -98,6 +98,7 @@ def moe_text(
             down_bias=experts.down_bias,
             limit=experts.limit,
             alpha=experts.alpha,
+            activation_first=experts.activation_first,
             description="routed experts behind the moe_experts slot",
         )
     if router is not None:

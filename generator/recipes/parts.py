@@ -82,7 +82,8 @@ class Experts:
     fields are the slot's keyword options, passed only when they differ from these defaults:
     ``layout`` "transposed" for ``[E, H, 2I]`` weights applied as ``x @ W[e]``, ``interleaved`` for gate/up
     in alternating columns, ``gate_up_bias`` / ``down_bias`` the experts' bias attributes, and ``limit`` /
-    ``alpha`` expressions (inside the sparse block's forward) of the clamped SwiGLU's constants.
+    ``alpha`` expressions (inside the sparse block's forward) of the clamped SwiGLU's constants;
+    ``activation_first``: the limit clamps the activated gate (Step-3.7's unit), not the gate.
     """
 
     sparse_block: str = "{prefix}SparseMoeBlock"
@@ -93,6 +94,7 @@ class Experts:
     down_bias: str = ""
     limit: str = ""
     alpha: str = ""
+    activation_first: bool = False
 
 
 @dataclass(frozen=True)

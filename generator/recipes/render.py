@@ -18,7 +18,7 @@ from modelgraft.generator.recipes.parts import Router
 
 LINE_LENGTH = 119
 #: Experts fields beyond the activation, written only when the fit set them (a gate-first block has none).
-EXPERTS_LAYOUT_FIELDS = ("layout", "interleaved", "gate_up_bias", "down_bias", "limit", "alpha")
+EXPERTS_LAYOUT_FIELDS = ("layout", "interleaved", "gate_up_bias", "down_bias", "limit", "alpha", "activation_first")
 #: Router fields besides the class, each written only when it differs from the Router part's default.
 ROUTER_FIELDS = (
     "kind",

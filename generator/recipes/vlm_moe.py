@@ -111,6 +111,7 @@ def apply_moe_decoder(
         down_bias=experts.down_bias,
         limit=experts.limit,
         alpha=experts.alpha,
+        activation_first=experts.activation_first,
         description="routed experts behind the moe_experts slot",
     )
     if router is not None:  # None: the router stays upstream's (a composed VLM's own text model without one read)

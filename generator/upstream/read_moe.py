@@ -207,6 +207,17 @@ return (P_u + 1.0) * P_glu
     )
 )
 
+#: Step-3.7's unit: the activation first, then (where the layer has a limit at all) the clamps, the gate's on its
+#: activated value. Upstream tests the limit for None itself, so the attribute may hold any expression.
+_ACTIVATION_FIRST_UNIT = """
+P_g, P_u = P_gu.chunk(2, dim=-1)
+P_g = ACT(P_g)
+if self.P_limit is not None:
+    P_g = P_g.clamp(max=self.P_limit)
+    P_u = P_u.clamp(min=-self.P_limit, max=self.P_limit)
+return P_g * P_u
+"""
+
 _DENSE_MARKERS = (
     "mlp_only_layers",
     "first_k_dense_replace",
@@ -538,6 +549,13 @@ def _gate_first_unit(
     unit = source.own_method(cls, attr_binding(loop, "unit") or "") if loop is not None else None
     if unit is None or len(unit.args.args) != 2:
         return None
+    bound = match_body(_ACTIVATION_FIRST_UNIT, unit.body)
+    if bound is not None and bound["gu"] == unit.args.args[1].arg:
+        activation = _unit_activation(source, cls, bound)
+        limit = attr_binding(bound, "limit")
+        if activation is None or len(source.init_assigns(cls).get(limit or "", [])) != 1:
+            return None
+        return {"gated_unit": "activation_first", "activation_expr": activation, "limit_attr": limit}
     for template, kind in _GATE_FIRST_UNITS:
         bound = match_body(template, unit.body)
         if bound is None or bound["gu"] != unit.args.args[1].arg:

@@ -183,7 +183,9 @@ class ExpertsInfo:
     gate_up_bias: str = ""
     down_bias: str = ""
     #: A gated unit other than ``ACT(gate) * up`` that the reader recognised exactly ("" for none):
-    #: "clamped_swiglu" is gpt_oss's ``(up.clamp(-l, l) + 1) * g * sigmoid(alpha * g)``, ``g = gate.clamp(max=l)``.
+    #: "clamped_swiglu" is gpt_oss's ``(up.clamp(-l, l) + 1) * g * sigmoid(alpha * g)``, ``g = gate.clamp(max=l)``;
+    #: "clamped" DeepSeek-V4's ``ACT(gate.clamp(max=l)) * up.clamp(-l, l)``; "activation_first" Step-3.7's
+    #: ``ACT(gate).clamp(max=l) * up.clamp(-l, l)``, no clamp where ``l`` is None.
     gated_unit: str = ""
     #: The experts' attributes holding the clamp limit and alpha, and their values: the constants upstream
     #: assigns them, or the defaults of the config fields they are read from (None when not a number).

@@ -2,19 +2,22 @@
 
 DeepSeek-V4 and the VLM + MoE models after it keep ``gate_up_proj [E, 2I, H]`` applied through ``F.linear``
 and hand the packed output to ``self._apply_gate``, so that upstream's grouped backends apply the same unit.
-Two units are the slot's: ``ACT(gate.clamp(max=l)) * up.clamp(-l, l)`` (``limit``) and gpt_oss's unit on
-halves instead of alternate columns (``limit`` and ``alpha``). Any other unit (an activation before the
-clamp) is not one of them and leaves the experts unguarded with the reason. The toy modules below are
-written here; the last tests read the pinned transformers.
+Three units are the slot's: ``ACT(gate.clamp(max=l)) * up.clamp(-l, l)`` (``limit``), gpt_oss's unit on
+halves instead of alternate columns (``limit`` and ``alpha``), and Step-3.7's clamp of the activated gate
+where the layer has a limit (``limit`` and ``activation_first``). Any other unit (the activated gate clamped
+whether or not there is a limit) is not one of them and leaves the experts unguarded with the reason. The toy
+modules below are written here; the last tests read the pinned transformers.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from modelgraft.generator.recipes.fit import fit_model
+from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
 from modelgraft.generator.upstream.read_moe import read_moe
 from modelgraft.generator.upstream.reader import read_model
@@ -69,6 +72,17 @@ _CLAMP_AFTER_ACT = """
         gate = self.act_fn(gate)
         gate = gate.clamp(max=self.limit)
         up = up.clamp(min=-self.limit, max=self.limit)
+        return gate * up
+"""
+
+
+_ACTIVATION_FIRST = """
+    def _apply_gate(self, gate_up):
+        gate, up = gate_up.chunk(2, dim=-1)
+        gate = self.act_fn(gate)
+        if self.limit is not None:
+            gate = gate.clamp(max=self.limit)
+            up = up.clamp(min=-self.limit, max=self.limit)
         return gate * up
 """
 
@@ -134,6 +148,12 @@ def test_an_activation_before_the_clamp_is_not_a_slot_unit(tmp_path: Path) -> No
     assert "canonical loop" in experts.reason
 
 
+def test_a_clamp_of_the_activated_gate_where_a_limit_exists_is_the_activation_first_unit(tmp_path: Path) -> None:
+    experts = _read(tmp_path, _ACTIVATION_FIRST, limit="config.swiglu_limits[0] if config.swiglu_limits else None")
+    assert (experts.layout, experts.gated_unit, experts.limit_attr) == ("gate_up", "activation_first", "limit")
+    assert experts.activation_expr == "self.experts.config.hidden_act"
+
+
 def test_a_limit_computed_from_the_config_is_not_read(tmp_path: Path) -> None:
     experts = _read(tmp_path, _ACT_OF_CLAMPED, limit="max(config.swiglu_limit, 1.0)")
     assert experts.gated_unit == ""
@@ -160,3 +180,22 @@ def test_fit_guards_the_pinned_minimax_m3_vl_experts_with_limit_and_alpha() -> N
         '"silu"',
     )
     assert "layout" not in experts and "interleaved" not in experts
+
+
+def test_fit_of_the_activation_first_unit_passes_the_option_to_the_slot(tmp_path: Path) -> None:
+    experts = _read(tmp_path, _ACTIVATION_FIRST)
+    structure = read_model("qwen3_moe")
+    fitted = fit_model(replace(structure, moe=replace(structure.moe, experts=experts))).arguments["experts"]
+    assert (fitted["limit"], fitted["activation_first"], fitted["activation"]) == (
+        "self.experts.limit",
+        True,
+        "self.experts.config.hidden_act",
+    )
+
+
+def test_the_rendered_recipe_names_the_activation_first_option(tmp_path: Path) -> None:
+    experts = _read(tmp_path, _ACTIVATION_FIRST)
+    structure = read_model("qwen3_moe")
+    arguments = fit_model(replace(structure, moe=replace(structure.moe, experts=experts))).arguments
+    _, call = recipe_call("moe", "Qwen3Moe", arguments)
+    assert '        limit="self.experts.limit",\n        activation_first=True,\n' in call
