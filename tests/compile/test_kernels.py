@@ -159,7 +159,8 @@ def test_the_grouped_forward_operator_passes_torch_library_opcheck(kernel: str) 
         torch.randn(EXPERTS, HIDDEN, generator=generator).requires_grad_(True),
     ]
     x, weights, gate_up, down, gate_up_bias, down_bias = leaves
-    args = (x, index, weights, gate_up, down, gate_up_bias, down_bias, "gelu", True, True, 0.7, None, None)
+    # ..., activation, transposed, interleaved, limit, alpha, activation_first, counts
+    args = (x, index, weights, gate_up, down, gate_up_bias, down_bias, "gelu", True, True, 0.7, None, False, None)
     results = torch.library.opcheck(EXPERTS_KERNELS[kernel], args)
     assert set(results.values()) == {"SUCCESS"}, results
 
