@@ -11,7 +11,9 @@ A zoo model's composed-VLM test (gemma3's) spells out its tiny config and its pr
 - the processor: the model's own class (where transformers gives a placeholder for want of torchvision, the
   class ``modelgraft.models.processor_imports.importable_processor_class`` loads) over a word-level tokenizer
   holding every ``*_token`` string the processor names (its placeholder and the markers around it), the PIL
-  image processor at the tiny image size, and its options by name: ``patch_size`` and
+  image processor at the tiny image size (or, where upstream writes it for torchvision only, the class
+  ``modelgraft.models.image_processor_imports`` runs on the torch stand-in, which the rendered test passes),
+  and its options by name: ``patch_size`` and
   ``vision_feature_select_strategy`` from the config, and the placeholder count per image (``image_seq_length``,
   or ``num_additional_image_tokens`` on top of the patches) from what upstream's own ``get_image_features``
   returns for one image. A processor option these rules cannot set fails the declaration with its name.
@@ -101,7 +103,7 @@ def _declared(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
 
 
 def _image_size_options(image_processor_class: type) -> dict[str, Any]:
-    """``size`` (and ``crop_size``) of the PIL image processor at :data:`IMAGE_SIDE`, in the keys its default uses."""
+    """``size`` (and ``crop_size``) of the image processor at :data:`IMAGE_SIDE`, in the keys its default uses."""
     options: dict[str, Any] = {}
     defaults = image_processor_class()  # some set their sizes in __init__ only
     if getattr(defaults, TILING, None):
@@ -119,6 +121,27 @@ def _image_size_options(image_processor_class: type) -> dict[str, Any]:
     if "height" in _set_keys(getattr(defaults, "patch_size", None)):  # it cuts patches itself (Pixtral's)
         options["patch_size"] = {"height": VISION_SIZES["patch_size"], "width": VISION_SIZES["patch_size"]}
     return options
+
+
+#: What vision configs call the side of the square of patches merged into one feature (Qwen-VL's
+#: ``spatial_merge_size``; muse_glimmer's ``merge_size``; kimi_k25's ``merge_kernel_size``, a pair).
+MERGE_SIZE_NAMES = ("spatial_merge_size", "merge_size", "merge_kernel_size")
+#: ... and the frames one patch spans (muse_glimmer's ``patch_temporal``).
+TEMPORAL_PATCH_NAMES = ("temporal_patch_size", "patch_temporal")
+
+
+def _first_set(*places: tuple[PreTrainedConfig, str]) -> int:
+    """The first (config, attribute) of ``places`` that is set, else 1 (nothing merged, one frame); a pair must be
+    square (the image processor takes one side)."""
+    for config, name in places:
+        value = getattr(config, name, None)
+        if isinstance(value, (list, tuple)):
+            if len(set(value)) != 1:
+                raise ValueError(f"{type(config).__name__}.{name}={value!r}: the image processor takes one side")
+            value = value[0]
+        if value:
+            return int(value)
+    return 1
 
 
 def _set_keys(size: Any) -> set[str]:
@@ -306,11 +329,15 @@ class ScaffoldComposedVlm:
         (1 where the vision config has none: its patch embedding reads one frame), bounded to tiny images."""
         defaults = self.config_class()
         vision = defaults.vision_config
-        merge = getattr(vision, "spatial_merge_size", None) or getattr(defaults, "spatial_merge_size", None) or 1
+        merge = _first_set(
+            *((vision, name) for name in MERGE_SIZE_NAMES[:1]),
+            (defaults, MERGE_SIZE_NAMES[0]),
+            *((vision, name) for name in MERGE_SIZE_NAMES[1:]),
+        )
         options: dict[str, Any] = {
             "patch_size": VISION_SIZES["patch_size"],
             "merge_size": merge,
-            "temporal_patch_size": getattr(vision, "temporal_patch_size", None) or 1,
+            "temporal_patch_size": _first_set(*((vision, name) for name in TEMPORAL_PATCH_NAMES)),
         }
         side = VISION_SIZES["patch_size"] * merge
         low, high = (side * 2) ** 2, (side * 3) ** 2
