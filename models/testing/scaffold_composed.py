@@ -290,7 +290,11 @@ class ScaffoldComposedVlm:
             return config, self._processor(tokenizer, {})
         count = self._features_per_image(config)
         options = self._count_options(signature, config, count)
-        processor = self._processor(tokenizer, options, count)
+        side = math.isqrt(count)
+        # A processor that counts side ** 2 placeholders per tile from its image processor's patch_size
+        # (Cohere2-Vision's): that side is the tiny tower's.
+        tile_side = side if side * side == count and self._counts_from_image_patch_size(tokenizer) else None
+        processor = self._processor(tokenizer, options, count, tile_side)
         for name in COUNT_OPTIONS:
             # A count the class fixes as a class attribute, which __init__ does not take (GOT-OCR2's 256 per
             # image): the instance's own value, which the processor's call defaults to, is the tiny model's.
@@ -315,14 +319,38 @@ class ScaffoldComposedVlm:
         raise AttributeError(f"{self.processor_class.__name__} reads more tokenizer attributes than expected")
 
     def _processor(
-        self, tokenizer: PreTrainedTokenizerFast, options: Mapping[str, Any], count: int = 1
+        self,
+        tokenizer: PreTrainedTokenizerFast,
+        options: Mapping[str, Any],
+        count: int = 1,
+        tile_side: int | None = None,
     ) -> ProcessorMixin:
         sizes = self._grid_options() if self.image_grid else _image_size_options(self.image_processor_class)
         image_processor = self.image_processor_class(**sizes)
         if hasattr(image_processor, "image_seq_length"):  # PaliGemma's processor takes its count from here
             image_processor.image_seq_length = count
+        if tile_side is not None:  # see _counts_from_image_patch_size
+            image_processor.patch_size = tile_side
         # build_processor adds the video processor a class takes (images only, here: upstream's needs torchvision).
         return build_processor(self.processor_class, image_processor=image_processor, tokenizer=tokenizer, **options)
+
+    def _counts_from_image_patch_size(self, tokenizer: PreTrainedTokenizerFast) -> bool:
+        """Whether the processor takes its ``patch_size`` (the side of its placeholders per tile) from the image
+        processor's integer one rather than from an option of its own: built over two image processors whose
+        ``patch_size`` differ, its own follows them (Cohere2-Vision's; a processor whose ``__init__`` takes
+        ``patch_size`` is sized by :meth:`_count_options` instead)."""
+        if "patch_size" in inspect.signature(self.processor_class.__init__).parameters:
+            return False
+        side = getattr(self.image_processor_class(), "patch_size", None)
+        if not isinstance(side, int) or isinstance(side, bool):
+            return False
+        followed = []
+        for probe in (side, side + 1):
+            image_processor = self.image_processor_class(**_image_size_options(self.image_processor_class))
+            image_processor.patch_size = probe
+            processor = build_processor(self.processor_class, image_processor=image_processor, tokenizer=tokenizer)
+            followed.append(getattr(processor, "patch_size", None) == probe)
+        return all(followed)
 
     def _grid_options(self) -> dict[str, Any]:
         """The image processor of patch rows at the tiny patch size, the model's merge size and its temporal patch

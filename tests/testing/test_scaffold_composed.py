@@ -4,13 +4,16 @@ composed-VLM contract").
 
 idefics2 and idefics3 are facts of the pinned transformers (5.25.0): Idefics2's PIL image processor bounds both a
 shortest and a longest edge, and Idefics3's get_image_features drops all-zero images as a row's padding; so are
-the names muse_glimmer's and kimi_k25's vision configs give their merge size and temporal patch.
+the names muse_glimmer's and kimi_k25's vision configs give their merge size and temporal patch, and
+Cohere2-Vision's processor counting its placeholders from its (torchvision-only) image processor's patch_size.
 """
 
 from __future__ import annotations
 
 import pytest
+import torch
 from transformers import (
+    Cohere2VisionConfig,
     Idefics2ImageProcessorPil,
     Idefics3Config,
     Idefics3ImageProcessorPil,
@@ -79,3 +82,23 @@ def test_a_square_merge_kernel_gives_the_image_processor_its_side() -> None:
     options = _grid_scaffold("kimi_k25", "Kimi_K25", Kimi_K25Config)._grid_options()
 
     assert (options["merge_size"], options["temporal_patch_size"]) == (2, 1)
+
+
+def test_a_processor_counting_from_its_image_processor_s_patch_size_gets_the_tiny_tower_s_side() -> None:
+    """Cohere2-Vision's processor writes patch_size ** 2 placeholders per tile, patch_size being its image
+    processor's (16 by default); the tiny tower gives (28 / 7) ** 2 / 2 ** 2 = 4 features per tile: side 2."""
+    cohere2_vision = ScaffoldComposedVlm(
+        model_type="cohere2_vision",
+        config_class=Cohere2VisionConfig,
+        processor_class=importable_processor_class("transformers.Cohere2VisionProcessor"),
+        image_processor_class=importable_image_processor_class("transformers.Cohere2VisionImageProcessor"),
+        causal_lm="Cohere2VisionForConditionalGeneration",
+        guarded=(),
+    )
+    config = cohere2_vision.config()
+    batch = cohere2_vision.batch(config, (1,))
+
+    assert cohere2_vision._features_per_image(config) == 4
+    tiles = batch["pixel_values"].shape[0]
+    assert int((batch["input_ids"] == config.image_token_id).sum()) == 4 * tiles
+    assert isinstance(batch["pixel_values"], torch.Tensor)
