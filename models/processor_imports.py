@@ -29,6 +29,12 @@ What this leaves in the process, and why:
   and the name it reads there was checked to be the same definition;
 * transformers' own lookups are left alone: ``transformers.PixtralProcessor`` still gives upstream's placeholder.
 
+An image processor class written for torchvision alone (``image_processing_<m>`` with no PIL sibling:
+cohere2_vision's, kimi_k25's) is another matter: it needs torchvision's image functions themselves, not helpers a
+PIL module repeats. For one of those, :func:`importable_processor_class` gives what
+:func:`importable_image_processor_class` gives: the class on modelgraft's torch stand-in for those functions
+(``modelgraft.models.image_processor_imports``).
+
 Where torchvision is installed, nothing is substituted: the helper returns upstream's class as transformers
 resolves it.
 """
@@ -51,7 +57,7 @@ from transformers.utils.import_utils import DummyObject
 
 from modelgraft.models.registry import resolve_dotted
 
-__all__ = ["ProcessorImportError", "importable_processor_class"]
+__all__ = ["ProcessorImportError", "importable_image_processor_class", "importable_processor_class"]
 
 _TORCHVISION = "torchvision"
 _IMAGE_PROCESSING = "image_processing_"
@@ -74,7 +80,15 @@ def importable_processor_class(processor: str | type) -> type:
     there (module docstring). Any other class or path is returned as transformers resolves it, and so is every
     one where torchvision is installed. Raises :class:`ProcessorImportError` where the substitution would not be
     the same code, or where the class needs torchvision for its own work.
+
+    An image processor written for torchvision (a dotted path into ``image_processing_<m>``, or its placeholder)
+    is given on the torch stand-in (:func:`importable_image_processor_class`).
     """
+    if not is_torchvision_available():
+        from modelgraft.models import image_processor_imports  # it imports this module: imported on first use
+
+        if image_processor_imports.is_torchvision_image_processor(processor) is not None:
+            return image_processor_imports.importable_image_processor_class(processor)
     if isinstance(processor, str):
         if is_torchvision_available():
             return resolve_dotted(processor)
@@ -87,6 +101,16 @@ def importable_processor_class(processor: str | type) -> type:
             return processor
         return _load(processor.__module__, processor.__name__, declared=True)
     return processor
+
+
+def importable_image_processor_class(image_processor: str | type) -> type:
+    """The image processor class ``image_processor`` names (a dotted path, a placeholder transformers gave, or
+    upstream's class), working without torchvision: one written for torchvision runs on modelgraft's torch
+    stand-in for its image functions (``modelgraft.models.image_processor_imports``); any other, and every one
+    where torchvision is installed, is returned as transformers resolves it."""
+    from modelgraft.models import image_processor_imports  # it imports this module: imported on first use
+
+    return image_processor_imports.importable_image_processor_class(image_processor)
 
 
 def _is_module_file(name: str) -> bool:

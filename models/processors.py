@@ -15,8 +15,10 @@ processor needs it: the slow image processors are numpy and PIL. So the processo
   base class instead. Every other argument is checked as upstream checks it;
 * :func:`load_processor` does it for a folder that holds a checkpoint's processor files (a hub download, or
   what ``save_pretrained`` wrote): its tokenizer, the numpy/PIL class of its image processor (transformers'
-  ``AutoImageProcessor`` itself requires torchvision), its feature extractor (Omni), its chat template, and
-  the processor's own options (``patch_size``, ``image_seq_length``: what sizes its placeholders).
+  ``AutoImageProcessor`` itself requires torchvision), else, for a model whose image processor exists only for
+  torchvision, that class on modelgraft's torch stand-in for torchvision's image functions, its feature
+  extractor (Omni), its chat template, and the processor's own options (``patch_size``, ``image_seq_length``:
+  what sizes its placeholders).
 
 Importing this module imports transformers' processing modules, not torchvision.
 """
@@ -181,12 +183,16 @@ def _processor_class(folder: Path) -> type[ProcessorMixin]:
 
 def _from_settings(settings: dict[str, Any], key: str, folder: Path) -> Any:
     """The part the settings name under ``key``, built from them: the numpy/PIL class of an image processor
-    (``<Name>Pil``, else ``<Name>`` without ``Fast``), never the torchvision one."""
+    (``<Name>Pil``, else ``<Name>`` without ``Fast``); where the model has none (cohere2_vision), its torchvision
+    class on modelgraft's torch stand-in (``modelgraft.models.image_processor_imports``)."""
     name = settings.get(key)
     if not name:
         raise ValueError(f"{folder}: the processor files name no {key}")
     base = name.removesuffix("Fast")
-    cls = getattr(transformers, f"{base}Pil", None) or getattr(transformers, base)
+    cls = getattr(transformers, f"{base}Pil", None) or getattr(transformers, base, None)
+    if cls is None:
+        raise ValueError(f"{folder}: the processor files name {key}={name!r}, which transformers does not define")
+    cls = importable_processor_class(cls)  # a placeholder for want of torchvision: the stand-in-backed class
     return cls.from_dict({k: v for k, v in settings.items() if k != key})
 
 
@@ -195,7 +201,8 @@ def load_processor(folder: str | Path, *, processor_class: type[ProcessorMixin] 
 
     ``processor_class`` defaults to the class the files name (``processor_class`` in their JSON), else the one
     registered for the model type of the folder's ``config.json``. The image processor is the numpy/PIL class
-    of the one the files name; videos go through it (:class:`FramesVideoProcessor`); the tokenizer and an
+    of the one the files name (the torchvision class on the torch stand-in where there is none); videos go
+    through it (:class:`FramesVideoProcessor`); the tokenizer and an
     Omni model's feature extractor load as upstream loads them. The chat template the folder holds is kept.
     """
     folder = Path(folder)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from modelgraft.generator.recipes.fit_vlm import image_processor_answers
 from modelgraft.generator.upstream.structure import ModelStructure
 
 __all__ = ["omni_arguments", "omni_processors"]
@@ -146,14 +147,19 @@ def _moe_thinker(structure: ModelStructure, arguments: dict[str, Any]) -> dict[s
 
 
 def omni_processors(structure: ModelStructure, refusals: list[tuple[str, str]]) -> dict[str, str]:
-    """The processor class and the PIL image processor class the scaffold's Omni tests build."""
+    """The processor class and the image processor class the scaffold's Omni tests build: the PIL image processor
+    where upstream has one, else the torchvision one on modelgraft's torch stand-in (as for a VLM,
+    :func:`modelgraft.generator.recipes.fit_vlm.vlm_processors`)."""
     omni = structure.omni
     assert omni is not None
     processor = next((p.cls for p in omni.processors if p.kind == "processor"), None)
-    image = next((p.cls for p in omni.processors if p.kind == "image_processor_pil"), None)
+    pil = next((p.cls for p in omni.processors if p.kind == "image_processor_pil"), None)
+    image = pil or next((p.cls for p in omni.processors if p.kind == "image_processor"), None)
     where = omni.top_level or structure.model
     if processor is None:
         refusals.append((where, "no processor class: neither the package nor the Auto tables name one"))
     if image is None:
-        refusals.append((where, "no PIL image processor: the tests cannot build images without torchvision"))
-    return {"processor": processor, "image_processor": image} if processor and image else {}
+        refusals.append((where, "no image processor class: neither the package nor the Auto tables name one"))
+    if processor is None or image is None:
+        return {}
+    return image_processor_answers(processor, image, torchvision_only=pil is None)

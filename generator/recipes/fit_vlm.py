@@ -18,9 +18,10 @@ upstream (docs/scaffolding.md, "VLM scaffolds"):
   ``sub_model_slots`` the slots that generated module consults, which the tests bind;
 - ``model``: the class holding both towers, whose ``get_rope_index`` the position-id function runs.
 
-The processor the tests build (the package's processor and its PIL image processor) is part of the fit too:
-a VLM whose inputs cannot be built without torchvision is refused, as is one that does not follow the
-contract, each with its reason, before anything is written.
+The processor the tests build (the package's processor and its PIL image processor, else its torchvision one on
+modelgraft's torch stand-in for torchvision's image functions) is part of the fit too: a VLM without a processor
+or an image processor is refused, as is one that does not follow the contract, each with its reason, before
+anything is written.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from modelgraft.generator.recipes.registered import registered_model_types, sub_
 from modelgraft.generator.upstream.structure import ModelStructure
 from modelgraft.generator.upstream.vlm_structure import ProcessorInfo, VlmInfo
 
-__all__ = ["VlmFinding", "multimodal_rope_name", "vlm_arguments", "vlm_processors"]
+__all__ = ["VlmFinding", "image_processor_answers", "multimodal_rope_name", "vlm_arguments", "vlm_processors"]
 
 #: The reader's note on a VLM's plain text RoPE: the tower's function is guarded apart (rope_vision).
 _VISION_ROPE_NOTE = "the module also defines apply_rotary_pos_emb_vision"
@@ -153,29 +154,36 @@ def _holds_model(structure: ModelStructure, head: str) -> bool:
 
 
 def vlm_processors(vlm: VlmInfo, refusals: list[VlmFinding]) -> dict[str, str]:
-    """The processor class and the PIL image processor class the scaffold's tests build (both exported by
-    ``transformers`` itself, so the tests import them from there).
+    """The processor class and the image processor class the scaffold's tests build (both exported by
+    ``transformers`` itself): the PIL image processor where upstream has one, else the torchvision one, which the
+    tests build on modelgraft's torch stand-in for torchvision's image functions; then the answer
+    ``image_processor_backend`` is ``"torchvision"`` (``modelgraft.models.image_processor_imports``).
 
     Videos go through the image processor (``modelgraft.models.testing.vlm_processor``), as upstream's video
-    processors need torchvision; a package without a processor or a PIL image processor is refused.
+    processors need torchvision; a package without a processor or any image processor is refused.
     """
     where = vlm.model_class or "-"
     processor = _first(vlm.processors, "processor")
-    image = _first(vlm.processors, "image_processor_pil")
+    pil = _first(vlm.processors, "image_processor_pil")
+    image = pil or _first(vlm.processors, "image_processor")
     if processor is None:
         reason = "no processor class: neither the package nor the Auto tables name one"
         refusals.append(VlmFinding(where, vlm.model_line, reason))
     if image is None:
-        refusals.append(
-            VlmFinding(
-                where,
-                vlm.model_line,
-                "no PIL image processor (image_processing_pil_*): the tests cannot build images without torchvision",
-            )
-        )
+        reason = "no image processor class: neither the package nor the Auto tables name one"
+        refusals.append(VlmFinding(where, vlm.model_line, reason))
     if processor is None or image is None:
         return {}
-    return {"processor": processor.cls, "image_processor": image.cls}
+    return image_processor_answers(processor.cls, image.cls, torchvision_only=pil is None)
+
+
+def image_processor_answers(processor: str, image_processor: str, *, torchvision_only: bool) -> dict[str, str]:
+    """The fit's processor answers; ``image_processor_backend`` only for a torchvision-only image processor, so
+    that the answers of every model with a PIL one stay what they were."""
+    answers = {"processor": processor, "image_processor": image_processor}
+    if torchvision_only:
+        answers["image_processor_backend"] = "torchvision"
+    return answers
 
 
 def _first(processors: tuple[ProcessorInfo, ...], kind: str) -> ProcessorInfo | None:

@@ -11,7 +11,9 @@ A zoo model's composed-VLM test (gemma3's) spells out its tiny config and its pr
 - the processor: the model's own class (where transformers gives a placeholder for want of torchvision, the
   class ``modelgraft.models.processor_imports.importable_processor_class`` loads) over a word-level tokenizer
   holding every ``*_token`` string the processor names (its placeholder and the markers around it), the PIL
-  image processor at the tiny image size, and its options by name: ``patch_size`` and
+  image processor at the tiny image size (or, where upstream writes it for torchvision only, the class
+  ``modelgraft.models.image_processor_imports`` runs on the torch stand-in, which the rendered test passes),
+  and its options by name: ``patch_size`` and
   ``vision_feature_select_strategy`` from the config, and the placeholder count per image (``image_seq_length``,
   or ``num_additional_image_tokens`` on top of the patches) from what upstream's own ``get_image_features``
   returns for one image. A processor option these rules cannot set fails the declaration with its name.
@@ -101,7 +103,7 @@ def _declared(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
 
 
 def _image_size_options(image_processor_class: type) -> dict[str, Any]:
-    """``size`` (and ``crop_size``) of the PIL image processor at :data:`IMAGE_SIDE`, in the keys its default uses."""
+    """``size`` (and ``crop_size``) of the image processor at :data:`IMAGE_SIDE`, in the keys its default uses."""
     options: dict[str, Any] = {}
     defaults = image_processor_class()  # some set their sizes in __init__ only
     if getattr(defaults, TILING, None):
@@ -119,6 +121,27 @@ def _image_size_options(image_processor_class: type) -> dict[str, Any]:
     if "height" in _set_keys(getattr(defaults, "patch_size", None)):  # it cuts patches itself (Pixtral's)
         options["patch_size"] = {"height": VISION_SIZES["patch_size"], "width": VISION_SIZES["patch_size"]}
     return options
+
+
+#: What vision configs call the side of the square of patches merged into one feature (Qwen-VL's
+#: ``spatial_merge_size``; muse_glimmer's ``merge_size``; kimi_k25's ``merge_kernel_size``, a pair).
+MERGE_SIZE_NAMES = ("spatial_merge_size", "merge_size", "merge_kernel_size")
+#: ... and the frames one patch spans (muse_glimmer's ``patch_temporal``).
+TEMPORAL_PATCH_NAMES = ("temporal_patch_size", "patch_temporal")
+
+
+def _first_set(*places: tuple[PreTrainedConfig, str]) -> int:
+    """The first (config, attribute) of ``places`` that is set, else 1 (nothing merged, one frame); a pair must be
+    square (the image processor takes one side)."""
+    for config, name in places:
+        value = getattr(config, name, None)
+        if isinstance(value, (list, tuple)):
+            if len(set(value)) != 1:
+                raise ValueError(f"{type(config).__name__}.{name}={value!r}: the image processor takes one side")
+            value = value[0]
+        if value:
+            return int(value)
+    return 1
 
 
 def _set_keys(size: Any) -> set[str]:
@@ -267,7 +290,11 @@ class ScaffoldComposedVlm:
             return config, self._processor(tokenizer, {})
         count = self._features_per_image(config)
         options = self._count_options(signature, config, count)
-        processor = self._processor(tokenizer, options, count)
+        side = math.isqrt(count)
+        # A processor that counts side ** 2 placeholders per tile from its image processor's patch_size
+        # (Cohere2-Vision's): that side is the tiny tower's.
+        tile_side = side if side * side == count and self._counts_from_image_patch_size(tokenizer) else None
+        processor = self._processor(tokenizer, options, count, tile_side)
         for name in COUNT_OPTIONS:
             # A count the class fixes as a class attribute, which __init__ does not take (GOT-OCR2's 256 per
             # image): the instance's own value, which the processor's call defaults to, is the tiny model's.
@@ -292,25 +319,53 @@ class ScaffoldComposedVlm:
         raise AttributeError(f"{self.processor_class.__name__} reads more tokenizer attributes than expected")
 
     def _processor(
-        self, tokenizer: PreTrainedTokenizerFast, options: Mapping[str, Any], count: int = 1
+        self,
+        tokenizer: PreTrainedTokenizerFast,
+        options: Mapping[str, Any],
+        count: int = 1,
+        tile_side: int | None = None,
     ) -> ProcessorMixin:
         sizes = self._grid_options() if self.image_grid else _image_size_options(self.image_processor_class)
         image_processor = self.image_processor_class(**sizes)
         if hasattr(image_processor, "image_seq_length"):  # PaliGemma's processor takes its count from here
             image_processor.image_seq_length = count
+        if tile_side is not None:  # see _counts_from_image_patch_size
+            image_processor.patch_size = tile_side
         # build_processor adds the video processor a class takes (images only, here: upstream's needs torchvision).
         return build_processor(self.processor_class, image_processor=image_processor, tokenizer=tokenizer, **options)
+
+    def _counts_from_image_patch_size(self, tokenizer: PreTrainedTokenizerFast) -> bool:
+        """Whether the processor takes its ``patch_size`` (the side of its placeholders per tile) from the image
+        processor's integer one rather than from an option of its own: built over two image processors whose
+        ``patch_size`` differ, its own follows them (Cohere2-Vision's; a processor whose ``__init__`` takes
+        ``patch_size`` is sized by :meth:`_count_options` instead)."""
+        if "patch_size" in inspect.signature(self.processor_class.__init__).parameters:
+            return False
+        side = getattr(self.image_processor_class(), "patch_size", None)
+        if not isinstance(side, int) or isinstance(side, bool):
+            return False
+        followed = []
+        for probe in (side, side + 1):
+            image_processor = self.image_processor_class(**_image_size_options(self.image_processor_class))
+            image_processor.patch_size = probe
+            processor = build_processor(self.processor_class, image_processor=image_processor, tokenizer=tokenizer)
+            followed.append(getattr(processor, "patch_size", None) == probe)
+        return all(followed)
 
     def _grid_options(self) -> dict[str, Any]:
         """The image processor of patch rows at the tiny patch size, the model's merge size and its temporal patch
         (1 where the vision config has none: its patch embedding reads one frame), bounded to tiny images."""
         defaults = self.config_class()
         vision = defaults.vision_config
-        merge = getattr(vision, "spatial_merge_size", None) or getattr(defaults, "spatial_merge_size", None) or 1
+        merge = _first_set(
+            *((vision, name) for name in MERGE_SIZE_NAMES[:1]),
+            (defaults, MERGE_SIZE_NAMES[0]),
+            *((vision, name) for name in MERGE_SIZE_NAMES[1:]),
+        )
         options: dict[str, Any] = {
             "patch_size": VISION_SIZES["patch_size"],
             "merge_size": merge,
-            "temporal_patch_size": getattr(vision, "temporal_patch_size", None) or 1,
+            "temporal_patch_size": _first_set(*((vision, name) for name in TEMPORAL_PATCH_NAMES)),
         }
         side = VISION_SIZES["patch_size"] * merge
         low, high = (side * 2) ** 2, (side * 3) ** 2

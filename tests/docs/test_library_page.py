@@ -87,6 +87,7 @@ def test_the_pages_python_blocks_run_as_one_script(page_folder: Path) -> None:
     assert "Qwen3Config has no attribute(s) ['hiden_size'] to set" in result.stdout
     assert "checkpoint shape [128, 64], model shape [128, 32]" in result.stdout
     assert "[[1, 4, 4]] [[1, 4, 4]]" in result.stdout
+    assert "transformers.models.cohere2_vision.image_processing_cohere2_vision [1, 3, 512, 512]" in result.stdout
 
 
 def test_the_pages_commands_run(page_folder: Path) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from modelgraft.scaffold.jinja_extension import scaffold_refusal
 
-from .repos import clone, copy_model, run, without
+from .repos import clone, copy_model, recorded_answers, run, without
 from .test_copy import _assert_ruff_clean
 
 
@@ -71,3 +71,24 @@ def test_a_composed_vlm_whose_features_need_more_than_an_image_is_refused_naming
     assert "Lfm2VlModel.get_image_features requires spatial_shapes, pixel_attention_mask" in scaffold_refusal(
         "lfm2_vl", "vlm"
     )
+
+
+def test_a_torchvision_only_image_processor_is_rendered_through_the_stand_in(clean_clone: Path) -> None:
+    """cohere2_vision ships no PIL image processor: its answers record the torchvision backend, and its test binds
+    the class modelgraft's loader gives instead of importing transformers' placeholder (the copy's own tests run
+    in the scaffold survey, scaffold-survey cohere2_vision)."""
+    model_dir = copy_model(clean_clone, "cohere2_vision", generate=False)
+    test = (model_dir / "tests" / "test_cohere2_vision_parity.py").read_text(encoding="utf-8")
+
+    assert recorded_answers(model_dir)["image_processor_backend"] == "torchvision"
+    assert "from transformers import Cohere2VisionConfig, Cohere2VisionProcessor\n" in test
+    assert (
+        'Cohere2VisionImageProcessor = importable_image_processor_class("transformers.Cohere2VisionImageProcessor")'
+        in test
+    )
+    assert "image_processor_class=Cohere2VisionImageProcessor," in test
+
+
+def test_a_pil_image_processor_records_no_backend(llava: tuple[Path, Path]) -> None:
+    """The answer is recorded only for a torchvision-only image processor: a PIL one's answers are unchanged."""
+    assert "image_processor_backend" not in recorded_answers(llava[1])

@@ -89,6 +89,23 @@ def test_a_vlm_moe_fit_holds_the_moe_pieces_and_a_processor_borrowed_through_the
     assert glm4v_moe.processors == {"processor": "Glm4vProcessor", "image_processor": "Glm4vImageProcessorPil"}
 
 
+def test_a_vlm_whose_image_processor_is_torchvision_only_gets_it_on_the_stand_in() -> None:
+    """cohere2_vision ships no image_processing_pil_*: its tests build the torchvision class on modelgraft's torch
+    stand-in, which the answer image_processor_backend records (docs/scaffolding.md, "The questions")."""
+    cohere2_vision = fit("cohere2_vision")
+
+    assert cohere2_vision.processors == {
+        "processor": "Cohere2VisionProcessor",
+        "image_processor": "Cohere2VisionImageProcessor",
+        "image_processor_backend": "torchvision",
+    }
+    assert not [reason for reason in vlm_reasons("cohere2_vision") if "image processor" in reason]
+
+
+def test_a_vlm_without_any_image_processor_is_refused_for_it() -> None:
+    assert any("no image processor class" in reason for reason in vlm_reasons("glm_ocr"))
+
+
 def test_the_recipe_call_takes_no_sequence_classification_and_states_the_absent_mrope() -> None:
     imports, call = recipe_call("vlm", "Glm4v", fit("glm4v").arguments)
     assert imports.endswith("VisionTower, vlm")
