@@ -226,6 +226,38 @@ def test_a_tower_type_no_package_of_this_project_registers_is_refused_naming_the
     assert "copier copy -d model=glm4v" in reasons[0]
 
 
+def test_an_image_only_vlm_is_fitted_without_videos_its_placeholders_found_by_the_image_id() -> None:
+    """paddleocr_vl: one placeholder mask and no video processor (5.25.0)."""
+    paddle = fit("paddleocr_vl")
+    assert not paddle.refused and paddle.category == "vlm"
+    assert paddle.arguments["videos"] is False
+    assert paddle.arguments["placeholder_ids"] == ["self.config.image_token_id"]
+
+
+def test_a_vlm_that_takes_videos_has_no_image_only_arguments() -> None:
+    assert not {"videos", "placeholder_ids"} & set(fit("glm4v").arguments)
+
+
+def test_a_tower_taking_patches_as_images_with_unmerged_rotary_positions_says_so() -> None:
+    vision = fit("paddleocr_vl").arguments["vision"]
+    assert vision["patch_weight"] == "self.vision_model.embeddings.patch_embedding.weight"
+    assert (vision["patch_input"], vision["position_merge"]) == ("images", 1)
+    assert not {"patch_input", "position_merge"} & set(fit("glm4v").arguments["vision"])
+
+
+def test_a_text_model_not_named_after_the_prefix_is_the_recipe_s_text_model() -> None:
+    """PaddleOCRVLModel's language model is PaddleOCRTextModel, not PaddleOCRVLTextModel."""
+    assert fit("paddleocr_vl").arguments["text_model"] == "PaddleOCRTextModel"
+    assert "text_model" not in fit("glm4v").arguments
+
+
+def test_the_recipe_call_of_an_image_only_vlm_names_each_difference_from_qwen_vl() -> None:
+    _, call = recipe_call("vlm", "PaddleOCRVL", fit("paddleocr_vl").arguments)
+    assert '        patch_input="images",\n        position_merge=1,\n' in call
+    assert '    text_model="PaddleOCRTextModel",\n    videos=False,\n' in call
+    assert '    placeholder_ids=("self.config.image_token_id",),\n' in call
+
+
 def test_cosmos3_omni_is_refused_for_its_missing_processor_alone() -> None:
     """Its qwen3_vl towers are the zoo's; neither its package nor the Auto tables name a processor (5.25.0)."""
     (reason,) = vlm_reasons("cosmos3_omni")
