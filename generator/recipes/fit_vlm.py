@@ -6,7 +6,11 @@ rules (:func:`modelgraft.generator.recipes.fit.text_arguments`), and the vision 
 upstream (docs/scaffolding.md, "VLM scaffolds"):
 
 - ``vision``: the tower class that gets ``dummy_forward``, the expressions of its patch embedding's weight and
-  of its merge size, and its rotary function (the ``rope_vision`` slot), when its attention calls one;
+  of its merge size, and its rotary function (the ``rope_vision`` slot), when its attention calls one; where
+  they are not Qwen-VL's, how the patch embedding takes its patches (``patch_input``: PaddleOCR-VL's small
+  images) and the constant merge size its rotary positions are laid out by (``position_merge``);
+- ``videos`` and ``placeholder_ids``, for an image-only model (one placeholder mask, no video input:
+  PaddleOCR-VL): no video tower call, and the image placeholders found by the config's image id;
 - ``mrope``: the text attention's sectioned multimodal RoPE, a function taking ``mrope_section`` (Qwen2-VL's
   ``apply_multimodal_rotary_pos_emb`` before its rotary embedding sectioned the positions itself), behind the
   ``rope`` slot; a plain rotate-half text RoPE (the whole Qwen-VL family's in the pinned transformers) goes
@@ -91,6 +95,10 @@ def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict
         "merge_size": "self.spatial_merge_size" if tower.spatial_merge_size else "self.config.spatial_merge_size",
         "attr": tower.attr,
     }
+    if tower.patch_input != "rows":  # written only where it is not the Qwen-VL towers' flat rows
+        vision["patch_input"] = tower.patch_input
+    if tower.position_merge is not None:
+        vision["position_merge"] = tower.position_merge
     arguments: dict[str, Any] = {
         "vision": vision,
         "mrope": multimodal_rope_name(structure),
@@ -99,6 +107,20 @@ def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict
         },
         "model": model,
     }
+    language = vlm.language_model
+    if (
+        language is not None
+        and language.cls
+        and not language.package
+        and language.cls != f"{structure.prefix}TextModel"
+    ):
+        # The text model whose forward gets the packed-documents guard, where not named after the prefix
+        # (PaddleOCR-VL's PaddleOCRTextModel beside its PaddleOCRVLModel).
+        arguments["text_model"] = language.cls
+    if vlm.image_only:
+        # One placeholder mask, found by the image id: the forward feeds the tower from pixel_values alone.
+        arguments["videos"] = False
+        arguments["placeholder_ids"] = list(vlm.placeholder_ids)
     if sub_models:
         # Built by build_sub_model as another package's generated classes, which guard them and give the tower
         # its dummy_forward; the test suite binds the slots those classes consult.

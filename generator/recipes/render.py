@@ -323,6 +323,8 @@ VISION_TOWER_DEFAULTS = {
     "merge_size": "self.spatial_merge_size",
     "attr": "visual",
     "package": None,
+    "patch_input": "rows",
+    "position_merge": None,
 }
 
 
@@ -385,6 +387,11 @@ def _vlm_lines(spec: categories.Category, prefix: str, arguments: Mapping[str, A
         lines.append("    compose=True,")
         if "text_model" in arguments and arguments["text_model"] is None:
             lines.append("    text_model=None,")
+    elif arguments.get("text_model") and arguments["text_model"] != f"{prefix}TextModel":
+        lines.append(f"    text_model={arguments['text_model']!r},")
+    if arguments.get("videos") is False:  # an image-only model: its placeholders found by the image id
+        lines.append("    videos=False,")
+        lines.append(f"    placeholder_ids={tuple(arguments.get('placeholder_ids') or ())!r},")
     return lines
 
 

@@ -89,7 +89,11 @@ class VisionTower:
     device and input width); ``rope`` the module-level rotary embedding function of the tower (None: none to
     guard); ``merge_size`` the expression of its spatial merge size (``self.config.spatial_merge_size`` for a
     tower that keeps none, its merger sitting in the ``Model``); ``attr`` the ``Model``'s attribute holding it;
-    ``package`` the model package whose generated module defines ``cls`` where it is not this one.
+    ``package`` the model package whose generated module defines ``cls`` where it is not this one;
+    ``patch_input`` how the patch embedding takes the processor's patches ("rows": one flat row each, Qwen-VL's;
+    "images": ``[1, patches, channels, p, p]``, PaddleOCR-VL's), which ``dummy_forward``'s blank input follows;
+    ``position_merge`` the constant merge size the tower lays its rotary positions out by (PaddleOCR-VL's 1), which
+    ``get_metadata_collate_func`` then computes them with (None: the vision config's ``spatial_merge_size``).
     """
 
     cls: str
@@ -102,6 +106,10 @@ class VisionTower:
     #: ``build_sub_model`` (glm46v's ``Glm4vVisionModel``, of glm4v): that module gives it ``dummy_forward`` and
     #: guards its RoPE, so this recipe adds neither. None: the tower is a class of this module.
     package: str | None = None
+    #: How the patch embedding takes the processor's patches: "rows" or "images" (see the class docstring).
+    patch_input: str = "rows"
+    #: The merge size of the tower's rotary positions where it is a constant, not its config's.
+    position_merge: int | None = None
 
 
 def rope_index_without_model(model_class: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
@@ -266,6 +274,8 @@ def vlm(
     pretrained_model: str | None = "{prefix}PreTrainedModel",
     aux_loss: str = "",
     compose: bool = False,
+    videos: bool = True,
+    placeholder_ids: Sequence[str] = (),
 ) -> PatchConfig:
     """Apply the VLM snippets to ``config`` for the model whose classes start with ``prefix``.
 
@@ -282,7 +292,13 @@ def vlm(
     glm4v towers, cosmos3_omni's qwen3_vl ones): every such call builds the generated class registered for the
     sub-config's model_type instead (``vlm_composed_towers_init``, as the composed recipe's towers), so their
     packages' guards run; ``towers`` is then empty, and ``text_model`` None where the text model is one of them.
+    ``videos``: False for an image-only model (PaddleOCR-VL: its ``get_placeholder_mask`` returns the image mask
+    alone and wants the features to count, its forward takes no ``pixel_values_videos``), whose sequence-parallel
+    forward runs the tower for ``pixel_values`` only and finds this rank's image placeholders by
+    ``placeholder_ids`` (``("self.config.image_token_id",)``), as a composed VLM's does.
     """
+    if not videos and not placeholder_ids:
+        raise ValueError("an image-only vlm (videos=False) finds its placeholders by placeholder_ids: give them")
     apply_upstream_version_check(config)
     apply_norms(config, norms, prefix=prefix)
     apply_mlps(config, mlps, prefix=prefix, description="glu_activation slot guard")
@@ -301,6 +317,8 @@ def vlm(
             add=True,
             patch_weight=vision.patch_weight,
             merge_size=vision.merge_size,
+            # Told only where not flat rows: the snippet's default, so Qwen-VL's rendering stays as it was.
+            **({"patch_input": vision.patch_input} if vision.patch_input != "rows" else {}),
             description="a zero loss term through the vision tower, for ranks without images",
         )
     model_cls = _named(model, prefix)
@@ -318,8 +336,9 @@ def vlm(
             description="the towers are this module's classes, not AutoModel's",
         )
     tower = f"self.{vision.attr}"
+    inputs = ("pixel_values", "pixel_values_videos") if videos else ("pixel_values",)
     apply_sequence_parallel_forward(
-        config, f"{model_cls}.forward", [(tower, "pixel_values"), (tower, "pixel_values_videos")]
+        config, f"{model_cls}.forward", [(tower, name) for name in inputs], placeholder_ids=placeholder_ids
     )
     if text_model is not None:
         apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
@@ -339,6 +358,7 @@ def vlm(
             "vlm_metadata_collate_func",
             f"{cls}.get_metadata_collate_func",
             add=True,
+            **({"position_merge": vision.position_merge} if vision.position_merge is not None else {}),
             description="picklable collator step precomputing the vision tower's packing metadata",
         )
     apply_pretrained_model(config, pretrained_model, prefix=prefix)

@@ -49,6 +49,9 @@ def vlm_moe(
     aux_loss: str = "load_balancing_loss_func",
     layers: str = "model.language_model.layers",
     sparse_block_attr: str = "mlp",
+    text_model: str | None = "{prefix}TextModel",
+    videos: bool = True,
+    placeholder_ids: Sequence[str] = (),
     indexer: str | None = None,
 ) -> PatchConfig:
     """Apply the VLM snippets and the MoE snippets to ``config`` for the model whose classes start with ``prefix``.
@@ -71,6 +74,9 @@ def vlm_moe(
         causal_lm=causal_lm,
         towers=towers,
         aux_loss=aux_loss,
+        text_model=text_model,
+        videos=videos,
+        placeholder_ids=placeholder_ids,
     )
     apply_moe_decoder(
         config,

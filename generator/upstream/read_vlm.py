@@ -23,7 +23,14 @@ from modelgraft.generator.upstream.read_processors import read_processors
 from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, dotted
 from modelgraft.generator.upstream.structure import RopeInfo
 from modelgraft.generator.upstream.vlm_contract import contract_differences
-from modelgraft.generator.upstream.vlm_structure import CompositionInfo, MergerInfo, MethodInfo, TowerInfo, VlmInfo
+from modelgraft.generator.upstream.vlm_structure import (
+    CompositionInfo,
+    MergerInfo,
+    MethodInfo,
+    ProcessorInfo,
+    TowerInfo,
+    VlmInfo,
+)
 
 #: Attribute names (prefixes) under which a VLM's Model holds its vision tower.
 VISION_ATTRS = ("visual", "vision_tower", "vision_model", "vision_encoder", "vision", "image_encoder")
@@ -50,6 +57,8 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         merger_name = _placeholder_merger(source, model_class) if placeholder is None else None
         merger = _method(source, model_class, merger_name) if merger_name else None
         image_features = _method(source, model_class, "get_image_features")
+    processors = read_processors(source, model_type)
+    image_only = _image_only(source, model_class, placeholder, processors)
     info = VlmInfo(
         model_class=model_class,
         model_line=source.classes[model_class].lineno if model_class else 0,
@@ -72,10 +81,12 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         forward_scatters=_forward_scatters(source, model_class),
         dsa_indexer=read_dsa_indexer(source),
         compositions=compositions,
-        processors=read_processors(source, model_type),
+        processors=processors,
         # Only a tower of this module: another package's tower keeps its rotary function in its own module.
         vision_rope=vision_rope(source, vision.cls if vision and not vision.package else None),
-        video_shares_image_token=_shared_placeholder_token(source, model_class),
+        image_only=image_only,
+        # Both masks by one id: an image-only model has no second mask to share it.
+        video_shares_image_token=_shared_placeholder_token(source, model_class) and not image_only,
         placeholder_ids=_placeholder_ids(source, model_class),
         pretrained_bases=tuple(cls for cls in source.classes if "PreTrainedModel" in source.base_names(cls)),
         language_model_reads_text_row=_reads_text_row(_defining(source, language), language.cls if language else None),
@@ -151,6 +162,22 @@ def _placeholder_merger(source: ModelSource, model_class: str) -> str | None:
         if {"input_ids", "inputs_embeds"} <= params and scatters and _ids_compared_with_input_ids(func):
             return name
     return None
+
+
+def _image_only(
+    source: ModelSource, model_class: str | None, placeholder: MethodInfo | None, processors: tuple[ProcessorInfo, ...]
+) -> bool:
+    """``get_placeholder_mask`` returns one mask, and nothing upstream takes videos: the Model's forward has no
+    ``pixel_values_videos`` parameter and the package (with what the Auto tables lend it) no video processor."""
+    if model_class is None or placeholder is None or placeholder.returns != 1:
+        return False
+    if any(p.kind == "video_processor" for p in processors):
+        return False
+    forward = source.method(model_class, "forward")
+    if forward is None:
+        return True
+    args = forward[0].args
+    return "pixel_values_videos" not in {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
 
 
 def _shared_placeholder_token(source: ModelSource, model_class: str | None) -> bool:
@@ -265,6 +292,8 @@ def _tower(
         patch_weight=_patch_weight(defining, cls) if cls in defining.classes else None,
         spatial_merge_size=cls in defining.classes and "spatial_merge_size" in defining.init_assigns(cls),
         package=package,
+        patch_input=_patch_input(defining, cls) if cls in defining.classes else "rows",
+        position_merge=_position_merge(defining, cls) if cls in defining.classes else None,
     )
 
 
@@ -299,20 +328,75 @@ _PATCH_LAYERS = ("nn.Conv3d", "nn.Conv2d", "nn.Linear")
 
 
 def _patch_weight(source: ModelSource, tower: str) -> str | None:
-    """``self.patch_embed.proj.weight``: the weight of the first patch-embedding layer inside ``tower``.
+    """``self.patch_embed.proj.weight``: the weight of the first patch-embedding layer inside ``tower``."""
+    found = _patch_layer(source, tower)
+    return f"self.{'.'.join(found[1])}.weight" if found else None
+
+
+def _patch_layer(source: ModelSource, tower: str) -> tuple[str, tuple[str, ...]] | None:
+    """(the class holding it, the attribute path from ``tower``) of the tower's first patch-embedding layer.
 
     Looked for one or two attributes deep (the tower's ``patch_embed``, or its ``embeddings`` holding a
-    ``patch_embedding``), the layer a torch ``Conv3d``, ``Conv2d`` or ``Linear``; None when none is found.
+    ``patch_embedding``), then three (PaddleOCR-VL's tower wraps a transformer whose ``embeddings`` hold it): an
+    attribute of the path names a patch embedding and the layer is a torch ``Conv3d``, ``Conv2d`` or ``Linear``.
+    The shallower search runs to its end first, so a deeper layer never shadows one a tower has closer by.
     """
-    for attr in source.init_assigns(tower):
-        layer = _torch_layer(source, tower, attr)
-        if any(word in attr for word in _PATCH_WORDS) and layer:
-            return f"self.{attr}.weight"
-        for inner in source.instantiated_classes(tower, attr):
-            for inner_attr in source.init_assigns(inner):
-                named = any(word in attr or word in inner_attr for word in _PATCH_WORDS)
-                if named and _torch_layer(source, inner, inner_attr):
-                    return f"self.{attr}.{inner_attr}.weight"
+    for depth in (2, 3):
+        found = _patch_layer_within(source, tower, (), depth)
+        if found is not None:
+            return found
+    return None
+
+
+def _patch_layer_within(
+    source: ModelSource, cls: str, path: tuple[str, ...], depth: int
+) -> tuple[str, tuple[str, ...]] | None:
+    for attr in source.init_assigns(cls):
+        inner_path = (*path, attr)
+        named = any(word in part for part in inner_path for word in _PATCH_WORDS)
+        if named and _torch_layer(source, cls, attr):
+            return cls, inner_path
+        if len(inner_path) < depth:
+            for inner in source.instantiated_classes(cls, attr):
+                found = _patch_layer_within(source, inner, inner_path, depth)
+                if found is not None:
+                    return found
+    return None
+
+
+def _patch_input(source: ModelSource, tower: str) -> str:
+    """How the tower's patch embedding takes the processor's patches: "images" where the forward of the class
+    holding the layer unpacks its input's shape into five names, ``(batch, patches, channels, height, width)``
+    (PaddleOCR-VL's ``Conv2d`` over each patch as a small image); else "rows", one flat row per patch (Qwen-VL's)."""
+    found = _patch_layer(source, tower)
+    forward = source.local_method(found[0], "forward") if found else None
+    if forward is None:
+        return "rows"
+    params = [a.arg for a in forward.args.posonlyargs + forward.args.args if a.arg != "self"]
+    unpacks_five = any(
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Tuple)
+        and len(node.targets[0].elts) == 5
+        and params
+        and dotted(node.value) == f"{params[0]}.shape"
+        for node in ast.walk(forward)
+    )
+    return "images" if unpacks_five else "rows"
+
+
+def _position_merge(source: ModelSource, tower: str) -> int | None:
+    """The merge size the tower lays its rotary positions out by where it passes a constant to transformers'
+    ``get_vision_position_ids`` (PaddleOCR-VL's ``1``: it merges patches in the projector, after the tower); None
+    where it passes its own merge size (``self.spatial_merge_size``, the Qwen-VL towers)."""
+    for cls in _reachable(source, tower):
+        forward = source.local_method(cls, "forward")
+        for call in calls_in(forward) if forward is not None else ():
+            if isinstance(call.func, ast.Name) and call.func.id == "get_vision_position_ids" and len(call.args) > 1:
+                merge = call.args[1]
+                if isinstance(merge, ast.Constant) and type(merge.value) is int:
+                    return merge.value
+                return None
     return None
 
 

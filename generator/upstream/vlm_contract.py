@@ -3,8 +3,9 @@
 The recipe (generator/recipes/vlm.py) rewrites a ``Model`` that holds a vision tower (``self.visual``, or
 under another name the recipe is told: HY-V4-VL's ``self.vision_tower``) and
 ``self.language_model`` (whose forward takes the ``[4, B, L]`` position ids of packed documents), calls
-``get_rope_index`` with Qwen-VL's inputs, splits image and video placeholders with a pair of masks and
-merges patches in (or next to) the tower. A model that follows all four fits; any other gets the list of
+``get_rope_index`` with Qwen-VL's inputs, splits image and video placeholders with a pair of masks (or, in an
+image-only model, finds its image placeholders with one: ``VlmInfo.image_only``) and merges patches in (or next
+to) the tower. A model that follows all four fits; any other gets the list of
 what differs, which the scaffold's refusal prints (docs/scaffolding.md, "The Qwen-VL contract"). A tower or
 language model built with ``AutoModel.from_config`` on a sub-config whose default type is another package's
 (glm46v's glm4v towers) is judged by that package's class, which the reader reads there.
@@ -54,9 +55,17 @@ def contract_differences(info: VlmInfo) -> tuple[str, ...]:
     mask = info.placeholder_mask
     if mask is None:
         out.append(f"{where} has no get_placeholder_mask")
-    elif mask.returns != 2:
+    elif info.image_only and not info.placeholder_ids:
         out.append(
-            f"{mask.owner}.get_placeholder_mask returns {mask.returns} mask(s), not a pair (image, video)"
+            f"{mask.owner}.get_placeholder_mask compares input_ids with no self.config.<id>: the image-only"
+            " sequence-parallel forward finds each rank's image placeholders by that id"
+        )
+    elif mask.returns != 2 and not info.image_only:
+        out.append(
+            f"{mask.owner}.get_placeholder_mask returns {mask.returns} mask(s), not a pair (image, video), and the"
+            " model takes videos (a video processor, or pixel_values_videos in its forward)"
+            if mask.returns == 1
+            else f"{mask.owner}.get_placeholder_mask returns {mask.returns} mask(s), not a pair (image, video)"
             if mask.returns >= 0
             else f"{mask.owner}.get_placeholder_mask returns a different number of masks on different paths"
         )

@@ -36,6 +36,15 @@ class TowerInfo:
     #: ``qwen3_vl_vision``: ``Qwen3VLVisionModel`` of qwen3_vl), read from transformers' Auto tables. None for a
     #: class of this module, or where the configuration names no default type.
     package: str | None = None
+    #: For the vision tower: how its patch embedding takes the processor's patches, which ``dummy_forward``'s
+    #: blank input follows: "rows", one flat row per patch (Qwen-VL's ``[patches, channels * t * p * p]``), or
+    #: "images", a batch of small images (PaddleOCR-VL's ``[1, patches, channels, p, p]``, whose embedding
+    #: unpacks five sizes from its input's shape).
+    patch_input: str = "rows"
+    #: For the vision tower: the constant merge size it lays its rotary positions out by, where it passes one to
+    #: ``get_vision_position_ids`` instead of its own merge size (PaddleOCR-VL's 1: it merges in the projector,
+    #: after the tower), which the precomputed metadata must use too; None for its own merge size.
+    position_merge: int | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,10 @@ class VlmInfo:
     #: the three rotary rows: it tests ``position_ids.shape[0] == 4``), as the vlm recipe's packed-document
     #: guard and position ids need. False only where its class is the module's and its forward has no such test.
     language_model_reads_text_row: bool = True
+    #: An image-only model: ``get_placeholder_mask`` returns the image mask alone, the Model's forward takes no
+    #: ``pixel_values_videos`` and the package has no video processor (PaddleOCR-VL's). The Qwen-VL contract
+    #: then asks for that one mask instead of a pair, and the scaffold's tests feed images and text only.
+    image_only: bool = False
     #: The Qwen-VL contract: empty when the model fits it, else one line per difference.
     contract_differences: tuple[str, ...] = ()
     #: The Model's ``get_image_features`` (what a composed VLM's ``dummy_forward`` runs), when it has one.

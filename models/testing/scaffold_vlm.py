@@ -23,15 +23,18 @@ are the same over the VLM-MoE suite.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections import Counter
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import pytest
 import torch
 from transformers import PreTrainedConfig, ProcessorMixin
 
+from modelgraft.models.distributed.launch import spawn
 from modelgraft.models.loader import build_model, get_model_class
 from modelgraft.models.processors import build_processor
 from modelgraft.models.registry import MODELING_REGISTRY
@@ -59,6 +62,7 @@ from modelgraft.models.vision_metadata import GRIDS
 
 __all__ = [
     "MARKER_TOKENS",
+    "ImagesOnly",
     "ScaffoldVlm",
     "ScaffoldVlmMoe",
     "ScaffoldVlmMoeParitySuite",
@@ -222,6 +226,7 @@ class _Derived:
     image_processor_class: type
     vision_config: Mapping[str, Any]
     separate_videos: bool
+    videos: bool
 
     def __post_init__(self) -> None:
         derive(self)
@@ -244,18 +249,46 @@ class _Derived:
         return _marker_ids(self.config_class)
 
     @cached_property
-    def placeholders(self) -> dict[str, str]:
-        """``image_token_id`` / ``video_token_id`` -> the processor's placeholder token (its own default)."""
-        probe = build_processor(
+    def tokenizer_attributes(self) -> dict[str, str]:
+        """The ``*_token`` attributes the processor reads from its tokenizer (PaddleOCR-VL's ``tokenizer.image_token``),
+        found by building it: each one it asks for becomes a special token of its own, named after it
+        (``<image_token>``). Empty for a processor with its own defaults (Qwen-VL's)."""
+        attributes: dict[str, str] = {}
+        for _ in range(8):
+            try:
+                self._probe(attributes)
+            except AttributeError as error:
+                name = getattr(error, "name", None) or str(error).rsplit(" ", 1)[-1].strip("'\"")
+                if not name.endswith("_token") or name in attributes:
+                    raise
+                attributes[name] = f"<{name}>"
+                continue
+            return attributes
+        raise AttributeError(f"{self.processor_class.__name__} reads more tokenizer attributes than expected")
+
+    def _probe(self, attributes: Mapping[str, str]) -> ProcessorMixin:
+        return build_processor(
             self.processor_class,
             image_processor=_image_processor(self.image_processor_class, self.vision_config),
-            tokenizer=tiny_tokenizer(special_tokens=tuple(MARKER_TOKENS.values())),
+            tokenizer=tiny_tokenizer(special_tokens=tuple(MARKER_TOKENS.values()), named=attributes),
         )
+
+    @cached_property
+    def placeholders(self) -> dict[str, str]:
+        """``image_token_id`` (and ``video_token_id`` where the model takes videos) -> the processor's placeholder
+        token: its own default, or the one it reads from the tokenizer."""
+        probe = self._probe(self.tokenizer_attributes)
+        if not self.videos:
+            return {"image_token_id": probe.image_token}
         return {"image_token_id": probe.image_token, "video_token_id": probe.video_token}
 
     @cached_property
     def tokenizer(self) -> Any:
-        return tiny_tokenizer(special_tokens=(*self.markers.values(), *self.placeholders.values()))
+        attributes = self.tokenizer_attributes
+        specials = (*self.markers.values(), *self.placeholders.values())
+        return tiny_tokenizer(
+            special_tokens=tuple(token for token in specials if token not in attributes.values()), named=attributes
+        )
 
     def processor(self) -> ProcessorMixin:
         return build_processor(
@@ -279,13 +312,19 @@ class _Derived:
 
     def _rows(self, rows: list[tuple[str, list[Any], list[Any]]]) -> list[tuple[str, list[Any], list[Any]]]:
         """The suite's rows with Qwen-VL's placeholders swapped for the model's own."""
-        image, video = self._placeholder("image"), self._placeholder("video")
+        image = self._placeholder("image")
+        if not self.videos:
+            if any(VIDEO in text or vids for text, _, vids in rows):
+                raise ValueError(f"{self.model_type} takes no videos (videos=False): a row holds one")
+            return [(text.replace(IMAGE, image), imgs, vids) for text, imgs, vids in rows]
+        video = self._placeholder("video")
         return [(text.replace(IMAGE, image).replace(VIDEO, video), imgs, vids) for text, imgs, vids in rows]
 
     def multimodal_batch(self, *, labels: bool = True) -> dict[str, Any]:
-        """The suite's image-and-video batch; for a model whose videos share the image token (``separate_videos``),
-        images only (one row with two), as upstream cannot count the two kinds apart in one batch."""
-        if not self.separate_videos:
+        """The suite's image-and-video batch; for a model whose videos share the image token (``separate_videos``)
+        or that takes no videos (``videos=False``), images only (one row with two): upstream cannot count the two
+        kinds apart in one batch, or has no video to count."""
+        if self.videos and not self.separate_videos:
             return super().multimodal_batch(labels=labels)  # type: ignore[misc]
         return self.batch(
             [
@@ -317,6 +356,9 @@ class ScaffoldVlm(_Derived, VlmModel):
     vision_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     #: Upstream finds image and video placeholders by one token (GLM-4V): images and videos in separate batches.
     separate_videos: bool = False
+    #: Upstream takes videos; False for an image-only model (one placeholder mask, no video processor:
+    #: PaddleOCR-VL), whose batches hold images and text only (:class:`ImagesOnly` holds its suite's checks).
+    videos: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,6 +368,7 @@ class ScaffoldVlmMoe(_Derived, VlmMoeModel):
     text_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     vision_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     separate_videos: bool = False
+    videos: bool = True
     #: The text config's attributes of the routed experts' number and of one expert's intermediate size.
     num_experts_attr: str = "num_experts"
     expert_intermediate_attr: str = "moe_intermediate_size"
@@ -542,6 +585,175 @@ class _ScaffoldChecks:
 
 class ScaffoldVlmParitySuite(_ScaffoldChecks, VlmParitySuite):
     """The VLM suite for a scaffold's :class:`ScaffoldVlm` declaration."""
+
+
+def _words(first: int, last: int) -> str:
+    return " ".join(f"w{i}" for i in range(first, last))
+
+
+class ImagesOnly:
+    """The VLM suite's checks for an image-only model (``ScaffoldVlm(videos=False)``: upstream's
+    ``get_placeholder_mask`` returns the image mask alone, and nothing takes videos), listed before
+    :class:`ScaffoldVlmParitySuite` among a test class's bases.
+
+    Every check that feeds a video is replaced by its counterpart on images, over the declaration's image batch
+    (an image row, a second image row of other sizes, a padded text-only row, a row of two images); and the
+    sequence-parallel forward, which finds an image-only model's placeholders by the config's image id instead of
+    upstream's mask, runs on two gloo ranks against one process.
+    """
+
+    model: Any
+
+    #: The rows of the image batch by the kind of sample each holds.
+    _rows: ClassVar[Mapping[str, int]] = MappingProxyType({"text-only": 2, "image": 0, "two-images": 3})
+    packed_kinds: ClassVar[tuple[str, ...]] = ("text-only", "image", "two-images")
+
+    test_processor_expands_an_image_and_a_two_frame_video_into_their_placeholders = None
+    test_image_and_video_batch_matches_upstream = None
+    test_video_batch_matches_upstream = None
+    test_metadata_step_counts_one_segment_per_frame_and_a_position_per_patch = None
+    test_model_fed_the_metadata_gives_the_same_step_on_images_and_videos = None
+    test_model_fed_the_metadata_gives_the_same_step_on_a_video_of_several_frames = None
+
+    def test_the_declaration_takes_no_videos(self) -> None:
+        """The mixin is for image-only declarations: a model with videos would lose its video checks here."""
+        assert not self.model.videos and "video_token_id" not in self.model.placeholders
+
+    def test_processor_expands_each_image_into_its_placeholders(self) -> None:
+        batch = self.model.multimodal_batch()
+        merge = self.model.vision_config["spatial_merge_size"]
+        grids, tokens = batch["image_grid_thw"], batch["mm_token_type_ids"]
+        assert len(grids) == 4 and "pixel_values_videos" not in batch and not bool((tokens == 2).any())
+        assert bool(((grids[:, 1:] % merge) == 0).all())
+        assert batch["pixel_values"].shape[0] == int(grids.prod(-1).sum())
+        assert int((tokens == 1).sum()) == int(grids.prod(-1).sum()) // merge**2
+        placeholder = self.model.token_id(self.model.image_placeholder_token)
+        assert bool((batch["input_ids"][tokens == 1] == placeholder).all())
+
+    @pytest.mark.parametrize("dtype", DTYPES)
+    def test_image_batch_matches_upstream(self, backend: str, dtype: torch.dtype) -> None:
+        self._parity(backend, self.model.multimodal_batch(), dtype=dtype)  # type: ignore[attr-defined]
+
+    @pytest.mark.parametrize("sample", ["text-only", "image", "two-images"])
+    def test_position_id_func_equals_upstream_get_rope_index(self, backend: str, sample: str) -> None:
+        rows = self.model.multimodal_batch(labels=False)
+        batch = self._sample(rows, self._rows[sample])  # type: ignore[attr-defined]
+        expected = self._upstream_rope_index(batch)  # type: ignore[attr-defined]
+        actual = self._position_id_func(backend)(**_rope_index_inputs(batch))  # type: ignore[attr-defined]
+        assert all(torch.equal(a, e) for a, e in zip(actual, expected, strict=True))
+
+    def test_metadata_step_adds_the_vision_keys_of_the_modalities_in_the_batch(self, backend: str) -> None:
+        step = self._collate_func(backend)  # type: ignore[attr-defined]
+        for batch, keys in (
+            (self.model.multimodal_batch(), metadata_keys("image")),
+            (self.model.text_only_batch(), set()),
+        ):
+            assert set(step(batch)) - set(batch) == keys
+
+    def test_metadata_step_counts_one_segment_per_image_and_a_position_per_patch(self, backend: str) -> None:
+        batch = self.model.multimodal_batch()
+        collated = self._collate_func(backend)(batch)  # type: ignore[attr-defined]
+        patches = [int(t * h * w) for t, h, w in batch["image_grid_thw"].tolist()]
+        assert len(patches) > 1  # several images: several segments
+        assert collated["image_cu_seqlens"].tolist() == [sum(patches[:i]) for i in range(len(patches) + 1)]
+        assert collated["image_max_seqlen"] == max(patches)
+        assert tuple(collated["image_position_ids"].shape) == (sum(patches), 2)
+
+    def test_max_seqlen_is_what_flash_attention_computes(self, backend: str) -> None:
+        """Other attention implementations split by cu_seqlens; flash attention reads max_seqlen."""
+        from types import SimpleNamespace
+
+        from transformers.utils.generic import get_max_seqlen
+
+        collated = self._collate_func(backend)(self.model.multimodal_batch())  # type: ignore[attr-defined]
+        flash = SimpleNamespace(_attn_implementation="flash_attention_2")
+        assert collated["image_max_seqlen"] == get_max_seqlen(collated["image_cu_seqlens"], flash)
+
+    def test_model_fed_the_metadata_gives_the_same_step_on_images(self, backend: str) -> None:
+        self._assert_same_step(backend, self.model.multimodal_batch())  # type: ignore[attr-defined]
+
+    def test_model_reads_the_precomputed_metadata(self, backend: str) -> None:
+        """Wrong metadata changes the logits: the equal steps are the metadata's doing, not keys nobody reads."""
+        seed_everything(0)
+        model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend).eval()
+        collated = model.get_metadata_collate_func()(self.model.multimodal_batch(labels=False))
+        with torch.no_grad():
+            expected = model(**collated).logits
+            one_segment = {
+                **collated,
+                "image_cu_seqlens": torch.cat([collated["image_cu_seqlens"][:1], collated["image_cu_seqlens"][-1:]]),
+            }
+            assert not torch.equal(model(**one_segment).logits, expected), "image_cu_seqlens unread"
+            if "rope_vision" in self.model.guarded:
+                no_positions = {**collated, "image_position_ids": torch.zeros_like(collated["image_position_ids"])}
+                assert not torch.equal(model(**no_positions).logits, expected), "image_position_ids unread"
+
+    def test_sp2_with_images_on_both_ranks_matches_one_process(self) -> None:
+        """Two sequence-parallel ranks (Ulysses on the text decoder, the tower on every rank) with an image in each
+        rank's slice: logits at real tokens, loss and every gradient are one process's."""
+        spawn(
+            images_split_over_two_sequence_ranks_match_one_process,
+            2,
+            type(self).__module__,
+            type(self).__qualname__,
+            timeout=300.0,
+        )
+
+
+def images_split_over_two_sequence_ranks_match_one_process(module: str, suite: str) -> None:
+    """On each of 2 gloo ranks of one sequence-parallel group: the suite's model on its slice of an image batch
+    (row 0's image in rank 1's half; row 1's first image in rank 0's, its second in rank 1's), against the whole
+    batch in one process."""
+    from modelgraft.models.distributed import (
+        ParallelState,
+        attach_parallel,
+        average_gradients,
+        full_state,
+        gather_sequence,
+        shard_multimodal,
+    )
+
+    declaration = getattr(importlib.import_module(module), suite).model
+    state = ParallelState.build(sp=2)
+    config = declaration.config()
+    batch = declaration.batch(
+        [
+            (f"{_words(1, 10)} {IMAGE} {_words(10, 13)}", [synthetic_image(16, 16, seed=1)], []),
+            (
+                f"{IMAGE} {_words(13, 20)} {IMAGE}",
+                [synthetic_image(16, 16, seed=3), synthetic_image(8, 16, seed=4)],
+                [],
+            ),
+        ]
+    )
+    seed_everything(0)
+    reference = build_model(config, architecture=declaration.causal_lm)
+    expected = reference(**batch)
+    expected.loss.backward()
+    expected_grads = {name: param.grad for name, param in reference.named_parameters()}
+
+    seed_everything(0)
+    model = build_model(config, architecture=declaration.causal_lm)
+    positions, _ = model.get_position_id_func()(**_rope_index_inputs(batch))
+    attach_parallel(model, state)
+    local = shard_multimodal({**batch, "position_ids": positions}, state, pad_token_id=config.text_config.pad_token_id)
+    assert bool((local["mm_token_type_ids"] == 1).any()), "this rank's slice holds no image placeholder"
+    out = model(**local)
+    real = batch["attention_mask"].bool()
+    logits = gather_sequence(out.logits, state, length=real.shape[1])
+    torch.testing.assert_close(logits[real], expected.logits[real], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.loss, expected.loss, rtol=1e-4, atol=1e-5)
+    out.loss.backward()
+    average_gradients(model, state)
+    grads = full_state(model, state, grads=True)
+    assert grads.keys() == expected_grads.keys()
+    for name, grad in expected_grads.items():
+        if grad is None:
+            assert not grads[name].any(), f"{name}: no gradient in one process, a nonzero one on two ranks"
+        else:
+            torch.testing.assert_close(
+                grads[name], grad, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}"
+            )
 
 
 class ScaffoldVlmMoeParitySuite(_ScaffoldChecks, VlmMoeParitySuite):

@@ -9,7 +9,7 @@ upstream. The processor is built without torchvision as a library user builds on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from PIL import Image
@@ -28,16 +28,22 @@ QWEN_VL_SPECIAL_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
 PAD, UNK, EOS = "<pad>", "<unk>", "<|endoftext|>"
 
 
-def tiny_tokenizer(words: int = 40, special_tokens: Sequence[str] = QWEN_VL_SPECIAL_TOKENS) -> PreTrainedTokenizerFast:
+def tiny_tokenizer(
+    words: int = 40, special_tokens: Sequence[str] = QWEN_VL_SPECIAL_TOKENS, named: Mapping[str, str] | None = None
+) -> PreTrainedTokenizerFast:
     """Word-level tokenizer: ``<pad>`` (id 0), ``<unk>``, ``<|endoftext|>``, ``w0`` .. ``w{words-1}``, then the specials.
 
     Special tokens are split off whatever surrounds them, as the hub tokenizers of the family do, so a processor's
-    expanded placeholders (``<|image_pad|>`` repeated) tokenize to one id each.
+    expanded placeholders (``<|image_pad|>`` repeated) tokenize to one id each. ``named`` special tokens come after
+    them and are also attributes of the tokenizer (``tokenizer.image_token`` and ``tokenizer.image_token_id``), as a
+    hub tokenizer's config names them for a processor that reads its placeholder from there (PaddleOCR-VL's).
     """
     vocab = {token: i for i, token in enumerate([PAD, UNK, EOS, *(f"w{i}" for i in range(words))])}
     backend = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=PAD, unk_token=UNK, eos_token=EOS)
+    # Named tokens only where asked: the keyword changes nothing else, and Qwen-VL's tokenizers stay as they were.
+    extra = {"extra_special_tokens": dict(named)} if named else {}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=PAD, unk_token=UNK, eos_token=EOS, **extra)
     tokenizer.add_special_tokens({"additional_special_tokens": list(special_tokens)})
     return tokenizer
 

@@ -81,12 +81,14 @@ def test_a_vlm_copy_is_ruff_clean_and_passes_its_own_tests(glm4v: tuple[Path, Pa
 
 
 def test_a_vlm_outside_the_qwen_vl_contract_is_refused_with_each_difference() -> None:
-    """hunyuan_vl has multimodal position ids (the Qwen-VL contract's) and differs from it in three points in
-    transformers 5.25.0; a VLM without them is held to the composed contract (test_copy_composed.py)."""
+    """hunyuan_vl has multimodal position ids (the Qwen-VL contract's) and differs from it in two points in
+    transformers 5.25.0 (its one placeholder mask is an image-only model's, which fits); a VLM without them is
+    held to the composed contract (test_copy_composed.py)."""
     message = scaffold_refusal("hunyuan_vl", "vlm")
     assert message.startswith("no scaffold for hunyuan_vl: upstream has structures no snippet handles")
     assert "HunYuanVLModel.get_rope_index takes" in message
-    assert "get_placeholder_mask returns 1 mask(s), not a pair (image, video)" in message
+    assert "HunYuanVLTextModel.forward takes no [4, B, L] position ids" in message
+    assert "get_placeholder_mask" not in message
 
 
 def test_a_vlm_without_a_processor_is_refused() -> None:

@@ -115,9 +115,10 @@ def test_the_recipe_call_takes_no_sequence_classification_and_states_the_absent_
 
 def test_a_vlm_that_differs_lists_each_difference() -> None:
     """hunyuan_vl has multimodal position ids, so the Qwen-VL contract is the one it is held to; it differs in
-    three points in transformers 5.25.0 (its tower's name, self.vision_tower, is not one)."""
+    two points in transformers 5.25.0 (neither its tower's name, self.vision_tower, nor its one placeholder mask,
+    an image-only model's, is one)."""
     reasons = vlm_reasons("hunyuan_vl")
-    assert len(reasons) == 3
+    assert len(reasons) == 2
     assert all(": differs from the Qwen-VL contract: " in reason for reason in reasons)
     assert "get_rope_index takes" in reasons[0]
 
@@ -240,6 +241,38 @@ def test_a_tower_type_no_package_of_this_project_registers_is_refused_naming_the
     assert len(reasons) == 1
     assert "vision_config's default model_type glm4v_vision has no generated class in this project" in reasons[0]
     assert "copier copy -d model=glm4v" in reasons[0]
+
+
+def test_an_image_only_vlm_is_fitted_without_videos_its_placeholders_found_by_the_image_id() -> None:
+    """paddleocr_vl: one placeholder mask and no video processor (5.25.0)."""
+    paddle = fit("paddleocr_vl")
+    assert not paddle.refused and paddle.category == "vlm"
+    assert paddle.arguments["videos"] is False
+    assert paddle.arguments["placeholder_ids"] == ["self.config.image_token_id"]
+
+
+def test_a_vlm_that_takes_videos_has_no_image_only_arguments() -> None:
+    assert not {"videos", "placeholder_ids"} & set(fit("glm4v").arguments)
+
+
+def test_a_tower_taking_patches_as_images_with_unmerged_rotary_positions_says_so() -> None:
+    vision = fit("paddleocr_vl").arguments["vision"]
+    assert vision["patch_weight"] == "self.vision_model.embeddings.patch_embedding.weight"
+    assert (vision["patch_input"], vision["position_merge"]) == ("images", 1)
+    assert not {"patch_input", "position_merge"} & set(fit("glm4v").arguments["vision"])
+
+
+def test_a_text_model_not_named_after_the_prefix_is_the_recipe_s_text_model() -> None:
+    """PaddleOCRVLModel's language model is PaddleOCRTextModel, not PaddleOCRVLTextModel."""
+    assert fit("paddleocr_vl").arguments["text_model"] == "PaddleOCRTextModel"
+    assert "text_model" not in fit("glm4v").arguments
+
+
+def test_the_recipe_call_of_an_image_only_vlm_names_each_difference_from_qwen_vl() -> None:
+    _, call = recipe_call("vlm", "PaddleOCRVL", fit("paddleocr_vl").arguments)
+    assert '        patch_input="images",\n        position_merge=1,\n' in call
+    assert '    text_model="PaddleOCRTextModel",\n    videos=False,\n' in call
+    assert '    placeholder_ids=("self.config.image_token_id",),\n' in call
 
 
 def test_cosmos3_omni_is_refused_for_its_missing_processor_alone() -> None:

@@ -158,13 +158,14 @@ def test_llava_holds_an_automodel_tower_a_projector_and_one_mask() -> None:
     assert info.rope_index is None and info.placeholder_mask.returns == 1
 
 
-def test_llava_differs_from_the_qwen_vl_contract_in_rope_index_text_row_and_masks() -> None:
-    """Its default language model is llama's LlamaModel, whose forward reads no [4, B, L] position ids."""
+def test_llava_differs_from_the_qwen_vl_contract_in_rope_index_and_text_row() -> None:
+    """Its default language model is llama's LlamaModel, whose forward reads no [4, B, L] position ids; its one
+    placeholder mask is an image-only model's (no video processor), which the contract accepts."""
+    assert vlm("llava").image_only
     differences = vlm("llava").contract_differences
-    assert len(differences) == 3
+    assert len(differences) == 2
     assert "no get_rope_index" in differences[0]
     assert differences[1].startswith("LlamaModel.forward takes no [4, B, L] position ids")
-    assert "returns 1 mask(s)" in differences[2]
 
 
 def test_gemma3s_language_model_built_through_a_local_is_still_read() -> None:
@@ -215,6 +216,43 @@ def test_glm4v_finds_image_and_video_placeholders_by_one_token() -> None:
 @pytest.mark.parametrize("model", QWEN_VL)
 def test_qwen_vl_tells_image_and_video_placeholders_apart(model: str) -> None:
     assert not vlm(model).video_shares_image_token
+
+
+@pytest.mark.parametrize("model", ("paddleocr_vl", "hunyuan_vl", "glm_image"))
+def test_a_model_with_one_placeholder_mask_and_no_video_processor_is_image_only(model: str) -> None:
+    """Their one mask finds images by image_token_id; none of them has a second mask sharing it."""
+    info = vlm(model)
+    assert info.image_only and not info.video_shares_image_token
+    assert info.placeholder_ids == ("self.config.image_token_id",)
+
+
+@pytest.mark.parametrize("model", (*QWEN_VL, "glm4v", "minicpmv4_7"))
+def test_a_model_that_takes_videos_is_not_image_only(model: str) -> None:
+    """minicpmv4_7 returns one mask too, but has a video processor and takes pixel_values_videos."""
+    assert not vlm(model).image_only
+
+
+def test_paddleocr_vl_fits_the_contract_as_an_image_only_model() -> None:
+    assert vlm("paddleocr_vl").contract_differences == ()
+
+
+def test_paddleocr_vl_s_tower_embeds_each_patch_as_an_image_three_attributes_deep() -> None:
+    """PaddleOCRVisionModel -> vision_model -> embeddings -> patch_embedding, a Conv2d over [B, N, C, P, P]."""
+    tower = vlm("paddleocr_vl").vision
+    assert tower is not None
+    assert tower.patch_weight == "self.vision_model.embeddings.patch_embedding.weight"
+    assert tower.patch_input == "images"
+
+
+def test_paddleocr_vl_s_tower_lays_out_its_rotary_positions_unmerged() -> None:
+    """It merges patches in the projector after the tower, so its encoder passes 1 to get_vision_position_ids."""
+    assert vlm("paddleocr_vl").vision.position_merge == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("model", (*QWEN_VL, "glm4v"))
+def test_the_qwen_vl_towers_take_flat_rows_and_merge_their_rotary_positions(model: str) -> None:
+    tower = vlm(model).vision
+    assert tower is not None and (tower.patch_input, tower.position_merge) == ("rows", None)
 
 
 def test_an_activation_wrapping_a_guarded_norm_call_is_not_a_call_site() -> None:

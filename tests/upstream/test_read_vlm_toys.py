@@ -218,10 +218,139 @@ def test_placeholder_masks_are_counted_from_the_return(tmp_path: Path) -> None:
     assert read_toy(tmp_path).placeholder_mask.returns == 2
 
 
-def test_a_single_placeholder_mask_is_a_difference(tmp_path: Path) -> None:
-    info = read_toy(tmp_path, MODELING.replace("return image_mask, video_mask", "return image_mask"))
-    assert info.placeholder_mask.returns == 1
-    assert info.contract_differences == ("ToyModel.get_placeholder_mask returns 1 mask(s), not a pair (image, video)",)
+#: The toy's get_placeholder_mask as an image-only model's: one mask, found by the config's image id (PaddleOCR-VL's).
+PAIR_OF_MASKS = (
+    "    def get_placeholder_mask(self, input_ids, inputs_embeds, image_features=None, video_features=None):\n"
+    "        return image_mask, video_mask\n"
+)
+IMAGE_MASK = (
+    "    def get_placeholder_mask(self, input_ids, inputs_embeds, image_features):\n"
+    "        return input_ids == self.config.image_token_id\n"
+)
+#: A forward of the toy's Model that takes video pixels.
+VIDEO_FORWARD = (
+    "    def forward(self, input_ids=None, pixel_values=None, pixel_values_videos=None, image_grid_thw=None):\n"
+    "        return None\n\n"
+)
+
+
+def test_a_single_placeholder_mask_of_a_model_that_takes_no_videos_is_image_only_and_fits(tmp_path: Path) -> None:
+    info = read_toy(tmp_path, MODELING.replace(PAIR_OF_MASKS, IMAGE_MASK))
+    assert info.placeholder_mask.returns == 1 and info.image_only
+    assert info.placeholder_ids == ("self.config.image_token_id",) and not info.video_shares_image_token
+    assert info.contract_differences == ()
+
+
+def test_a_pair_of_masks_is_not_image_only(tmp_path: Path) -> None:
+    assert not read_toy(tmp_path).image_only
+
+
+def test_a_single_placeholder_mask_beside_a_video_input_is_a_difference(tmp_path: Path) -> None:
+    info = read_toy(tmp_path, MODELING.replace(PAIR_OF_MASKS, VIDEO_FORWARD + IMAGE_MASK))
+    assert not info.image_only
+    difference = (
+        "ToyModel.get_placeholder_mask returns 1 mask(s), not a pair (image, video), and the model takes videos"
+        " (a video processor, or pixel_values_videos in its forward)"
+    )
+    assert info.contract_differences == (difference,)
+
+
+def test_a_single_placeholder_mask_beside_a_video_processor_is_a_difference(tmp_path: Path) -> None:
+    video_processing = 'class ToyVideoProcessor:\n    pass\n\n\n__all__ = ["ToyVideoProcessor"]\n'
+    info = read_toy(tmp_path, MODELING.replace(PAIR_OF_MASKS, IMAGE_MASK), video_processing_toy=video_processing)
+    assert not info.image_only
+    assert len(info.contract_differences) == 1 and "and the model takes videos" in info.contract_differences[0]
+
+
+def test_an_image_only_mask_found_by_no_config_id_is_a_difference(tmp_path: Path) -> None:
+    """The image-only sequence-parallel forward finds each rank's placeholders by the id upstream compares."""
+    mask = IMAGE_MASK.replace("return input_ids == self.config.image_token_id", "return image_mask")
+    info = read_toy(tmp_path, MODELING.replace(PAIR_OF_MASKS, mask))
+    assert info.image_only and info.placeholder_ids == ()
+    (difference,) = info.contract_differences
+    assert difference.startswith("ToyModel.get_placeholder_mask compares input_ids with no self.config.<id>")
+
+
+#: The toy's tower as PaddleOCR-VL's: a transformer whose embeddings hold the patch layer, three attributes deep,
+#: taking each patch as a small image; its encoder lays out rotary positions by a constant merge size.
+WRAPPED_TOWER = """
+class ToyVisionEmbeddings(nn.Module):
+    def __init__(self, config):
+        self.patch_embedding = nn.Conv2d(3, 4, kernel_size=2, stride=2)
+
+    def forward(self, pixel_values, grid_thw=None):
+        batch_size, sequence_len, channel, height, width = pixel_values.shape
+        return self.patch_embedding(pixel_values.reshape(-1, channel, height, width))
+
+
+class ToyVisionTransformer(nn.Module):
+    def __init__(self, config):
+        self.embeddings = ToyVisionEmbeddings(config)
+        self.blocks = nn.ModuleList([ToyVisionBlock(config) for _ in range(2)])
+
+    def forward(self, pixel_values, grid_thw=None, **kwargs):
+        position_ids = get_vision_position_ids(grid_thw, 1, kwargs=kwargs)
+        return self.embeddings(pixel_values)
+
+
+class ToyVisionModel(ToyPreTrainedModel):
+    config: ToyVisionConfig
+
+    def __init__(self, config):
+        self.vision_model = ToyVisionTransformer(config)
+        self.merger = ToyPatchMerger(config)
+"""
+FLAT_TOWER = """
+class ToyVisionModel(ToyPreTrainedModel):
+    config: ToyVisionConfig
+
+    def __init__(self, config):
+        self.patch_embed = ToyPatchEmbed(config)
+        self.blocks = nn.ModuleList([ToyVisionBlock(config) for _ in range(2)])
+        self.merger = ToyPatchMerger(config)
+        self.spatial_merge_size = config.spatial_merge_size
+
+    def forward(self, hidden_states, grid_thw=None, **kwargs):
+        position_ids = get_vision_position_ids(grid_thw, self.spatial_merge_size, kwargs=kwargs)
+        return self.patch_embed(hidden_states)
+
+
+class ToyPatchEmbed(nn.Module):
+    def __init__(self, config):
+        self.proj = nn.Conv3d(3, 4, kernel_size=(2, 2, 2), stride=(2, 2, 2))
+
+    def forward(self, hidden_states):
+        hidden_states = hidden_states.view(-1, 3, 2, 2, 2)
+        return self.proj(hidden_states)
+"""
+TOWER = """
+class ToyVisionModel(ToyPreTrainedModel):
+    config: ToyVisionConfig
+
+    def __init__(self, config):
+        self.blocks = nn.ModuleList([ToyVisionBlock(config) for _ in range(2)])
+        self.merger = ToyPatchMerger(config)
+"""
+assert TOWER in MODELING and PAIR_OF_MASKS in MODELING  # what the variants replace
+
+
+def test_a_patch_embedding_three_attributes_deep_taking_small_images_is_read(tmp_path: Path) -> None:
+    tower = read_toy(tmp_path, MODELING.replace(TOWER, WRAPPED_TOWER)).vision
+    assert tower.patch_weight == "self.vision_model.embeddings.patch_embedding.weight"
+    assert tower.patch_input == "images"
+
+
+def test_a_patch_embedding_of_flat_rows_is_read_as_rows(tmp_path: Path) -> None:
+    tower = read_toy(tmp_path, MODELING.replace(TOWER, FLAT_TOWER)).vision
+    assert (tower.patch_weight, tower.patch_input) == ("self.patch_embed.proj.weight", "rows")
+
+
+def test_a_constant_merge_size_of_the_towers_rotary_positions_is_read(tmp_path: Path) -> None:
+    assert read_toy(tmp_path, MODELING.replace(TOWER, WRAPPED_TOWER)).vision.position_merge == 1
+
+
+def test_the_towers_own_merge_size_for_its_rotary_positions_is_no_constant(tmp_path: Path) -> None:
+    assert read_toy(tmp_path, MODELING.replace(TOWER, FLAT_TOWER)).vision.position_merge is None
 
 
 def test_automodel_composition_builds_the_class_declared_for_the_sub_config(tmp_path: Path) -> None:
