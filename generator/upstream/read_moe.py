@@ -587,7 +587,9 @@ def _unit_activation(source: ModelSource, cls: str, bound: dict[str, str]) -> st
         return _LITERAL_ACTIVATIONS.get(literal)
     if attr_binding(bound, "act") != "act_fn":
         return None
-    return _experts_activation(source, "", cls) if "use_experts_implementation" in source.decorator_names(cls) else None
+    return (
+        _experts_activation(source, "", cls) if "use_experts_implementation" in source.decorator_names(cls) else None
+    )
 
 
 def _numeric_setting(value: ast.expr, config_defaults: dict[str, str]) -> tuple[float | None, str] | None:

@@ -277,7 +277,13 @@ def moe_experts(
     # return trip, so the local experts run at weight 1 and w * (a @ W + b) comes out as upstream's.
     options = {"layout": layout, "interleaved": interleaved, "gate_up_bias": gate_up_bias, "down_bias": down_bias}
     outputs = _local_experts(
-        rows, local_ids, local_counts, gate_up_proj, down_proj, activation, {**options, "limit": limit, "alpha": alpha, "activation_first": activation_first}
+        rows,
+        local_ids,
+        local_counts,
+        gate_up_proj,
+        down_proj,
+        activation,
+        {**options, "limit": limit, "alpha": alpha, "activation_first": activation_first},
     )
     returned = all_to_all(outputs, group, output_splits=send_splits, input_splits=recv_splits)
 

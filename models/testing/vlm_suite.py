@@ -445,7 +445,10 @@ class VlmParitySuite(VisionMetadataChecks):
         it is refused by the generated class as by upstream's."""
         name = self.model.causal_lm
         if not get_model_class(self.model.model_type, name, use_hf=True)._supports_sdpa:
-            for cls in (get_model_class(self.model.model_type, name, use_hf=True), get_model_class(self.model.model_type, name, backend)):
+            for cls in (
+                get_model_class(self.model.model_type, name, use_hf=True),
+                get_model_class(self.model.model_type, name, backend),
+            ):
                 with pytest.raises(ValueError, match="scaled_dot_product_attention"):
                     cls(self.model.config(attn_implementation="sdpa"))
             return

@@ -286,7 +286,9 @@ def test_the_activation_first_unit_has_no_written_out_derivative() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("case", [("fused", False, False), ("transposed", True, True)], ids=["fused", "transposed-bias"])
+@pytest.mark.parametrize(
+    "case", [("fused", False, False), ("transposed", True, True)], ids=["fused", "transposed-bias"]
+)
 def test_grouped_kernels_match_eager_with_the_activation_first_unit(case: tuple, dtype: torch.dtype) -> None:
     layout, interleaved, bias = case
     inputs = _inputs(layout, bias)

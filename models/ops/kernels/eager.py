@@ -276,7 +276,9 @@ def check_moe_experts_options(
     if alpha is not None and limit is None:
         raise ValueError("moe_experts: alpha (gpt_oss's clamped SwiGLU) needs limit")
     if activation_first and alpha is not None:
-        raise ValueError("moe_experts: activation_first clamps ACT(gate) (Step-3.7's unit); gpt_oss's alpha unit has none")
+        raise ValueError(
+            "moe_experts: activation_first clamps ACT(gate) (Step-3.7's unit); gpt_oss's alpha unit has none"
+        )
     if gate_up_proj.dim() != 3 or down_proj.dim() != 3:
         raise ValueError(
             f"moe_experts: expert weights must be 3-D, got gate_up_proj {tuple(gate_up_proj.shape)}, "
