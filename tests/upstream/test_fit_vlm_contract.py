@@ -129,12 +129,12 @@ def test_a_tower_under_another_name_is_the_recipe_s_tower_attribute() -> None:
     assert fit("hy_v4_vl").arguments["vision"]["attr"] == "vision_tower"
 
 
-def test_a_vlm_moe_whose_experts_no_kernel_reads_is_refused_with_the_reason() -> None:
-    """hy_v4_vl's experts forward is not the canonical loop (5.25.0)."""
-    reasons = vlm_reasons("hy_v4_vl")
-    assert any(
-        "the routed experts cannot go behind the moe_experts slot: the moe_experts slot takes" in r for r in reasons
-    )
+def test_a_vlm_moe_whose_experts_clamp_in_a_unit_method_goes_behind_moe_experts() -> None:
+    """hy_v4_vl's experts hand the projection to _apply_gate, DeepSeek-V4's clamped unit with F.silu (5.25.0)."""
+    fitted = fit("hy_v4_vl")
+    assert not vlm_reasons("hy_v4_vl")
+    assert fitted.arguments["experts"]["limit"] == "self.experts.swiglu_limit"
+    assert "moe_experts" in fitted.guarded
 
 
 def test_a_vlm_without_a_processor_is_refused_as_its_tests_could_not_build_inputs() -> None:

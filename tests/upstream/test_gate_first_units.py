@@ -24,6 +24,9 @@ from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.source import ModelSource
 from modelgraft.generator.upstream.structure import ExpertsInfo
 
+#: Toy modules and the pinned transformers together, as tests/upstream/test_gpt_oss_experts.py does.
+pytestmark = pytest.mark.upstream_facts
+
 _LOOP = """
     def forward(self, hidden_states, top_k_index, top_k_weights):
         final = torch.zeros_like(hidden_states)
@@ -159,7 +162,6 @@ def test_a_limit_computed_from_the_config_is_not_read(tmp_path: Path) -> None:
     assert experts.gated_unit == ""
 
 
-@pytest.mark.upstream_facts
 def test_the_pinned_deepseek_v4_experts_are_the_limit_unit() -> None:
     experts = read_model("deepseek_v4").moe.experts
     assert (experts.gated_unit, experts.limit_attr, experts.activation_expr) == (
@@ -169,7 +171,6 @@ def test_the_pinned_deepseek_v4_experts_are_the_limit_unit() -> None:
     )
 
 
-@pytest.mark.upstream_facts
 def test_fit_guards_the_pinned_minimax_m3_vl_experts_with_limit_and_alpha() -> None:
     fit = fit_model(read_model("minimax_m3_vl"), "vlm_moe")
     assert "moe_experts" in fit.guarded
