@@ -100,7 +100,7 @@ def test_the_conditions_follow_each_row() -> None:
             expected |= {"num_experts_attr", "expert_intermediate_attr", "expert_projections", "hf_conversion"}
             expected |= {"hub_checkpoint"}
         if row.towers:
-            expected |= {"processor", "image_processor"}
+            expected |= {"processor", "image_processor", "image_processor_backend"}
         if row.vlm:
             expected |= {"separate_videos", "sub_model_types"} | ({"hub_transposed"} if row.experts else set())
         assert asked == expected, row.name
@@ -116,7 +116,11 @@ def with_speech(monkeypatch: pytest.MonkeyPatch) -> Category:
 
 
 def test_a_new_row_is_what_the_questionnaire_and_the_file_names_see(with_speech: Category) -> None:
-    assert {name for name in CONDITIONS if _when(name, "speech")} == {"processor", "image_processor"}
+    assert {name for name in CONDITIONS if _when(name, "speech")} == {
+        "processor",
+        "image_processor",
+        "image_processor_backend",
+    }
     assert _checkpoint_name("speech", {"sparse_block": "X"}) == ""
     suite = _environment().from_string("{{ (category | parity_suite).title }}").render(category="speech")
     kind = _environment().from_string("{{ category | category_kind }}").render(category="speech")
