@@ -89,6 +89,6 @@ def test_a_torchvision_only_image_processor_is_rendered_through_the_stand_in(cle
     assert "image_processor_class=Cohere2VisionImageProcessor," in test
 
 
-def test_a_pil_image_processor_records_no_backend(llava: tuple[Path, Path]) -> None:
-    """The answer is recorded only for a torchvision-only image processor: a PIL one's answers are unchanged."""
-    assert "image_processor_backend" not in recorded_answers(llava[1])
+def test_a_pil_image_processor_records_the_pil_backend(llava: tuple[Path, Path]) -> None:
+    """Every tower category records the backend its tests build images with: PIL where upstream has one."""
+    assert recorded_answers(llava[1])["image_processor_backend"] == "pil"
