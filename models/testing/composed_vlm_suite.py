@@ -30,7 +30,7 @@ from modelgraft.models.testing.parity import build_generated, build_pair, build_
 from modelgraft.models.testing.reference import reference_kernel, reference_kernels
 from modelgraft.models.testing.slot_isolation import SlotIsolatedSuite
 
-__all__ = ["BothWaysImageTokens", "ComposedVlm", "ComposedVlmSuite", "generated_from_upstream"]
+__all__ = ["BothWaysImageTokens", "ComposedVlm", "ComposedVlmSuite", "generated_from_upstream", "in_dtype"]
 
 #: The image layouts every composed VLM is tested on: images per row of a 2-row batch.
 LAYOUTS = {"one-image-per-row": (1, 1), "several-images-in-a-row": (2, 1), "text-only": (0, 0)}
@@ -86,7 +86,7 @@ class ComposedVlmSuite(SlotIsolatedSuite):
 
     def test_training_step_matches_upstream_in_bf16(self) -> None:
         config, batch = self._batch("one-image-per-row")
-        check_parity(config, self.model.architecture, batch=batch, dtype=torch.bfloat16)
+        check_parity(config, self.model.architecture, batch=in_dtype(batch, torch.bfloat16), dtype=torch.bfloat16)
 
     def test_reference_kernels_in_every_slot_match_upstream(self) -> None:
         """Each guard, in the tower and in the decoder, hands its kernel what upstream's code would use."""
@@ -109,7 +109,7 @@ class ComposedVlmSuite(SlotIsolatedSuite):
         check_parity(
             config,
             self.model.architecture,
-            batch=batch,
+            batch=in_dtype(batch, torch.bfloat16),
             kernels={slot: reference_kernel(slot)},
             dtype=torch.bfloat16,
             tolerance=tolerance_for(torch.bfloat16, kernels=False),
@@ -167,6 +167,16 @@ def generated_from_upstream(model: ComposedVlm, config: PreTrainedConfig) -> tor
     upstream_cls = get_model_class(model.model_type, model.architecture, use_hf=True)
     generated_cls = get_model_class(model.model_type, model.architecture)
     return build_generated(config, generated_cls, build_upstream(config, upstream_cls).state_dict()).eval()
+
+
+def in_dtype(batch: Mapping[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+    """The batch with its floating-point tensors (the pixels) in ``dtype``, as a user hands a bf16 model its
+    processor's outputs (``BatchFeature.to(dtype)``): a tower that does not cast its input itself (Kimi-K2.5's)
+    takes them as given."""
+    return {
+        name: value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+        for name, value in batch.items()
+    }
 
 
 def _packed_row(docs: list[Mapping[str, Any]], images: Mapping[str, Any] | None = None) -> dict[str, Any]:

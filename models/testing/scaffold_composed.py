@@ -26,8 +26,10 @@ sequence scattering the features of its own placeholders.
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
+import importlib
 import inspect
 import math
 from collections.abc import Mapping
@@ -46,7 +48,12 @@ from modelgraft.models.ops.binding import consulted_slots
 from modelgraft.models.processor_imports import importable_processor_class
 from modelgraft.models.processors import build_processor
 from modelgraft.models.testing.batches import IGNORE_INDEX
-from modelgraft.models.testing.composed_vlm_suite import ComposedVlm, ComposedVlmSuite, generated_from_upstream
+from modelgraft.models.testing.composed_vlm_suite import (
+    ComposedVlm,
+    ComposedVlmSuite,
+    generated_from_upstream,
+    in_dtype,
+)
 from modelgraft.models.testing.parity import (
     _kernels_bound,
     check_parity,
@@ -54,7 +61,7 @@ from modelgraft.models.testing.parity import (
 )
 from modelgraft.models.testing.reference import NOT_CONSULTED, reference_kernels
 from modelgraft.models.testing.seed import seed_everything
-from modelgraft.models.testing.tiny import tiny_overrides_for
+from modelgraft.models.testing.tiny import TINY, tiny_overrides_for
 from modelgraft.models.testing.vlm_processor import synthetic_image, tiny_tokenizer
 
 __all__ = ["VISION_SIZES", "ScaffoldComposedSuite", "ScaffoldComposedVlm"]
@@ -100,6 +107,33 @@ PINPOINTS = [[IMAGE_SIDE * h, IMAGE_SIDE * w] for h, w in ((1, 1), (1, 2), (2, 1
 
 def _declared(config_class: type[PreTrainedConfig]) -> dict[str, Any]:
     return config_class().to_dict()
+
+
+def _needs_a_window(text_class: type[PreTrainedConfig], sizes: Mapping[str, Any]) -> bool:
+    """The text model builds a sliding-window mask whatever its layers are (Step-3.7's), and the default leaves
+    the window None, on which upstream's mask builder raises: the tiny config gives it the tiny window. Its full
+    attention layers do not read it, so their masks are the same either way."""
+    if "sliding_window" not in _declared(text_class) or text_class().sliding_window is not None:
+        return False
+    if any("sliding" in str(kind) for kind in sizes.get("layer_types") or ()):
+        return False  # tiny_overrides_for has set it already
+    try:
+        module = importlib.import_module(text_class.__module__.replace(".configuration_", ".modeling_"))
+    except ImportError:
+        return False
+    return _builds_a_sliding_mask_unconditionally(ast.parse(inspect.getsource(module)))
+
+
+def _builds_a_sliding_mask_unconditionally(node: ast.AST, *, guarded: bool = False) -> bool:
+    """A call of ``create_sliding_window_causal_mask`` under no test of sliding layers or the window (Qwen2's,
+    under ``if self.has_sliding_layers``, is conditional; a test of a precomputed mask is not such a test)."""
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "create_sliding_window_causal_mask":
+        return not guarded
+    tested = isinstance(node, (ast.If, ast.IfExp)) and any(
+        word in ast.unparse(node.test) for word in ("sliding", "layer_types")
+    )
+    inner = guarded or tested
+    return any(_builds_a_sliding_mask_unconditionally(child, guarded=inner) for child in ast.iter_child_nodes(node))
 
 
 def _image_size_options(image_processor_class: type) -> dict[str, Any]:
@@ -189,6 +223,8 @@ class ScaffoldComposedVlm:
             for name, value in tiny_overrides_for(text_class).items()
             if not name.endswith("_token_id") and "dropout" not in name
         }
+        if _needs_a_window(text_class, sizes):
+            sizes["sliding_window"] = TINY["sliding_window"]
         return {**sizes, "model_type": text_class.model_type, "vocab_size": vocab, "pad_token_id": 0}
 
     def _vision(self, text_hidden: int) -> dict[str, Any]:
@@ -212,6 +248,25 @@ class ScaffoldComposedVlm:
             options[TILING] = PINPOINTS
         return options
 
+    def _projector_widths(self, text_hidden: int) -> dict[str, int]:
+        """Top-level widths of a projector the model builds from its own config (Kimi-K2.5's
+        ``projection_hidden_size``, MuSE-Glimmer's ``out_hidden_size`` and ``projector_hidden_size``), at tiny sizes:
+        a multiple of the tower's default width (its merged patches) stays that multiple of the tiny tower's, the
+        text model's default width becomes the tiny text's, and any other ``*hidden_size`` (the projector's own
+        inner width) the tiny text's too."""
+        defaults = self.config_class()
+        vision_hidden = getattr(defaults.vision_config, "hidden_size", None)
+        text_default = getattr(defaults.text_config, "hidden_size", None)
+        widths: dict[str, int] = {}
+        for name, value in _declared(self.config_class).items():
+            if not name.endswith("hidden_size") or type(value) is not int or value <= 0:
+                continue
+            if isinstance(vision_hidden, int) and value % vision_hidden == 0 and value != text_default:
+                widths[name] = VISION_SIZES["hidden_size"] * (value // vision_hidden)
+            else:
+                widths[name] = text_hidden
+        return widths
+
     def _build_config(
         self, image_token_id: int, vocab: int, markers: Mapping[str, int] | None = None
     ) -> PreTrainedConfig:
@@ -220,6 +275,7 @@ class ScaffoldComposedVlm:
         top = {**self._top_level(image_token_id), **(markers or {})}
         if "projection_dim" in _declared(self.config_class):  # PaliGemma's projector: tower -> text width
             top["projection_dim"] = hidden
+        top = {**self._projector_widths(hidden), **top}
         config = self.config_class(text_config=text, vision_config=self._vision(hidden), **top)
         for sub in (config, config.text_config, config.vision_config):
             sub._attn_implementation = "eager"
@@ -331,6 +387,8 @@ class ScaffoldComposedVlm:
             image_processor.image_seq_length = count
         if tile_side is not None:  # see _counts_from_image_patch_size
             image_processor.patch_size = tile_side
+        if hasattr(image_processor, "vision_patch_size"):  # the tower's patch side, its placeholders' unit (Step-3.7)
+            image_processor.vision_patch_size = VISION_SIZES["patch_size"]
         # build_processor adds the video processor a class takes (images only, here: upstream's needs torchvision).
         return build_processor(self.processor_class, image_processor=image_processor, tokenizer=tokenizer, **options)
 
@@ -442,7 +500,8 @@ class ScaffoldComposedVlm:
         first_row: int = 0,
     ) -> dict[str, Any]:
         """The processor's outputs for rows of words holding that many images of different sizes; labels ignore
-        padding and the image placeholders. ``trailing_words`` more words end each row (a long text after the
+        padding and the image placeholders, and a head whose aux loss the scaffold guards is asked for its router
+        logits, so every step computes (and compares) the aux loss. ``trailing_words`` more words end each row (a long text after the
         images: a sequence-parallel slice without placeholders); ``first_row`` numbers the rows from there (a data
         rank's share of a larger batch: its rows are that batch's rows)."""
         processor = self._parts[1]
@@ -463,6 +522,8 @@ class ScaffoldComposedVlm:
         batch = dict(inputs)
         ignored = (batch["attention_mask"] == 0) | (batch["input_ids"] == config.image_token_id)
         batch["labels"] = batch["input_ids"].masked_fill(ignored, IGNORE_INDEX)
+        if "load_balancing_loss" in self.guarded:  # the head computes its aux loss only when asked (MiniMax-M3-VL)
+            batch["output_router_logits"] = True
         return batch
 
     def declaration(self) -> ComposedVlm:
@@ -510,7 +571,7 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
         check_parity(
             config,
             self.model.architecture,
-            batch=batch,
+            batch=in_dtype(batch, torch.bfloat16),
             kernels=reference_kernels([slot]),
             dtype=torch.bfloat16,
             tolerance=tolerance_for(torch.bfloat16, kernels=False),

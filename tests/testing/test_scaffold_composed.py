@@ -5,7 +5,10 @@ composed-VLM contract").
 idefics2 and idefics3 are facts of the pinned transformers (5.25.0): Idefics2's PIL image processor bounds both a
 shortest and a longest edge, and Idefics3's get_image_features drops all-zero images as a row's padding; so are
 the names muse_glimmer's and kimi_k25's vision configs give their merge size and temporal patch, and
-Cohere2-Vision's processor counting its placeholders from its (torchvision-only) image processor's patch_size.
+Cohere2-Vision's processor counting its placeholders from its (torchvision-only) image processor's patch_size,
+the top-level projector widths of kimi_k25 and muse_glimmer, Step-3.7's text model building a sliding-window mask
+whatever its layers and its image processor's vision_patch_size, and MiniMax-M3-VL's head computing its aux loss
+only when asked.
 """
 
 from __future__ import annotations
@@ -19,11 +22,21 @@ from transformers import (
     Idefics3ImageProcessorPil,
     Idefics3Processor,
     Kimi_K25Config,
+    MiniMaxM3VLConfig,
     MuseGlimmerConfig,
+    Qwen2Config,
+    Step3p7Config,
 )
 
 from modelgraft.models.processor_imports import importable_image_processor_class, importable_processor_class
-from modelgraft.models.testing.scaffold_composed import IMAGE_SIDE, ScaffoldComposedVlm, _image_size_options
+from modelgraft.models.testing.composed_vlm_suite import in_dtype
+from modelgraft.models.testing.scaffold_composed import (
+    IMAGE_SIDE,
+    VISION_SIZES,
+    ScaffoldComposedVlm,
+    _image_size_options,
+    _needs_a_window,
+)
 
 pytestmark = pytest.mark.upstream_facts
 
@@ -102,3 +115,67 @@ def test_a_processor_counting_from_its_image_processor_s_patch_size_gets_the_tin
     tiles = batch["pixel_values"].shape[0]
     assert int((batch["input_ids"] == config.image_token_id).sum()) == 4 * tiles
     assert isinstance(batch["pixel_values"], torch.Tensor)
+
+
+def test_a_projector_width_the_tower_s_default_divides_is_that_multiple_of_the_tiny_tower_s() -> None:
+    """muse_glimmer's out_hidden_size (6144) is its tower's 1536 times its 2 x 2 merge: four tiny tower widths;
+    its projector_hidden_size (4096), the projector's own inner width, is the tiny text's."""
+    muse = _grid_scaffold("muse_glimmer", "MuseGlimmer", MuseGlimmerConfig)
+    config = muse.config()
+
+    assert config.out_hidden_size == 4 * VISION_SIZES["hidden_size"]
+    assert config.projector_hidden_size == config.text_config.hidden_size
+
+
+def test_a_projector_width_equal_to_the_tower_s_is_the_tiny_tower_s() -> None:
+    """kimi_k25's projection_hidden_size defaults to its tower's width, 1152."""
+    config = _grid_scaffold("kimi_k25", "Kimi_K25", Kimi_K25Config).config()
+
+    assert config.projection_hidden_size == VISION_SIZES["hidden_size"]
+
+
+def test_a_text_model_that_always_builds_a_sliding_mask_gets_the_tiny_window() -> None:
+    """Step-3.7's text model builds its sliding-window mask whatever its layer types; its default window is None."""
+    step3p7 = type(Step3p7Config().text_config)
+
+    assert _needs_a_window(step3p7, {"layer_types": ["full_attention"] * 3})
+
+
+def test_a_text_model_with_a_default_window_keeps_it() -> None:
+    assert not _needs_a_window(Qwen2Config, {"layer_types": ["full_attention"] * 3})
+
+
+def test_an_image_processor_counting_by_the_tower_s_patch_side_gets_the_tiny_side() -> None:
+    step3p7 = ScaffoldComposedVlm(
+        model_type="step3p7",
+        config_class=Step3p7Config,
+        processor_class=importable_processor_class("transformers.Step3p7Processor"),
+        image_processor_class=importable_image_processor_class("transformers.Step3p7ImageProcessor"),
+        causal_lm="Step3p7ForConditionalGeneration",
+        guarded=(),
+    )
+    step3p7.config()
+
+    assert step3p7._parts[1].image_processor.vision_patch_size == VISION_SIZES["patch_size"]
+
+
+def test_a_guarded_aux_loss_asks_the_head_for_its_router_logits() -> None:
+    minimax = ScaffoldComposedVlm(
+        model_type="minimax_m3_vl",
+        config_class=MiniMaxM3VLConfig,
+        processor_class=importable_processor_class("transformers.MiniMaxM3VLProcessor"),
+        image_processor_class=importable_image_processor_class("transformers.MiniMaxM3VLImageProcessor"),
+        causal_lm="MiniMaxM3SparseForConditionalGeneration",
+        guarded=("moe_experts", "load_balancing_loss"),
+        image_grid=True,
+    )
+
+    assert minimax.batch(minimax.config(), (1,))["output_router_logits"] is True
+
+
+def test_a_bf16_batch_casts_the_pixels_and_leaves_the_ids() -> None:
+    batch = in_dtype(
+        {"pixel_values": torch.zeros(2, 3), "input_ids": torch.ones(1, 4, dtype=torch.long)}, torch.bfloat16
+    )
+
+    assert (batch["pixel_values"].dtype, batch["input_ids"].dtype) == (torch.bfloat16, torch.long)
