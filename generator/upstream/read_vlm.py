@@ -366,23 +366,29 @@ def _patch_layer_within(
 
 def _patch_input(source: ModelSource, tower: str) -> str:
     """How the tower's patch embedding takes the processor's patches: "images" where the forward of the class
-    holding the layer unpacks its input's shape into five names, ``(batch, patches, channels, height, width)``
-    (PaddleOCR-VL's ``Conv2d`` over each patch as a small image); else "rows", one flat row per patch (Qwen-VL's)."""
+    holding the layer first unpacks its input's shape into five names, ``(batch, patches, channels, height,
+    width)`` (PaddleOCR-VL's ``Conv2d`` over each patch as a small image); else "rows", one flat row per patch
+    (Qwen-VL's; HY-V4-VL's, which unpacks two sizes first and reshapes the rows into small images itself)."""
     found = _patch_layer(source, tower)
     forward = source.local_method(found[0], "forward") if found else None
     if forward is None:
         return "rows"
     params = [a.arg for a in forward.args.posonlyargs + forward.args.args if a.arg != "self"]
-    unpacks_five = any(
-        isinstance(node, ast.Assign)
-        and len(node.targets) == 1
-        and isinstance(node.targets[0], ast.Tuple)
-        and len(node.targets[0].elts) == 5
-        and params
-        and dotted(node.value) == f"{params[0]}.shape"
-        for node in ast.walk(forward)
+    unpackings = sorted(
+        (
+            node
+            for node in ast.walk(forward)
+            if isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Tuple)
+            and params
+            and dotted(node.value) == f"{params[0]}.shape"
+        ),
+        key=lambda node: (node.lineno, node.col_offset),
     )
-    return "images" if unpacks_five else "rows"
+    # The first unpacking is of the input as given: HY-V4-VL's takes two sizes (flat rows) and reshapes them
+    # into the five it unpacks after.
+    return "images" if unpackings and len(unpackings[0].targets[0].elts) == 5 else "rows"
 
 
 def _position_merge(source: ModelSource, tower: str) -> int | None:

@@ -340,6 +340,20 @@ def test_a_patch_embedding_three_attributes_deep_taking_small_images_is_read(tmp
     assert tower.patch_input == "images"
 
 
+def test_a_patch_embedding_that_reshapes_flat_rows_into_small_images_itself_is_read_as_rows(tmp_path: Path) -> None:
+    """HY-V4-VL's embedding first unpacks two sizes of its input (flat rows), then reshapes them into the five it
+    unpacks after: the processor's rows are what it takes."""
+    five = "        batch_size, sequence_len, channel, height, width = pixel_values.shape\n"
+    reshaped = (
+        "        num_patches, _ = pixel_values.shape\n"
+        "        pixel_values = pixel_values.reshape(1, num_patches, 3, 2, 2)\n" + five
+    )
+    wrapped = WRAPPED_TOWER.replace(five, reshaped)
+    assert wrapped != WRAPPED_TOWER
+    tower = read_toy(tmp_path, MODELING.replace(TOWER, wrapped)).vision
+    assert tower.patch_input == "rows"
+
+
 def test_a_patch_embedding_of_flat_rows_is_read_as_rows(tmp_path: Path) -> None:
     tower = read_toy(tmp_path, MODELING.replace(TOWER, FLAT_TOWER)).vision
     assert (tower.patch_weight, tower.patch_input) == ("self.patch_embed.proj.weight", "rows")
