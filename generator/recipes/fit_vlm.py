@@ -99,6 +99,8 @@ def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict
         vision["patch_input"] = tower.patch_input
     if tower.position_merge is not None:
         vision["position_merge"] = tower.position_merge
+    if any(merger.place == "model" for merger in vlm.mergers):  # written only where the Model holds it
+        vision["merger_outside"] = True
     arguments: dict[str, Any] = {
         "vision": vision,
         "mrope": multimodal_rope_name(structure),

@@ -325,6 +325,7 @@ VISION_TOWER_DEFAULTS = {
     "package": None,
     "patch_input": "rows",
     "position_merge": None,
+    "merger_outside": None,
 }
 
 

@@ -110,6 +110,9 @@ class VisionTower:
     patch_input: str = "rows"
     #: The merge size of the tower's rotary positions where it is a constant, not its config's.
     position_merge: int | None = None
+    #: The Model holds the merger next to the tower (PaddleOCR-VL's projector): the Model gets a ``dummy_forward``
+    #: through ``get_image_features``, which a batch without images runs, so the merger gets a gradient too.
+    merger_outside: bool = False
 
 
 def rope_index_without_model(model_class: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
@@ -336,10 +339,20 @@ def vlm(
             description="the towers are this module's classes, not AutoModel's",
         )
     tower = f"self.{vision.attr}"
-    inputs = ("pixel_values", "pixel_values_videos") if videos else ("pixel_values",)
-    apply_sequence_parallel_forward(
-        config, f"{model_cls}.forward", [(tower, name) for name in inputs], placeholder_ids=placeholder_ids
-    )
+    towers_fed = [(tower, name) for name in (("pixel_values", "pixel_values_videos") if videos else ("pixel_values",))]
+    if vision.merger_outside:
+        config.apply_snippet(
+            "vlm_model_dummy_forward",
+            f"{model_cls}.dummy_forward",
+            add=True,
+            tower=vision.attr,
+            patch_weight=vision.patch_weight,
+            merge_size=vision.merge_size,
+            **({"patch_input": vision.patch_input} if vision.patch_input != "rows" else {}),
+            description="a zero loss term through the tower and the merger next to it, for ranks without images",
+        )
+        towers_fed[0] = ("self", "pixel_values")  # the Model's dummy_forward runs the merger too
+    apply_sequence_parallel_forward(config, f"{model_cls}.forward", towers_fed, placeholder_ids=placeholder_ids)
     if text_model is not None:
         apply_packed_documents(config, f"{_named(text_model, prefix)}.forward")
     causal_lm_cls = apply_causal_lm(config, causal_lm, prefix=prefix, aux_loss=aux_loss, forward_kwargs=True)

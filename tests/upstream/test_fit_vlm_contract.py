@@ -279,3 +279,13 @@ def test_cosmos3_omni_is_refused_for_its_missing_processor_alone() -> None:
     """Its qwen3_vl towers are the zoo's; neither its package nor the Auto tables name a processor (5.25.0)."""
     (reason,) = vlm_reasons("cosmos3_omni")
     assert "no processor class: neither the package nor the Auto tables name one" in reason
+
+
+def test_a_merger_next_to_the_tower_is_recorded_for_the_model_s_dummy() -> None:
+    """paddleocr_vl's projector and cosmos3_edge's merger sit in the Model, next to the tower (5.25.0)."""
+    for model in ("paddleocr_vl", "cosmos3_edge"):
+        assert fit(model).arguments["vision"]["merger_outside"] is True
+
+
+def test_a_merger_inside_the_tower_records_nothing() -> None:
+    assert "merger_outside" not in fit("glm4v").arguments["vision"]
