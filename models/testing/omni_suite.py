@@ -411,6 +411,9 @@ class OmniParitySuite(VlmParitySuite):
     def test_audio_in_video_batch_matches_upstream(self, backend: str, dtype: torch.dtype) -> None:
         self._parity(backend, self.model.audio_in_video_batch(), dtype=dtype)
 
+    def _other_towers(self) -> tuple[str, ...]:
+        return (self.model.audio_attr,)
+
     # -- the audio dummy_forward ----------------------------------------------------------------------
     def _audio_step(
         self, backend: str, batch: Mapping[str, Any], *, dummy: str = "", dtype: torch.dtype = torch.float32

@@ -551,9 +551,32 @@ class VlmParitySuite(VisionMetadataChecks):
         model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend).to(dtype).train()
         loss = model(**self.model.text_only_batch()).loss
         if dummy:
-            loss = loss + _attribute(model, self.model.vision_attr).dummy_forward()
+            loss = loss + self._dummy_owner(model).dummy_forward()
         loss.backward()
         return loss.detach(), {name: param.grad for name, param in model.named_parameters()}
+
+    def _dummy_owner(self, model: PreTrainedModel) -> torch.nn.Module:
+        """What a rank without images runs: the Model's ``dummy_forward`` where it has one (its merger sits next to
+        the tower, PaddleOCR-VL's), else the tower's."""
+        base = _attribute(model, self.model.vision_attr.rpartition(".")[0]) if "." in self.model.vision_attr else model
+        return base if hasattr(type(base), "dummy_forward") else _attribute(model, self.model.vision_attr)
+
+    def _other_towers(self) -> tuple[str, ...]:
+        """Towers besides the vision one that a multimodal batch feeds, each with a dummy of its own (none here)."""
+        return ()
+
+    def test_dummy_forward_reaches_every_parameter_an_image_step_reaches(self, backend: str) -> None:
+        """A text-only step plus the dummy gives a gradient to every parameter an image step gives one, the
+        tower's and a merger next to it alike, so FSDP and DDP see the same parameters on every rank."""
+        seed_everything(0)
+        model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend).train()
+        model(**self.model.multimodal_batch()).loss.backward()
+        other = tuple(f"{attr}." for attr in self._other_towers())  # their own dummies cover them (Omni's audio)
+        reached = {
+            name for name, param in model.named_parameters() if param.grad is not None and not name.startswith(other)
+        }
+        _, grads = self._text_only_step(backend, dummy=True)
+        assert sorted(name for name in reached if grads[name] is None) == []
 
     def test_dummy_forward_adds_exactly_zero_to_the_loss_and_its_gradients(self, backend: str) -> None:
         plain_loss, plain_grads = self._text_only_step(backend, dummy=False)
