@@ -62,7 +62,7 @@ from modelgraft.models.testing.parity import (
 from modelgraft.models.testing.reference import NOT_CONSULTED, reference_kernels
 from modelgraft.models.testing.seed import seed_everything
 from modelgraft.models.testing.tiny import TINY, tiny_overrides_for
-from modelgraft.models.testing.vlm_processor import synthetic_image, tiny_tokenizer
+from modelgraft.models.testing.vlm_processor import read_tokenizer_attributes, synthetic_image, tiny_tokenizer
 
 __all__ = ["VISION_SIZES", "ScaffoldComposedSuite", "ScaffoldComposedVlm"]
 
@@ -361,18 +361,10 @@ class ScaffoldComposedVlm:
     def _tokenizer_attributes(self, specials: tuple[str, ...]) -> dict[str, str]:
         """The ``*_token`` attributes the processor reads from its tokenizer, found by building it: each one it
         asks for and the tiny tokenizer lacks becomes a special token of its own (``<start_image_token>``)."""
-        attributes: dict[str, str] = {}
-        for _ in range(8):
-            try:
-                self._processor(self._tokenizer(specials, attributes), {})
-            except AttributeError as error:
-                name = getattr(error, "name", None) or str(error).rsplit(" ", 1)[-1]
-                if not name.endswith("_token") or name in attributes:
-                    raise
-                attributes[name] = f"<{name}>"
-                continue
-            return attributes
-        raise AttributeError(f"{self.processor_class.__name__} reads more tokenizer attributes than expected")
+        return read_tokenizer_attributes(
+            lambda attributes: self._processor(self._tokenizer(specials, attributes), {}),
+            self.processor_class.__name__,
+        )
 
     def _processor(
         self,

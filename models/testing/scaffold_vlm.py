@@ -46,7 +46,12 @@ from modelgraft.models.testing.seed import seed_everything
 from modelgraft.models.testing.tiny import tiny_overrides_for
 from modelgraft.models.testing.vlm_metadata_checks import metadata_keys
 from modelgraft.models.testing.vlm_moe_suite import VlmMoeModel, VlmMoeParitySuite
-from modelgraft.models.testing.vlm_processor import synthetic_image, synthetic_video, tiny_tokenizer
+from modelgraft.models.testing.vlm_processor import (
+    read_tokenizer_attributes,
+    synthetic_image,
+    synthetic_video,
+    tiny_tokenizer,
+)
 from modelgraft.models.testing.vlm_suite import (
     DTYPES,
     IMAGE,
@@ -253,18 +258,7 @@ class _Derived:
         """The ``*_token`` attributes the processor reads from its tokenizer (PaddleOCR-VL's ``tokenizer.image_token``),
         found by building it: each one it asks for becomes a special token of its own, named after it
         (``<image_token>``). Empty for a processor with its own defaults (Qwen-VL's)."""
-        attributes: dict[str, str] = {}
-        for _ in range(8):
-            try:
-                self._probe(attributes)
-            except AttributeError as error:
-                name = getattr(error, "name", None) or str(error).rsplit(" ", 1)[-1].strip("'\"")
-                if not name.endswith("_token") or name in attributes:
-                    raise
-                attributes[name] = f"<{name}>"
-                continue
-            return attributes
-        raise AttributeError(f"{self.processor_class.__name__} reads more tokenizer attributes than expected")
+        return read_tokenizer_attributes(self._probe, self.processor_class.__name__)
 
     def _probe(self, attributes: Mapping[str, str]) -> ProcessorMixin:
         return build_processor(
@@ -426,29 +420,6 @@ class _ScaffoldChecks:
         if not self.model.separate_videos:
             return super()._long_video_batch()  # type: ignore[misc]
         return self.model.video_batch(frames=6)
-
-    def _packed_documents(self, backend: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The suite's packed row; for ``separate_videos``, of the image-only batch's documents (no video pixels)."""
-        if not self.model.separate_videos:
-            return super()._packed_documents(backend)  # type: ignore[misc]
-        rows = self.model.multimodal_batch(labels=False)
-        documents = []
-        for row in (2, 0, 1, 3):
-            sample = self._sample(rows, row)  # type: ignore[attr-defined]
-            real = int(sample["attention_mask"].sum())
-            for name in ("input_ids", "mm_token_type_ids", "attention_mask"):
-                sample[name] = sample[name][:, :real]
-            documents.append(sample)
-        func = self._position_id_func(backend)  # type: ignore[attr-defined]
-        rope = torch.cat([func(**_rope_index_inputs(doc))[0] for doc in documents], dim=-1)
-        text = torch.cat([torch.arange(doc["input_ids"].shape[1]) for doc in documents]).view(1, 1, -1)
-        packed: dict[str, Any] = {
-            "position_ids": torch.cat((text, rope), dim=0),
-            "input_ids": torch.cat([doc["input_ids"] for doc in documents], dim=1),
-            "pixel_values": rows["pixel_values"],
-            "image_grid_thw": torch.cat([doc["image_grid_thw"] for doc in documents if "image_grid_thw" in doc]),
-        }
-        return documents, packed
 
     def _items_per_row(self, tokens: torch.Tensor, kind: int, grids: torch.Tensor | None) -> list[int]:
         """How many images or videos each row holds: its placeholder runs, where a processor that gives each

@@ -9,7 +9,8 @@ upstream. The processor is built without torchvision as a library user builds on
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -18,6 +19,7 @@ from transformers import PreTrainedTokenizerFast
 
 __all__ = [
     "QWEN_VL_SPECIAL_TOKENS",
+    "read_tokenizer_attributes",
     "synthetic_image",
     "synthetic_video",
     "tiny_tokenizer",
@@ -57,3 +59,22 @@ def synthetic_image(height: int, width: int, *, seed: int) -> Image.Image:
 def synthetic_video(height: int, width: int, *, frames: int = 2, seed: int) -> list[Image.Image]:
     """``frames`` distinct noise frames, deterministic in ``seed``."""
     return [synthetic_image(height, width, seed=seed * 1000 + i) for i in range(frames)]
+
+
+def read_tokenizer_attributes(build: Callable[[Mapping[str, str]], Any], owner: str) -> dict[str, str]:
+    """The ``*_token`` attributes a processor reads from its tokenizer, found by building it with ``build`` (given
+    the attributes found so far): each one it asks for and the tiny tokenizer lacks becomes a special token of its
+    own, named after it (``<image_token>``). Empty for a processor with defaults of its own (Qwen-VL's); any other
+    error, or a tokenizer that keeps asking, is raised (``owner`` names the processor)."""
+    attributes: dict[str, str] = {}
+    for _ in range(8):
+        try:
+            build(attributes)
+        except AttributeError as error:
+            name = getattr(error, "name", None) or str(error).rsplit(" ", 1)[-1].strip("'\"")
+            if not name.endswith("_token") or name in attributes:
+                raise
+            attributes[name] = f"<{name}>"
+            continue
+        return attributes
+    raise AttributeError(f"{owner} reads more tokenizer attributes than expected")
