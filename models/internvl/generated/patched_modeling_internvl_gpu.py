@@ -4,7 +4,7 @@
 # Source: transformers.models.internvl.modeling_internvl (transformers==5.25.0)
 # Config: models.internvl.internvl_gpu_patch_gen_config
 # Description: InternVL with op-slot guards and slot-backed losses
-# Fingerprint: 8bc787ea7fc0999d23eb
+# Fingerprint: cbc218a6721b75538b9d
 # Patches:
 #   - override_method InternVLVisionRMSNorm.forward: rms_norm slot guard
 #   - override_method InternVLVisionMLP.forward: activation slot guard
