@@ -81,6 +81,8 @@ def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) ->
             "zero_images_are_padding": vlm.zero_images_are_padding,
             "image_grid": vlm.image_grid,
             "image_merge_sizes": vlm.image_merge_sizes,
+            "image_patch_grid": vlm.image_patch_grid or "",
+            "patch_grid_factors": [list(f) for f in vlm.patch_grid_factors],
             "placeholder_ids": list(vlm.placeholder_ids),
             # A tower's own base class (InternViT's): the base-class changes, as the model's base gets them
             "pretrained_models": [c for c in vlm.pretrained_bases if c != f"{structure.prefix}PreTrainedModel"],

@@ -228,6 +228,10 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
         lines.append("    image_grid=True,")
     if composed.get("image_merge_sizes"):
         lines.append("    image_merge_sizes=True,")
+    if composed.get("image_patch_grid"):
+        lines.append(f"    image_patch_grid={composed['image_patch_grid']!r},")
+        factors = tuple(tuple(f) for f in composed.get("patch_grid_factors") or ())
+        lines.append(f"    patch_grid_factors={factors!r},")
     if composed.get("zero_images_are_padding"):
         lines.append("    zero_images_are_padding=True,")
     if composed.get("pretrained_models"):

@@ -75,6 +75,8 @@ def composed_vlm(
     image_rows: bool = False,
     image_grid: bool = False,
     image_merge_sizes: bool = False,
+    image_patch_grid: str = "",
+    patch_grid_factors: Sequence[tuple[str, str, str]] = (),
     zero_images_are_padding: bool = False,
     sequence_parallel: bool = True,
     placeholder_ids: Sequence[str] = ("self.config.image_token_id",),
@@ -102,6 +104,10 @@ def composed_vlm(
     ``image_grid``: ``get_image_features`` takes patch rows and their ``image_grid_thw`` (LLaVA-OneVision-1.5):
     the blank image is one frame of ``spatial_merge_size`` x ``spatial_merge_size`` patches.
     ``image_merge_sizes``: it also takes one merge factor per image (VideoLLaMA3's): the blank frame's side.
+    ``image_patch_grid``: the ``get_image_features`` parameter giving each image's (height, width) in patches
+    (MiniCPM-V's ``target_sizes``): the blank image is one square grid whose side is the product of
+    ``patch_grid_factors`` ((config, field, rounds): ``config.<field>`` to the power ``config.<rounds>``, once
+    where rounds is ""; config "" is the Model's), the smallest its mergers take.
     ``zero_images_are_padding``: ``get_image_features`` drops all-zero images as a row's padding (Idefics3's): the
     blank image is ones, so the tower runs on it.
     ``model.forward`` gets the sequence-parallel branches (this rank's placeholder features, ``dummy_forward``
@@ -146,6 +152,8 @@ def composed_vlm(
         rows=image_rows,
         grid=image_grid,
         merge_sizes=image_merge_sizes,
+        patch_grid=image_patch_grid,
+        grid_factors=[list(f) for f in patch_grid_factors],
         fill="ones" if zero_images_are_padding else "zeros",
         description="a zero loss term through the vision tower and the projector, for ranks without images",
     )

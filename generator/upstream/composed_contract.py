@@ -121,6 +121,8 @@ def composed_differences(info: VlmInfo) -> tuple[str, ...]:
     else:
         # The blank image's size goes with it (Pixtral's variable sizes; LLaVA-NeXT's tiles of the tower's size).
         given = (IMAGE_FEATURES_INPUT, SIZES_INPUT, GRID_INPUT)
+        if info.image_patch_grid:  # each image's (height, width) in patches: a blank grid the mergers take
+            given += (info.image_patch_grid,)
         if GRID_INPUT in features.params:
             given += (MERGE_SIZES_INPUT,)
         needed = [p for p in features.required if p not in given]

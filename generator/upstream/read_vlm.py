@@ -15,7 +15,7 @@ import ast
 from dataclasses import replace
 
 from modelgraft.generator.errors import UpstreamError
-from modelgraft.generator.upstream.composed_contract import composed_differences
+from modelgraft.generator.upstream.composed_contract import VISION_CONFIG, composed_differences
 from modelgraft.generator.upstream.read_auto import auto_model_class, model_type_package
 from modelgraft.generator.upstream.read_conversion import transposes_fused_experts
 from modelgraft.generator.upstream.read_indexer import read_dsa_indexer
@@ -77,6 +77,8 @@ def read_vlm(source: ModelSource, model_type: str | None) -> VlmInfo:
         image_merge_sizes=image_features is not None
         and "image_grid_thw" in image_features.params
         and "image_merge_sizes" in image_features.required,
+        image_patch_grid=(patch_grid := _patch_grid(source, model_class, vision, image_features)),
+        patch_grid_factors=_patch_grid_factors(source, vision, mergers) if patch_grid else (),
         bidirectional_mask=_bidirectional_mask(source, model_class),
         forward_scatters=_forward_scatters(source, model_class),
         dsa_indexer=read_dsa_indexer(source),
@@ -123,7 +125,10 @@ def _compared_ids(source: ModelSource, model_class: str | None) -> list[str]:
         found = source.method(model_class, merger) if merger else None
     if found is None:
         return []
-    return _ids_compared_with_input_ids(found[0])
+    compared = _ids_compared_with_input_ids(found[0])
+    if compared or found[0].name != "get_placeholder_mask":
+        return compared
+    return _ids_passed_for_compared_params(source, model_class, found[0])
 
 
 def _ids_compared_with_input_ids(func: ast.FunctionDef) -> list[str]:
@@ -135,6 +140,30 @@ def _ids_compared_with_input_ids(func: ast.FunctionDef) -> list[str]:
         if dotted(side).startswith("self.config.")
     ]
     return list(dict.fromkeys(compared))
+
+
+def _ids_passed_for_compared_params(source: ModelSource, model_class: str | None, mask: ast.FunctionDef) -> list[str]:
+    """The ``self.config.<id>`` expressions the Model's forward passes ``get_placeholder_mask`` for the parameter
+    it compares ``input_ids`` with (MiniCPM-V's ``token_id``: one call per modality), in the forward's order."""
+    params = [a.arg for a in mask.args.posonlyargs + mask.args.args][1:]  # without self
+    compared = {
+        side.id
+        for node in ast.walk(mask)
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "input_ids"
+        for side in node.comparators
+        if isinstance(side, ast.Name) and side.id in params + [a.arg for a in mask.args.kwonlyargs]
+    }
+    forward = source.method(model_class, "forward") if model_class else None
+    if not compared or forward is None:
+        return []
+    passed: list[str] = []
+    for node in ast.walk(forward[0]):
+        if not (isinstance(node, ast.Call) and dotted(node.func) == "self.get_placeholder_mask"):
+            continue
+        given = {params[i]: arg for i, arg in enumerate(node.args) if i < len(params)}
+        given.update({k.arg: k.value for k in node.keywords if k.arg})
+        passed.extend(dotted(given[name]) for name in sorted(compared) if name in given)
+    return list(dict.fromkeys(n for n in passed if n.startswith("self.config.")))
 
 
 def _placeholder_merger(source: ModelSource, model_class: str) -> str | None:
@@ -193,6 +222,98 @@ def _placeholder_ids(source: ModelSource, model_class: str | None) -> tuple[str,
     image = [c for c in compared if "image" in c]
     video = [c for c in compared if "video" in c]
     return tuple(image[:1] + video[:1]) if image else ()
+
+
+def _patch_grid(
+    source: ModelSource, model_class: str | None, vision: TowerInfo | None, features: MethodInfo | None
+) -> str | None:
+    """The parameter of ``get_image_features`` that gives each image's patch grid, ``(images, 2)`` rows of
+    (height, width) in patches (MiniCPM-V's ``target_sizes``): one it requires and hands the vision tower, whose
+    forward multiplies its two columns (``x[:, 0] * x[:, 1]``, the patches of each image); None where none does."""
+    if model_class is None or vision is None or features is None:
+        return None
+    defining = _defining(source, vision)
+    method = source.method(model_class, "get_image_features")
+    forward = defining.local_method(vision.cls, "forward") if vision.cls in defining.classes else None
+    if method is None or forward is None:
+        return None
+    tower_params = [a.arg for a in forward.args.posonlyargs + forward.args.args][1:]
+    for call in calls_in(method[0]):
+        if dotted(call.func) != f"self.{vision.attr}":
+            continue
+        passed = {tower_params[i]: arg for i, arg in enumerate(call.args) if i < len(tower_params)}
+        passed.update({k.arg: k.value for k in call.keywords if k.arg})
+        for name, value in passed.items():
+            if isinstance(value, ast.Name) and value.id in features.required and _multiplies_columns(forward, name):
+                return value.id
+    return None
+
+
+def _multiplies_columns(func: ast.FunctionDef, name: str) -> bool:
+    """``func`` multiplies column 0 of ``name`` by its column 1 (``name[:, 0] * name[:, 1]``)."""
+
+    def column(node: ast.expr) -> int | None:
+        if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name):
+            return None
+        index = node.slice
+        if isinstance(index, ast.Tuple) and len(index.elts) == 2 and isinstance(index.elts[0], ast.Slice):
+            last = index.elts[1]
+            return last.value if isinstance(last, ast.Constant) and type(last.value) is int else None
+        return None
+
+    return any(
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Mult)
+        and {column(node.left), column(node.right)} == {0, 1}
+        for node in ast.walk(func)
+    )
+
+
+#: Config fields a merger divides a patch grid by, read where its ``__init__`` keeps one.
+_GRID_FACTOR_ENDINGS = ("kernel_size", "merge_size")
+
+
+def _patch_grid_factors(
+    source: ModelSource, vision: TowerInfo | None, mergers: list[MergerInfo]
+) -> tuple[tuple[str, str, str], ...]:
+    """(config, field, rounds) of each factor a merger divides a patch grid by: ``config`` is the sub-config of the
+    Model's config the merger is built from (``vision_config`` inside the tower, else the one it is handed, or ""
+    for the Model's config itself),
+    ``field`` the ``*kernel_size``/``*merge_size`` its ``__init__`` reads, ``rounds`` the config field counting how
+    many times its forward merges (``range(..., self.<n>)`` over ``config.<rounds>``), or "" for once. The grid
+    whose side is the product of each factor to its rounds passes every merger (MiniCPM-V's window merger, then its
+    merger)."""
+    found: list[tuple[str, str, str]] = []
+    for merger in mergers:
+        where = _defining(source, vision) if merger.place == "tower" else source
+        if merger.cls is None or merger.cls not in where.classes:
+            continue
+        init = where.local_method(merger.cls, "__init__")
+        forward = where.local_method(merger.cls, "forward")
+        if init is None:
+            continue
+        built = _building_call(source if merger.place == "model" else where, merger.owner, merger.attr)
+        handed = _config_attr(built) if built is not None else None
+        config = VISION_CONFIG if merger.place == "tower" else (handed or "")
+        kept: dict[str, str] = {}  # self.<attr> -> config.<field> read into it
+        for node in ast.walk(init):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = dotted(node.targets[0])
+                fields = [
+                    n.attr
+                    for n in ast.walk(node.value)
+                    if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "config"
+                ]
+                if target.startswith("self.") and len(fields) == 1:
+                    kept[target] = fields[0]
+        rounds = ""
+        for node in ast.walk(forward) if forward is not None else ():
+            if isinstance(node, ast.Call) and dotted(node.func) == "range" and node.args:
+                rounds = kept.get(dotted(node.args[-1]), rounds)
+        for field in kept.values():
+            if field.endswith(_GRID_FACTOR_ENDINGS):
+                found.append((config, field, rounds))
+    return tuple(dict.fromkeys(found))
 
 
 def _reads_text_row(source: ModelSource, language_model: str | None) -> bool:

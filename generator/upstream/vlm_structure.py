@@ -152,6 +152,13 @@ class VlmInfo:
     #: ``get_image_features`` also requires ``image_merge_sizes``, one merge factor per image of the grid
     #: (VideoLLaMA3's): ``dummy_forward`` gives its blank grid's side.
     image_merge_sizes: bool = False
+    #: The ``get_image_features`` parameter giving each image's patch grid, rows of (height, width) in patches,
+    #: which the tower's forward multiplies column by column (MiniCPM-V's ``target_sizes``); None where none does.
+    image_patch_grid: str | None = None
+    #: With ``image_patch_grid``: (config, field, rounds) of each factor the mergers divide the grid by (config: the
+    #: sub-config of the Model's, "" for its own; rounds: the field counting the merges, "" for once), so that
+    #: ``dummy_forward``'s blank grid is the smallest every merger takes.
+    patch_grid_factors: tuple[tuple[str, str, str], ...] = ()
     #: The Model's forward builds a mask in which some tokens attend both ways (PaliGemma's prompt prefix, Gemma3's
     #: image tokens): neither a rank's slice of the sequence nor packed documents keep that attention.
     bidirectional_mask: bool = False

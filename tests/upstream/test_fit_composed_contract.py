@@ -294,3 +294,17 @@ def test_a_vlm_moe_whose_own_experts_no_kernel_reads_is_refused_with_their_reaso
     """aria's own text model routes to AriaExperts, stored [E, 2I, H] gate-first (5.25.0): no kernel reads it."""
     message = scaffold_refusal("aria")
     assert "the routed experts cannot go behind the moe_experts slot: the moe_experts slot takes [E, 2I, H]" in message
+
+
+@pytest.mark.parametrize("model", ["minicpm_ocr", "minicpmv4_6"])
+def test_a_patch_grid_and_ids_handed_to_the_placeholder_mask_fit_the_composed_contract(model: str) -> None:
+    """minicpm_ocr's and minicpmv4_6's get_placeholder_mask compares input_ids with its token_id parameter, which
+    the forward hands self.config.image_token_id, then video_token_id; get_image_features requires target_sizes,
+    each image's patch grid, which a window merger in the tower and the Model's merger divide (5.25.0)."""
+    vlm = read_model(model).vlm
+    assert vlm is not None and vlm.composed_differences == ()
+    assert vlm.placeholder_ids == ("self.config.image_token_id", "self.config.video_token_id")
+    assert vlm.image_patch_grid == "target_sizes"
+    _, call = recipe_call("vlm", "MiniCPMOcr", fit(model).arguments)
+    assert '    image_patch_grid="target_sizes",\n' in call
+    assert '(("vision_config", "window_kernel_size", ""), ("", "merge_kernel_size", "merger_times"))' in call

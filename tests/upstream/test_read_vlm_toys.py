@@ -464,3 +464,97 @@ def test_a_vlm_whose_only_rotary_function_is_the_towers_has_no_text_rope(tmp_pat
     rope = read_model("toy", root=tmp_path).rope
     assert (rope.kind, rope.name) == ("none", None)
     assert "apply_rotary_pos_emb_vision (line " in rope.reason and "the vision tower's" in rope.reason
+
+
+#: The toy's Model as MiniCPM-V's: one get_placeholder_mask compares input_ids with a parameter, which the forward
+#: hands a config id per modality (the video's first here, so the order is the reader's, not the source's).
+MASK_BY_PARAMETER = (
+    "    def get_placeholder_mask(self, input_ids, inputs_embeds, features, token_id):\n"
+    "        return input_ids == token_id\n\n"
+    "    def forward(self, input_ids=None, pixel_values=None, pixel_values_videos=None):\n"
+    "        video = self.get_placeholder_mask(input_ids, inputs_embeds, v, token_id=self.config.video_token_id)\n"
+    "        image = self.get_placeholder_mask(input_ids, inputs_embeds, f, self.config.image_token_id)\n"
+    "        return None\n"
+)
+
+
+def test_ids_the_forward_hands_the_compared_parameter_are_the_placeholder_ids(tmp_path: Path) -> None:
+    info = read_toy(tmp_path, MODELING.replace(PAIR_OF_MASKS, MASK_BY_PARAMETER))
+    assert info.placeholder_ids == ("self.config.image_token_id", "self.config.video_token_id")
+    assert not info.video_shares_image_token
+
+
+def test_a_compared_parameter_the_forward_hands_no_config_id_gives_no_placeholder_ids(tmp_path: Path) -> None:
+    mask = MASK_BY_PARAMETER.replace("self.config.video_token_id", "video_id").replace(
+        "self.config.image_token_id", "image_id"
+    )
+    assert read_toy(tmp_path, MODELING.replace(PAIR_OF_MASKS, mask)).placeholder_ids == ()
+
+
+#: The toy's tower and Model as MiniCPM-V's: get_image_features hands the tower each image's patch grid, which the
+#: tower's forward multiplies column by column; a window merger in the tower and a merger beside it divide the grid.
+PATCH_GRID_TOWER = """
+class ToyWindowMerger(nn.Module):
+    def __init__(self, config):
+        self.window_kernel_size = tuple(config.window_kernel_size)
+        self.proj = nn.Linear(4, 4)
+
+
+class ToyGridMerger(nn.Module):
+    def __init__(self, config):
+        self.merge_kernel_size = tuple(config.merge_kernel_size)
+        self.merger_times = config.merger_times
+        self.hidden = config.hidden_size
+
+    def forward(self, hidden_states, target_sizes):
+        for i in range(1, self.merger_times):
+            pass
+        return hidden_states
+
+
+class ToyVisionModel(ToyPreTrainedModel):
+    config: ToyVisionConfig
+
+    def __init__(self, config):
+        self.blocks = nn.ModuleList([ToyVisionBlock(config) for _ in range(2)])
+        self.vit_merger = ToyWindowMerger(config)
+
+    def forward(self, pixel_values, target_sizes=None):
+        lengths = torch.cumsum(target_sizes[:, 0] * target_sizes[:, 1], dim=0)
+        return pixel_values
+"""
+PATCH_GRID_FEATURES = (
+    "    def get_image_features(self, pixel_values, target_sizes, mode=None):\n"
+    "        out = self.visual(pixel_values, target_sizes=target_sizes)\n"
+    "        return self.merger(out, target_sizes)\n\n"
+)
+
+
+def _patch_grid_toy(multiplies: bool = True) -> str:
+    tower = MODELING[MODELING.index("class ToyVisionModel") : MODELING.index("class ToyTextAttention")]
+    grid = PATCH_GRID_TOWER if multiplies else PATCH_GRID_TOWER.replace("target_sizes[:, 1]", "target_sizes[:, 0]")
+    return (
+        MODELING.replace(tower, grid.lstrip("\n") + "\n\n")
+        .replace("class ToyPatchMerger", "class ToyUnused")
+        .replace(
+            "        self.language_model = ToyTextModel",
+            "        self.merger = ToyGridMerger(config)\n        self.language_model = ToyTextModel",
+        )
+        .replace("    def get_placeholder_mask(", PATCH_GRID_FEATURES + "    def get_placeholder_mask(", 1)
+    )
+
+
+def test_a_patch_grid_the_tower_multiplies_column_by_column_is_read_with_the_mergers_factors(tmp_path: Path) -> None:
+    info = read_toy(tmp_path, _patch_grid_toy())
+    assert info.image_patch_grid == "target_sizes"
+    assert info.patch_grid_factors == (
+        ("vision_config", "window_kernel_size", ""),
+        ("", "merge_kernel_size", "merger_times"),
+    )
+    assert not any("target_sizes" in d for d in info.composed_differences)
+
+
+def test_a_size_the_tower_does_not_multiply_column_by_column_is_no_patch_grid(tmp_path: Path) -> None:
+    info = read_toy(tmp_path, _patch_grid_toy(multiplies=False))
+    assert info.image_patch_grid is None and info.patch_grid_factors == ()
+    assert any("get_image_features requires target_sizes" in d for d in info.composed_differences)
