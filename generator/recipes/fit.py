@@ -317,6 +317,11 @@ def _experts(structure: ModelStructure, skipped: list[Finding]) -> dict[str, Any
         return _clamped_swiglu_experts(structure)
     if experts.gated_unit and experts.layout == "gate_up" and not experts.has_bias:
         return _gate_first_unit_experts(structure)
+    if experts.layout == "gate_up_transposed" and experts.transposed and not experts.gated_unit:
+        if not experts.has_bias and not experts.custom_activation and experts.activation_expr:
+            # Aria's loop, recognised exactly by the reader: x @ W[e], gate-first halves, ACT(gate) * up.
+            fitted = {"sparse_block": moe.sparse_block, "activation": experts.activation_expr}
+            return {**fitted, "block_attr": moe.block_attr, "layout": "transposed"}
     if experts.layout != "gate_up" or experts.has_bias or experts.custom_activation or not experts.activation_expr:
         why = (
             experts.reason

@@ -8,6 +8,7 @@ other variant is reported with where it is and why it is not one of them.
 from __future__ import annotations
 
 import ast
+import json
 from typing import Any
 
 from modelgraft.generator.upstream.shapes import attr_binding, match_body, strip_docstring
@@ -127,6 +128,31 @@ for P_e in P_hit:
     P_out.index_add_(0, P_tok, P_h.to(P_out.dtype))
 return P_out
 """
+
+# Aria: [E, H, 2I] weights applied as x @ W[e], no bias, gate-first halves, ACT(gate) * up inline; the one-hot
+# spelt either way. The moe_experts slot's "transposed" layout.
+_EXPERTS_TRANSPOSED_GATE_UP: tuple[str, ...] = tuple(
+    """
+P_out = torch.zeros_like(P_x)
+with torch.no_grad():
+    P_mask = ONE_HOT(P_idx, num_classes=self.P_ne + 1)
+    P_mask = P_mask.permute(2, 1, 0)
+    P_hit = torch.greater(P_mask.sum(dim=(-1, -2)), 0).nonzero()
+for P_e in P_hit:
+    P_e = P_e[0]
+    if P_e == self.P_ne:
+        continue
+    P_pos, P_tok = torch.where(P_mask[P_e])
+    P_cur = P_x[P_tok]
+    P_g, P_u = (P_cur @ self.gate_up_proj[P_e]).chunk(2, dim=-1)
+    P_h = ACT(P_g) * P_u
+    P_h = P_h @ self.down_proj[P_e]
+    P_h = P_h * P_w[P_tok, P_pos, None]
+    P_out.index_add_(0, P_tok, P_h.to(P_out.dtype))
+return P_out
+""".replace("ONE_HOT", one_hot)
+    for one_hot in ("torch.nn.functional.one_hot", "nn.functional.one_hot", "F.one_hot")
+)
 
 # gpt_oss: [E, H, 2I] weights applied as x @ W[e], a bias after each matmul, the gated unit a method.
 _EXPERTS_TRANSPOSED_BIAS = """
@@ -479,6 +505,9 @@ def _experts(source: ModelSource, block: str, cls: str, config_defaults: dict[st
             )
         return ExpertsInfo(cls, line, "gate_up", has_bias=has_bias, activation_expr=activation_expr)
     if doubled == [2]:
+        activation = _transposed_gate_up_activation(forward, activation_expr) if not has_bias else None
+        if activation is not None:
+            return ExpertsInfo(cls, line, "gate_up_transposed", activation_expr=activation, transposed=True, reason="")
         return ExpertsInfo(
             cls,
             line,
@@ -489,6 +518,26 @@ def _experts(source: ModelSource, block: str, cls: str, config_defaults: dict[st
             reason="" if "chunk(2" in text else "transposed parameters but no chunk(2) in forward",
         )
     return ExpertsInfo(cls, line, "unknown", has_bias=has_bias, reason="no dimension of gate_up_proj is 2 * I")
+
+
+def _transposed_gate_up_activation(forward: ast.FunctionDef | None, activation_expr: str | None) -> str | None:
+    """How the sparse block names the activation of Aria's loop (:data:`_EXPERTS_TRANSPOSED_GATE_UP`), recognised
+    exactly; None when the loop has another shape or its activation has no name the block can reach.
+
+    ``ACT`` is either ``self.act_fn`` (named as ``__init__`` assigns it: ``activation_expr``) or a literal
+    function such as ``F.silu``.
+    """
+    if forward is None:
+        return None
+    for loop in _EXPERTS_TRANSPOSED_GATE_UP:
+        bound = match_body(loop, forward.body)
+        if bound is None:
+            continue
+        literal = bound.get("act_fn")
+        if literal is not None:
+            return _LITERAL_ACTIVATIONS.get(literal)
+        return activation_expr if attr_binding(bound, "act") == "act_fn" else None
+    return None
 
 
 def _clamped_swiglu_experts(
@@ -630,6 +679,10 @@ def _is_doubled(dim: ast.expr) -> bool:
 def _experts_activation(source: ModelSource, block: str, cls: str) -> str | None:
     """How the sparse block's forward can name the experts' activation, when it can."""
     for value in source.init_assigns(cls).get("act_fn", []):
+        if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant):
+            # ACT2FN["silu"]: a literal name, the same whatever the config (Aria's routed experts).
+            if isinstance(value.slice.value, str):
+                return json.dumps(value.slice.value)
         if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Attribute):
             attr = value.slice.attr
             if source.stores_config(cls) or "use_experts_implementation" in source.decorator_names(cls):

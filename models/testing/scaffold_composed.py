@@ -7,7 +7,9 @@ A zoo model's composed-VLM test (gemma3's) spells out its tiny config and its pr
 - the text config: the sub-config class of the default text model_type at the text scaffolds' tiny sizes
   (``modelgraft.models.testing.tiny``), its vocabulary the tiny tokenizer's;
 - the vision config: :data:`VISION_SIZES` for the attributes the vision config declares (a 28 x 28 image of
-  7 x 7 patches, 2 layers), list-valued feature layers cut to the tiny depth;
+  7 x 7 patches, 2 layers), list-valued feature layers cut to the tiny depth; a projector keyed on the patch
+  count (:data:`QUERY_DICT`) maps the tiny patches to half as many queries, and where its image processor pads
+  every image to one fixed side (Aria's), the tower cuts that side into the same 4 x 4 patches;
 - the processor: the model's own class (where transformers gives a placeholder for want of torchvision, the
   class ``modelgraft.models.processor_imports.importable_processor_class`` loads) over a word-level tokenizer
   holding every ``*_token`` string the processor names (its placeholder and the markers around it), the PIL
@@ -94,7 +96,13 @@ KNOWN_OPTIONS = (
     "image_seq_len",
     "num_image_tokens",
     "spatial_merge_size",
+    "size_conversion",
 )
+#: The patches per side of one tiny image, whatever its side in pixels.
+GRID = IMAGE_SIDE // VISION_SIZES["patch_size"]
+#: The ending of a top-level option mapping the tower's patch count to its projector's query count (Aria's
+#: ``projector_patch_to_query_dict``): set to the tiny tower's patches, mapped to half as many queries.
+QUERY_DICT = "patch_to_query_dict"
 #: The options that are the number of placeholders per image, where a processor takes that number as given.
 COUNT_OPTIONS = ("image_seq_length", "image_seq_len", "num_image_tokens")
 WORDS = 60
@@ -213,6 +221,21 @@ class ScaffoldComposedVlm:
         # module needs torchvision only for helpers its PIL module also defines (PixtralProcessor, mistral3's).
         object.__setattr__(self, "processor_class", importable_processor_class(self.processor_class))
 
+    @cached_property
+    def _query_dict(self) -> str | None:
+        """The config's option ending in :data:`QUERY_DICT`, where it declares one as a dict."""
+        found = [n for n, v in _declared(self.config_class).items() if n.endswith(QUERY_DICT) and isinstance(v, dict)]
+        return found[0] if found else None
+
+    @cached_property
+    def image_side(self) -> int:
+        """The side in pixels of the images the tower sees: :data:`IMAGE_SIDE`, or, for a projector keyed on the
+        patch count (:data:`QUERY_DICT`), the side its image processor pads every image to where that is one
+        number (Aria's ``max_image_size``, which it does not let go below 490); the tower then cuts it into the
+        same :data:`GRID` x :data:`GRID` patches, each that much larger."""
+        pinned = getattr(self.image_processor_class, "max_image_size", None)
+        return pinned if self._query_dict and type(pinned) is int and pinned % GRID == 0 else IMAGE_SIDE
+
     def _sub_type(self, attr: str) -> str:
         return getattr(self.config_class(), attr).model_type
 
@@ -233,6 +256,8 @@ class ScaffoldComposedVlm:
         vision_class = CONFIG_MAPPING[self._sub_type("vision_config")]
         declared = _declared(vision_class)
         sizes = {name: value for name, value in VISION_SIZES.items() if name in declared}
+        if self.image_side != IMAGE_SIDE and {"image_size", "patch_size"} <= set(sizes):
+            sizes.update(image_size=self.image_side, patch_size=self.image_side // GRID)
         for name in ("out_hidden_size", "projection_dim"):  # Janus's aligner projects to projection_dim
             if name in declared:
                 sizes[name] = text_hidden
@@ -246,6 +271,8 @@ class ScaffoldComposedVlm:
                 options[name] = [-2, -1]
         if TILING in declared:
             options[TILING] = PINPOINTS
+        if self._query_dict:
+            options[self._query_dict] = {GRID * GRID: GRID * GRID // 2}
         return options
 
     def _projector_widths(self, text_hidden: int) -> dict[str, int]:
@@ -432,7 +459,7 @@ class ScaffoldComposedVlm:
         seed_everything(0)
         model = upstream(config).eval()
         # Ones, not zeros: a model that pads rows of fewer images with all-zero ones drops those (Idefics3's).
-        pixels = torch.ones(1, config.vision_config.num_channels, IMAGE_SIDE, IMAGE_SIDE)
+        pixels = torch.ones(1, config.vision_config.num_channels, self.image_side, self.image_side)
         if self.image_rows:
             pixels = pixels[None]
         if getattr(config, TILING, None):
@@ -477,6 +504,8 @@ class ScaffoldComposedVlm:
         for name in COUNT_OPTIONS:
             if name in names:
                 options[name] = count
+        if "size_conversion" in names:  # Aria's count per image, keyed on the side its images are padded to
+            options["size_conversion"] = {self.image_side: count}
         return options
 
     def config(self) -> PreTrainedConfig:

@@ -3,10 +3,10 @@
 Which blocks: the first block of the first tower of each family in package order (``tower_layers.TOWERS``):
 Qwen-VL vision (qwen2_5_omni's; the same attention as qwen2_vl's and qwen2_5_vl's), GLM-4V vision, Whisper-like audio
 (qwen2_5_omni's; also qwen3_omni_moe's), Qwen3-VL vision (qwen3_5's; also qwen3_5_moe's, qwen3_vl's,
-qwen3_vl_moe's and qwen3_omni_moe's), SigLIP (llava_onevision's tower; also siglip's and paligemma's), CLIP
-(clip), InternViT (internvl) and Pixtral (mistral_large4's tower; also pixtral's). Every tower of the zoo has a
-family (``tower_layers.FAMILY_OF``); one block per family keeps the folder within its time budget (docs/compile.md,
-"Tower blocks").
+qwen3_vl_moe's and qwen3_omni_moe's), SigLIP (idefics3_vision's tower; also llava_onevision's, siglip's and
+paligemma's), CLIP (clip), InternViT (internvl) and Pixtral (mistral_large4's tower; also pixtral's). Every tower of
+the zoo has a family (``tower_layers.FAMILY_OF``); one block per family keeps the folder within its time budget
+(docs/compile.md, "Tower blocks").
 
 SigLIP, CLIP, InternViT and Pixtral blocks trace as one graph (``torch._dynamo.explain``), with their slots
 unbound and with every slot they call on its reference kernel, and compiled by ``torch.compile(block,

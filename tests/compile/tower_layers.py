@@ -5,7 +5,7 @@ audio tower, found through ``modelgraft.models.MODEL_PACKAGES`` and each package
 (:func:`zoo_towers`). :data:`FAMILY_OF` names each tower's family; a tower of a new model has none until it is
 added there (a test says so). Within a family the block is the same upstream code, copied into each model's
 generated file (Qwen2.5-Omni's and Qwen2.5-VL's vision blocks are Qwen2-VL's attention with an RMSNorm and a gated
-MLP; Qwen3.5's, Qwen3-VL-MoE's and Qwen3-Omni's are Qwen3-VL's; LLaVA-OneVision's and PaliGemma's towers are
+MLP; Qwen3.5's, Qwen3-VL-MoE's and Qwen3-Omni's are Qwen3-VL's; LLaVA-OneVision's, PaliGemma's and Idefics3's towers are
 SigLIP's), so the compile tests take the first tower of each family in package order (:data:`TOWERS`): a second
 member would add test time and no code.
 
@@ -93,6 +93,7 @@ FAMILY_OF: dict[tuple[str, str], tuple[str, bool]] = {
     ("qwen3_omni_moe", "audio"): ("Whisper-like audio", True),
     ("glm4v", "vision"): ("GLM-4V vision", True),
     ("siglip", "vision"): ("SigLIP", False),
+    ("idefics3_vision", "vision"): ("SigLIP", False),
     ("llava_onevision", "vision"): ("SigLIP", False),
     ("paligemma", "vision"): ("SigLIP", False),
     ("clip", "vision"): ("CLIP", False),

@@ -88,6 +88,8 @@ REFUSED_BY_THE_SCAFFOLD = {
     "qwen3_5_moe": "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards",
     # Vision encoders of composed VLMs (docs/vision-encoders.md): no causal LM, a config of the vision_encoder recipe.
     "clip": "out of category: no *ForCausalLM",
+    # Not a transformers package name: the encoder lives in idefics3's module, the Idefics3 VLM stays in the survey.
+    "idefics3_vision": "transformers has no model package",
     "pixtral": "out of category: no *ForCausalLM",
     "siglip": "out of category: no *ForCausalLM",
 }

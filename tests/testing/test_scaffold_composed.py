@@ -7,8 +7,9 @@ shortest and a longest edge, and Idefics3's get_image_features drops all-zero im
 the names muse_glimmer's and kimi_k25's vision configs give their merge size and temporal patch, and
 Cohere2-Vision's processor counting its placeholders from its (torchvision-only) image processor's patch_size,
 the top-level projector widths of kimi_k25 and muse_glimmer, Step-3.7's text model building a sliding-window mask
-whatever its layers and its image processor's vision_patch_size, and MiniMax-M3-VL's head computing its aux loss
-only when asked.
+whatever its layers and its image processor's vision_patch_size, MiniMax-M3-VL's head computing its aux loss
+only when asked, and Aria's projector mapping the tower's patch count to its queries, its image processor padding
+every image to 490 or 980 pixels and its processor counting by that side.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import (
+    AriaConfig,
+    AriaImageProcessorPil,
+    AriaProcessor,
     Cohere2VisionConfig,
     Idefics2ImageProcessorPil,
     Idefics3Config,
@@ -31,6 +35,7 @@ from transformers import (
 from modelgraft.models.processor_imports import importable_image_processor_class, importable_processor_class
 from modelgraft.models.testing.composed_vlm_suite import in_dtype
 from modelgraft.models.testing.scaffold_composed import (
+    GRID,
     IMAGE_SIDE,
     VISION_SIZES,
     ScaffoldComposedVlm,
@@ -179,3 +184,50 @@ def test_a_bf16_batch_casts_the_pixels_and_leaves_the_ids() -> None:
     )
 
     assert (batch["pixel_values"].dtype, batch["input_ids"].dtype) == (torch.bfloat16, torch.long)
+
+
+def _aria() -> ScaffoldComposedVlm:
+    return ScaffoldComposedVlm(
+        model_type="aria",
+        config_class=AriaConfig,
+        processor_class=AriaProcessor,
+        image_processor_class=AriaImageProcessorPil,
+        causal_lm="AriaForConditionalGeneration",
+        guarded=(),
+    )
+
+
+def test_a_projector_keyed_on_the_patch_count_maps_the_tiny_patches_to_half_as_many_queries() -> None:
+    """Aria's projector looks its query count up by the tower's patch count (defaults 1225 and 4900)."""
+    config = _aria().config()
+
+    assert config.projector_patch_to_query_dict == {GRID * GRID: GRID * GRID // 2}
+
+
+def test_images_padded_to_a_fixed_side_are_cut_into_the_tiny_patches_and_counted_by_that_side() -> None:
+    """Aria's image processor pads every image to max_image_size (980 by default; it refuses any but 490 and 980):
+    the tower cuts 980 pixels into 4 x 4 patches of 245, and the processor's size_conversion maps 980 to the count."""
+    aria = _aria()
+    config, processor = aria._parts
+
+    assert aria.image_side == 980
+    assert (config.vision_config.image_size, config.vision_config.patch_size) == (980, 980 // GRID)
+    assert processor.size_conversion == {980: GRID * GRID // 2}
+    batch = aria.batch(config, (1, 2))
+    assert batch["pixel_values"].shape[-2:] == (980, 980)
+    placeholders = (batch["input_ids"] == config.image_token_id).sum(dim=1).tolist()
+    assert placeholders == [GRID * GRID // 2, 2 * GRID * GRID // 2]
+
+
+def test_a_fixed_image_side_without_a_query_dict_keeps_the_tiny_side() -> None:
+    """Step-3.7's image processor has an int max_image_size too, but its config maps no patch count to queries."""
+    step3p7 = ScaffoldComposedVlm(
+        model_type="step3p7",
+        config_class=Step3p7Config,
+        processor_class=importable_processor_class("transformers.Step3p7Processor"),
+        image_processor_class=importable_image_processor_class("transformers.Step3p7ImageProcessor"),
+        causal_lm="Step3p7ForConditionalGeneration",
+        guarded=(),
+    )
+
+    assert step3p7.image_side == IMAGE_SIDE

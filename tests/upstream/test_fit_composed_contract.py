@@ -8,13 +8,14 @@ structure across releases, and the tests say which fact each one relies on.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.recipes.fit_composed import registered_model_types
 from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.reader import read_model
-from modelgraft.scaffold.jinja_extension import scaffold_refusal
 
 pytestmark = pytest.mark.upstream_facts
 
@@ -291,9 +292,17 @@ def test_an_own_text_model_s_sparse_attention_indexer_goes_behind_its_slot() -> 
 
 
 def test_a_vlm_moe_whose_own_experts_no_kernel_reads_is_refused_with_their_reason() -> None:
-    """aria's own text model routes to AriaExperts, stored [E, 2I, H] gate-first (5.25.0): no kernel reads it."""
-    message = scaffold_refusal("aria")
-    assert "the routed experts cannot go behind the moe_experts slot: the moe_experts slot takes [E, 2I, H]" in message
+    """aria's own text model routes to AriaExperts, which the transposed layout reads (5.25.0); given a bias, as
+    no kernel reads them, the composed VLM is refused with the experts' reason."""
+    structure = read_model("aria")
+    assert structure.moe is not None and structure.moe.experts is not None
+    assert fit_model(structure, "vlm_moe").arguments["experts"]["layout"] == "transposed"
+    biased = replace(structure.moe.experts, has_bias=True, transposed=False, reason="")
+    refused = fit_model(replace(structure, moe=replace(structure.moe, experts=biased)), "vlm_moe")
+    reasons = [finding.reason for finding in refused.refusals]
+    assert "the routed experts cannot go behind the moe_experts slot: the moe_experts slot takes [E, 2I, H]" in (
+        "; ".join(reasons)
+    )
 
 
 @pytest.mark.parametrize("model", ["minicpm_ocr", "minicpmv4_6"])
