@@ -44,9 +44,6 @@ __all__ = [
 
 _C = TypeVar("_C", bound=PreTrainedConfig)
 
-#: Config fields holding a clamped SwiGLU's limit, a number that defaults far above tiny activations.
-CLAMP_NAMES = frozenset({"swiglu_limit"})
-
 #: The tiny value of each size role. No two of the values that become weight dims coincide, nor the
 #: products they make (q_proj 6*16=96, k/v_proj 2*16=32, fused gate_up 2*80=160, 2*28=56, MLA below).
 TINY: MappingProxyType[str, Any] = MappingProxyType(
@@ -60,9 +57,6 @@ TINY: MappingProxyType[str, Any] = MappingProxyType(
         "layers": 3,
         "max_positions": 64,
         "sliding_window": 5,
-        # the clamp of a clamped SwiGLU (gpt_oss, DeepSeek-V4, HY-V4, MiniMax-M3-VL): low enough to cut the tiny
-        # models' values, so a kernel that skips the clamp fails their tests
-        "clamp_limit": 0.1,
         # MoE
         "experts": 7,
         "top_k": 4,
@@ -541,8 +535,6 @@ def _rule_overrides(
             out[name] = AUX_LOSS_COEF
         elif name == "output_router_logits":
             out[name] = False
-        elif name in CLAMP_NAMES and type(value) in (int, float) and value > 0:
-            out[name] = TINY["clamp_limit"]
         elif name == "pretraining_tp":
             out[name] = 1
         elif name == "n_group" and value is not None:
