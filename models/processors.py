@@ -99,7 +99,29 @@ class FramesVideoProcessor(BaseVideoProcessor):
 
 class ImagesOnlyVideoProcessor(BaseVideoProcessor):
     """The video processor of a processor whose image processor cannot take frames (no temporal patches): calling
-    it raises, naming why, instead of giving upstream's video processor, which needs torchvision."""
+    it raises, naming why, instead of giving upstream's video processor, which needs torchvision.
+
+    Some processors read their video processor's settings when they are built (MiniCPM-V's ``slice_mode`` and
+    ``downsample_mode``, to size video placeholders). Those reads get the image processor's setting of that name,
+    which upstream's video processors of these models share; a setting the image processor lacks stays missing.
+    """
+
+    def __init__(self, image_processor: Any = None) -> None:
+        super().__init__()
+        self.__dict__["_image_processor"] = image_processor
+
+    def __getattr__(self, name: str) -> Any:
+        image_processor = self.__dict__.get("_image_processor")
+        if name.startswith("_") or image_processor is None:
+            raise AttributeError(name)
+        try:
+            return getattr(image_processor, name)
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__} has no setting {name!r}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``save_pretrained`` writes: the settings of a video processor, not the image processor's."""
+        return {key: value for key, value in super().to_dict().items() if key != "_image_processor"}
 
     def __call__(self, videos: Any, **kwargs: Any) -> BatchFeature:
         raise ValueError(
@@ -112,7 +134,7 @@ def _video_processor(image_processor: Any) -> BaseVideoProcessor:
     """Frames through the image processor where it patchifies them in time (Qwen-VL's), else images only."""
     if all(hasattr(image_processor, name) for name in ("patch_size", "merge_size", "temporal_patch_size")):
         return FramesVideoProcessor(image_processor)
-    return ImagesOnlyVideoProcessor()
+    return ImagesOnlyVideoProcessor(image_processor)
 
 
 def build_processor(processor_class: type[ProcessorMixin], **parts: Any) -> ProcessorMixin:

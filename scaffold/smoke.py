@@ -92,15 +92,14 @@ def _smoke_composed(declaration: Any) -> None:
     head, eager, then with the reference kernel in every slot the built model consults (its towers' included),
     each of them called."""
     from modelgraft.models.loader import get_model_class
-    from modelgraft.models.ops.binding import consulted_slots
     from modelgraft.models.testing import EAGER_TOLERANCE, check_parity
     from modelgraft.models.testing.parity import eager_slots_on_one_thread
-    from modelgraft.models.testing.reference import NOT_CONSULTED, reference_kernels
+    from modelgraft.models.testing.reference import reference_kernels, training_step_slots
 
     config = declaration.config()
     batch = declaration.batch(config, (1, 1))
     model = get_model_class(declaration.model_type, declaration.causal_lm)(config)
-    slots = sorted(consulted_slots(model) - NOT_CONSULTED["causal_lm"])
+    slots = sorted(training_step_slots(model))
     with eager_slots_on_one_thread():
         check_parity(config, declaration.causal_lm, batch=batch)
         check_parity(

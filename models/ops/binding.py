@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
-from collections.abc import Callable, Iterator, Mapping
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -157,18 +157,93 @@ def _refuse_shadowing(
 
 
 def consulted_slots(model: nn.Module) -> frozenset[str]:
-    """The op slots the code of ``model``'s modules consults: those its classes' modules import.
+    """The op slots the code of ``model``'s modules can reach, read from that code.
 
     Generated modules import the slot objects they guard with (``from modelgraft.models.ops.slots import
-    rms_norm_slot``); a slot none of them imports is one no code of the model ever reads.
+    rms_norm_slot``) and name them in the methods and helper functions that consult them. The reading starts at
+    the methods of each module class the model holds (and their bases in the same modules), follows the functions
+    of those modules that they name, and keeps the slot objects named on the way. A slot a module imports only for
+    classes this model does not build is not consulted: a composed VLM built on Qwen3.5's text model never runs
+    that package's vision RoPE, although the module that holds both imports it.
     """
-    modules = {type(module).__module__ for module in model.modules()}
-    return frozenset(
-        value.name
-        for name in modules
-        for value in vars(sys.modules[name]).values()
-        if isinstance(value, OpSlot) and value.name in SLOTS
-    )
+    classes = {type(module) for module in model.modules()}
+    modules = {cls.__module__ for cls in classes}
+    pending = [
+        function
+        for cls in classes
+        for base in cls.__mro__
+        if base.__module__ in modules
+        for function in _functions_of(vars(base).values())
+    ]
+    seen: set[int] = set()
+    found: set[str] = set()
+    while pending:
+        function = pending.pop()
+        if id(function) in seen:
+            continue
+        seen.add(id(function))
+        # What a function captured: a decorator's wrapped function, the helper a kernel hub's module calls.
+        pending.extend(_functions_of(cell.cell_contents for cell in function.__closure__ or () if _filled(cell)))
+        if function.__module__ not in modules:
+            continue
+        names = function.__globals__
+        for name in _names_in(function.__code__):
+            value = names.get(name)
+            if isinstance(value, OpSlot):
+                if value.name in SLOTS:
+                    found.add(value.name)
+                continue
+            if isinstance(value, type) and value.__module__ in modules and not _is_module_class(value):
+                pending.extend(_functions_of(vars(value).values()))
+                continue
+            candidates = (
+                value.values()
+                if isinstance(value, Mapping)
+                else (value if isinstance(value, (list, tuple)) else (value,))
+            )
+            pending.extend(_functions_of(candidates))
+    return frozenset(found)
+
+
+def _functions_of(values: Iterable[Any]) -> Iterator[types.FunctionType]:
+    """The plain functions behind ``values``: methods, static and class methods, properties' accessors,
+    ``functools.partial`` objects, each unwrapped from its decorators (``@can_return_tuple``)."""
+    for value in values:
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        elif isinstance(value, property):
+            yield from _functions_of(accessor for accessor in (value.fget, value.fset) if accessor is not None)
+            continue
+        elif isinstance(value, functools.partial):
+            value = value.func
+        if callable(value) and not isinstance(value, type):
+            value = inspect.unwrap(value)
+            if isinstance(value, types.FunctionType):
+                yield value
+            else:  # a callable object (transformers' kernel hub wraps a helper in a module): its class's methods
+                yield from _functions_of(vars(type(value)).values())
+
+
+def _filled(cell: types.CellType) -> bool:
+    """Whether a closure cell holds a value (reading an empty one raises)."""
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True
+
+
+def _names_in(code: types.CodeType) -> Iterator[str]:
+    """The global and attribute names ``code`` and the functions nested in it load."""
+    yield from code.co_names
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _names_in(constant)
+
+
+def _is_module_class(cls: type) -> bool:
+    """Whether ``cls`` is a ``torch.nn.Module`` class: those a model runs are among its modules already."""
+    return any(base.__name__ == "Module" and base.__module__ == "torch.nn.modules.module" for base in cls.__mro__)
 
 
 def refuse_unconsulted(model: nn.Module, ops: OpsConfig) -> None:

@@ -9,3 +9,13 @@ register_model(
     config="transformers.Qwen3_5Config",
     processor="transformers.Qwen3VLProcessor",
 )
+register_model(
+    "qwen3_5_vision",
+    modeling={"gpu": "modelgraft.models.qwen3_5.generated.patched_modeling_qwen3_5_gpu"},
+    config="transformers.Qwen3_5VisionConfig",
+)
+register_model(
+    "qwen3_5_text",
+    modeling={"gpu": "modelgraft.models.qwen3_5.generated.patched_modeling_qwen3_5_gpu"},
+    config="transformers.Qwen3_5TextConfig",
+)

@@ -11,3 +11,13 @@ register_model(
     processor="transformers.Qwen3VLProcessor",
 )
 register_converter("qwen3_5_moe", "modelgraft.models.qwen3_5_moe.checkpoint.checkpoint_converter")
+register_model(
+    "qwen3_5_moe_vision",
+    modeling={"gpu": "modelgraft.models.qwen3_5_moe.generated.patched_modeling_qwen3_5_moe_gpu"},
+    config="transformers.Qwen3_5MoeVisionConfig",
+)
+register_model(
+    "qwen3_5_moe_text",
+    modeling={"gpu": "modelgraft.models.qwen3_5_moe.generated.patched_modeling_qwen3_5_moe_gpu"},
+    config="transformers.Qwen3_5MoeTextConfig",
+)

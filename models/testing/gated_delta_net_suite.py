@@ -14,24 +14,52 @@ Mix it in first: ``class TestOlmoHybridParity(GatedDeltaNetSuite, DenseParitySui
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pytest
 import torch
+from transformers import PreTrainedConfig
 
 from modelgraft.models.loader import build_model, get_model_class
 from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
 from modelgraft.models.testing.batches import causal_lm_batch
 from modelgraft.models.testing.parity import build_pair
-from modelgraft.models.testing.reference import reference_kernel
+from modelgraft.models.testing.reference import DECODE_SLOTS, reference_kernel
 
-__all__ = ["CHUNKED_DELTA", "DECODE_SLOTS", "GatedDeltaNetSuite", "decode_logits", "decode_logits_with_reference"]
-
-#: The slots only a cached one-token decode step calls.
-DECODE_SLOTS = ("causal_conv1d_update", "recurrent_gated_delta_rule")
+__all__ = [
+    "CHUNKED_DELTA",
+    "DECODE_SLOTS",
+    "GatedDeltaNetSuite",
+    "decode_logits",
+    "decode_logits_with_reference",
+    "packed_document_kwargs",
+    "packed_document_ops",
+]
 
 #: The chunked_delta CPU family on both slots it serves.
 CHUNKED_DELTA = OpsConfig({"chunk_gated_delta_rule": "chunked_delta", "causal_conv1d": "chunked_delta"})
+
+
+def _has_linear_attention(text_config: PreTrainedConfig) -> bool:
+    return "linear_attention" in (getattr(text_config, "layer_types", None) or ())
+
+
+def packed_document_kwargs(text_config: PreTrainedConfig, lengths: Sequence[int]) -> dict[str, torch.Tensor]:
+    """What a row packing documents of ``lengths`` also hands a model whose text layers include Gated DeltaNet
+    mixers: the documents' boundaries (``cu_seq_lens_q``, ``cu_seq_lens_k``), which those mixers read where
+    attention layers read the positions. Nothing for a text model without them."""
+    if not _has_linear_attention(text_config):
+        return {}
+    cu_seqlens = torch.tensor([0, *lengths]).cumsum(0).to(torch.int32)
+    return {"cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens}
+
+
+def packed_document_ops(text_config: PreTrainedConfig) -> OpsConfig:
+    """The slots a packed row runs on: eager, and for a Gated DeltaNet hybrid the chunked_delta kernels, since
+    upstream's torch fallbacks ignore ``cu_seq_lens_q`` (docs/design.md, "Where the code departs from the design
+    contract")."""
+    return CHUNKED_DELTA if _has_linear_attention(text_config) else OpsConfig()
 
 
 def decode_logits(model: Any, batch: dict[str, torch.Tensor], next_tokens: torch.Tensor) -> torch.Tensor:

@@ -17,12 +17,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from modelgraft.models.ops import SLOTS
+from modelgraft.models.ops.binding import consulted_slots as slots_in_code
 from modelgraft.models.ops.kernels import eager
 
-__all__ = ["HEADS", "NOT_CONSULTED", "Head", "consulted_slots", "reference_kernel", "reference_kernels"]
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = [
+    "DECODE_SLOTS",
+    "HEADS",
+    "NOT_CONSULTED",
+    "Head",
+    "consulted_slots",
+    "reference_kernel",
+    "reference_kernels",
+    "training_step_slots",
+]
 
 Head = Literal["causal_lm", "sequence_classification"]
 HEADS: tuple[Head, ...] = ("causal_lm", "sequence_classification")
@@ -34,6 +47,9 @@ NOT_CONSULTED: Mapping[Head, frozenset[str]] = MappingProxyType(
         "sequence_classification": frozenset({"causal_lm_loss", "load_balancing_loss"}),
     }
 )
+
+#: The slots only a cached one-token decode step calls (a Gated DeltaNet mixer's), never a training step.
+DECODE_SLOTS = ("causal_conv1d_update", "recurrent_gated_delta_rule")
 
 
 def reference_kernel(slot: str) -> Callable[..., Any]:
@@ -58,3 +74,9 @@ def consulted_slots(guarded: Iterable[str], head: Head) -> tuple[str, ...]:
     """The slots of ``guarded`` that a training step of ``head`` calls, in slot definition order."""
     chosen = set(guarded) - NOT_CONSULTED[head]
     return tuple(slot for slot in SLOTS if slot in chosen)
+
+
+def training_step_slots(model: nn.Module) -> frozenset[str]:
+    """The slots a causal-LM training step of ``model`` calls: those the code of its modules consults, less the
+    classifier's loss and the decode-only slots (:data:`DECODE_SLOTS`)."""
+    return slots_in_code(model) - NOT_CONSULTED["causal_lm"] - frozenset(DECODE_SLOTS)

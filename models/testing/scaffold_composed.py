@@ -46,6 +46,7 @@ from transformers import CONFIG_MAPPING, PreTrainedConfig, PreTrainedTokenizerFa
 from modelgraft.models.composition import sub_model_class
 from modelgraft.models.distributed.multimodal import packed_text_position_ids
 from modelgraft.models.loader import get_model_class
+from modelgraft.models.ops import bound_ops
 from modelgraft.models.ops.binding import consulted_slots
 from modelgraft.models.processor_imports import importable_processor_class
 from modelgraft.models.processors import build_processor
@@ -56,12 +57,13 @@ from modelgraft.models.testing.composed_vlm_suite import (
     generated_from_upstream,
     in_dtype,
 )
+from modelgraft.models.testing.gated_delta_net_suite import packed_document_kwargs, packed_document_ops
 from modelgraft.models.testing.parity import (
     _kernels_bound,
     check_parity,
     tolerance_for,
 )
-from modelgraft.models.testing.reference import NOT_CONSULTED, reference_kernels
+from modelgraft.models.testing.reference import reference_kernels, training_step_slots
 from modelgraft.models.testing.seed import seed_everything
 from modelgraft.models.testing.tiny import TINY, tiny_overrides_for
 from modelgraft.models.testing.vlm_processor import read_tokenizer_attributes, synthetic_image, tiny_tokenizer
@@ -215,6 +217,10 @@ class ScaffoldComposedVlm:
     #: ``get_image_features`` takes patch rows and their ``image_grid_thw``: the image processor cuts them at the
     #: tiny patch size, and the processor counts each image's placeholders from its grid itself.
     image_grid: bool = False
+    #: ``get_image_features`` takes each image's (height, width) in patches under this name (MiniCPM-V's
+    #: ``target_sizes``): the image processor resizes images to the tiny scale at the tiny patch size, and the
+    #: processor counts each image's placeholders from those sizes itself.
+    image_patch_grid: str = ""
 
     def __post_init__(self) -> None:
         # A scaffold imports its processor class from transformers, which gives a placeholder for one whose
@@ -369,7 +375,7 @@ class ScaffoldComposedVlm:
             and isinstance(token := getattr(processor, name.removesuffix("_id"), None), str)
         }
         config = self._build_config(image_token_id, len(tokenizer), markers)
-        if self.image_grid:  # the processor counts from the grid, which the image processor's options set
+        if self.image_grid or self.image_patch_grid:  # the processor counts from the image processor's grid
             return config, self._processor(tokenizer, {})
         count = self._features_per_image(config)
         options = self._count_options(signature, config, count)
@@ -400,7 +406,12 @@ class ScaffoldComposedVlm:
         count: int = 1,
         tile_side: int | None = None,
     ) -> ProcessorMixin:
-        sizes = self._grid_options() if self.image_grid else _image_size_options(self.image_processor_class)
+        if self.image_grid:
+            sizes = self._grid_options()
+        elif self.image_patch_grid:
+            sizes = self._patch_grid_options()
+        else:
+            sizes = _image_size_options(self.image_processor_class)
         image_processor = self.image_processor_class(**sizes)
         if hasattr(image_processor, "image_seq_length"):  # PaliGemma's processor takes its count from here
             image_processor.image_seq_length = count
@@ -451,6 +462,13 @@ class ScaffoldComposedVlm:
         else:
             options.update(min_pixels=low, max_pixels=high)
         return options
+
+    def _patch_grid_options(self) -> dict[str, Any]:
+        """The image processor of images sized in patches (MiniCPM-V's): the tiny patch side, and images scaled
+        to about the tiny image's area (``scale_resolution``), whichever of the two it declares."""
+        defaults = self.image_processor_class()
+        options = {"patch_size": VISION_SIZES["patch_size"], "scale_resolution": IMAGE_SIDE}
+        return {name: value for name, value in options.items() if hasattr(defaults, name)}
 
     def _features_per_image(self, config: PreTrainedConfig) -> int:
         """How many feature rows upstream's ``get_image_features`` gives one tiny image; for a model that tiles
@@ -643,7 +661,9 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
     def test_packed_documents_each_get_the_logits_they_get_alone(self) -> None:
         """A row packing a text-only document and an image document, 1-D positions restarting at each and no
         attention mask, with the config's use_cache on: each document's logits are those it gets alone, on eager
-        attention (the generated forward turns the cache off, so the mask builder sees the documents)."""
+        attention (the generated forward turns the cache off, so the mask builder sees the documents). A Gated
+        DeltaNet text model (MiniCPM-V 4.6's Qwen3.5) also gets the documents' boundaries, on the chunked_delta
+        kernels, as its own suite packs them."""
         config = self.model.config()
         text, image = (self.scaffold.batch(config, (count,)) for count in (0, 1))
         generated = generated_from_upstream(self.model, config)
@@ -651,19 +671,22 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
         packed = {key: value for key, value in image.items() if key not in ("input_ids", "attention_mask", "labels")}
         packed["input_ids"] = torch.cat((text["input_ids"], image["input_ids"]), dim=1)
         packed["position_ids"] = packed_text_position_ids(lengths)
+        boundaries = packed_document_kwargs(config.get_text_config(), lengths)
         with torch.no_grad():
-            together = generated(**packed).logits
             alone = [generated(**{k: v for k, v in doc.items() if k != "labels"}).logits[0] for doc in (text, image)]
+            with bound_ops(packed_document_ops(config.get_text_config())):
+                together = generated(**packed, **boundaries).logits
         assert generated.config.text_config.use_cache
         torch.testing.assert_close(together[0, : lengths[0]], alone[0], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(together[0, lengths[0] :], alone[1], rtol=1e-5, atol=1e-5)
 
     def test_reference_kernels_in_every_slot_match_upstream(self) -> None:
         """Every slot the built model consults bound to its reference kernel, each one called: the module's own
-        guards, and those of both towers' packages; the step still equals upstream's."""
+        guards, and those of both towers' packages; the step still equals upstream's. The decode-only slots of a
+        Gated DeltaNet text model are its own package's to check, on a cached decode step."""
         config, batch = self._batch("one-image-per-row")
         model = get_model_class(self.model.model_type, self.model.architecture)(config)
-        slots = consulted_slots(model) - NOT_CONSULTED["causal_lm"]
+        slots = training_step_slots(model)
         for attr in (self.model.tower, self.model.language_model):
             assert consulted_slots(getattr(model.model, attr)), f"self.{attr} consults no op slot"
         assert set(self.model.guarded) <= slots, set(self.model.guarded) - slots

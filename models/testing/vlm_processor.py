@@ -61,13 +61,18 @@ def synthetic_video(height: int, width: int, *, frames: int = 2, seed: int) -> l
     return [synthetic_image(height, width, seed=seed * 1000 + i) for i in range(frames)]
 
 
+#: A bound on the ``*_token`` attributes a processor may ask its tokenizer for, against one that keeps asking
+#: (MiniCPM-V asks for eight: image, video, and the starts and ends of images, slices and image ids).
+_MOST_TOKEN_ATTRIBUTES = 32
+
+
 def read_tokenizer_attributes(build: Callable[[Mapping[str, str]], Any], owner: str) -> dict[str, str]:
     """The ``*_token`` attributes a processor reads from its tokenizer, found by building it with ``build`` (given
     the attributes found so far): each one it asks for and the tiny tokenizer lacks becomes a special token of its
     own, named after it (``<image_token>``). Empty for a processor with defaults of its own (Qwen-VL's); any other
     error, or a tokenizer that keeps asking, is raised (``owner`` names the processor)."""
     attributes: dict[str, str] = {}
-    for _ in range(8):
+    for _ in range(_MOST_TOKEN_ATTRIBUTES + 1):
         try:
             build(attributes)
         except AttributeError as error:

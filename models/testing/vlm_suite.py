@@ -44,7 +44,7 @@ from modelgraft.models.processors import build_processor
 from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
 from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.dense_suite import CHUNKED_LOSS
-from modelgraft.models.testing.gated_delta_net_suite import CHUNKED_DELTA
+from modelgraft.models.testing.gated_delta_net_suite import packed_document_kwargs, packed_document_ops
 from modelgraft.models.testing.parity import (
     ModelPair,
     Tolerance,
@@ -689,18 +689,11 @@ class VlmParitySuite(VisionMetadataChecks):
     def _packed_kwargs(self, documents: list[dict[str, Any]]) -> dict[str, Any]:
         """What a packed row also hands the model: the documents' boundaries where a Gated DeltaNet layer reads
         them (``cu_seq_lens_q``; attention layers read the text positions)."""
-        if "linear_attention" not in getattr(self.model.config().get_text_config(), "layer_types", ()):
-            return {}
-        lengths = torch.tensor([0] + [doc["input_ids"].shape[1] for doc in documents])
-        cu_seqlens = lengths.cumsum(0).to(torch.int32)
-        return {"cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens}
+        lengths = [doc["input_ids"].shape[1] for doc in documents]
+        return packed_document_kwargs(self.model.config().get_text_config(), lengths)
 
     def _packed_ops(self) -> OpsConfig:
-        """Eager slots, and for a Gated DeltaNet hybrid the chunked_delta kernels: upstream's torch fallbacks
-        ignore ``cu_seq_lens_q`` (docs/design.md, "Where the code departs from the design contract")."""
-        if "linear_attention" in getattr(self.model.config().get_text_config(), "layer_types", ()):
-            return CHUNKED_DELTA
-        return OpsConfig()
+        return packed_document_ops(self.model.config().get_text_config())
 
     def test_packed_documents_give_each_document_its_logits_alone(self, backend: str) -> None:
         """Two documents, one with an image, in one row (``[4, 1, L]`` position ids, no attention mask, the
