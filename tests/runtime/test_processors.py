@@ -4,6 +4,7 @@ a checkpoint folder (what save_pretrained writes, and the hub's layout), giving 
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,24 @@ def test_a_processor_whose_image_processor_takes_no_frames_gets_a_video_processo
     assert isinstance(built.video_processor, ImagesOnlyVideoProcessor)
     with pytest.raises(ValueError, match="pass images and text only"):
         built.video_processor([synthetic_video(28, 28, frames=2, seed=0)])
+
+
+def test_the_images_only_video_processor_answers_a_setting_with_the_image_processor_s() -> None:
+    """MiniCPM-V's processor reads ``video_processor.slice_mode`` when it is built: the stand-in answers with the
+    image processor's setting of that name."""
+    image_processor = LlavaOnevisionImageProcessorPil(image_grid_pinpoints=[[28, 28]])
+    assert ImagesOnlyVideoProcessor(image_processor).image_grid_pinpoints == [[28, 28]]
+
+
+def test_the_images_only_video_processor_has_no_setting_its_image_processor_lacks() -> None:
+    with pytest.raises(AttributeError, match="ImagesOnlyVideoProcessor has no setting 'slice_mode'"):
+        _ = ImagesOnlyVideoProcessor(LlavaOnevisionImageProcessorPil()).slice_mode
+
+
+def test_the_images_only_video_processor_saves_no_image_processor_and_pickles() -> None:
+    video_processor = ImagesOnlyVideoProcessor(LlavaOnevisionImageProcessorPil(image_grid_pinpoints=[[28, 28]]))
+    assert "_image_processor" not in video_processor.to_dict()
+    assert pickle.loads(pickle.dumps(video_processor)).image_grid_pinpoints == [[28, 28]]
 
 
 def _gemma3_processor() -> Gemma3Processor:
