@@ -221,7 +221,7 @@ def _functions_of(values: Iterable[Any]) -> Iterator[types.FunctionType]:
             if isinstance(value, types.FunctionType):
                 yield value
             else:  # a callable object (transformers' kernel hub wraps a helper in a module): its class's methods
-                yield from _functions_of(vars(type(value)).values())
+                yield from (method for method in vars(type(value)).values() if isinstance(method, types.FunctionType))
 
 
 def _filled(cell: types.CellType) -> bool:
