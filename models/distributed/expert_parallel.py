@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -48,6 +49,7 @@ from modelgraft.models.ops.kernels import grouped_experts, is_distributed
 from modelgraft.models.ops.kernels.eager import experts_glu, split_gate_up
 
 __all__ = [
+    "UNTRACEABLE",
     "ExpertShard",
     "apply_expert_parallel",
     "expert_shards",
@@ -59,6 +61,18 @@ __all__ = [
 ]
 
 _SHARD = re.compile(r"^shard\((\d+)\)$")
+
+#: The slots of this family that ``torch.compile`` cannot trace into one graph, with the reason
+#: (docs/compile.md, "Under FSDP2, expert parallelism and sequence parallelism"). A layer compiled with it runs
+#: as graphs around the break; tests/compile checks that the break is there.
+UNTRACEABLE: Mapping[str, str] = MappingProxyType(
+    {
+        "moe_experts": (
+            "the dispatch reads its all-to-all split sizes and each local expert's row count on the host "
+            "(one tolist(): all_to_all_single takes them as ints), sizes that depend on the routing"
+        ),
+    }
+)
 
 
 def plan_matches(pattern: str, names: list[str]) -> list[str]:

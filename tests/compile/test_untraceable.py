@@ -1,4 +1,5 @@
-"""What cannot be traced says so: each reference kernel in ``eager.UNTRACEABLE`` does break the graph.
+"""What cannot be traced says so: each reference kernel in ``eager.UNTRACEABLE`` does break the graph, and so does
+each kernel a distributed family names in its own ``UNTRACEABLE`` (the EP dispatch's host read).
 
 Every other reference a decoder layer calls traces as one graph (``test_decoder_layers.py``); the ones named
 here are written as upstream writes them, host reads included, and a compiled model leaves their slots
@@ -9,12 +10,14 @@ which the parity suites pin) breaks the graph the same way: a fact of the pinned
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
 
+from modelgraft.models.distributed import expert_parallel
 from modelgraft.models.ops.kernels import eager
 
 
@@ -56,3 +59,24 @@ def test_upstreams_eager_experts_loop_breaks_the_graph() -> None:
     _, (hidden, index, weights, _, _) = _experts_inputs()
     explanation = torch._dynamo.explain(experts)(hidden, index, weights)
     assert any("nonzero" in reason.reason for reason in explanation.break_reasons), explanation.break_reasons
+
+
+def test_the_ep_dispatch_declared_untraceable_breaks_the_graph_at_its_host_read(tmp_path: Path) -> None:
+    """On an ep group of one gloo rank, the ``ep_alltoall`` experts kernel breaks where it reads the routing's
+    sizes on the host, the break ``expert_parallel.UNTRACEABLE`` declares."""
+    assert set(expert_parallel.UNTRACEABLE) == {"moe_experts"}
+    _, (hidden, index, weights, gate_up, down) = _experts_inputs()
+    store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
+    torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        group = torch.distributed.group.WORLD
+
+        def dispatch(*args: torch.Tensor) -> torch.Tensor:
+            return expert_parallel.moe_experts(*args, "silu", group=group)
+
+        explanation = torch._dynamo.explain(dispatch)(hidden, index, weights, gate_up, down)
+    finally:
+        torch.distributed.destroy_process_group()
+    assert any("_local_scalar_dense" in reason.reason for reason in explanation.break_reasons), [
+        reason.reason for reason in explanation.break_reasons
+    ]
