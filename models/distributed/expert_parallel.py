@@ -63,8 +63,8 @@ __all__ = [
 _SHARD = re.compile(r"^shard\((\d+)\)$")
 
 #: The slots of this family that ``torch.compile`` cannot trace into one graph, with the reason
-#: (docs/compile.md, "Under FSDP2, expert parallelism and sequence parallelism"). A layer compiled with it runs
-#: as graphs around the break; tests/compile checks that the break is there.
+#: (docs/compile.md, "Under FSDP2, expert parallelism and sequence parallelism"). Each runs eagerly, whole, in a
+#: compiled layer (``torch.compiler.disable``), which runs as graphs around it; tests/compile checks the break.
 UNTRACEABLE: Mapping[str, str] = MappingProxyType(
     {
         "moe_experts": (
@@ -222,6 +222,9 @@ def _local_experts(
     )
 
 
+# Run eagerly as a whole inside a compiled layer: its host read would otherwise split it, and the code after the
+# read would be compiled again for every new set of split sizes (docs/compile.md).
+@torch.compiler.disable(reason=UNTRACEABLE["moe_experts"])
 def moe_experts(
     hidden_states: torch.Tensor,
     top_k_index: torch.Tensor,

@@ -62,8 +62,8 @@ def test_upstreams_eager_experts_loop_breaks_the_graph() -> None:
 
 
 def test_the_ep_dispatch_declared_untraceable_breaks_the_graph_at_its_host_read(tmp_path: Path) -> None:
-    """On an ep group of one gloo rank, the ``ep_alltoall`` experts kernel breaks where it reads the routing's
-    sizes on the host, the break ``expert_parallel.UNTRACEABLE`` declares."""
+    """On an ep group of one gloo rank, the ``ep_alltoall`` experts kernel runs eagerly as a whole, for the reason
+    ``expert_parallel.UNTRACEABLE`` declares (its host read of the routing's sizes): no part of it is compiled."""
     assert set(expert_parallel.UNTRACEABLE) == {"moe_experts"}
     _, (hidden, index, weights, gate_up, down) = _experts_inputs()
     store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
@@ -71,12 +71,12 @@ def test_the_ep_dispatch_declared_untraceable_breaks_the_graph_at_its_host_read(
     try:
         group = torch.distributed.group.WORLD
 
-        def dispatch(*args: torch.Tensor) -> torch.Tensor:
-            return expert_parallel.moe_experts(*args, "silu", group=group)
+        def dispatch(hidden: torch.Tensor, *args: torch.Tensor) -> torch.Tensor:  # as a compiled layer calls it
+            return expert_parallel.moe_experts(hidden * 2.0, *args, "silu", group=group) + 1.0
 
         explanation = torch._dynamo.explain(dispatch)(hidden, index, weights, gate_up, down)
     finally:
         torch.distributed.destroy_process_group()
-    assert any("_local_scalar_dense" in reason.reason for reason in explanation.break_reasons), [
-        reason.reason for reason in explanation.break_reasons
-    ]
+    reasons = [reason.reason for reason in explanation.break_reasons]
+    assert len(reasons) == 1 and expert_parallel.UNTRACEABLE["moe_experts"] in reasons[0], reasons
+    assert explanation.graph_count == 2, "the graphs before and after the call, and none inside it"
