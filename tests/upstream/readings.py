@@ -6,8 +6,8 @@ more, as they read their towers' packages too), and the fit and recipe tests rea
 again (llava eleven times in test_fit_composed_contract.py alone). A reading depends only on the pinned
 transformers' sources, which no test changes, and :class:`ModelStructure` is a frozen dataclass, so one reading per
 model and process is the same reading every test made for itself. Readings from other sources (``root`` or
-``sources`` given, the toy packages some tests write) are not kept. test_reader.py keeps calling the reader itself:
-reading twice gives equal reports is one of its tests.
+``sources`` given, the toy packages some tests write) are not kept. test_reader.py's tests of reading itself (reading
+twice gives equal reports, an unknown or empty package) call the reader directly.
 """
 
 from __future__ import annotations
