@@ -2,20 +2,24 @@
 
 One config uses every primitive at once; it is generated once per module
 (generation reads transformers from disk and never imports it), then each
-test checks one effect, and one test imports the result in a fresh process.
+test checks one effect, and one test imports the result in a fresh process (forked from one that imported torch and
+transformers and nothing of modelgraft, ``preloaded_python.run_code``: those imports are not what it tests, and cost
+most of a fresh interpreter's run).
 """
 
 from __future__ import annotations
 
-import sys
+import os
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from modelgraft.models.testing.preloaded_python import run_code
+
 from .conftest import toy_project
-from .projects import REPO_ROOT, class_source, run_python, section
+from .projects import REPO_ROOT, class_source, section
 
 #: Facts of the pinned transformers' qwen2 file: expected to move with upstream when the pin moves.
 pytestmark = pytest.mark.upstream_facts
@@ -295,9 +299,10 @@ def test_real_file_output_imports_and_runs_a_tiny_model(qwen2):
         print("ok")
         """
     )
-    result = run_python([sys.executable, "-c", script], cwd=path.parent, pythonpath=[path.parent, REPO_ROOT])
-    assert result.code == 0, result.err
-    assert result.out.strip().endswith("ok")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(folder) for folder in (path.parent, REPO_ROOT))}
+    result = run_code(script, cwd=path.parent, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("ok")
 
 
 OMNI = "transformers.models.qwen2_5_omni.modeling_qwen2_5_omni"

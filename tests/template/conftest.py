@@ -1,8 +1,14 @@
-"""Fixtures of the template tests: a template source built once per session, a fresh clone (no tags) per test."""
+"""Fixtures of the template tests: a template source built once per run, a fresh clone (no tags) per test.
+
+The two sources every clone is made from (:func:`template_source`, :func:`scaffolded_source`) are never changed, so
+they are built once per run and shared by the xdist workers (the root conftest's ``built_once``) instead of once per
+worker: the scaffolded one costs two Copier copies. One source for both workers also gives their clones the same
+commit ids.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,9 +17,9 @@ from .repos import build_template_source, clone, commit_all, copy_model, git, ou
 
 
 @pytest.fixture(scope="session")
-def template_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def template_source(built_once: Callable[[str, Callable[[Path], None]], Path]) -> Path:
     """This checkout, committed in a repository of its own, its zoo recording the template version; never changed."""
-    return build_template_source(tmp_path_factory.mktemp("source") / "modelgraft")
+    return built_once("template-source", lambda folder: build_template_source(folder / "modelgraft")) / "modelgraft"
 
 
 @pytest.fixture
@@ -48,18 +54,23 @@ def scaffolded_models() -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def scaffolded_source(
-    template_source: Path, scaffolded_models: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
+    template_source: Path,
+    scaffolded_models: tuple[str, str],
+    built_once: Callable[[str, Callable[[Path], None]], Path],
 ) -> Path:
     """The template source plus one commit adding two scaffolds outside the zoo (:func:`scaffolded_models`), copied
     at its template version, their modeling not generated; never changed."""
     first, second = scaffolded_models
-    repo = clone(template_source, tmp_path_factory.mktemp("scaffolded") / "modelgraft")
-    copy_model(repo, first, generate=False, prefix=upstream_prefix(first))
-    commit_all(repo, f"add {first}")  # a copy needs a committed template source
-    copy_model(repo, second, generate=False, prefix=upstream_prefix(second))
-    git(repo, "reset", "--soft", "HEAD~1")
-    commit_all(repo, f"add {first} and {second}")  # one commit: the tests count the commits after it
-    return repo
+
+    def build(folder: Path) -> None:
+        repo = clone(template_source, folder / "modelgraft")
+        copy_model(repo, first, generate=False, prefix=upstream_prefix(first))
+        commit_all(repo, f"add {first}")  # a copy needs a committed template source
+        copy_model(repo, second, generate=False, prefix=upstream_prefix(second))
+        git(repo, "reset", "--soft", "HEAD~1")
+        commit_all(repo, f"add {first} and {second}")  # one commit: the tests count the commits after it
+
+    return built_once("scaffolded-source", build) / "modelgraft"
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ nothing behind), so they need no copy.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,13 +24,22 @@ from .test_copy import _assert_ruff_clean
 
 
 @pytest.fixture(scope="module")
-def qwen2_5_omni(template_source: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def qwen2_5_omni(
+    template_source: Path, built_once: Callable[[str, Callable[[Path], None]], Path]
+) -> tuple[Path, Path]:
     """A clone of the template source without the zoo's models/qwen2_5_omni, then a copy of it, generated (without
-    the smoke check, a subset of the tests the copy runs below): (repo, model dir)."""
-    repo = clone(template_source, tmp_path_factory.mktemp("omni") / "modelgraft")
-    git(repo, "rm", "-r", "--quiet", "models/qwen2_5_omni")
-    commit_all(repo, "qwen2_5_omni removed, to be scaffolded again")
-    return repo, copy_and_generate(repo, "qwen2_5_omni")
+    the smoke check, a subset of the tests the copy runs below): (repo, model dir).
+
+    Read only by the tests, so one copy serves both xdist workers where worksteal splits this module."""
+
+    def build(folder: Path) -> None:
+        repo = clone(template_source, folder / "modelgraft")
+        git(repo, "rm", "-r", "--quiet", "models/qwen2_5_omni")
+        commit_all(repo, "qwen2_5_omni removed, to be scaffolded again")
+        copy_and_generate(repo, "qwen2_5_omni")
+
+    repo = built_once("qwen2_5_omni-copy", build) / "modelgraft"
+    return repo, repo / "models" / "qwen2_5_omni"
 
 
 def _config(model_dir: Path) -> str:

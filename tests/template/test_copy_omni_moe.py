@@ -15,6 +15,7 @@ raises before it writes anything (test_copy.py shows that a refused copy leaves 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,13 +55,22 @@ OWN_TEST_COUNT = 10
 
 
 @pytest.fixture(scope="module")
-def qwen3_omni_moe(template_source: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def qwen3_omni_moe(
+    template_source: Path, built_once: Callable[[str, Callable[[Path], None]], Path]
+) -> tuple[Path, Path]:
     """A clone of the template source without the zoo's models/qwen3_omni_moe, then a copy of it, generated (without
-    the smoke check): (repo, model dir)."""
-    repo = clone(template_source, tmp_path_factory.mktemp("omni_moe") / "modelgraft")
-    git(repo, "rm", "-r", "--quiet", f"models/{MODEL}")
-    commit_all(repo, f"{MODEL} removed, to be scaffolded again")
-    return repo, copy_and_generate(repo, MODEL, hub_checkpoint="Qwen/Qwen3-Omni-30B-A3B-Instruct")
+    the smoke check): (repo, model dir).
+
+    Read only by the tests, so one copy serves both xdist workers where worksteal splits this module."""
+
+    def build(folder: Path) -> None:
+        repo = clone(template_source, folder / "modelgraft")
+        git(repo, "rm", "-r", "--quiet", f"models/{MODEL}")
+        commit_all(repo, f"{MODEL} removed, to be scaffolded again")
+        copy_and_generate(repo, MODEL, hub_checkpoint="Qwen/Qwen3-Omni-30B-A3B-Instruct")
+
+    repo = built_once(f"{MODEL}-copy", build) / "modelgraft"
+    return repo, repo / "models" / MODEL
 
 
 def _read(model_dir: Path, name: str) -> str:

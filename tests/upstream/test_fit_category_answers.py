@@ -13,8 +13,9 @@ import pytest
 from modelgraft.generator.categories import category_names
 from modelgraft.generator.recipes.causal_lm_path import towers_on_causal_lm_path
 from modelgraft.generator.recipes.fit import Fit, fit_model
-from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import ModelStructure
+
+from .readings import read_model
 
 #: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
 pytestmark = pytest.mark.upstream_facts

@@ -15,7 +15,8 @@ import pytest
 from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.recipes.fit_composed import registered_model_types
 from modelgraft.generator.recipes.render import recipe_call
-from modelgraft.generator.upstream.reader import read_model
+
+from .readings import read_model
 
 pytestmark = pytest.mark.upstream_facts
 

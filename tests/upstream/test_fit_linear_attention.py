@@ -15,8 +15,10 @@ import pytest
 
 from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.upstream.index import UpstreamSources
-from modelgraft.generator.upstream.reader import modeling_module, read_model
+from modelgraft.generator.upstream.reader import modeling_module
 from modelgraft.generator.upstream.structure import ModelStructure
+
+from .readings import read_model
 
 #: The slots the mixer's guards take, for every Gated DeltaNet model of transformers 5.25.
 MIXER_SLOTS = (

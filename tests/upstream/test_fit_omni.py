@@ -9,7 +9,8 @@ import pytest
 
 from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.upstream.read_omni import OmniInfo
-from modelgraft.generator.upstream.reader import read_model
+
+from .readings import read_model
 
 #: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
 pytestmark = pytest.mark.upstream_facts

@@ -12,9 +12,10 @@ from modelgraft.generator.recipes import fit_vlm
 from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.recipes.fit_vlm import VlmFinding, vlm_arguments
 from modelgraft.generator.recipes.render import recipe_call
-from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import RopeInfo
 from modelgraft.generator.upstream.vlm_contract import contract_differences
+
+from .readings import read_model
 
 #: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
 pytestmark = pytest.mark.upstream_facts

@@ -20,9 +20,10 @@ from modelgraft.generator.recipes.fit import fit_model
 from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
 from modelgraft.generator.upstream.read_moe import read_moe
-from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.source import ModelSource
 from modelgraft.generator.upstream.structure import ExpertsInfo
+
+from .readings import read_model
 
 #: Toy modules and the pinned transformers together, as tests/upstream/test_gpt_oss_experts.py does.
 pytestmark = pytest.mark.upstream_facts

@@ -17,7 +17,8 @@ import pytest
 from modelgraft.generator.recipes.fit import fit_model
 from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.index import UpstreamSources
-from modelgraft.generator.upstream.reader import read_model
+
+from .readings import read_model
 
 #: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
 pytestmark = pytest.mark.upstream_facts

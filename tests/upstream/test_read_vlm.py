@@ -6,9 +6,10 @@ from functools import cache
 
 import pytest
 
-from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import ModelStructure
 from modelgraft.generator.upstream.vlm_structure import VlmInfo
+
+from .readings import read_model
 
 #: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
 pytestmark = pytest.mark.upstream_facts

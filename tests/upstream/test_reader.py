@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from functools import cache
 
 import pytest
 
@@ -14,13 +13,16 @@ from modelgraft.generator.recipes.render import recipe_call
 from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import ModelStructure
 
+from .readings import read_model as pinned_reading
+
 #: What the reader finds in the pinned transformers: expected to move with upstream when the pin moves.
 pytestmark = pytest.mark.upstream_facts
 
 
-@cache
 def read(model: str) -> ModelStructure:
-    return read_model(model)
+    """The pinned transformers' reading of ``model``, shared with the other upstream tests of the process
+    (readings.py); the tests of reading itself below call ``read_model``."""
+    return pinned_reading(model)
 
 
 def norm(model: str, cls: str):

@@ -18,9 +18,10 @@ import pytest
 from modelgraft.generator.recipes.fit import fit_model
 from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
 from modelgraft.generator.upstream.read_moe import read_moe
-from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.source import ModelSource
 from modelgraft.generator.upstream.structure import ExpertsInfo
+
+from .readings import read_model
 
 #: Toy modules and the pinned transformers together, as tests/upstream/test_gate_first_units.py does.
 pytestmark = pytest.mark.upstream_facts
