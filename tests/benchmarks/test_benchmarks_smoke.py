@@ -46,6 +46,7 @@ EXPECTED_ROWS = {
 INVOCATIONS = [("generator",), ("loss",), ("moe", "runtime")]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("sections", INVOCATIONS, ids="-".join)
 def test_smoke_run_renders_the_sections(sections: tuple[str, ...], tmp_path: Path) -> None:
     output = tmp_path / "latest.md"

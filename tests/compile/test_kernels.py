@@ -182,6 +182,7 @@ def test_the_chunked_loss_traces_as_one_graph() -> None:
 
 
 @needs_cxx
+@pytest.mark.heavy
 @pytest.mark.usefixtures("inductor_in_process")
 @pytest.mark.parametrize("kernel", list(EXPERTS_KERNELS))
 def test_the_grouped_kernel_compiled_by_inductor_trains_as_it_does_eagerly(kernel: str) -> None:

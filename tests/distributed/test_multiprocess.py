@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 import transformers
 
 from modelgraft.models.distributed.launch import spawn
@@ -98,6 +99,7 @@ def _figures(line: str) -> str:
     return line.split(") ")[0]
 
 
+@pytest.mark.heavy
 def test_example_with_each_layer_compiled_trains_as_it_does_eagerly() -> None:
     """FSDP2, EP=2 and SP=2 on 2 ranks, every decoder layer compiled (aot_eager: no C++ compiler needed): each
     step's loss, aux loss and gradient norm are the eager run's, to the printed digits."""

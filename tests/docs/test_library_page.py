@@ -90,6 +90,7 @@ def test_the_pages_python_blocks_run_as_one_script(page_folder: Path) -> None:
     assert "transformers.models.cohere2_vision.image_processing_cohere2_vision [1, 3, 512, 512]" in result.stdout
 
 
+@pytest.mark.heavy
 def test_the_pages_commands_run(page_folder: Path) -> None:
     for block in blocks():
         if _kind(block) != "run":

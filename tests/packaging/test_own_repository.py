@@ -65,6 +65,7 @@ def trainer(python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     return {"repo": repo, "copied": copied, "tests": tests, "harness": where.strip(), "updated": updated}
 
 
+@pytest.mark.heavy
 def test_a_copy_into_a_training_repository_registers_the_repositorys_own_package(trainer: dict) -> None:
     init = (trainer["repo"] / "models" / MODEL / "__init__.py").read_text(encoding="utf-8")
     assert f'"gpu": "models.{MODEL}.generated.patched_modeling_{MODEL}_gpu"' in init

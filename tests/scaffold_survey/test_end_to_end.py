@@ -30,6 +30,7 @@ def model() -> str:
     return free[0]
 
 
+@pytest.mark.heavy
 def test_survey_of_a_dense_model_outside_the_zoo_passes_and_lists_its_slots(tmp_path: Path, model: str) -> None:
     report = tmp_path / "survey.json"
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTEST_ADDOPTS"}}

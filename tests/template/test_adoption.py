@@ -157,6 +157,7 @@ def test_an_update_without_a_template_change_changes_nothing(repo: Path, capsys:
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
 
 
+@pytest.mark.heavy
 def test_a_template_change_reaches_every_model_and_keeps_its_local_modifications(
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -99,6 +99,7 @@ def test_an_omni_copy_tests_audio_images_and_videos_through_the_scaffold_omni_su
     assert "image_processor_class=Qwen2VLImageProcessorPil," in tests
 
 
+@pytest.mark.heavy
 def test_an_omni_copy_is_ruff_clean_and_passes_its_own_tests(qwen2_5_omni: tuple[Path, Path]) -> None:
     repo, model_dir = qwen2_5_omni
     _assert_ruff_clean(repo, model_dir)

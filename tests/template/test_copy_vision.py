@@ -70,6 +70,7 @@ def test_a_vlm_copy_tests_images_and_videos_through_the_scaffold_suite(glm4v: tu
     assert "separate_videos=True," in tests  # GLM-4V's video frames are image tokens
 
 
+@pytest.mark.heavy
 def test_a_vlm_copy_is_ruff_clean_and_passes_its_own_tests(glm4v: tuple[Path, Path]) -> None:
     repo, model_dir = glm4v
     _assert_ruff_clean(repo, model_dir)
