@@ -9,7 +9,8 @@ Cohere2-Vision's processor counting its placeholders from its (torchvision-only)
 the top-level projector widths of kimi_k25 and muse_glimmer, Step-3.7's text model building a sliding-window mask
 whatever its layers and its image processor's vision_patch_size, MiniMax-M3-VL's head computing its aux loss
 only when asked, and Aria's projector mapping the tower's patch count to its queries, its image processor padding
-every image to 490 or 980 pixels and its processor counting by that side.
+every image to 490 or 980 pixels and its processor counting by that side, and MiniCPM-V sizing its images in
+patches (``target_sizes``, an image processor of ``scale_resolution`` and ``patch_size``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from transformers import (
     Idefics3ImageProcessorPil,
     Idefics3Processor,
     Kimi_K25Config,
+    MiniCPMOcrConfig,
     MiniMaxM3VLConfig,
     MuseGlimmerConfig,
     Qwen2Config,
@@ -231,3 +233,24 @@ def test_a_fixed_image_side_without_a_query_dict_keeps_the_tiny_side() -> None:
     )
 
     assert step3p7.image_side == IMAGE_SIDE
+
+
+def test_images_sized_in_patches_go_through_an_image_processor_at_the_tiny_patch_and_scale() -> None:
+    """MiniCPM-V's get_image_features takes each image's (height, width) in patches: its image processor scales
+    images to about the tiny image and cuts the tiny patches, and the processor's target sizes say how many."""
+    minicpm = ScaffoldComposedVlm(
+        model_type="minicpm_ocr",
+        config_class=MiniCPMOcrConfig,
+        processor_class=importable_processor_class("transformers.MiniCPMOcrProcessor"),
+        image_processor_class=importable_image_processor_class("transformers.MiniCPMOcrImageProcessor"),
+        causal_lm="MiniCPMOcrForConditionalGeneration",
+        guarded=(),
+        image_patch_grid="target_sizes",
+    )
+    config = minicpm.config()
+    image_processor = minicpm._parts[1].image_processor
+    batch = minicpm.batch(config, (1,))
+
+    assert (image_processor.patch_size, image_processor.scale_resolution) == (VISION_SIZES["patch_size"], IMAGE_SIDE)
+    rows, cols = (int(n) for n in batch["target_sizes"][0])
+    assert 0 < rows * cols <= 2 * GRID * GRID
