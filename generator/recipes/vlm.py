@@ -216,6 +216,20 @@ def sequence_parallel_ranks() -> int:
     return 1 if group is None else torch.distributed.get_world_size(group)
 
 
+def whole_sequence(tensor: Any) -> Any:
+    """A per-token ``[B, S/sp]`` tensor of this rank's slice of each sequence, gathered into the whole padded
+    sequence's ``[B, S]`` over the group the ``placeholder_features`` slot's kernel is bound over (itself with one
+    rank per sequence). Ulysses attention builds the mask of the whole sequence, so a mask that reads per-token
+    types (Gemma3's image blocks, PaliGemma's prefix) needs the types of the whole sequence too."""
+    bound = placeholder_features_slot.bound
+    group = None if bound is None else bound.options.get("group")
+    if group is None or torch.distributed.get_world_size(group) == 1:
+        return tensor
+    pieces = [torch.empty_like(tensor) for _ in range(torch.distributed.get_world_size(group))]
+    torch.distributed.all_gather(pieces, tensor.contiguous(), group=group)
+    return torch.cat(pieces, dim=-1)
+
+
 def apply_sequence_parallel_forward(
     config: PatchConfig,
     target: str,
@@ -232,8 +246,10 @@ def apply_sequence_parallel_forward(
     that checks the features' count (a composed VLM's); empty: its own masks. ``packed_text``: the forward also
     turns the cache off for packed documents of 1-D position ids (:func:`packs_text_documents`).
     ``language_model``: the attribute of the text model the forward calls, where not the snippet's default.
-    ``both_ways`` (with ``packed_text``): some tokens attend both ways, so image batches are refused where a
-    sequence is split over ranks and in packed rows (the snippet says why; :func:`sequence_parallel_ranks`)."""
+    ``both_ways`` (with ``packed_text``): some tokens attend both ways. Where a sequence is split over ranks, the
+    forward's ``token_type_ids`` (which the mask reads) are gathered into the whole sequence's
+    (:func:`whole_sequence`), and a forward without them refuses image batches; packed rows with images are refused
+    (the snippet says why; :func:`sequence_parallel_ranks`)."""
     config.add_import("typing", ["Any"])  # the helpers' annotations: never assume upstream imports it
     options: dict[str, Any] = {}
     if placeholder_ids:
@@ -248,6 +264,7 @@ def apply_sequence_parallel_forward(
         if not packed_text:
             raise ValueError("both_ways needs packed_text: its refusal of packed image rows is the packed guard's")
         config.add_helper(sequence_parallel_ranks, description="how many ranks hold a slice of one sequence")
+        config.add_helper(whole_sequence, description="a per-token tensor of the whole sequence, from every slice")
         options["both_ways"] = True
     config.add_helper(placeholder_outputs, description="a tower's features of this rank's placeholders")
     config.add_helper(with_tower_dummies, description="zero from the towers a batch does not feed")

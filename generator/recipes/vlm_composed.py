@@ -111,9 +111,11 @@ def composed_vlm(
     ``zero_images_are_padding``: ``get_image_features`` drops all-zero images as a row's padding (Idefics3's): the
     blank image is ones, so the tower runs on it.
     ``model.forward`` gets the sequence-parallel branches (this rank's placeholder features, ``dummy_forward``
-    where a batch has no image). ``sequence_parallel=False`` (gemma3's, paligemma's: tokens that attend both ways
-    across what would be the ranks' slices): the same forward, but an image batch is refused where more than one
-    rank holds a slice of a sequence and in a row that packs documents; FSDP alone still runs the dummy towers.
+    where a batch has no image). ``sequence_parallel=False`` (gemma3's, paligemma's: tokens that attend both ways,
+    by a mask read from ``token_type_ids``): the same forward, but where more than one rank holds a slice of a
+    sequence it gathers ``token_type_ids`` into the whole sequence's, whose mask Ulysses builds (a forward without
+    them refuses image batches there), and it refuses an image batch in a row that packs documents; FSDP alone
+    still runs the dummy towers. (The name predates the gathering: such a model is sequence-parallel too.)
     ``placeholder_ids``: the config ids
     ``get_placeholder_mask`` finds the image (then video) placeholders by, which a rank's slice is searched for.
     ``pretrained_models``: the module's other ``PreTrainedModel`` bases (an own tower's), which get the base-class

@@ -120,6 +120,10 @@ def _slice_last(x: torch.Tensor, total: int, window: slice) -> torch.Tensor:
     return torch.cat((x, extra), dim=-1)[..., window]
 
 
+#: The per-token types a processor returns beside the ids, sliced with them.
+TOKEN_TYPES = ("mm_token_type_ids", "token_type_ids")
+
+
 def shard_multimodal(
     batch: Mapping[str, Any],
     state: ParallelState,
@@ -129,8 +133,9 @@ def shard_multimodal(
     packed: bool = False,
 ) -> dict[str, Any]:
     """This sp rank's slice of a VLM or Omni batch: :func:`~modelgraft.models.distributed.sequence.shard_sequence`
-    for the text (ids, masks, labels), plus ``position_ids`` of any layout and ``mm_token_type_ids`` sliced the
-    same way; the towers' inputs and grids pass through whole.
+    for the text (ids, masks, labels), plus ``position_ids`` of any layout and the per-token types
+    (``mm_token_type_ids``, and ``token_type_ids``, which Gemma3's forward gathers back into the whole sequence's
+    for its mask) sliced the same way; the towers' inputs and grids pass through whole.
 
     A batch with images, videos or audio must bring the position ids of the whole sequence (the model's
     ``get_position_id_func()``, run before sharding): refused otherwise, on every rank (a slice cannot number its
@@ -144,7 +149,7 @@ def shard_multimodal(
             "with model.get_position_id_func() (get_rope_index) and pass them as position_ids"
         )
     text = dict(batch)
-    types = text.pop("mm_token_type_ids", None)
+    types = {name: text.pop(name) for name in TOKEN_TYPES if text.get(name) is not None}
     whole = {name: text.pop(name) for name in TOWER_INPUTS if name in text}  # shard_sequence refuses them
     rows = None
     if positions is not None and positions.dim() == 3:
@@ -160,6 +165,6 @@ def shard_multimodal(
     out.update(whole)
     if rows is not None:
         out["position_ids"] = _slice_last(rows, total, window)
-    if types is not None:
-        out["mm_token_type_ids"] = F.pad(types, (0, total - length))[:, window]
+    for name, value in types.items():
+        out[name] = F.pad(value, (0, total - length))[:, window]
     return out

@@ -201,8 +201,9 @@ def _packed_row(docs: list[Mapping[str, Any]], images: Mapping[str, Any] | None 
 
 
 class BothWaysImageTokens:
-    """What a composed VLM whose image tokens (or prompt prefix) attend to each other both ways refuses, and what
-    it keeps: its forward has no sequence-parallel branch (``composed_vlm(..., sequence_parallel=False)``).
+    """What a composed VLM whose image tokens (or prompt prefix) attend to each other both ways keeps and refuses
+    (``composed_vlm(..., sequence_parallel=False)``): sequence parallelism through the whole sequence's token
+    types, FSDP alone as upstream, packed text-only rows; a packed row holding images is refused.
 
     Listed before the composed suite among a test class's bases: its packed-documents test, on text-only
     documents, replaces the suite's, whose packed row holds an image."""
@@ -233,8 +234,17 @@ class BothWaysImageTokens:
                 got = model(**batch).logits
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
-    def test_an_image_batch_split_over_two_sequence_ranks_is_refused(self) -> None:
-        spawn(refuses_an_image_batch_split_over_sequence_ranks, 2, type(self).__module__, type(self).__qualname__)
+    def test_an_image_batch_split_over_two_sequence_ranks_matches_one_process(self) -> None:
+        """SP=2 (Ulysses, the tower on both ranks), two images in a row (gemma3's: one in each rank's slice): the
+        forward gathers the token types its mask reads into the whole sequence's, so Ulysses' mask of the whole
+        sequence has each image's block as one process has it: logits, loss and every gradient."""
+        spawn(
+            an_image_batch_split_over_sequence_ranks_matches_one_process,
+            2,
+            type(self).__module__,
+            type(self).__qualname__,
+            timeout=150.0,
+        )
 
     def test_a_packed_row_holding_images_is_refused(self) -> None:
         config = self.model.config()
@@ -261,15 +271,49 @@ class BothWaysImageTokens:
             start += len(logits)
 
 
-def refuses_an_image_batch_split_over_sequence_ranks(module: str, suite: str) -> None:
-    """On each of 2 ranks of one sequence-parallel group (the whole world), with parallel_ops bound: the suite's
-    model refuses an image batch, naming sequence parallelism."""
-    from modelgraft.models.distributed import ParallelState, parallel_ops
+def an_image_batch_split_over_sequence_ranks_matches_one_process(module: str, suite: str) -> None:
+    """On each of 2 ranks of one sequence-parallel group (the whole world): the suite's model, attached to the
+    group, takes this rank's slice of a batch with two images in a row and gives one process's logits at real
+    tokens, loss and (averaged) gradients."""
+    from modelgraft.models.distributed import (
+        ParallelState,
+        attach_parallel,
+        average_gradients,
+        full_state,
+        gather_sequence,
+        shard_multimodal,
+    )
+    from modelgraft.models.testing.seed import seed_everything
 
     model: ComposedVlm = getattr(importlib.import_module(module), suite).model
     state = ParallelState.build(sp=2)
     config = model.config()
-    batch = model.batch(config, LAYOUTS["one-image-per-row"])
-    generated = get_model_class(model.model_type, model.architecture)(config).eval()
-    with bound_ops(parallel_ops(state)), torch.no_grad(), pytest.raises(ValueError, match="without sequence"):
-        generated(**batch)
+    batch = model.batch(config, LAYOUTS["several-images-in-a-row"])
+    architecture = get_model_class(model.model_type, model.architecture)
+
+    seed_everything(0)
+    reference = architecture(config)
+    expected = reference(**batch)
+    expected.loss.backward()
+
+    seed_everything(0)
+    parallel = architecture(config)
+    attach_parallel(parallel, state)
+    rows, length = batch["input_ids"].shape
+    positions = torch.arange(length).expand(rows, length)
+    local = shard_multimodal({**batch, "position_ids": positions}, state, pad_token_id=config.text_config.pad_token_id)
+    out = parallel(**local)
+    real = batch["attention_mask"].bool()
+    logits = gather_sequence(out.logits, state, length=length)
+    torch.testing.assert_close(logits[real], expected.logits[real], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.loss, expected.loss, rtol=1e-5, atol=1e-6)
+    out.loss.backward()
+    average_gradients(parallel, state)
+    grads = full_state(parallel, state, grads=True)
+    for name, param in reference.named_parameters():
+        if param.grad is None:
+            assert grads.get(name) is None or not grads[name].any(), name
+        else:
+            torch.testing.assert_close(
+                grads[name], param.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}"
+            )

@@ -25,6 +25,7 @@ from modelgraft.models.distributed import (
     full_state,
     gather_sequence,
     register_ulysses,
+    shard_multimodal,
     shard_sequence,
 )
 from modelgraft.models.distributed import ulysses as ulysses_module
@@ -232,3 +233,12 @@ def test_shard_sequence_keeps_restarting_positions_with_a_mask_and_adds_a_mask_w
     assert masked["position_ids"].tolist() == [[6, 7, 8, 9, 10, 11], [0, 1, 2, 3, 4, 5]]
     plain = shard_sequence({"input_ids": batch["input_ids"]}, SimpleNamespace(sp=2, sp_rank=0))
     assert plain["attention_mask"].tolist() == [[1] * 6, [1] * 6]
+
+
+@pytest.mark.parametrize("name", ["mm_token_type_ids", "token_type_ids"])
+def test_shard_multimodal_slices_per_token_types_with_the_ids_padded_to_the_sharded_length(name: str) -> None:
+    """Gemma3's token_type_ids are sliced like Qwen-VL's mm_token_type_ids: its forward gathers them back."""
+    types = torch.tensor([[0, 1, 1, 0, 1]])
+    batch = {"input_ids": torch.arange(5)[None], "attention_mask": torch.ones(1, 5), name: types}
+    slices = [shard_multimodal(batch, SimpleNamespace(sp=2, sp_rank=rank))[name] for rank in (0, 1)]
+    assert [piece.tolist() for piece in slices] == [[[0, 1, 1]], [[0, 1, 0]]]

@@ -4,7 +4,7 @@
 # Source: transformers.models.gemma3.modeling_gemma3 (transformers==5.25.0)
 # Config: models.gemma3.gemma3_gpu_patch_gen_config
 # Description: Gemma3 text and VLM with op-slot guards (RMSNorm, gated MLP, RoPE), generated towers and slot-backed losses
-# Fingerprint: 38b03eb66c148bb5befe
+# Fingerprint: 3339c411aa5cabcf01e4
 # Patches:
 #   - override_method Gemma3RMSNorm.forward: rms_norm slot guard
 #   - override_method Gemma3MLP.forward: glu_activation slot guard
@@ -112,6 +112,21 @@ def sequence_parallel_ranks() -> int:
     bound = placeholder_features_slot.bound
     group = None if bound is None else bound.options.get("group")
     return 1 if group is None else torch.distributed.get_world_size(group)
+
+
+# [HELPERS]: a per-token tensor of the whole sequence, from every slice
+def whole_sequence(tensor: Any) -> Any:
+    """A per-token ``[B, S/sp]`` tensor of this rank's slice of each sequence, gathered into the whole padded
+    sequence's ``[B, S]`` over the group the ``placeholder_features`` slot's kernel is bound over (itself with one
+    rank per sequence). Ulysses attention builds the mask of the whole sequence, so a mask that reads per-token
+    types (Gemma3's image blocks, PaliGemma's prefix) needs the types of the whole sequence too."""
+    bound = placeholder_features_slot.bound
+    group = None if bound is None else bound.options.get("group")
+    if group is None or torch.distributed.get_world_size(group) == 1:
+        return tensor
+    pieces = [torch.empty_like(tensor) for _ in range(torch.distributed.get_world_size(group))]
+    torch.distributed.all_gather(pieces, tensor.contiguous(), group=group)
+    return torch.cat(pieces, dim=-1)
 
 
 # [HELPERS]: a tower's features of this rank's placeholders
@@ -1001,12 +1016,12 @@ class Gemma3Model(Gemma3PreTrainedModel):
         >>> processor.batch_decode(generate_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)[0]
         "Where is the cat standing?\nsnow"
         ```"""
-        if pixel_values is not None and placeholder_features_slot.use_non_eager_impl and sequence_parallel_ranks() > 1:
-            raise ValueError(
-                f"{type(self).__name__}: some tokens of an image batch attend to each other both ways, which a"
-                " sequence-parallel rank's slice of the sequence would cut; run image batches of this model without"
-                ' sequence parallelism (docs/scaffolding.md, "The composed-VLM contract")'
-            )
+        if (
+            token_type_ids is not None
+            and placeholder_features_slot.use_non_eager_impl
+            and sequence_parallel_ranks() > 1
+        ):
+            token_type_ids = whole_sequence(token_type_ids)
         if packs_text_documents(position_ids, attention_mask, cache):
             if pixel_values is not None:
                 raise ValueError(
