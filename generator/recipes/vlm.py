@@ -208,11 +208,16 @@ def apply_packed_documents(config: PatchConfig, target: str) -> None:
     )
 
 
-def sequence_parallel_ranks() -> int:
-    """How many ranks hold a slice of one sequence: the size of the process group the ``placeholder_features``
-    slot's kernel is bound over (1 unbound, or bound without a group, as FSDP alone binds it)."""
+def sequence_parallel_group() -> Any:
+    """The process group of the ranks that hold slices of one sequence: the one the ``placeholder_features`` slot's
+    kernel is bound over (None unbound, or bound without a group, as FSDP alone binds it)."""
     bound = placeholder_features_slot.bound
-    group = None if bound is None else bound.options.get("group")
+    return None if bound is None else bound.options.get("group")
+
+
+def sequence_parallel_ranks() -> int:
+    """How many ranks hold a slice of one sequence (1 without a sequence-parallel group)."""
+    group = sequence_parallel_group()
     return 1 if group is None else torch.distributed.get_world_size(group)
 
 
@@ -221,12 +226,11 @@ def whole_sequence(tensor: Any) -> Any:
     sequence's ``[B, S]`` over the group the ``placeholder_features`` slot's kernel is bound over (itself with one
     rank per sequence). Ulysses attention builds the mask of the whole sequence, so a mask that reads per-token
     types (Gemma3's image blocks, PaliGemma's prefix) needs the types of the whole sequence too."""
-    bound = placeholder_features_slot.bound
-    group = None if bound is None else bound.options.get("group")
-    if group is None or torch.distributed.get_world_size(group) == 1:
+    ranks = sequence_parallel_ranks()
+    if ranks == 1:
         return tensor
-    pieces = [torch.empty_like(tensor) for _ in range(torch.distributed.get_world_size(group))]
-    torch.distributed.all_gather(pieces, tensor.contiguous(), group=group)
+    pieces = [torch.empty_like(tensor) for _ in range(ranks)]
+    torch.distributed.all_gather(pieces, tensor.contiguous(), group=sequence_parallel_group())
     return torch.cat(pieces, dim=-1)
 
 
@@ -263,6 +267,7 @@ def apply_sequence_parallel_forward(
     if both_ways:
         if not packed_text:
             raise ValueError("both_ways needs packed_text: its refusal of packed image rows is the packed guard's")
+        config.add_helper(sequence_parallel_group, description="the group of the ranks that slice one sequence")
         config.add_helper(sequence_parallel_ranks, description="how many ranks hold a slice of one sequence")
         config.add_helper(whole_sequence, description="a per-token tensor of the whole sequence, from every slice")
         options["both_ways"] = True

@@ -4,7 +4,7 @@
 # Source: transformers.models.gemma3.modeling_gemma3 (transformers==5.25.0)
 # Config: models.gemma3.gemma3_gpu_patch_gen_config
 # Description: Gemma3 text and VLM with op-slot guards (RMSNorm, gated MLP, RoPE), generated towers and slot-backed losses
-# Fingerprint: 3339c411aa5cabcf01e4
+# Fingerprint: ef50519437d35874ebd7
 # Patches:
 #   - override_method Gemma3RMSNorm.forward: rms_norm slot guard
 #   - override_method Gemma3MLP.forward: glu_activation slot guard
@@ -105,12 +105,18 @@ def packs_text_documents(position_ids: Any, attention_mask: Any, cache: Any) -> 
     return find_packed_sequence_indices(position_ids) is not None
 
 
+# [HELPERS]: the group of the ranks that slice one sequence
+def sequence_parallel_group() -> Any:
+    """The process group of the ranks that hold slices of one sequence: the one the ``placeholder_features`` slot's
+    kernel is bound over (None unbound, or bound without a group, as FSDP alone binds it)."""
+    bound = placeholder_features_slot.bound
+    return None if bound is None else bound.options.get("group")
+
+
 # [HELPERS]: how many ranks hold a slice of one sequence
 def sequence_parallel_ranks() -> int:
-    """How many ranks hold a slice of one sequence: the size of the process group the ``placeholder_features``
-    slot's kernel is bound over (1 unbound, or bound without a group, as FSDP alone binds it)."""
-    bound = placeholder_features_slot.bound
-    group = None if bound is None else bound.options.get("group")
+    """How many ranks hold a slice of one sequence (1 without a sequence-parallel group)."""
+    group = sequence_parallel_group()
     return 1 if group is None else torch.distributed.get_world_size(group)
 
 
@@ -120,12 +126,11 @@ def whole_sequence(tensor: Any) -> Any:
     sequence's ``[B, S]`` over the group the ``placeholder_features`` slot's kernel is bound over (itself with one
     rank per sequence). Ulysses attention builds the mask of the whole sequence, so a mask that reads per-token
     types (Gemma3's image blocks, PaliGemma's prefix) needs the types of the whole sequence too."""
-    bound = placeholder_features_slot.bound
-    group = None if bound is None else bound.options.get("group")
-    if group is None or torch.distributed.get_world_size(group) == 1:
+    ranks = sequence_parallel_ranks()
+    if ranks == 1:
         return tensor
-    pieces = [torch.empty_like(tensor) for _ in range(torch.distributed.get_world_size(group))]
-    torch.distributed.all_gather(pieces, tensor.contiguous(), group=group)
+    pieces = [torch.empty_like(tensor) for _ in range(ranks)]
+    torch.distributed.all_gather(pieces, tensor.contiguous(), group=sequence_parallel_group())
     return torch.cat(pieces, dim=-1)
 
 
