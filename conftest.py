@@ -12,6 +12,7 @@ import fcntl
 import gc
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -68,8 +69,23 @@ def _use_ram_for_temporary_files() -> None:
     tempfile.tempdir = None  # tempfile caches the folder it chose before this ran
 
 
+def _cache_bytecode() -> None:
+    """Python caches compiled modules (``__pycache__``) for the suite and every interpreter it starts.
+
+    The suite starts a few hundred interpreters: ranks of the multi-process tests, the CLIs, Copier's tasks, the
+    scaffolds' own test runs. Each imports this checkout's modules, and where ``PYTHONDONTWRITEBYTECODE`` is set
+    (the machines measured set it) each compiled every one of them from source again, the large generated
+    modeling files included: a clean clone's run took 6 min 07 s with it set and 5 min 49 s without
+    (docs/performance.md, "Test time"). ``__pycache__`` folders are ignored by git, and what the tests compare
+    file by file leaves them out.
+    """
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Temporary files in RAM where the machine has a tmpfs (above), and each xdist worker's share of the cores.
+    """Temporary files in RAM where the machine has a tmpfs (above), bytecode cached (above), and each xdist
+    worker's share of the cores.
 
     Under pytest-xdist, each worker (and every process it starts) gets its share of the cores as threads:
     torch's default is a thread per core in every process: two workers on two cores then run four OpenMP
@@ -78,6 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
     so its thread pool is made at that size; an explicit OMP_NUM_THREADS wins.
     """
     _use_ram_for_temporary_files()
+    _cache_bytecode()
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers:
         share = max(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -267,8 +268,7 @@ def test_worktree_clone_holds_uncommitted_files_and_nothing_ignored_or_heavy(tmp
 def test_imports_must_resolve_inside_the_clone(tmp_path: Path) -> None:
     clone = fake_clone(tmp_path, None)
     clones.check_imports(clone)
-    (clone / "models" / "__init__.py").unlink()
-    (clone / "models").rmdir()
+    shutil.rmtree(clone / "models")  # with the bytecode the check's import left there
     # The installed (editable) checkout's models would be imported instead: refused.
     with pytest.raises(
         errors.SurveyError, match=r"Python imports .*models.* not the clone's|import generator, models"
