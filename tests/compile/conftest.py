@@ -17,3 +17,13 @@ def _fresh_dynamo_and_eager_slots() -> Iterator[None]:
     with eager_slots_on_one_thread():
         yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def inductor_in_process() -> Iterator[None]:
+    """Inductor compiles its C++ in this process: starting its pool of compile workers costs about 17 s on two
+    cores, more than the C++ of the inductor tests takes (docs/compile.md, "Running the tests")."""
+    from torch._inductor import config
+
+    with config.patch(compile_threads=1):
+        yield

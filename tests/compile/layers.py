@@ -62,9 +62,11 @@ __all__ = [
 ]
 
 #: Kernel families that run on a CPU: pure torch, no process group (GPU-only and NPU families are out of scope),
-#: nothing compiled inside. ``grouped_compiled`` is left out: it is ``grouped``'s operators with a block compiled by
-#: inductor at run time, so it traces as ``grouped`` does; binding both would leave one slot two kernels, and its
-#: inductor compiles need a C++ compiler. It is traced and run compiled in a sparse layer by test_kernels.py.
+#: nothing compiled inside. The families that compile with inductor at run time are left out: ``grouped_compiled``
+#: is ``grouped``'s operators with a block compiled by inductor, so it traces as ``grouped`` does, and binding both
+#: would leave one slot two kernels; ``compiled`` runs the eager references of its slots when traced. Both need a
+#: C++ compiler, and each is traced and run compiled in a decoder layer by test_kernels.py and
+#: test_compiled_norms.py.
 CPU_FAMILIES: tuple[str, ...] = tuple(
     sorted(
         name

@@ -22,7 +22,7 @@ more than the next ones when inductor's cache is empty (docs/compile.md, "Runnin
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -55,16 +55,6 @@ needs_cxx = pytest.mark.skipif(
 )
 #: grouped_compiled's own check, the one that refuses to bind it (it runs the compiler inductor would run).
 needs_grouped_compiled = pytest.mark.skipif(cpp_compiler_missing() is not None, reason=cpp_compiler_missing() or "")
-
-
-@pytest.fixture
-def inductor_in_process() -> Iterator[None]:
-    """Inductor compiles its C++ in this process: starting its pool of compile workers costs about 17 s on two
-    cores, more than the C++ of both inductor tests takes (docs/compile.md, "Running the tests")."""
-    from torch._inductor import config
-
-    with config.patch(compile_threads=1):
-        yield
 
 
 def _routing() -> tuple[torch.Tensor, ...]:
@@ -263,14 +253,17 @@ def test_the_grouped_compiled_kernel_under_inductor_matches_grouped_and_the_refe
             assert (got - reference[name]).abs().max() <= bound, name
 
 
-def test_binding_grouped_compiled_where_inductor_finds_no_cpp_compiler_is_refused_with_the_cause() -> None:
+@pytest.mark.parametrize(("slot", "family"), [("moe_experts", "grouped_compiled"), ("rms_norm", "compiled")])
+def test_binding_a_compiled_family_where_inductor_finds_no_cpp_compiler_is_refused_with_the_cause(
+    slot: str, family: str
+) -> None:
     from torch._inductor import config
 
     before = current_ops()
     nowhere = config.patch({"cpp.cxx": ("/nonexistent/c++",)})  # where inductor looks, as $CXX would set it
     refused = pytest.raises(KernelUnavailableError, match=r"no C\+\+ compiler was found .*/nonexistent/c\+\+")
     with nowhere, refused:
-        bind_ops(OpsConfig({"moe_experts": "grouped_compiled"}))
+        bind_ops(OpsConfig({slot: family}))
     assert current_ops() == before
 
 

@@ -41,15 +41,15 @@ def test_unknown_slot_error_lists_valid_slots() -> None:
 
 def test_unknown_kernel_error_lists_valid_kernels_for_the_slot() -> None:
     with pytest.raises(
-        OpsConfigError, match=r"unknown kernel 'chunked' for op slot 'rms_norm' \(valid: eager, liger, npu\)"
+        OpsConfigError, match=r"unknown kernel 'chunked' for op slot 'rms_norm' \(valid: eager, compiled, liger, npu\)"
     ):
         OpsConfig({"rms_norm": "chunked"})
 
 
 def test_kernel_registry_per_slot() -> None:
-    assert kernel_names("rms_norm") == ("eager", "liger", "npu")
+    assert kernel_names("rms_norm") == ("eager", "compiled", "liger", "npu")
     assert kernel_names("glu_activation") == ("eager", "liger", "npu")
-    assert kernel_names("rope") == ("eager", "liger", "npu")
+    assert kernel_names("rope") == ("eager", "compiled", "liger", "npu")
     assert kernel_names("causal_lm_loss") == ("eager", "chunked", "global_batch", "liger")
     assert kernel_names("sequence_classification_loss") == ("eager",)
     assert kernel_names("moe_experts") == ("eager", "ep_alltoall", "grouped", "grouped_compiled")

@@ -139,6 +139,13 @@ def _grouped() -> ModuleType:
     return grouped_experts
 
 
+def _compiled() -> ModuleType:
+    # Imported when bound, after the C++ compiler check: inductor's import is not free.
+    from modelgraft.models.ops.kernels import compiled_norms
+
+    return compiled_norms
+
+
 def _grouped_compiled() -> ModuleType:
     # Imported when bound, after the C++ compiler check: it defines torch custom operators, as _grouped's does.
     from modelgraft.models.ops.kernels import compiled_experts
@@ -180,6 +187,12 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
             name="chunked",
             load=lambda: chunked_loss,
             slots=frozenset({"causal_lm_loss"}),
+        ),
+        "compiled": KernelFamily(
+            name="compiled",
+            load=_compiled,
+            slots=frozenset({"rms_norm", "rope"}),
+            requires_cpp_compiler=True,
         ),
         "grouped": KernelFamily(
             name="grouped",
