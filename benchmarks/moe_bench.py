@@ -19,8 +19,10 @@ interleaved and their order rotated every round (so drift of a shared machine hi
   GiB, so it is reported as skipped with its size;
 - model: one training step of every sparse model registered in ``modelgraft.models.MODELING_REGISTRY`` (a new MoE
   model joins without an edit; its sizes: ``benchmarks.moe_sizes``): the generated class with the
-  ``moe_experts`` slot bound to ``grouped`` (and a sparse-attention indexer, where the model has one, to
-  ``shared_keys``: ``GENERATED_KERNELS``) against the upstream class with its default experts
+  ``moe_experts`` slot bound to ``grouped``, the ``chunked`` loss (and a sparse-attention indexer, where the model
+  has one, to ``shared_keys``: ``GENERATED_KERNELS``), and in the ``grouped_compiled`` rows that kernel with the
+  ``compiled`` family's RMSNorm and rotary embedding (``COMPILED_STEP_KERNELS``: what a user with a C++ compiler
+  binds on a CPU), against the upstream class with its default experts
   implementation (``grouped_mm`` on CPU, what ``from_pretrained`` picks) and with each other CPU
   implementation; same config, seed and weights (``modelgraft.models.testing.build_pair``). Upstream runs the
   attention ``from_pretrained`` picks (``default_attention``); the generated side runs
@@ -68,14 +70,24 @@ OURS = (GROUPED, COMPILED)
 UPSTREAM = ("grouped_mm", "eager")
 UPSTREAM_DEFAULT = UPSTREAM[0]
 #: The generated model's kernels in the train-step rows: ``grouped`` experts (or the kernel of ``OURS`` a row
-#: times), and the ``shared_keys`` indexers of the models that have a sparse-attention indexer (a slot a model
-#: never calls costs nothing).
-GENERATED_KERNELS = {"moe_experts": GROUPED, "dsa_indexer": "shared_keys", "lightning_indexer": "shared_keys"}
+#: times), the ``chunked`` causal-LM loss, and the ``shared_keys`` indexers of the models that have a
+#: sparse-attention indexer (a slot a model never calls costs nothing). None of them needs a compiler.
+GENERATED_KERNELS = {
+    "moe_experts": GROUPED,
+    "causal_lm_loss": "chunked",
+    "dsa_indexer": "shared_keys",
+    "lightning_indexer": "shared_keys",
+}
+#: What a ``grouped_compiled`` train-step row binds besides: the other families inductor compiles on a CPU
+#: (``modelgraft.models.ops.kernels.compiled_norms``), so that row is the step of a user with a C++ compiler and
+#: the ``grouped`` row the step of one without.
+COMPILED_STEP_KERNELS = {"rms_norm": "compiled", "rope": "compiled"}
 
 
 def generated_kernels(kernel: str) -> dict[str, str]:
-    """``GENERATED_KERNELS`` with ``kernel`` (one of ``OURS``) on the experts slot."""
-    return {**GENERATED_KERNELS, "moe_experts": kernel}
+    """The kernels of a train-step row timing ``kernel`` (one of ``OURS``) on the experts slot: ``GENERATED_KERNELS``,
+    and ``COMPILED_STEP_KERNELS`` with ``grouped_compiled``."""
+    return {**GENERATED_KERNELS, **(COMPILED_STEP_KERNELS if kernel == COMPILED else {}), "moe_experts": kernel}
 
 
 #: The children's environment for inductor: compile in the process, as the compile tests do. Its default on a 2-core
