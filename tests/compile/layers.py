@@ -65,8 +65,7 @@ __all__ = [
 #: nothing compiled inside. The families that compile with inductor at run time are left out: ``grouped_compiled``
 #: is ``grouped``'s operators with a block compiled by inductor, so it traces as ``grouped`` does, and binding both
 #: would leave one slot two kernels; ``compiled`` runs the eager references of its slots when traced. Both need a
-#: C++ compiler, and each is traced and run compiled in a decoder layer by test_kernels.py and
-#: test_compiled_norms.py.
+#: C++ compiler; both are bound in a sparse decoder layer that test_kernels.py traces and runs compiled.
 CPU_FAMILIES: tuple[str, ...] = tuple(
     sorted(
         name

@@ -7,9 +7,8 @@ near zero can be an ulp of its neighbours apart). The options of the zoo's formu
 by ``1 + weight``, DeepSeek-V4's weightless norm; rotate-half, and GLM's pairs over a partial rotary width with
 cos repeated pairwise; Cohere's upcast in bf16. One set of options compiles at most twice across sequence lengths
 (a static graph, then one with the sizes dynamic); traced by an outer compile, the kernels are plain torch in the
-outer graph; in Qwen3-MoE's first decoder layer (both norms, query and key norms, rotary embedding), the family
-trains as the unbound layer does and, compiled by the user, as one graph. Skipped, saying why, where inductor
-finds no C++ compiler.
+outer graph. In a decoder layer, with the other compiled family: test_kernels.py. Skipped, saying why, where
+inductor finds no C++ compiler.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from typing import Any
 import pytest
 import torch
 
-from modelgraft.models.ops import SLOTS
 from modelgraft.models.ops.kernels import compiled_norms, cpp_compiler_missing, eager, load_kernel
 from modelgraft.models.testing.parity import BF16_KERNEL_TOLERANCE
 
@@ -125,23 +123,3 @@ def test_traced_by_an_outer_compile_the_kernels_are_plain_torch_in_its_graph() -
     torch.compile(block, backend=counter, fullgraph=True)(*inputs)
     assert counter.frame_count == 1
     assert len(compiled_norms._COMPILED) == before  # nothing compiled apart: the outer graph holds the references
-
-
-def test_in_a_decoder_layer_the_family_trains_as_the_unbound_layer_and_compiles_as_one_graph() -> None:
-    # Imported here: the zoo's layers are built when .layers is first imported (test_kernels.py says why).
-    from .layers import LAYERS, assert_steps_match, bound, layer_and_inputs, training_step
-
-    layer = next(layer for layer in LAYERS if (layer.package, layer.role) == ("qwen3_moe", "first"))
-    module, args, kwargs = layer_and_inputs(layer, torch.float32)
-    with bound(layer, "unbound"):
-        expected = training_step(module, module, args, kwargs)
-    with bound(layer, "compiled"):
-        assert [SLOTS[slot].bound_kernel_name for slot in ("rms_norm", "rope")] == ["compiled", "compiled"]
-        actual = training_step(module, module, args, kwargs)
-        explanation = torch._dynamo.explain(module)(*args, **kwargs)
-        traced = training_step(torch.compile(module, fullgraph=True, backend="aot_eager"), module, args, kwargs)
-    _assert_close(actual.outputs, expected.outputs, torch.float32)
-    assert actual.grads.keys() == expected.grads.keys()
-    _assert_close(list(actual.grads.values()), list(expected.grads.values()), torch.float32)
-    assert (explanation.graph_break_count, explanation.break_reasons) == (0, [])
-    assert_steps_match(traced, expected, torch.float32)

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import torch
 
-from modelgraft.models.ops import KernelUnavailableError, OpsConfig, bind_ops, current_ops
+from modelgraft.models.ops import SLOTS, KernelUnavailableError, OpsConfig, bind_ops, current_ops
 from modelgraft.models.ops.kernels import chunked_loss, compiled_experts, cpp_compiler_missing, eager, load_kernel
 from modelgraft.models.testing import KERNEL_TOLERANCE
 
@@ -278,9 +278,11 @@ def test_the_chunked_loss_compiled_by_inductor_trains_as_it_does_eagerly() -> No
 
 @needs_grouped_compiled
 @pytest.mark.usefixtures("inductor_in_process")
-def test_a_sparse_layer_with_grouped_compiled_traces_as_one_graph_and_trains_compiled() -> None:
+def test_a_sparse_layer_with_the_compiled_families_traces_as_one_graph_and_trains_compiled() -> None:
     """A user's nested compile: the decoder layer compiled whole, the experts' backward block compiled by inductor
-    inside it (in the eager step first, then called from the compiled layer's backward)."""
+    inside it (in the eager step first, then called from the compiled layer's backward). The ``compiled`` family's
+    RMSNorms and rotary embedding run compiled by inductor in the eager step and as their references in the
+    traced layer."""
     # Imported here, not with the module: the zoo's layers are built when .layers is first imported, and the kernel
     # tests above must not depend on every model of the zoo building.
     from .layers import LAYERS, assert_steps_match, bound, layer_and_inputs, training_step
@@ -288,7 +290,12 @@ def test_a_sparse_layer_with_grouped_compiled_traces_as_one_graph_and_trains_com
     # The MoE category's reference model: its first layer is sparse, and the cheapest MoE layer to compile.
     layer = next(layer for layer in LAYERS if (layer.package, layer.role) == ("qwen3_moe", "first"))
     module, args, kwargs = layer_and_inputs(layer, torch.float32)
-    with bound(layer, "grouped_compiled"):
+    with bound(layer, "grouped_compiled+compiled"):
+        assert [SLOTS[slot].bound_kernel_name for slot in ("moe_experts", "rms_norm", "rope")] == [
+            "grouped_compiled",
+            "compiled",
+            "compiled",
+        ]
         explanation = torch._dynamo.explain(module)(*args, **kwargs)
         expected = training_step(module, module, args, kwargs)
         actual = training_step(torch.compile(module, fullgraph=True, backend="aot_eager"), module, args, kwargs)
