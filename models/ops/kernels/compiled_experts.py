@@ -53,12 +53,12 @@ tests/compile/test_kernels.py).
 from __future__ import annotations
 
 import threading
-import types
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from modelgraft.models.ops.kernels.code_objects import own_code
 from modelgraft.models.ops.kernels.eager import split_gate_up
 from modelgraft.models.ops.kernels.expert_units import has_unit
 from modelgraft.models.ops.kernels.grouped_experts import define_operators, run_experts
@@ -113,13 +113,6 @@ def unit_gradients(
     return grad_gate_up, value * weight, pair
 
 
-def _own_code(fn: Callable[..., Any], suffix: str) -> Callable[..., Any]:
-    """A copy of ``fn`` whose code object is its own (named ``<name>__<suffix>``, as dynamo's logs show it)."""
-    name = f"{fn.__name__}__{suffix}"
-    code = fn.__code__.replace(co_name=name, co_qualname=name)
-    return types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
-
-
 class CompiledUnit:
     """:func:`unit_gradients` for one set of options, compiled by inductor on its first call.
 
@@ -129,7 +122,7 @@ class CompiledUnit:
 
     def __init__(self, name: str, interleaved: bool, limit: float | None, alpha: float | None) -> None:
         self.options = (interleaved, limit, alpha)
-        self.function = torch.compile(_own_code(unit_gradients, name), dynamic=False, fullgraph=True)
+        self.function = torch.compile(own_code(unit_gradients, name), dynamic=False, fullgraph=True)
 
     def accepts(self, segment: torch.Tensor, weight: torch.Tensor) -> bool:
         """Segments that the one compiled graph serves: two rows or more, neither view at storage offset 0 or 1."""

@@ -33,13 +33,13 @@ the eager reference in fp32, and within bf16 rounding in bf16 (tests/compile/tes
 from __future__ import annotations
 
 import threading
-import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from modelgraft.models.ops.kernels import eager
+from modelgraft.models.ops.kernels.code_objects import own_code
 
 __all__ = ["compiled_function", "rms_norm", "rope"]
 
@@ -67,13 +67,6 @@ def _rope(
     )
 
 
-def _own_code(fn: Callable[..., Any], suffix: str) -> Callable[..., Any]:
-    """A copy of ``fn`` whose code object is its own (named ``<name>__<suffix>``, as dynamo's logs show it)."""
-    name = f"{fn.__name__}__{suffix}"
-    code = fn.__code__.replace(co_name=name, co_qualname=name)
-    return types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
-
-
 _COMPILED: dict[tuple[Any, ...], Callable[..., Any]] = {}
 _COMPILED_LOCK = threading.Lock()
 
@@ -86,7 +79,7 @@ def compiled_function(wrapper: Callable[..., Any], key: tuple[Any, ...]) -> Call
         with _COMPILED_LOCK:
             function = _COMPILED.get(full_key)
             if function is None:
-                copy = _own_code(wrapper, f"{len(_COMPILED)}")
+                copy = own_code(wrapper, f"{len(_COMPILED)}")
                 function = _COMPILED[full_key] = torch.compile(copy, backend="inductor")
     return function
 
