@@ -4,10 +4,10 @@ Why: eagerly, an RMSNorm is about six element-wise operations forward (upcast, s
 products) and about ten backward, each a pass over the activations; the rotary embedding is two products, a
 rotation and a sum per tensor, and as many backward. On a CPU each pass over a ``[tokens, hidden]`` tensor
 costs about as much as the next, so a decoder layer spends more on them than their arithmetic is worth. Compiled,
-each direction is one or two loops: measured on one thread, forward and backward of a ``[2048, 512]`` fp32
-RMSNorm took 3.3 ms against 11.9 ms eagerly, and the rotary embedding of Qwen3-MoE's benchmark queries and keys
-``[4, 8, 512, 64]`` and ``[4, 2, 512, 64]`` 4.3 ms against 9.4 to 11.8 ms (docs/performance.md, "The compiled
-family: RMSNorm and the rotary embedding").
+each direction is one or two loops: measured on one thread, forward and backward of a ``[4, 512, 512]`` fp32
+RMSNorm took 4.9 ms against 15.7 ms eagerly, and the rotary embedding of Qwen3-MoE's benchmark queries and keys
+``[4, 8, 512, 64]`` and ``[4, 2, 512, 64]`` 5.1 ms against 12.0 ms (docs/performance.md, "The compiled family:
+RMSNorm and the rotary embedding").
 
 What is compiled: ``modelgraft.models.ops.kernels.eager``'s reference of each slot, so the formulas (fp32
 normalization, the cast before or after the scale, rotate-half or pairs, partial rotary, the upcasts) are the
