@@ -35,7 +35,7 @@ from .layers import (
 )
 
 #: Dynamo warns when it traces through ``functools.cache``: the reference kernels look their activation up through
-#: one (``eager._activation``), which gives the same activation for a name every time, so tracing through it is sound.
+#: one (``eager.activation_module``), which gives the same activation for a name every time, so tracing through it is sound.
 pytestmark = pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")
 
 CASES = [

@@ -301,3 +301,23 @@ def test_a_sparse_layer_with_the_compiled_families_traces_as_one_graph_and_train
         actual = training_step(torch.compile(module, fullgraph=True, backend="aot_eager"), module, args, kwargs)
     assert (explanation.graph_break_count, explanation.break_reasons) == (0, [])
     assert_steps_match(actual, expected, torch.float32)
+
+
+@needs_grouped_compiled
+@pytest.mark.usefixtures("inductor_in_process")
+def test_a_dense_layer_with_the_compiled_family_traces_as_one_graph_and_trains_compiled() -> None:
+    """Llama's decoder layer with every slot it calls from the ``compiled`` family (RMSNorm, rotary embedding, gated
+    activation): run compiled by inductor in the eager step, traced as their references in the compiled layer."""
+    from .layers import LAYERS, assert_steps_match, bound, layer_and_inputs, training_step
+
+    layer = next(layer for layer in LAYERS if (layer.package, layer.role) == ("llama", "first"))
+    module, args, kwargs = layer_and_inputs(layer, torch.float32)
+    with bound(layer, "compiled"):
+        assert {
+            slot: SLOTS[slot].bound_kernel_name for slot in ("rms_norm", "rope", "glu_activation")
+        } == dict.fromkeys(("rms_norm", "rope", "glu_activation"), "compiled")
+        explanation = torch._dynamo.explain(module)(*args, **kwargs)
+        expected = training_step(module, module, args, kwargs)
+        actual = training_step(torch.compile(module, fullgraph=True, backend="aot_eager"), module, args, kwargs)
+    assert (explanation.graph_break_count, explanation.break_reasons) == (0, [])
+    assert_steps_match(actual, expected, torch.float32)

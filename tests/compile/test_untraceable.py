@@ -32,7 +32,7 @@ def _placeholder_inputs() -> tuple[Callable[..., torch.Tensor], tuple[torch.Tens
     return eager.placeholder_features, (torch.tensor([[True, False, True]]), torch.randn(2, 4))
 
 
-#: Dynamo warns when it traces through ``functools.cache`` (``eager._activation``, sound here: see test_decoder_layers).
+#: Dynamo warns when it traces through ``functools.cache`` (``eager.activation_module``, sound here: see test_decoder_layers).
 pytestmark = pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")
 
 #: A call of each untraceable reference on small inputs; a slot added to ``eager.UNTRACEABLE`` needs one here.

@@ -48,7 +48,7 @@ def test_unknown_kernel_error_lists_valid_kernels_for_the_slot() -> None:
 
 def test_kernel_registry_per_slot() -> None:
     assert kernel_names("rms_norm") == ("eager", "compiled", "liger", "npu")
-    assert kernel_names("glu_activation") == ("eager", "liger", "npu")
+    assert kernel_names("glu_activation") == ("eager", "compiled", "liger", "npu")
     assert kernel_names("rope") == ("eager", "compiled", "liger", "npu")
     assert kernel_names("causal_lm_loss") == ("eager", "chunked", "global_batch", "liger")
     assert kernel_names("sequence_classification_loss") == ("eager",)

@@ -141,9 +141,9 @@ def _grouped() -> ModuleType:
 
 def _compiled() -> ModuleType:
     # Imported when bound, after the C++ compiler check: inductor's import is not free.
-    from modelgraft.models.ops.kernels import compiled_norms
+    from modelgraft.models.ops.kernels import compiled_references
 
-    return compiled_norms
+    return compiled_references
 
 
 def _grouped_compiled() -> ModuleType:
@@ -191,7 +191,7 @@ KERNEL_FAMILIES: Mapping[str, KernelFamily] = MappingProxyType(
         "compiled": KernelFamily(
             name="compiled",
             load=_compiled,
-            slots=frozenset({"rms_norm", "rope"}),
+            slots=frozenset({"rms_norm", "rope", "glu_activation", "gated_mlp"}),
             requires_cpp_compiler=True,
         ),
         "grouped": KernelFamily(

@@ -75,7 +75,9 @@ def rms_norm(
 
 
 @cache
-def _activation(name: str) -> nn.Module:
+def activation_module(name: str) -> nn.Module:
+    """transformers' ``ACT2FN`` module for the ``hidden_act`` name ``name``, one per name: ``ACT2FN`` builds a new
+    module at every lookup, and the same one each time is what lets a compiled graph keep it."""
     from transformers.activations import ACT2FN
 
     return ACT2FN[name]
@@ -94,12 +96,12 @@ def layer_norm(
 
 def activation(hidden_states: torch.Tensor, activation: str) -> torch.Tensor:
     """``ACT(hidden_states)`` with ``activation`` an HF ``hidden_act`` name: a plain MLP's activation."""
-    return _activation(activation)(hidden_states)
+    return activation_module(activation)(hidden_states)
 
 
 def glu_activation(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
     """``ACT(gate) * up`` with ``activation`` an HF ``hidden_act`` name."""
-    return _activation(activation)(gate) * up
+    return activation_module(activation)(gate) * up
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -331,7 +333,7 @@ def experts_glu(
     - ``limit`` and ``activation_first``: Step-3.7's, ``ACT(gate).clamp(max=limit) * up.clamp(-limit, limit)``.
     """
     if activation_first:
-        gate = _activation(activation)(gate)
+        gate = activation_module(activation)(gate)
         if limit is not None:
             gate = gate.clamp(max=limit)
             up = up.clamp(min=-limit, max=limit)
@@ -342,7 +344,7 @@ def experts_glu(
     if alpha is not None:
         glu = gate * torch.sigmoid(gate * alpha)
         return (up + 1) * glu
-    return _activation(activation)(gate) * up
+    return activation_module(activation)(gate) * up
 
 
 def moe_experts(
@@ -547,7 +549,7 @@ def hash_router(
     ``routed_scaling_factor``.
     """
     logits = F.linear(hidden_states.reshape(-1, weight.shape[-1]), weight)
-    scores = _activation(scoring_func)(logits)
+    scores = activation_module(scoring_func)(logits)
     indices = tid2eid[input_ids.reshape(-1)].long()
     return logits, _scaled_routing_weights(scores, indices, routed_scaling_factor), indices
 
@@ -566,7 +568,7 @@ def correction_bias_router(
     Returns ``(router_logits [T, E], weights [T, K], indices [T, K])`` (indices unsorted, as upstream's).
     """
     logits = F.linear(hidden_states.reshape(-1, weight.shape[-1]), weight)
-    scores = _activation(scoring_func)(logits)
+    scores = activation_module(scoring_func)(logits)
     indices = torch.topk(scores + e_score_correction_bias, top_k, dim=-1, sorted=False).indices
     return logits, _scaled_routing_weights(scores, indices, routed_scaling_factor), indices
 
@@ -674,7 +676,7 @@ def gated_mlp(
     """
     gate = F.linear(x, gate_weight, gate_bias)
     up = F.linear(x, up_weight, up_bias)
-    return F.linear(_activation(activation)(gate) * up, down_weight, down_bias)
+    return F.linear(activation_module(activation)(gate) * up, down_weight, down_bias)
 
 
 #: The two ways upstream's softmax routers reach fp32: ``softmax(logits, dtype=torch.float)`` (Qwen) and

@@ -1,4 +1,4 @@
-"""A whole gated MLP around a family's own GLU kernel (the ``gated_mlp`` slot of Liger and NPU).
+"""A whole gated MLP around a family's own GLU kernel (the ``gated_mlp`` slot of Liger, NPU and ``compiled``).
 
 A model whose MLP is guarded whole (DeepSeek-V3's shared experts and dense layers) would otherwise lose
 the fused ``ACT(gate) * up`` that a model guarded at the GLU gets on those devices; the projections stay

@@ -1,4 +1,5 @@
-"""RMSNorm and the rotary embedding, each the eager reference compiled by inductor (the ``compiled`` family).
+"""RMSNorm, the rotary embedding and the gated activation, each the eager reference compiled by inductor (the
+``compiled`` family).
 
 Why: eagerly, an RMSNorm is about six element-wise operations forward (upcast, square, mean, rsqrt, two
 products) and about ten backward, each a pass over the activations; the rotary embedding is two products, a
@@ -7,7 +8,9 @@ costs about as much as the next, so a decoder layer spends more on them than the
 each direction is one or two loops: measured on one thread, forward and backward of a ``[4, 512, 512]`` fp32
 RMSNorm took 4.9 ms against 15.7 ms eagerly, and the rotary embedding of Qwen3-MoE's benchmark queries and keys
 ``[4, 8, 512, 64]`` and ``[4, 2, 512, 64]`` 5.1 ms against 12.0 ms (docs/performance.md, "The compiled family:
-RMSNorm and the rotary embedding").
+RMSNorm and the rotary embedding"). A dense MLP's gated activation ``ACT(gate) * up`` is two passes forward
+(three for GELU's tanh form) and about five backward over ``[tokens, intermediate]``, the widest activations of
+a dense layer; compiled, one loop each way.
 
 What is compiled: ``modelgraft.models.ops.kernels.eager``'s reference of each slot, so the formulas (fp32
 normalization, the cast before or after the scale, rotate-half or pairs, partial rotary, the upcasts) are the
@@ -27,7 +30,7 @@ Binding the family needs a C++ compiler on a CPU (``$CXX``, else ``g++``), which
 of each set of options compiles (about a second; inductor caches the code on disk for later processes).
 
 Numerics: the references' formulas, reduced in inductor's order: outputs and gradients within fp32 rounding of
-the eager reference in fp32, and within bf16 rounding in bf16 (tests/compile/test_compiled_norms.py).
+the eager reference in fp32, and within bf16 rounding in bf16 (tests/compile/test_compiled_references.py).
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ import torch
 
 from modelgraft.models.ops.kernels import eager
 from modelgraft.models.ops.kernels.code_objects import own_code
+from modelgraft.models.ops.kernels.gated_mlp import gated_mlp_with
 
-__all__ = ["compiled_function", "rms_norm", "rope"]
+__all__ = ["compiled_function", "gated_mlp", "glu_activation", "rms_norm", "rope"]
 
 
 def _rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor | None, eps: float, options: tuple) -> torch.Tensor:
@@ -65,6 +69,10 @@ def _rope(
         cast_back=cast_back,
         upcast_terms=upcast_terms,
     )
+
+
+def _glu_activation(gate: torch.Tensor, up: torch.Tensor, activation: torch.nn.Module) -> torch.Tensor:
+    return activation(gate) * up
 
 
 _COMPILED: dict[tuple[Any, ...], Callable[..., Any]] = {}
@@ -123,3 +131,38 @@ def rope(
         return _rope(q, k, cos, sin, options)
     key = (q.dtype, k.dtype, cos.dtype, q.dim(), q.shape[-1], cos.shape[-1], *options)
     return compiled_function(_rope, key)(q, k, cos, sin, options)
+
+
+def glu_activation(gate: torch.Tensor, up: torch.Tensor, activation: str) -> torch.Tensor:
+    """``glu_activation`` slot contract (``modelgraft.models.ops.kernels.eager.glu_activation``), compiled by
+    inductor."""
+    if torch.compiler.is_compiling():
+        return eager.glu_activation(gate, up, activation)
+    key = (gate.dtype, up.dtype, gate.dim(), gate.shape[-1], activation)
+    return compiled_function(_glu_activation, key)(gate, up, eager.activation_module(activation))
+
+
+def gated_mlp(
+    x: torch.Tensor,
+    gate_weight: torch.Tensor,
+    up_weight: torch.Tensor,
+    down_weight: torch.Tensor,
+    activation: str,
+    *,
+    gate_bias: torch.Tensor | None = None,
+    up_bias: torch.Tensor | None = None,
+    down_bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The whole MLP around this family's gated activation (models.ops.kernels.gated_mlp): the projections stay
+    ``F.linear``, which inductor would hand to the same matmul library."""
+    return gated_mlp_with(
+        glu_activation,
+        x,
+        gate_weight,
+        up_weight,
+        down_weight,
+        activation,
+        gate_bias=gate_bias,
+        up_bias=up_bias,
+        down_bias=down_bias,
+    )

@@ -1,11 +1,13 @@
-"""The ``compiled`` family: RMSNorm and the rotary embedding, each the eager reference compiled by inductor.
+"""The ``compiled`` family: RMSNorm, the rotary embedding and the gated activation, each the eager reference compiled
+by inductor.
 
 Against the references (``modelgraft.models.ops.kernels.eager``), forward and every gradient: within rtol 1e-5,
 atol 1e-5 in fp32, and in bf16 within the bf16 kernels' tolerance (``BF16_KERNEL_TOLERANCE``: 3% in norm), since
 inductor computes in fp32 and rounds once where the reference rounds after each bf16 operation (a gradient entry
 near zero can be an ulp of its neighbours apart). The options of the zoo's formulations each get a case: Llama's cast-then-scale and Gemma's fp32 scale
 by ``1 + weight``, DeepSeek-V4's weightless norm; rotate-half, and GLM's pairs over a partial rotary width with
-cos repeated pairwise; Cohere's upcast in bf16. One set of options compiles at most twice across sequence lengths
+cos repeated pairwise; Cohere's upcast in bf16; the gated activation under SiLU, GELU and GELU's tanh form (Gemma's), in fp32 and
+bf16, and the whole gated MLP around it. One set of options compiles at most twice across sequence lengths
 (a static graph, then one with the sizes dynamic); traced by an outer compile, the kernels are plain torch in the
 outer graph. In a decoder layer, with the other compiled family: test_kernels.py. Skipped, saying why, where
 inductor finds no C++ compiler.
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from modelgraft.models.ops.kernels import compiled_norms, cpp_compiler_missing, eager, load_kernel
+from modelgraft.models.ops.kernels import compiled_references, cpp_compiler_missing, eager, load_kernel
 from modelgraft.models.testing.parity import BF16_KERNEL_TOLERANCE
 
 pytestmark = [
@@ -27,7 +29,7 @@ pytestmark = [
 ]
 
 FP32_TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 48, 4, 2, 16
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 48, 4, 2, 16, 56
 
 RMS_NORMS: dict[str, tuple[torch.dtype, dict[str, Any], bool]] = {
     "llama": (torch.float32, {}, True),
@@ -40,6 +42,9 @@ ROPES: dict[str, tuple[torch.dtype, dict[str, Any], int]] = {
     "glm_partial_pairs": (torch.float32, {"interleaved": True, "repeat_cos": True}, HEAD_DIM // 2),
     "cohere_bf16": (torch.bfloat16, {"interleaved": True, "upcast": True}, HEAD_DIM),
 }
+
+#: The ``hidden_act`` of the zoo's gated MLPs: Llama's and most others', GELU, and Gemma's tanh GELU.
+GLU_ACTIVATIONS = ("silu", "gelu", "gelu_pytorch_tanh")
 
 
 def _step(kernel: Any, inputs: list[torch.Tensor | None], *args: Any, **options: Any) -> list[torch.Tensor]:
@@ -66,6 +71,11 @@ def _rope_inputs(dtype: torch.dtype, rotary: int, tokens: int = 7) -> list[torch
     k = torch.randn(2, KV_HEADS, tokens, HEAD_DIM, generator=generator).to(dtype)
     angles = torch.randn(2, tokens, rotary, generator=generator)
     return [q, k, angles.cos().to(dtype), angles.sin().to(dtype)]
+
+
+def _glu_inputs(dtype: torch.dtype, tokens: int = 7) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return [torch.randn(2, tokens, INTERMEDIATE, generator=generator).to(dtype) for _ in range(2)]
 
 
 def _assert_close(actual: list[torch.Tensor], expected: list[torch.Tensor], dtype: torch.dtype) -> None:
@@ -101,25 +111,49 @@ def test_the_compiled_rope_matches_the_reference_forward_and_backward(case: str)
     _assert_close(actual, _step(eager.rope, inputs, **options), dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("activation", GLU_ACTIVATIONS)
+def test_the_compiled_glu_activation_matches_the_reference_forward_and_backward(
+    activation: str, dtype: torch.dtype
+) -> None:
+    inputs = _glu_inputs(dtype)
+    actual = _step(load_kernel("glu_activation", "compiled"), inputs, activation)
+    _assert_close(actual, _step(eager.glu_activation, inputs, activation), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_the_compiled_gated_mlp_matches_the_reference_forward_and_backward(dtype: torch.dtype) -> None:
+    """DeepSeek-V3's shared experts and dense layers guard their MLP whole: the projections around the gated
+    activation, every weight's gradient included."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 7, HIDDEN, generator=generator).to(dtype)
+    gate, up = (0.1 * torch.randn(INTERMEDIATE, HIDDEN, generator=generator).to(dtype) for _ in range(2))
+    down = 0.1 * torch.randn(HIDDEN, INTERMEDIATE, generator=generator).to(dtype)
+    inputs = [x, gate, up, down]
+    actual = _step(load_kernel("gated_mlp", "compiled"), inputs, "silu")
+    _assert_close(actual, _step(eager.gated_mlp, inputs, "silu"), dtype)
+
+
 def test_one_set_of_options_compiles_at_most_twice_across_sequence_lengths() -> None:
     kernel = load_kernel("rms_norm", "compiled")
     for tokens in (5, 9, 13, 40):
         hidden, weight = _norm_inputs(torch.float32, True, tokens)
         kernel(hidden, weight, 1e-6)
     key = (torch.float32, torch.float32, 3, HIDDEN, 1e-6, 0.0, None)
-    assert _graphs(compiled_norms.compiled_function(compiled_norms._rms_norm, key)) == 2
+    assert _graphs(compiled_references.compiled_function(compiled_references._rms_norm, key)) == 2
 
 
 def test_traced_by_an_outer_compile_the_kernels_are_plain_torch_in_its_graph() -> None:
     rms_norm, rope = load_kernel("rms_norm", "compiled"), load_kernel("rope", "compiled")
+    glu_activation = load_kernel("glu_activation", "compiled")
 
-    def block(hidden: torch.Tensor, weight: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos, sin) -> Any:
+    def block(hidden: torch.Tensor, weight: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos, sin, gate, up) -> Any:
         q, k = rope(q, k, cos, sin)
-        return rms_norm(hidden, weight, 1e-6), q, k
+        return rms_norm(hidden, weight, 1e-6), q, k, glu_activation(gate, up, "silu")
 
     counter = torch._dynamo.testing.CompileCounter()
-    before = len(compiled_norms._COMPILED)
-    inputs = (*_norm_inputs(torch.float32, True), *_rope_inputs(torch.float32, HEAD_DIM))
+    before = len(compiled_references._COMPILED)
+    inputs = (*_norm_inputs(torch.float32, True), *_rope_inputs(torch.float32, HEAD_DIM), *_glu_inputs(torch.float32))
     torch.compile(block, backend=counter, fullgraph=True)(*inputs)
     assert counter.frame_count == 1
-    assert len(compiled_norms._COMPILED) == before  # nothing compiled apart: the outer graph holds the references
+    assert len(compiled_references._COMPILED) == before  # nothing compiled apart: the outer graph holds the references
