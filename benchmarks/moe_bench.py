@@ -21,8 +21,8 @@ interleaved and their order rotated every round (so drift of a shared machine hi
   model joins without an edit; its sizes: ``benchmarks.moe_sizes``): the generated class with the
   ``moe_experts`` slot bound to ``grouped``, the ``chunked`` loss (and a sparse-attention indexer, where the model
   has one, to ``shared_keys``: ``GENERATED_KERNELS``), and in the ``grouped_compiled`` rows that kernel with the
-  ``compiled`` family's RMSNorm and rotary embedding (``COMPILED_STEP_KERNELS``: what a user with a C++ compiler
-  binds on a CPU), against the upstream class with its default experts
+  ``compiled`` family's RMSNorm, rotary embedding and gated MLP (``COMPILED_STEP_KERNELS``: what a user with a C++
+  compiler binds on a CPU), against the upstream class with its default experts
   implementation (``grouped_mm`` on CPU, what ``from_pretrained`` picks) and with each other CPU
   implementation; same config, seed and weights (``modelgraft.models.testing.build_pair``). Upstream runs the
   attention ``from_pretrained`` picks (``default_attention``); the generated side runs
@@ -78,10 +78,10 @@ GENERATED_KERNELS = {
     "dsa_indexer": "shared_keys",
     "lightning_indexer": "shared_keys",
 }
-#: What a ``grouped_compiled`` train-step row binds besides: the other families inductor compiles on a CPU
-#: (``modelgraft.models.ops.kernels.compiled_norms``), so that row is the step of a user with a C++ compiler and
+#: What a ``grouped_compiled`` train-step row binds besides: the other family inductor compiles on a CPU, every slot of it
+#: (``modelgraft.models.ops.kernels.compiled_references``), so that row is the step of a user with a C++ compiler and
 #: the ``grouped`` row the step of one without.
-COMPILED_STEP_KERNELS = {"rms_norm": "compiled", "rope": "compiled"}
+COMPILED_STEP_KERNELS = dict.fromkeys(("rms_norm", "rope", "glu_activation", "gated_mlp"), "compiled")
 
 
 def generated_kernels(kernel: str) -> dict[str, str]:
