@@ -305,6 +305,7 @@ def test_a_sparse_layer_with_the_compiled_families_traces_as_one_graph_and_train
 
 @needs_grouped_compiled
 @pytest.mark.usefixtures("inductor_in_process")
+@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")  # as in test_decoder_layers
 def test_a_dense_layer_with_the_compiled_family_traces_as_one_graph_and_trains_compiled() -> None:
     """Llama's decoder layer with every slot it calls from the ``compiled`` family (RMSNorm, rotary embedding, gated
     activation): run compiled by inductor in the eager step, traced as their references in the compiled layer."""
