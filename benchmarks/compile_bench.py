@@ -1,4 +1,4 @@
-"""Compiled train steps on CPU: each zoo text model compiled per decoder layer, generated vs upstream.
+"""Compiled train steps on CPU: each zoo model compiled per decoder layer, generated vs upstream.
 
 What a user of ``docs/compile.md`` runs: every decoder layer compiled in place with ``nn.Module.compile()``
 (inductor, torch's defaults otherwise), then training steps of forward, backward and an AdamW step. Both sides
@@ -31,8 +31,13 @@ difference of the first compiled step's losses (the same weights and batch on bo
 
 Models: every registered model with a causal-LM class and no multimodal config, dense and MoE (the MoE sizes
 through ``benchmarks.moe_sizes``, so a new MoE model joins without an edit), and the hybrid Qwen3.5 on its text
-causal LM (``runtime_bench.HYBRID``). A VLM's text path is not run here: a step of it needs the model's
-processor for a batch, and its forward computes the multimodal positions on the host around the layers.
+causal LM (``runtime_bench.HYBRID``). A VLM or Omni package (one whose tests declare a multimodal head:
+``declarations.multimodal_run``) runs that head at its tests' tiny config, on the batch its tests make with the
+model's processor (images, and video and audio where the model takes them), with the attention transformers
+picks for it: its decoder layers compiled, its towers eager (docs/compile.md, "Tower blocks", says why a tower is
+compiled as a whole or block by block, not with the text), so the step's vision and audio encoders and the
+multimodal positions run eagerly on both sides. A new VLM package joins without an edit. Vision encoders
+(no causal LM, no decoder layers) and the registry's sub-model types (a VLM's text or vision model alone) stay out.
 """
 
 from __future__ import annotations
@@ -154,12 +159,27 @@ SMOKE_SIZES = CompileSizes(
 
 
 class Skip(Exception):
-    """This model is not a text model this benchmark compiles; the message says why."""
+    """This model is not one this benchmark compiles; the message says why."""
 
 
-def _prepare(model_type: str, sizes: CompileSizes) -> tuple[Any, Any, Any]:
-    """(config with upstream's default attention, upstream class, generated class) of the model's causal LM."""
+@dataclass(frozen=True)
+class Subject:
+    """What one model's rows compile and train: the config (upstream's default attention), the two classes, and the
+    batch (made when asked: listing the models builds none)."""
+
+    config: Any
+    upstream: Any
+    generated: Any
+    batch: Callable[[], dict[str, Any]]
+    #: The head is a VLM or Omni thinker, trained on its tests' multimodal batch.
+    multimodal: bool = False
+
+
+def _prepare(model_type: str, sizes: CompileSizes) -> Subject:
+    """The model's causal LM at the benchmark's sizes, or, for a VLM or Omni package, its multimodal head as its
+    tests declare it (``declarations.multimodal_run``)."""
     from benchmarks import moe_bench, runtime_bench
+    from modelgraft.models.testing import causal_lm_batch
 
     try:
         config, upstream, generated = runtime_bench._prepare(model_type, sizes.runtime_sizes())
@@ -167,10 +187,38 @@ def _prepare(model_type: str, sizes: CompileSizes) -> tuple[Any, Any, Any]:
         try:
             config, upstream, generated, _ = moe_bench._prepare(model_type, sizes.moe_sizes())
         except moe_bench.Skip as moe_refusal:
+            multimodal = _multimodal(model_type)
+            if multimodal is not None:
+                return multimodal
             reasons = dict.fromkeys(str(r) for r in (dense_refusal, moe_refusal) if not _not_this_kind(str(r)))
             raise Skip("; ".join(reasons) or str(dense_refusal)) from moe_refusal
     config._attn_implementation = moe_bench.default_attention(upstream, config)
-    return config, upstream, generated
+    return Subject(
+        config,
+        upstream,
+        generated,
+        lambda: causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0),
+    )
+
+
+def _multimodal(model_type: str) -> Subject | None:
+    """The multimodal head of the zoo package named ``model_type``, at its tests' tiny sizes, with the attention
+    transformers picks for it on both sides; None where there is no such package or it declares none."""
+    from modelgraft.models.loader import get_model_class
+    from modelgraft.models.testing.declarations import MODELS_ROOT, multimodal_run
+
+    if not (MODELS_ROOT / model_type / "tests").is_dir():
+        return None
+    run = multimodal_run(model_type)
+    if run is None:
+        return None
+    return Subject(
+        run.config,
+        get_model_class(run.model_type, run.architecture, use_hf=True),
+        get_model_class(run.model_type, run.architecture),
+        run.make_batch,
+        multimodal=True,
+    )
 
 
 def _not_this_kind(refusal: str) -> bool:
@@ -237,12 +285,12 @@ def _side(model_type: str, side: str, sizes: CompileSizes) -> dict[str, Any]:
     """One side alone, from a cold cache: its first compiled step, its compiled steps, its graphs and breaks."""
     from torch._dynamo.utils import counters
 
-    from modelgraft.models.testing import causal_lm_batch, seed_everything
+    from modelgraft.models.testing import seed_everything
 
-    config, upstream_cls, generated_cls = _prepare(model_type, sizes)
+    subject = _prepare(model_type, sizes)
     seed_everything(0)
-    model = (upstream_cls if side == "upstream" else generated_cls)(config).float().train()
-    step = _trainer(model, causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0))
+    model = (subject.upstream if side == "upstream" else subject.generated)(subject.config).float().train()
+    step = _trainer(model, subject.batch())
     _timed(step, sizes.warmup)  # eager: the optimizer's state and the allocator warmed up, as in a real run
     _compile_layers(model)
     first = _timed(step, 1)[0]
@@ -269,24 +317,27 @@ def _interleaved(steps: dict[str, Callable[[], float]], sizes: CompileSizes) -> 
 def _pair(model_type: str, sizes: CompileSizes) -> dict[str, Any]:
     """Both sides in this process from the same weights, eager then compiled, their steps interleaved."""
     from benchmarks.moe_sizes import EXPERT_KEYS
-    from modelgraft.models.testing import build_pair, causal_lm_batch
+    from modelgraft.models.testing import build_pair
 
-    config, upstream_cls, generated_cls = _prepare(model_type, sizes)
-    pair = build_pair(config, upstream_cls, generated_cls, seed=0)
+    subject = _prepare(model_type, sizes)
+    config = subject.config
+    pair = build_pair(config, subject.upstream, subject.generated, seed=0)
     models = {"upstream": pair.upstream, "generated": pair.generated}
-    batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
+    batch = subject.batch()
     steps = {side: _trainer(models[side], batch) for side in SIDES}
     eager = _interleaved(steps, sizes)
     for model in models.values():
         _compile_layers(model)
     first = {side: steps[side]() for side in SIDES}
-    sparse = any(getattr(config, key, 0) for key in EXPERT_KEYS)
+    text_config = config.get_text_config()
+    sparse = any(getattr(text_config, key, 0) for key in EXPERT_KEYS)
     return {
         "eager": eager,
         "compiled": _interleaved(steps, sizes),
         "loss_abs_diff": abs(first["generated"] - first["upstream"]),
-        "attention": config._attn_implementation,
-        "experts": pair.upstream.config._experts_implementation if sparse else None,
+        "attention": pair.upstream.config.get_text_config()._attn_implementation,
+        "experts": pair.upstream.config.get_text_config()._experts_implementation if sparse else None,
+        "multimodal": subject.multimodal,
     }
 
 
@@ -396,7 +447,10 @@ def model_rows(model_type: str, results: dict[str, dict[str, Any]]) -> list[Row]
             f"median compiled step: upstream {step['upstream']:.3f} s, generated {step['generated']:.3f} s "
             f"(eager: {eager_step['upstream']:.3f} s, {eager_step['generated']:.3f} s); {graphs}, {same}; attention "
             f"{pair['attention']}" + (f", experts {pair['experts']}" if pair.get("experts") else "") + "; first "
-            f"compiled step loss |diff| {pair['loss_abs_diff']:.1e}",
+            f"compiled step loss |diff| {pair['loss_abs_diff']:.1e}"
+            + (
+                "; the multimodal head on its tests' tiny config and processor batch" if pair.get("multimodal") else ""
+            ),
         ),
         Row(
             SECTION,
@@ -412,7 +466,8 @@ def model_rows(model_type: str, results: dict[str, dict[str, Any]]) -> list[Row]
 def bench_compile(
     sizes: CompileSizes, model_types: Sequence[str] | None = None, *, threads: int = 1
 ) -> tuple[list[Row], str]:
-    """Rows for every selected model (default: every registered text model), and a line on how they ran."""
+    """Rows for every selected model (default: every registered text model and VLM or Omni package), and a line
+    on how they ran."""
     from benchmarks.runtime_bench import registered_models
 
     asked = list(model_types) if model_types else registered_models()

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -86,3 +88,36 @@ def causal_lm_slot_run(suite: DenseParitySuite, config: PreTrainedConfig) -> Slo
     """
     architecture, batch = suite._head("causal_lm", config)
     return SlotRun(architecture, batch, suite._reachable("causal_lm"))
+
+
+@dataclass(frozen=True)
+class MultimodalRun:
+    """A training step of a package's multimodal head (a VLM, an Omni thinker) as its tests declare it: the
+    model type, the head's class name, the tiny config, and how to make a batch with its processor (labels
+    included; made when asked, since building the processor takes a while)."""
+
+    model_type: str
+    architecture: str
+    config: PreTrainedConfig
+    make_batch: Callable[[], dict[str, Any]]
+
+
+def multimodal_run(package: str, *, root: Path = MODELS_ROOT) -> MultimodalRun | None:
+    """The first multimodal declaration in ``models/<package>/tests/test_*.py`` (file order), or None where the
+    tests declare none (a text model, a vision encoder).
+
+    Two shapes of declaration: the VLM and Omni ones give their batch with ``multimodal_batch()`` (images, and
+    video and audio where the model takes them); the composed VLMs' with ``batch(config, images_per_row)``, here
+    one image in each of two rows.
+    """
+    for path in sorted((root / package / "tests").glob("test_*.py")):
+        for value in vars(_load(path)).values():
+            if isinstance(value, type) or not callable(getattr(value, "config", None)):
+                continue
+            architecture = getattr(value, "causal_lm", None) or getattr(value, "architecture", None)
+            if callable(getattr(value, "multimodal_batch", None)):
+                return MultimodalRun(value.model_type, architecture, value.config(), value.multimodal_batch)
+            if callable(getattr(value, "batch", None)) and architecture:
+                config = value.config()
+                return MultimodalRun(value.model_type, architecture, config, partial(value.batch, config, (1, 1)))
+    return None

@@ -1,6 +1,6 @@
 """The compile benchmark's table rows, from its children's results, and the models it takes; no compiling.
 
-A run of the section compiles every text model twice from a cold cache (minutes), so it is not in the
+A run of the section compiles every model twice from a cold cache (minutes), so it is not in the
 suite; these tests check what the parent makes of its children's results and which models it hands them.
 """
 
@@ -65,6 +65,22 @@ def test_a_child_that_failed_gives_one_failed_row_with_its_error() -> None:
     assert "pair: BackendCompilerFailed: boom" in rows[0].notes
 
 
-def test_dense_moe_and_hybrid_text_models_are_taken_and_a_vlm_is_refused_with_the_reason() -> None:
-    refused = refusals(["llama", "qwen3_moe", "qwen3_5", "qwen2_5_vl"], SMOKE_SIZES)
-    assert refused == {"qwen2_5_vl": "transformers has no causal-LM class for 'qwen2_5_vl'"}
+def test_dense_moe_hybrid_models_and_the_vlm_and_omni_packages_are_taken() -> None:
+    assert (
+        refusals(["llama", "qwen3_moe", "qwen3_5", "qwen2_5_vl", "llava_onevision", "qwen2_5_omni"], SMOKE_SIZES) == {}
+    )
+
+
+def test_a_vlms_text_model_type_alone_and_a_vision_encoder_are_refused_with_the_reason() -> None:
+    refused = refusals(["qwen2_5_vl_text", "clip_vision_model"], SMOKE_SIZES)
+    assert refused == {
+        "qwen2_5_vl_text": "transformers has no causal-LM class for 'qwen2_5_vl_text'",
+        "clip_vision_model": "transformers has no causal-LM class for 'clip_vision_model'",
+    }
+
+
+def test_the_step_row_of_a_multimodal_head_says_what_it_trained_on() -> None:
+    step, _ = model_rows("qwen2_5_vl", _results({**_pair([0.1], [0.1]), "multimodal": True}))
+    assert "the multimodal head on its tests' tiny config and processor batch" in step.notes
+    step, _ = model_rows("llama", _results(_pair([0.1], [0.1])))
+    assert "multimodal" not in step.notes
