@@ -36,8 +36,10 @@ causal LM (``runtime_bench.HYBRID``). A VLM or Omni package (one whose tests dec
 model's processor (images, and video and audio where the model takes them), with the attention transformers
 picks for it: its decoder layers compiled, its towers eager (docs/compile.md, "Tower blocks", says why a tower is
 compiled as a whole or block by block, not with the text), so the step's vision and audio encoders and the
-multimodal positions run eagerly on both sides. A new VLM package joins without an edit. Vision encoders
-(no causal LM, no decoder layers) and the registry's sub-model types (a VLM's text or vision model alone) stay out.
+multimodal positions run eagerly on both sides. A vision encoder (no causal LM, no decoder layers) runs at its
+tests' tiny config on their batch of images, each encoder layer compiled, trained on the loss its tests read every
+output element with (``vision_encoder_suite.probed_loss``). A new VLM package or encoder joins without an edit.
+The registry's sub-model types (a VLM's text or vision model alone) stay out.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -171,13 +174,15 @@ class Subject:
     upstream: Any
     generated: Any
     batch: Callable[[], dict[str, Any]]
-    #: The head is a VLM or Omni thinker, trained on its tests' multimodal batch.
-    multimodal: bool = False
+    #: What is trained, when not a causal LM at the benchmark's sizes: its tests' declaration gives sizes and batch.
+    declared: str = ""
+    #: The scalar a step backpropagates, from the model and the batch; None: the causal LM's own ``loss``.
+    loss: Callable[[Any, dict[str, Any]], Any] | None = None
 
 
-def _prepare(model_type: str, sizes: CompileSizes) -> Subject:
-    """The model's causal LM at the benchmark's sizes, or, for a VLM or Omni package, its multimodal head as its
-    tests declare it (``declarations.multimodal_run``)."""
+def prepare_subject(model_type: str, sizes: CompileSizes) -> Subject:
+    """The model's causal LM at the benchmark's sizes; for a VLM or Omni package, its multimodal head as its tests
+    declare it (``declarations.multimodal_run``); for a vision encoder, the encoder as its tests declare it."""
     from benchmarks import moe_bench, runtime_bench
     from modelgraft.models.testing import causal_lm_batch
 
@@ -187,9 +192,9 @@ def _prepare(model_type: str, sizes: CompileSizes) -> Subject:
         try:
             config, upstream, generated, _ = moe_bench._prepare(model_type, sizes.moe_sizes())
         except moe_bench.Skip as moe_refusal:
-            multimodal = _multimodal(model_type)
-            if multimodal is not None:
-                return multimodal
+            declared = _multimodal(model_type) or _vision_encoder(model_type)
+            if declared is not None:
+                return declared
             reasons = dict.fromkeys(str(r) for r in (dense_refusal, moe_refusal) if not _not_this_kind(str(r)))
             raise Skip("; ".join(reasons) or str(dense_refusal)) from moe_refusal
     config._attn_implementation = moe_bench.default_attention(upstream, config)
@@ -221,8 +226,33 @@ def _multimodal(model_type: str) -> Subject | None:
         get_model_class(run.model_type, run.architecture, use_hf=True),
         get_model_class(run.model_type, run.architecture),
         run.make_batch,
-        multimodal=True,
+        declared="multimodal head on its tests' tiny config and processor batch",
     )
+
+
+def _vision_encoder(model_type: str) -> Subject | None:
+    """The vision encoder registered as ``model_type`` (``clip_vision_model``), at its package's tests' tiny
+    config and batch of images, trained on the loss its tests read every output element with
+    (``vision_encoder_suite.probed_loss``); None where no zoo package declares one."""
+    from modelgraft.models import MODEL_PACKAGES
+    from modelgraft.models.loader import get_model_class
+    from modelgraft.models.testing.declarations import parity_declaration
+    from modelgraft.models.testing.vision_encoder_suite import VisionEncoderModel, probed_loss
+
+    for package in MODEL_PACKAGES:
+        spec = parity_declaration(package)
+        if isinstance(spec, VisionEncoderModel) and spec.model_type == model_type:
+            config = spec.config()
+            config._attn_implementation = None  # the tests' eager attention; unset: what from_pretrained picks
+            return Subject(
+                config,
+                get_model_class(model_type, spec.architecture, use_hf=True),
+                get_model_class(model_type, spec.architecture),
+                partial(spec.inputs, config),
+                declared="vision encoder on its tests' tiny config and images (no causal LM: a probed loss)",
+                loss=lambda model, batch: probed_loss(model(**batch)),
+            )
+    return None
 
 
 def _not_this_kind(refusal: str) -> bool:
@@ -236,24 +266,30 @@ def refusals(model_types: Sequence[str], sizes: CompileSizes) -> dict[str, str]:
     found = {}
     for model_type in model_types:
         try:
-            _prepare(model_type, sizes)
+            prepare_subject(model_type, sizes)
         except Skip as exc:
             found[model_type] = str(exc)
     return found
 
 
 def decoder_layers(model: Any) -> Any:
-    """The model's list of decoder layers (the unit ``docs/compile.md`` compiles)."""
+    """The model's list of decoder layers (the unit ``docs/compile.md`` compiles); a vision encoder's, which has
+    none, is its list of encoder layers (the tower block of ``docs/compile.md``)."""
     from torch import nn
 
-    for module in model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) and type(module[0]).__name__.endswith("DecoderLayer"):
-            return module
-    raise LookupError(f"{type(model).__name__} has no list of decoder layers")
+    lists = [module for module in model.modules() if isinstance(module, nn.ModuleList) and len(module)]
+    for suffix in ("DecoderLayer", "Layer"):
+        for module in lists:
+            if type(module[0]).__name__.endswith(suffix):
+                return module
+    raise LookupError(f"{type(model).__name__} has no list of decoder or encoder layers")
 
 
-def _trainer(model: Any, batch: dict[str, Any]) -> Callable[[], float]:
-    """One training step of ``model`` on ``batch``: forward, backward (``runtime_bench.train_step``) and AdamW."""
+def _trainer(
+    model: Any, batch: dict[str, Any], loss: Callable[[Any, dict[str, Any]], Any] | None
+) -> Callable[[], float]:
+    """One training step of ``model`` on ``batch``: forward, backward (``runtime_bench.train_step``: the causal LM's
+    loss, or ``loss`` where given, from the same seed and freed gradients) and AdamW."""
     import torch
 
     from benchmarks.runtime_bench import train_step
@@ -261,9 +297,16 @@ def _trainer(model: Any, batch: dict[str, Any]) -> Callable[[], float]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step() -> float:
-        loss = train_step(model, batch)
+        if loss is None:
+            value = train_step(model, batch)
+        else:
+            torch.manual_seed(0)
+            model.zero_grad(set_to_none=True)
+            scalar = loss(model, batch)
+            scalar.backward()
+            value = float(scalar.detach())
         optimizer.step()
-        return loss
+        return value
 
     return step
 
@@ -291,10 +334,10 @@ def _side(model_type: str, side: str, sizes: CompileSizes) -> dict[str, Any]:
 
     from modelgraft.models.testing import seed_everything
 
-    subject = _prepare(model_type, sizes)
+    subject = prepare_subject(model_type, sizes)
     seed_everything(0)
     model = (subject.upstream if side == "upstream" else subject.generated)(subject.config).float().train()
-    step = _trainer(model, subject.batch())
+    step = _trainer(model, subject.batch(), subject.loss)
     _timed(step, sizes.warmup)  # eager: the optimizer's state and the allocator warmed up, as in a real run
     _compile_layers(model)
     first = _timed(step, 1)[0]
@@ -323,12 +366,12 @@ def _pair(model_type: str, sizes: CompileSizes) -> dict[str, Any]:
     from benchmarks.moe_sizes import EXPERT_KEYS
     from modelgraft.models.testing import build_pair
 
-    subject = _prepare(model_type, sizes)
+    subject = prepare_subject(model_type, sizes)
     config = subject.config
     pair = build_pair(config, subject.upstream, subject.generated, seed=0)
     models = {"upstream": pair.upstream, "generated": pair.generated}
     batch = subject.batch()
-    steps = {side: _trainer(models[side], batch) for side in SIDES}
+    steps = {side: _trainer(models[side], batch, subject.loss) for side in SIDES}
     eager = _interleaved(steps, sizes)
     for model in models.values():
         _compile_layers(model)
@@ -341,7 +384,7 @@ def _pair(model_type: str, sizes: CompileSizes) -> dict[str, Any]:
         "loss_abs_diff": abs(first["generated"] - first["upstream"]),
         "attention": pair.upstream.config.get_text_config()._attn_implementation,
         "experts": pair.upstream.config.get_text_config()._experts_implementation if sparse else None,
-        "multimodal": subject.multimodal,
+        "declared": subject.declared,
     }
 
 
@@ -452,9 +495,7 @@ def model_rows(model_type: str, results: dict[str, dict[str, Any]]) -> list[Row]
             f"(eager: {eager_step['upstream']:.3f} s, {eager_step['generated']:.3f} s); {graphs}, {same}; attention "
             f"{pair['attention']}" + (f", experts {pair['experts']}" if pair.get("experts") else "") + "; first "
             f"compiled step loss |diff| {pair['loss_abs_diff']:.1e}"
-            + (
-                "; the multimodal head on its tests' tiny config and processor batch" if pair.get("multimodal") else ""
-            ),
+            + (f"; the {pair['declared']}" if pair.get("declared") else ""),
         ),
         Row(
             SECTION,

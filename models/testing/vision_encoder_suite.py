@@ -145,6 +145,17 @@ def _probe(shape: torch.Size, seed: int) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 
 
+def probed_loss(output: Any) -> torch.Tensor:
+    """A scalar that every element of an encoder's outputs counts in: ``last_hidden_state`` and, when the encoder
+    returns one, ``pooler_output``, each read through a fixed random probe (:func:`encoder_step` says why not a
+    plain sum). Also the loss of the compile benchmark's encoder steps."""
+    hidden, pooled = output.last_hidden_state, output.pooler_output
+    loss = (hidden.float() * _probe(hidden.shape, 1)).sum()
+    if pooled is not None:
+        loss = loss + (pooled.float() * _probe(pooled.shape, 2)).sum()
+    return loss
+
+
 def encoder_step(model: PreTrainedModel, inputs: Mapping[str, torch.Tensor]) -> EncoderStep:
     """One forward and backward, from zeroed grads, of a scalar loss reading the outputs through fixed probes.
 
@@ -157,10 +168,7 @@ def encoder_step(model: PreTrainedModel, inputs: Mapping[str, torch.Tensor]) -> 
     seed_everything(0)
     output = model(**{**inputs, "pixel_values": inputs["pixel_values"].to(model.dtype)})
     hidden, pooled = output.last_hidden_state, output.pooler_output
-    loss = (hidden.float() * _probe(hidden.shape, 1)).sum()
-    if pooled is not None:
-        loss = loss + (pooled.float() * _probe(pooled.shape, 2)).sum()
-    loss.backward()
+    probed_loss(output).backward()
     return EncoderStep(
         last_hidden_state=hidden.detach(),
         pooler_output=None if pooled is None else pooled.detach(),

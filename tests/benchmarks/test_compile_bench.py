@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks import budgets
-from benchmarks.compile_bench import SMOKE_SIZES, model_rows, refusals
+from benchmarks.compile_bench import SMOKE_SIZES, decoder_layers, model_rows, prepare_subject, refusals
 from benchmarks.report import FAILED, INFO, MET, MISSED
+from modelgraft.models.testing import seed_everything
+from modelgraft.models.testing.vision_encoder_suite import probed_loss
 
 
 def _alone(compiled: list[float], *, first: float = 30.0, graphs: int = 1) -> dict[str, Any]:
@@ -65,22 +67,30 @@ def test_a_child_that_failed_gives_one_failed_row_with_its_error() -> None:
     assert "pair: BackendCompilerFailed: boom" in rows[0].notes
 
 
-def test_dense_moe_hybrid_models_and_the_vlm_and_omni_packages_are_taken() -> None:
-    assert (
-        refusals(["llama", "qwen3_moe", "qwen3_5", "qwen2_5_vl", "llava_onevision", "qwen2_5_omni"], SMOKE_SIZES) == {}
-    )
+def test_dense_moe_hybrid_models_the_vlm_and_omni_packages_and_the_vision_encoders_are_taken() -> None:
+    taken = ["llama", "qwen3_moe", "qwen3_5", "qwen2_5_vl", "llava_onevision", "qwen2_5_omni", "clip_vision_model"]
+    assert refusals(taken, SMOKE_SIZES) == {}
 
 
-def test_a_vlms_text_model_type_alone_and_a_vision_encoder_are_refused_with_the_reason() -> None:
-    refused = refusals(["qwen2_5_vl_text", "clip_vision_model"], SMOKE_SIZES)
-    assert refused == {
-        "qwen2_5_vl_text": "transformers has no causal-LM class for 'qwen2_5_vl_text'",
-        "clip_vision_model": "transformers has no causal-LM class for 'clip_vision_model'",
+def test_a_vlms_text_model_type_alone_is_refused_with_the_reason() -> None:
+    assert refusals(["qwen2_5_vl_text"], SMOKE_SIZES) == {
+        "qwen2_5_vl_text": "transformers has no causal-LM class for 'qwen2_5_vl_text'"
     }
 
 
-def test_the_step_row_of_a_multimodal_head_says_what_it_trained_on() -> None:
-    step, _ = model_rows("qwen2_5_vl", _results({**_pair([0.1], [0.1]), "multimodal": True}))
-    assert "the multimodal head on its tests' tiny config and processor batch" in step.notes
+def test_a_vision_encoder_is_trained_on_its_tests_probed_loss_and_compiled_per_encoder_layer() -> None:
+    subject = prepare_subject("clip_vision_model", SMOKE_SIZES)
+    seed_everything(0)
+    model = subject.upstream(subject.config)
+    batch = subject.batch()
+    assert set(batch) == {"pixel_values"}
+    assert subject.loss(model, batch).item() == probed_loss(model(**batch)).item()
+    assert type(decoder_layers(model)[0]).__name__ == "CLIPEncoderLayer"
+
+
+def test_the_step_row_of_a_declared_model_says_what_it_trained_on() -> None:
+    declared = "multimodal head on its tests' tiny config and processor batch"
+    step, _ = model_rows("qwen2_5_vl", _results({**_pair([0.1], [0.1]), "declared": declared}))
+    assert f"the {declared}" in step.notes
     step, _ = model_rows("llama", _results(_pair([0.1], [0.1])))
-    assert "multimodal" not in step.notes
+    assert "tests' tiny config" not in step.notes
