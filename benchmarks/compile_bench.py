@@ -289,7 +289,7 @@ def _trainer(
     model: Any, batch: dict[str, Any], loss: Callable[[Any, dict[str, Any]], Any] | None
 ) -> Callable[[], float]:
     """One training step of ``model`` on ``batch``: forward, backward (``runtime_bench.train_step``: the causal LM's
-    loss, or ``loss`` where given, from the same seed and freed gradients) and AdamW."""
+    loss, or ``loss`` where given) and AdamW."""
     import torch
 
     from benchmarks.runtime_bench import train_step
@@ -297,14 +297,7 @@ def _trainer(
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step() -> float:
-        if loss is None:
-            value = train_step(model, batch)
-        else:
-            torch.manual_seed(0)
-            model.zero_grad(set_to_none=True)
-            scalar = loss(model, batch)
-            scalar.backward()
-            value = float(scalar.detach())
+        value = train_step(model, batch, loss)
         optimizer.step()
         return value
 
@@ -367,8 +360,7 @@ def _pair(model_type: str, sizes: CompileSizes) -> dict[str, Any]:
     from modelgraft.models.testing import build_pair
 
     subject = prepare_subject(model_type, sizes)
-    config = subject.config
-    pair = build_pair(config, subject.upstream, subject.generated, seed=0)
+    pair = build_pair(subject.config, subject.upstream, subject.generated, seed=0)
     models = {"upstream": pair.upstream, "generated": pair.generated}
     batch = subject.batch()
     steps = {side: _trainer(models[side], batch, subject.loss) for side in SIDES}
@@ -376,14 +368,14 @@ def _pair(model_type: str, sizes: CompileSizes) -> dict[str, Any]:
     for model in models.values():
         _compile_layers(model)
     first = {side: steps[side]() for side in SIDES}
-    text_config = config.get_text_config()
+    text_config = pair.upstream.config.get_text_config()  # a composite config's decoder, or the config itself
     sparse = any(getattr(text_config, key, 0) for key in EXPERT_KEYS)
     return {
         "eager": eager,
         "compiled": _interleaved(steps, sizes),
         "loss_abs_diff": abs(first["generated"] - first["upstream"]),
-        "attention": pair.upstream.config.get_text_config()._attn_implementation,
-        "experts": pair.upstream.config.get_text_config()._experts_implementation if sparse else None,
+        "attention": text_config._attn_implementation,
+        "experts": text_config._experts_implementation if sparse else None,
         "declared": subject.declared,
     }
 

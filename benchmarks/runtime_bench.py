@@ -169,8 +169,9 @@ def _prepare(model_type: str, sizes: RuntimeSizes):
     return config, upstream, generated
 
 
-def train_step(model, batch) -> float:
-    """One training step from freed grads; returns the loss.
+def train_step(model, batch, loss=None) -> float:
+    """One training step from freed grads; returns the loss: the causal LM's own, or ``loss(model, batch)`` for a
+    model that has none (a vision encoder).
 
     Reseeded first, so dropout (Seed-OSS keeps residual dropout on) draws the same masks on both sides
     and every round: both sides do the same work, and their losses must agree.
@@ -179,9 +180,9 @@ def train_step(model, batch) -> float:
 
     torch.manual_seed(0)
     model.zero_grad(set_to_none=True)
-    loss = model(**batch, use_cache=False).loss
-    loss.backward()
-    return float(loss.detach())
+    value = model(**batch, use_cache=False).loss if loss is None else loss(model, batch)
+    value.backward()
+    return float(value.detach())
 
 
 def interleaved_steps(
