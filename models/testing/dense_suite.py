@@ -42,6 +42,7 @@ from modelgraft.models.testing import (
     sequence_classification_batch,
     tiny_config,
 )
+from modelgraft.models.testing.layer_compile import check_first_layers_compile
 from modelgraft.models.testing.parity import eager_slots_on_one_thread, tolerance_for
 from modelgraft.models.testing.reference import HEADS, Head, consulted_slots, reference_kernel, reference_kernels
 from modelgraft.models.testing.tiny import AUX_NAMES, EPS_NAMES, tiny_config_for, tiny_overrides_for
@@ -231,6 +232,20 @@ class DenseParitySuite:
     def test_loader_builds_the_generated_class(self, backend: str) -> None:
         model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend)
         assert type(model) is get_model_class(self.model.model_type, self.model.causal_lm, backend)
+
+    # -- compiled, as a training user compiles each decoder layer ----------------------------------
+    def _compile_config(self) -> PreTrainedConfig:
+        """The config the compile test builds (the MoE suite: upstream's ``batched_mm`` experts, which trace)."""
+        return self.model.config()
+
+    def test_first_decoder_layers_trace_as_upstreams_do_and_train_compiled_as_eagerly(self) -> None:
+        """``layer_compile.check_first_layers_compile``, on the model's first backend: slots unbound, with the
+        reference kernels and with the CPU kernel families its layers call."""
+        config = self._compile_config()
+        upstream_cls = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)
+        generated_cls = get_model_class(self.model.model_type, self.model.causal_lm, self.model.backends[0])
+        pair = build_pair(config, upstream_cls, generated_cls)
+        check_first_layers_compile(pair.upstream, pair.generated, causal_lm_batch(config))
 
     # -- eager parity, fp32 and bf16 -------------------------------------------------------------
     @pytest.mark.parametrize("dtype", DTYPES)

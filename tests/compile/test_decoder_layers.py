@@ -22,6 +22,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from modelgraft.models.testing.declarations import parity_suite
+from modelgraft.models.testing.dense_suite import DenseParitySuite
+
 from .layers import (
     CPU_FAMILIES,
     LAYERS,
@@ -38,9 +41,11 @@ from .layers import (
 #: one (``eager.activation_module``), which gives the same activation for a name every time, so tracing through it is sound.
 pytestmark = pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")
 
-CASES = [
-    pytest.param(layer, kernels, id=f"{layer.id}-{kernels}") for layer in LAYERS for kernels in kernel_cases(layer)
-]
+#: The layers each traced in every kernel case, and run compiled in fp32, here: those the model's own parity suite
+#: does not (a text model's first and first sparse layers are its suite's, ``layer_compile.check_first_layers_compile``).
+HERE = [layer for layer in LAYERS if not layer.in_parity_suite]
+
+CASES = [pytest.param(layer, kernels, id=f"{layer.id}-{kernels}") for layer in HERE for kernels in kernel_cases(layer)]
 
 
 def _first_layer_calling(family: str) -> LayerCase:
@@ -52,7 +57,7 @@ def _first_layer_calling(family: str) -> LayerCase:
 COMPILED = [
     *(
         pytest.param(layer, training_kernels(layer), torch.float32, id=f"{layer.id}-{training_kernels(layer)}-fp32")
-        for layer in LAYERS
+        for layer in HERE
         if layer.compiled
     ),
     *(
@@ -72,6 +77,15 @@ def test_the_layers_cover_dense_sparse_and_linear_attention_layers_and_every_cpu
     reached = {family for layer in LAYERS for kernels in kernel_cases(layer) for family in kernels.split("+")}
     # The loss (chunked) is not a layer's: tests/compile/test_kernels.py compiles it on its own.
     assert reached >= {"unbound", "reference", *(family for family in CPU_FAMILIES if family != "chunked")}
+
+
+def test_a_layer_left_to_its_models_parity_suite_is_compiled_there() -> None:
+    left = [layer for layer in LAYERS if layer.in_parity_suite]
+    assert {("llama", 0), ("qwen3_moe", 0), ("deepseek_v3", 1)} <= {(layer.package, layer.index) for layer in left}
+    for layer in left:
+        suite = type(parity_suite(layer.package))
+        check = suite.test_first_decoder_layers_trace_as_upstreams_do_and_train_compiled_as_eagerly
+        assert check is DenseParitySuite.test_first_decoder_layers_trace_as_upstreams_do_and_train_compiled_as_eagerly
 
 
 @pytest.mark.parametrize(("layer", "kernels"), CASES)

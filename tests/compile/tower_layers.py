@@ -26,9 +26,8 @@ family case, as there is for the decoder layers (``layers.py``).
 from __future__ import annotations
 
 import copy
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -38,11 +37,11 @@ from torch import nn
 
 from modelgraft import models
 from modelgraft.models.loader import build_model
-from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
-from modelgraft.models.ops.kernels import eager
+from modelgraft.models.ops import OpsConfig, bound_ops
+from modelgraft.models.testing import layer_compile
 from modelgraft.models.testing.declarations import parity_declaration
+from modelgraft.models.testing.layer_compile import slots_called
 from modelgraft.models.testing.omni_suite import OmniModel
-from modelgraft.models.testing.reference import reference_kernel
 from modelgraft.models.testing.scaffold_composed import ScaffoldComposedVlm
 from modelgraft.models.testing.vision_encoder_suite import VisionEncoderModel
 from modelgraft.models.testing.vlm_processor import synthetic_image
@@ -231,48 +230,18 @@ def recorded(case: TowerCase, dtype: torch.dtype) -> Recorded:
     return Recorded(pristine, block, tower, seen["tower"], args, kwargs)
 
 
-@contextmanager
-def _references(slots: frozenset[str], calls: Counter[str] | None = None) -> Iterator[None]:
-    """``slots`` bound to their reference kernels (counting calls into ``calls`` when given); restored after."""
-
-    def kernel(slot: str) -> Callable[..., Any]:
-        reference = reference_kernel(slot)
-        if calls is None:
-            return reference
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            calls[slot] += 1
-            return reference(*args, **kwargs)
-
-        return counted
-
-    with bound_ops(OpsConfig()):
-        for slot in slots:
-            SLOTS[slot].bind(kernel(slot), name=f"reference.{slot}")
-        yield
-
-
 @cache
 def called_slots(case: TowerCase) -> frozenset[str]:
     """The slots the block of ``case`` calls with every reference kernel bound (one eager fp32 forward)."""
     block = recorded(case, torch.float32)
-    calls: Counter[str] = Counter()
-    with torch.no_grad(), _references(frozenset(SLOTS), calls):
-        block.block(*block.args, **block.kwargs)
-    return frozenset(calls)
+    return slots_called(block.block, (block.args, block.kwargs))
 
 
 #: The kernel cases of every block: no CPU kernel family serves a slot a tower block calls (a test checks it).
 KERNEL_CASES: tuple[str, ...] = ("unbound", "reference")
 
 
-@contextmanager
-def bound(case: TowerCase, kernels: str) -> Iterator[None]:
+def bound(case: TowerCase, kernels: str) -> AbstractContextManager[None]:
     """The bindings of the kernel case ``kernels`` (``unbound`` or ``reference``) for the block of ``case``."""
-    if kernels == "unbound":
-        with bound_ops(OpsConfig()):
-            yield
-    else:
-        assert kernels == "reference", kernels
-        with _references(frozenset(called_slots(case) - eager.UNTRACEABLE.keys())):
-            yield
+    assert kernels in KERNEL_CASES, kernels
+    return layer_compile.bound(called_slots(case), kernels)

@@ -1,0 +1,297 @@
+"""A model's first decoder layers as its user compiles them: traced as one graph, and compiled, trained as eagerly.
+
+Training users compile each decoder layer (torchtitan compiles each block; ``layer.compile(fullgraph=True)``). The
+parity suites run :func:`check_first_layers_compile` for every text model, so the promise holds for each model a
+scaffold writes, in the zoo or outside it (a survey's models, a training repository's own), not for a list.
+
+Which layers: the first decoder layer and, for a MoE model whose first layer is dense, the first sparse one. Their
+inputs are recorded by forward pre-hooks during one eager forward of the whole tiny model (eval mode, so no
+dropout draw differs between two runs), on upstream's model and on the generated one alike.
+
+Kernel cases of a layer (:func:`kernel_cases`): ``unbound`` (upstream's code in every slot), ``reference`` (every
+slot bound to its reference kernel, ``modelgraft.models.ops.kernels.eager``, but those that declare themselves
+untraceable, ``eager.UNTRACEABLE``), and, where any serves a slot the layer calls, the CPU kernel families a CPU
+training run binds, all at once (``grouped``, ``grouped+liger_cpu``, ...). The slots a layer calls are those it
+calls with every reference kernel bound, counted in one eager forward.
+
+What is checked (``torch._dynamo.explain``, then ``torch.compile(..., backend="aot_eager")``):
+
+- under each case, the generated layer breaks its graph no more often than upstream's own layer does with slots
+  unbound (0 for every layer of the zoo: a break there is upstream's code, and the message names its site);
+- compiled (``fullgraph=True`` where it traces as one graph) with the kernels a CPU training run binds, the layer
+  gives the eager outputs, input gradient and every parameter's gradient within :data:`TOLERANCES`.
+
+aot_eager runs the same aten operators as eager mode, so it needs no C++ compiler and the two agree to the bit in
+practice; inductor's code generation is tested on the kernels that need it (docs/compile.md, "How the tests check
+it"). MoE models run upstream's ``batched_mm`` experts here, on both sides: the parity suites pin ``eager``,
+upstream's per-expert loop, which breaks the graph by design.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from modelgraft.models.ops import KERNEL_FAMILIES, SLOTS, OpsConfig, bound_ops
+from modelgraft.models.ops.kernels import eager
+from modelgraft.models.testing.reference import reference_kernel
+
+__all__ = [
+    "CPU_FAMILIES",
+    "TOLERANCES",
+    "LayerInputs",
+    "Step",
+    "assert_steps_match",
+    "bound",
+    "check_first_layers_compile",
+    "decoder_layers",
+    "first_layers",
+    "graph_breaks",
+    "is_sparse",
+    "kernel_cases",
+    "record_layer_inputs",
+    "slots_called",
+    "training_kernels",
+    "training_step",
+]
+
+#: Kernel families that run on a CPU: pure torch, no process group (GPU-only and NPU families are out of scope),
+#: nothing compiled inside. The families that compile with inductor at run time are left out: ``grouped_compiled``
+#: is ``grouped``'s operators with a block compiled by inductor, so it traces as ``grouped`` does, and binding both
+#: would leave one slot two kernels; ``compiled`` runs the eager references of its slots when traced. Both need a
+#: C++ compiler; tests/compile binds them in a sparse decoder layer that it traces and runs compiled.
+CPU_FAMILIES: tuple[str, ...] = tuple(
+    sorted(
+        name
+        for name, family in KERNEL_FAMILIES.items()
+        if not (family.distributed or family.requires_cuda or family.requires_packages or family.requires_cpp_compiler)
+    )
+)
+
+#: (rtol, atol) of a compiled step against the eager one, by dtype: torch.testing's defaults. aot_eager runs the
+#: same aten operators as eager mode, so in practice the two agree to the bit.
+TOLERANCES: Mapping[torch.dtype, tuple[float, float]] = {
+    torch.float32: (1.3e-6, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+}
+
+#: Dynamo warns when it traces through ``functools.cache``: the reference kernels look their activation up through
+#: one (``eager.activation_module``), which gives the same activation for a name every time, so tracing through it
+#: is sound.
+_CACHE_WARNING = "Dynamo detected a call to a `functools.lru_cache`"
+
+#: One recorded call of a layer: its positional and keyword arguments.
+LayerInputs = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The model's list of decoder layers: the first ``ModuleList`` of ``*DecoderLayer`` modules (a VLM's towers come
+    first and may be as long), else the first one as long as the text config's layer count (upstream names some
+    layers ``*Block``; a hybrid model's list holds layers of several classes)."""
+    config = getattr(model, "config", None)
+    count = getattr(config.get_text_config(), "num_hidden_layers", None) if config is not None else None
+    lists = [module for module in model.modules() if isinstance(module, nn.ModuleList) and len(module)]
+    for module in lists:
+        if type(module[0]).__name__.endswith("DecoderLayer"):
+            return module
+    for module in lists:
+        if len(module) == count:
+            return module
+    raise LookupError(f"{type(model).__name__} has no list of decoder layers")
+
+
+def is_sparse(layer: nn.Module) -> bool:
+    """Whether the layer routes to experts (it holds expert parameters)."""
+    return any(".experts." in f".{name}" for name, _ in layer.named_parameters())
+
+
+def first_layers(layers: nn.ModuleList) -> list[int]:
+    """The first layer, and the first sparse one where that is another."""
+    sparse = next((index for index, layer in enumerate(layers) if is_sparse(layer)), None)
+    return [0] if sparse in (None, 0) else [0, sparse]
+
+
+def record_layer_inputs(model: nn.Module, batch: Mapping[str, Any]) -> dict[int, LayerInputs]:
+    """Each decoder layer's first call in one eager forward of ``model`` on ``batch`` (no cache, no gradients)."""
+    layers = decoder_layers(model)
+    inputs: dict[int, LayerInputs] = {}
+
+    def keep(index: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            inputs.setdefault(index, (args, kwargs))
+
+        return hook
+
+    hooks = [layer.register_forward_pre_hook(keep(i), with_kwargs=True) for i, layer in enumerate(layers)]
+    try:
+        with torch.no_grad():
+            model(**batch, use_cache=False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return inputs
+
+
+@contextmanager
+def _references(slots: frozenset[str], calls: Counter[str] | None = None) -> Iterator[None]:
+    """``slots`` bound to their reference kernels (counting calls into ``calls`` when given); restored after."""
+
+    def kernel(slot: str) -> Callable[..., Any]:
+        reference = reference_kernel(slot)
+        if calls is None:
+            return reference
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls[slot] += 1
+            return reference(*args, **kwargs)
+
+        return counted
+
+    with bound_ops(OpsConfig()):
+        for slot in slots:
+            SLOTS[slot].bind(kernel(slot), name=f"reference.{slot}")
+        yield
+
+
+def slots_called(layer: nn.Module, inputs: LayerInputs) -> frozenset[str]:
+    """The slots ``layer`` calls with every reference kernel bound (one eager forward)."""
+    args, kwargs = inputs
+    calls: Counter[str] = Counter()
+    with torch.no_grad(), _references(frozenset(SLOTS), calls):
+        layer(*args, **kwargs)
+    return frozenset(calls)
+
+
+def kernel_cases(called: frozenset[str]) -> list[str]:
+    """``unbound``, ``reference``, and the CPU families serving slots in ``called``, joined by ``+`` (all at once, as
+    a CPU training run binds them), when there are any."""
+    families = [family for family in CPU_FAMILIES if KERNEL_FAMILIES[family].slots & called]
+    return ["unbound", "reference", *(["+".join(families)] if families else [])]
+
+
+def training_kernels(called: frozenset[str]) -> str:
+    """The kernel case a CPU training run of a layer calling ``called`` has: its CPU families, or ``unbound``."""
+    cases = kernel_cases(called)
+    return cases[-1] if len(cases) > 2 else "unbound"
+
+
+@contextmanager
+def bound(called: frozenset[str], kernels: str) -> Iterator[None]:
+    """The bindings of the kernel case ``kernels`` for a layer calling ``called``, restored after the block."""
+    if kernels == "unbound":
+        with bound_ops(OpsConfig()):
+            yield
+    elif kernels == "reference":
+        with _references(frozenset(called - eager.UNTRACEABLE.keys())):
+            yield
+    else:
+        families = kernels.split("+")
+        with bound_ops(OpsConfig({slot: f for f in families for slot in KERNEL_FAMILIES[f].slots & called})):
+            yield
+
+
+def graph_breaks(layer: nn.Module, inputs: LayerInputs) -> list[str]:
+    """Where dynamo breaks the layer's graph: each break's reason and the site in the code, as ``explain`` finds them."""
+    args, kwargs = inputs
+    torch._dynamo.reset()
+    try:
+        explanation = torch._dynamo.explain(layer)(*args, **kwargs)
+    finally:
+        torch._dynamo.reset()
+    return [
+        f"{reason.reason.splitlines()[0]} at {reason.user_stack[-1].filename}:{reason.user_stack[-1].lineno}"
+        if reason.user_stack
+        else reason.reason.splitlines()[0]
+        for reason in explanation.break_reasons
+    ]
+
+
+@dataclass
+class Step:
+    """A forward and backward pass of a layer: its floating outputs, and the gradients by name ("input" first)."""
+
+    outputs: list[torch.Tensor]
+    grads: dict[str, torch.Tensor | None]
+
+
+def training_step(call: Callable[..., Any], layer: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Step:
+    """``call`` (the layer, or its compiled form) on a fresh copy of the hidden states, then backward.
+
+    The loss weighs every output element by a fixed random number, so every element and every gradient
+    matters; gradients are taken with ``torch.autograd.grad``, so the layer keeps no ``.grad``.
+    """
+    hidden = args[0].detach().clone().requires_grad_(True)
+    out = call(hidden, *args[1:], **kwargs)
+    outputs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    generator = torch.Generator().manual_seed(1)
+    loss = sum((o.float() * torch.randn(o.shape, generator=generator)).sum() for o in outputs)
+    named = [(name, p) for name, p in layer.named_parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, [hidden, *(p for _, p in named)], allow_unused=True)
+    return Step([o.detach() for o in outputs], dict(zip(["input", *(name for name, _ in named)], grads, strict=True)))
+
+
+def assert_steps_match(actual: Step, expected: Step, dtype: torch.dtype) -> None:
+    """Outputs and every gradient of ``actual`` within :data:`TOLERANCES` of ``expected``, each named on failure."""
+    rtol, atol = TOLERANCES[dtype]
+    assert len(actual.outputs) == len(expected.outputs)
+    for i, (got, want) in enumerate(zip(actual.outputs, expected.outputs, strict=True)):
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol, msg=lambda m, i=i: f"output {i}: {m}")
+    assert actual.grads.keys() == expected.grads.keys()
+    for name, want in expected.grads.items():
+        got = actual.grads[name]
+        assert (got is None) == (want is None), f"gradient of {name}: {got} against {want}"
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=rtol, atol=atol, msg=lambda m, n=name: f"gradient of {n}: {m}")
+
+
+def check_first_layers_compile(upstream: nn.Module, generated: nn.Module, batch: Mapping[str, Any]) -> None:
+    """The first (and first sparse) decoder layer of ``generated`` traces with no more graph breaks than upstream's
+    under every kernel case, and compiled with aot_eager trains as it does eagerly (fp32).
+
+    ``upstream`` and ``generated``: the same tiny config and weights (``build_pair``), in fp32; both are put in
+    eval mode. Fails naming the layer, the kernel case and each break's site.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_CACHE_WARNING)
+        _check_first_layers(upstream.eval(), generated.eval(), batch)
+
+
+def _check_first_layers(upstream: nn.Module, generated: nn.Module, batch: Mapping[str, Any]) -> None:
+    with bound_ops(OpsConfig()):
+        upstream_inputs = record_layer_inputs(upstream, batch)
+        generated_inputs = record_layer_inputs(generated, batch)
+    upstream_layers, generated_layers = decoder_layers(upstream), decoder_layers(generated)
+    for index in first_layers(generated_layers):
+        layer, inputs = generated_layers[index], generated_inputs[index]
+        called = slots_called(layer, inputs)
+        breaks: dict[str, list[str]] = {}
+        for kernels in kernel_cases(called):
+            with bound(called, kernels):
+                breaks[kernels] = graph_breaks(layer, inputs)
+        if any(breaks.values()):
+            with bound_ops(OpsConfig()):
+                upstream_breaks = graph_breaks(upstream_layers[index], upstream_inputs[index])
+            for kernels, found in breaks.items():
+                assert len(found) <= len(upstream_breaks), (
+                    f"decoder layer {index} with {kernels} kernels breaks its graph {len(found)} times, upstream's "
+                    f"{len(upstream_breaks)} times: {found} (upstream's: {upstream_breaks})"
+                )
+        kernels = training_kernels(called)
+        args, kwargs = inputs
+        with bound(called, kernels):
+            expected = training_step(layer, layer, args, kwargs)
+            torch._dynamo.reset()
+            try:
+                compiled = torch.compile(layer, fullgraph=not breaks[kernels], backend="aot_eager")
+                actual = training_step(compiled, layer, args, kwargs)
+            finally:
+                torch._dynamo.reset()
+        assert_steps_match(actual, expected, torch.float32)

@@ -1,0 +1,67 @@
+"""The parity suites' compile check (``layer_compile.check_first_layers_compile``) fails where a generated layer breaks
+its graph and upstream's does not, and only there."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import nn
+
+from modelgraft.models.loader import get_model_class
+from modelgraft.models.testing import build_pair, causal_lm_batch, tiny_config
+from modelgraft.models.testing.layer_compile import check_first_layers_compile, decoder_layers, first_layers
+from modelgraft.models.testing.parity import eager_slots_on_one_thread
+
+ARCHITECTURE = "LlamaForCausalLM"
+
+
+@pytest.fixture(autouse=True)
+def _eager_slots() -> Iterator[None]:
+    with eager_slots_on_one_thread():
+        yield
+
+
+def _pair() -> tuple[nn.Module, nn.Module, dict[str, torch.Tensor]]:
+    from transformers import LlamaConfig
+
+    config = tiny_config(LlamaConfig)
+    upstream_cls = get_model_class("llama", ARCHITECTURE, use_hf=True)
+    pair = build_pair(config, upstream_cls, get_model_class("llama", ARCHITECTURE))
+    return pair.upstream, pair.generated, causal_lm_batch(config)
+
+
+def _break_first_layer(model: nn.Module) -> None:
+    """Make the first decoder layer break dynamo's graph once per call, as an untraceable guard would."""
+    layer = decoder_layers(model)[0]
+    parent = type(layer)
+
+    def forward(self: nn.Module, hidden_states: torch.Tensor, *args: object, **kwargs: object) -> object:
+        hidden_states = hidden_states + 0
+        torch._dynamo.graph_break()
+        return parent.forward(self, hidden_states, *args, **kwargs)
+
+    layer.__class__ = type("BrokenDecoderLayer", (parent,), {"forward": forward})
+
+
+def test_a_generated_layer_breaking_where_upstreams_does_not_fails_the_check_naming_the_break() -> None:
+    upstream, generated, batch = _pair()
+    _break_first_layer(generated)
+    with pytest.raises(AssertionError, match=r"decoder layer 0 with unbound kernels breaks its graph 1 times"):
+        check_first_layers_compile(upstream, generated, batch)
+
+
+def test_a_generated_layer_breaking_only_where_upstreams_does_passes_and_trains_compiled() -> None:
+    upstream, generated, batch = _pair()
+    _break_first_layer(upstream)
+    _break_first_layer(generated)
+    check_first_layers_compile(upstream, generated, batch)
+
+
+def test_a_moe_models_first_sparse_layer_is_taken_after_its_dense_first_layer() -> None:
+    from transformers import Qwen3MoeConfig
+
+    config = tiny_config(Qwen3MoeConfig, mlp_only_layers=[0], num_hidden_layers=3)
+    model = get_model_class("qwen3_moe", "Qwen3MoeForCausalLM")(config)
+    assert first_layers(decoder_layers(model)) == [0, 1]
