@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from modelgraft.models.loader import get_model_class
-from modelgraft.models.testing import build_pair, causal_lm_batch, tiny_config
+from modelgraft.models.testing import build_pair, causal_lm_batch, layer_compile, tiny_config
 from modelgraft.models.testing.layer_compile import check_first_layers_compile, decoder_layers, first_layers
 from modelgraft.models.testing.parity import eager_slots_on_one_thread
 
@@ -65,3 +65,31 @@ def test_a_moe_models_first_sparse_layer_is_taken_after_its_dense_first_layer() 
     config = tiny_config(Qwen3MoeConfig, mlp_only_layers=[0], num_hidden_layers=3)
     model = get_model_class("qwen3_moe", "Qwen3MoeForCausalLM")(config)
     assert first_layers(decoder_layers(model)) == [0, 1]
+
+
+def test_a_compiled_failure_upstreams_layer_shares_skips_the_check_naming_the_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where PyTorch or upstream's code fails compiled, the generated layer cannot do better: the check says so."""
+    upstream, generated, batch = _pair()
+
+    def fails(layer: nn.Module, inputs: object, *, fullgraph: bool) -> None:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride")
+
+    monkeypatch.setattr(layer_compile, "compiled_step", fails)
+    with pytest.raises(pytest.skip.Exception, match=r"upstream's own layer fails compiled .*RuntimeError: view size"):
+        check_first_layers_compile(upstream, generated, batch)
+
+
+def test_a_compiled_failure_of_the_generated_layer_alone_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    upstream, generated, batch = _pair()
+    compiled_step = layer_compile.compiled_step
+
+    def fails_generated(layer: nn.Module, inputs: layer_compile.LayerInputs, *, fullgraph: bool) -> object:
+        if type(layer).__module__.startswith("modelgraft."):
+            raise RuntimeError("the generated layer fails compiled")
+        return compiled_step(layer, inputs, fullgraph=fullgraph)
+
+    monkeypatch.setattr(layer_compile, "compiled_step", fails_generated)
+    with pytest.raises(RuntimeError, match="the generated layer fails compiled"):
+        check_first_layers_compile(upstream, generated, batch)
