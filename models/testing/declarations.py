@@ -71,6 +71,17 @@ def parity_suite(package: str, *, root: Path = MODELS_ROOT) -> DenseParitySuite:
     raise LookupError(f"{module.__file__} has no parity suite class whose model is {package.upper()}")
 
 
+def parity_suite_class(package: str, *, root: Path = MODELS_ROOT) -> type:
+    """The test class (``Test<Prefix>Parity``) that carries the package's declaration, whichever suite it subclasses
+    (dense, MoE, VLM, Omni, ...)."""
+    module = _parity_module(package, root)
+    declaration = getattr(module, package.upper())
+    for value in vars(module).values():
+        if isinstance(value, type) and value.__dict__.get("model") is declaration:
+            return value
+    raise LookupError(f"{module.__file__} has no test class whose model is {package.upper()}")
+
+
 @dataclass(frozen=True)
 class SlotRun:
     """One training step of a head with reference kernels: the architecture, its batch, the slots it calls."""

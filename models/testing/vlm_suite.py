@@ -45,6 +45,7 @@ from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_RE
 from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.dense_suite import CHUNKED_LOSS
 from modelgraft.models.testing.gated_delta_net_suite import packed_document_kwargs, packed_document_ops
+from modelgraft.models.testing.layer_compile import check_first_layers_compile
 from modelgraft.models.testing.parity import (
     ModelPair,
     Tolerance,
@@ -294,6 +295,20 @@ class VlmParitySuite(VisionMetadataChecks):
 
     def _parity(self, backend: str, batch: Mapping[str, Any], **options: Any) -> Any:
         return check_parity(self.model.config(), self.model.causal_lm, backend=backend, batch=batch, **options)
+
+    # -- compiled, as a training user compiles each decoder layer ----------------------------------
+    def _compile_overrides(self) -> dict[str, Any]:
+        """Config values of the compile test (the MoE suite: upstream's ``batched_mm`` experts, which trace)."""
+        return {}
+
+    def test_first_text_decoder_layers_trace_as_upstreams_do_and_train_compiled_as_eagerly(self) -> None:
+        """``layer_compile.check_first_layers_compile`` on the text decoder, recorded on the multimodal batch, on the
+        model's first backend (the towers' blocks: tests/compile/test_towers.py)."""
+        pair = self._pair(self.model.backends[0], **self._compile_overrides())
+        # Without router logits: asked for, upstream's output capturing hooks the routers with a read of a
+        # ContextVar, which breaks both sides' graphs alike (docs/compile.md); the check is of the generated code.
+        batch = {k: v for k, v in self.model.multimodal_batch().items() if k != "output_router_logits"}
+        check_first_layers_compile(pair.upstream, pair.generated, batch)
 
     # -- registration ---------------------------------------------------------------------------
     def test_registry_returns_the_generated_classes(self, backend: str) -> None:

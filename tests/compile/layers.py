@@ -64,7 +64,6 @@ __all__ = [
     "bound",
     "kernel_cases",
     "layer_and_inputs",
-    "training_kernels",
     "training_step",
 ]
 
@@ -102,9 +101,9 @@ class LayerCase:
 
     @property
     def in_parity_suite(self) -> bool:
-        """Whether the model's own parity suite traces and compiles this layer in every kernel case and trains it
-        compiled in fp32 (a text model's first and first sparse layers: ``layer_compile.check_first_layers_compile``)."""
-        return self.compiled and isinstance(_text_decoder(self.package), DenseModel)
+        """Whether the model's own parity suite traces this layer in every kernel case and trains it compiled in fp32
+        (a first or first sparse layer: ``layer_compile.check_first_layers_compile``, run by the dense and VLM suites)."""
+        return self.compiled
 
 
 @dataclass
@@ -169,11 +168,6 @@ LAYERS: list[LayerCase] = _layer_cases()
 def kernel_cases(case: LayerCase) -> list[str]:
     """``layer_compile.kernel_cases`` of the layer of ``case``: ``unbound``, ``reference`` and its CPU families."""
     return layer_compile.kernel_cases(_slots_called_by(case.package, case.index))
-
-
-def training_kernels(case: LayerCase) -> str:
-    """The kernel case a CPU training run of the layer has: its CPU families, or ``unbound`` where none serves it."""
-    return layer_compile.training_kernels(_slots_called_by(case.package, case.index))
 
 
 def bound(case: LayerCase, kernels: str) -> AbstractContextManager[None]:
