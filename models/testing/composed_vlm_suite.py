@@ -26,6 +26,7 @@ from modelgraft.models.distributed.multimodal import packed_text_position_ids
 from modelgraft.models.loader import get_model_class
 from modelgraft.models.ops import OpsConfig, bound_ops
 from modelgraft.models.ops.slots import placeholder_features_slot
+from modelgraft.models.testing.layer_compile import check_first_layers_compile
 from modelgraft.models.testing.parity import build_generated, build_pair, build_upstream, check_parity, tolerance_for
 from modelgraft.models.testing.reference import reference_kernel, reference_kernels
 from modelgraft.models.testing.slot_isolation import SlotIsolatedSuite
@@ -115,6 +116,14 @@ class ComposedVlmSuite(SlotIsolatedSuite):
             tolerance=tolerance_for(torch.bfloat16, kernels=False),
             logits="close",
         )
+
+    def test_first_text_decoder_layers_trace_as_upstreams_do_and_train_compiled_as_eagerly(self) -> None:
+        """``layer_compile.check_first_layers_compile`` on the language model, recorded on an image batch: its text
+        model's generated module, as this VLM builds and calls it."""
+        config, batch = self._batch("one-image-per-row")
+        upstream_cls = get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
+        pair = build_pair(config, upstream_cls, get_model_class(self.model.model_type, self.model.architecture))
+        check_first_layers_compile(pair.upstream, pair.generated, batch)
 
     def test_dummy_forward_is_zero_and_reaches_what_an_image_reaches(self) -> None:
         config, batch = self._batch("one-image-per-row")

@@ -234,14 +234,10 @@ class DenseParitySuite:
         assert type(model) is get_model_class(self.model.model_type, self.model.causal_lm, backend)
 
     # -- compiled, as a training user compiles each decoder layer ----------------------------------
-    def _compile_config(self) -> PreTrainedConfig:
-        """The config the compile test builds (the MoE suite: upstream's ``batched_mm`` experts, which trace)."""
-        return self.model.config()
-
     def test_first_decoder_layers_trace_as_upstreams_do_and_train_compiled_as_eagerly(self) -> None:
         """``layer_compile.check_first_layers_compile``, on the model's first backend: slots unbound, with the
         reference kernels and with the CPU kernel families its layers call."""
-        config = self._compile_config()
+        config = self.model.config()
         upstream_cls = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)
         generated_cls = get_model_class(self.model.model_type, self.model.causal_lm, self.model.backends[0])
         pair = build_pair(config, upstream_cls, generated_cls)

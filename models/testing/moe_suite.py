@@ -143,11 +143,6 @@ class MoeParitySuite(DenseParitySuite):
         """The slot tests of the causal LM ask for router logits, so the aux loss goes through its slot too."""
         return self._batch(config)
 
-    def _compile_config(self) -> PreTrainedConfig:
-        """Upstream's ``batched_mm`` experts on both sides: the suite's pinned ``eager`` loop breaks the graph by
-        design (tests/compile/test_untraceable.py), and ``grouped_mm`` needs 16-byte aligned strides on CPU."""
-        return self.model.config(experts_implementation="batched_mm")
-
     def _unreachable(self, slot: str) -> str | None:
         if slot == "load_balancing_loss" and not self._upstream_computes_an_aux_loss():
             return (

@@ -74,10 +74,6 @@ class VlmMoeParitySuite(VlmParitySuite):
 
     model: VlmMoeModel  # type: ignore[assignment]
 
-    def _compile_overrides(self) -> dict[str, Any]:
-        """Upstream's ``batched_mm`` experts on both sides: the suite's pinned ``eager`` loop breaks the graph by design."""
-        return {"experts_implementation": "batched_mm"}
-
     def _sparse_layers(self, model: PreTrainedModel) -> int:
         return sum(name.endswith(".experts.gate_up_proj") for name, _ in model.named_parameters())
 

@@ -297,14 +297,10 @@ class VlmParitySuite(VisionMetadataChecks):
         return check_parity(self.model.config(), self.model.causal_lm, backend=backend, batch=batch, **options)
 
     # -- compiled, as a training user compiles each decoder layer ----------------------------------
-    def _compile_overrides(self) -> dict[str, Any]:
-        """Config values of the compile test (the MoE suite: upstream's ``batched_mm`` experts, which trace)."""
-        return {}
-
     def test_first_text_decoder_layers_trace_as_upstreams_do_and_train_compiled_as_eagerly(self) -> None:
         """``layer_compile.check_first_layers_compile`` on the text decoder, recorded on the multimodal batch, on the
         model's first backend (the towers' blocks: tests/compile/test_towers.py)."""
-        pair = self._pair(self.model.backends[0], **self._compile_overrides())
+        pair = self._pair(self.model.backends[0])
         # Without router logits: asked for, upstream's output capturing hooks the routers with a read of a
         # ContextVar, which breaks both sides' graphs alike (docs/compile.md); the check is of the generated code.
         batch = {k: v for k, v in self.model.multimodal_batch().items() if k != "output_router_logits"}
