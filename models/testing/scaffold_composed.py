@@ -417,8 +417,12 @@ class ScaffoldComposedVlm:
             image_processor.image_seq_length = count
         if tile_side is not None:  # see _counts_from_image_patch_size
             image_processor.patch_size = tile_side
-        if hasattr(image_processor, "vision_patch_size"):  # the tower's patch side, its placeholders' unit (Step-3.7)
+        if hasattr(image_processor, "vision_patch_size"):
+            # The tower's patch side, its placeholders' unit (Step-3.7); the image processor's own patch_size is then
+            # the side in pixels its local crops are resized to (504), which the tiny tower sees as one image of its
+            # own: left at 504, each crop was 5,184 patches, and the scaffold's tests took minutes.
             image_processor.vision_patch_size = VISION_SIZES["patch_size"]
+            image_processor.patch_size = IMAGE_SIDE
         # build_processor adds the video processor a class takes (images only, here: upstream's needs torchvision).
         return build_processor(self.processor_class, image_processor=image_processor, tokenizer=tokenizer, **options)
 

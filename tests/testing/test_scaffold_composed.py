@@ -152,8 +152,9 @@ def test_a_text_model_with_a_default_window_keeps_it() -> None:
     assert not _needs_a_window(Qwen2Config, {"layer_types": ["full_attention"] * 3})
 
 
-def test_an_image_processor_counting_by_the_tower_s_patch_side_gets_the_tiny_side() -> None:
-    step3p7 = ScaffoldComposedVlm(
+def _step3p7() -> ScaffoldComposedVlm:
+    """Step-3.7's scaffold declaration: an image processor that cuts local crops and names the tower's patch side."""
+    return ScaffoldComposedVlm(
         model_type="step3p7",
         config_class=Step3p7Config,
         processor_class=importable_processor_class("transformers.Step3p7Processor"),
@@ -161,9 +162,23 @@ def test_an_image_processor_counting_by_the_tower_s_patch_side_gets_the_tiny_sid
         causal_lm="Step3p7ForConditionalGeneration",
         guarded=(),
     )
+
+
+def test_an_image_processor_counting_by_the_tower_s_patch_side_gets_the_tiny_side() -> None:
+    step3p7 = _step3p7()
     step3p7.config()
 
     assert step3p7._parts[1].image_processor.vision_patch_size == VISION_SIZES["patch_size"]
+
+
+def test_local_crops_are_resized_to_the_tiny_image_side() -> None:
+    """Step-3.7 resizes each local crop to its image processor's patch_size (504 pixels by default): at the tiny
+    image side, a crop is as small a tower input as the image itself, not thousands of patches."""
+    step3p7 = _step3p7()
+    batch = step3p7.batch(step3p7.config(), (1, 2))
+
+    assert batch["pixel_values_local"].shape[-2:] == (IMAGE_SIDE, IMAGE_SIDE)
+    assert batch["num_local_patches"].sum() == batch["pixel_values_local"].shape[0] > 3  # a tall image cut in two
 
 
 def test_a_guarded_aux_loss_asks_the_head_for_its_router_logits() -> None:
@@ -223,14 +238,7 @@ def test_images_padded_to_a_fixed_side_are_cut_into_the_tiny_patches_and_counted
 
 def test_a_fixed_image_side_without_a_query_dict_keeps_the_tiny_side() -> None:
     """Step-3.7's image processor has an int max_image_size too, but its config maps no patch count to queries."""
-    step3p7 = ScaffoldComposedVlm(
-        model_type="step3p7",
-        config_class=Step3p7Config,
-        processor_class=importable_processor_class("transformers.Step3p7Processor"),
-        image_processor_class=importable_image_processor_class("transformers.Step3p7ImageProcessor"),
-        causal_lm="Step3p7ForConditionalGeneration",
-        guarded=(),
-    )
+    step3p7 = _step3p7()
 
     assert step3p7.image_side == IMAGE_SIDE
 
