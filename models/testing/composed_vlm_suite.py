@@ -27,6 +27,7 @@ from modelgraft.models.loader import get_model_class
 from modelgraft.models.ops import OpsConfig, bound_ops
 from modelgraft.models.ops.slots import placeholder_features_slot
 from modelgraft.models.testing.layer_compile import check_first_layers_compile
+from modelgraft.models.testing.loading import loaded_alike
 from modelgraft.models.testing.parity import build_generated, build_pair, build_upstream, check_parity, tolerance_for
 from modelgraft.models.testing.reference import reference_kernel, reference_kernels
 from modelgraft.models.testing.slot_isolation import SlotIsolatedSuite
@@ -153,21 +154,22 @@ class ComposedVlmSuite(SlotIsolatedSuite):
 
     def test_upstream_checkpoint_loads_in_the_generated_class_to_equal_logits(self, tmp_path: Path) -> None:
         config, batch = self._batch("one-image-per-row")
-        upstream = build_upstream(config, get_model_class(self.model.model_type, self.model.architecture, use_hf=True))
-        upstream.save_pretrained(tmp_path)
+        upstream_cls = get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
+        build_upstream(config, upstream_cls).save_pretrained(tmp_path)
         generated_cls = get_model_class(self.model.model_type, self.model.architecture)
         generated = generated_cls.from_pretrained(tmp_path, **LOAD_OPTIONS)
         assert type(generated) is generated_cls
+        upstream = loaded_alike(upstream_cls, tmp_path, **LOAD_OPTIONS)
         assert torch.equal(self._logits(generated, batch), self._logits(upstream, batch))
 
     def test_generated_checkpoint_loads_in_upstream_with_every_key_used(self, tmp_path: Path) -> None:
         config, batch = self._batch("one-image-per-row")
         upstream_cls = get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
         generated_cls = get_model_class(self.model.model_type, self.model.architecture)
-        generated = build_pair(config, upstream_cls, generated_cls).generated
-        generated.save_pretrained(tmp_path)
+        build_pair(config, upstream_cls, generated_cls).generated.save_pretrained(tmp_path)
         upstream, info = upstream_cls.from_pretrained(tmp_path, output_loading_info=True, **LOAD_OPTIONS)
         assert not info["missing_keys"] and not info["unexpected_keys"], info
+        generated = loaded_alike(generated_cls, tmp_path, **LOAD_OPTIONS)
         assert torch.equal(self._logits(upstream, batch), self._logits(generated, batch))
 
 

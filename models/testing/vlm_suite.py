@@ -46,6 +46,7 @@ from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.dense_suite import CHUNKED_LOSS
 from modelgraft.models.testing.gated_delta_net_suite import packed_document_kwargs, packed_document_ops
 from modelgraft.models.testing.layer_compile import check_first_layers_compile
+from modelgraft.models.testing.loading import loaded_alike
 from modelgraft.models.testing.parity import (
     ModelPair,
     Tolerance,
@@ -486,24 +487,22 @@ class VlmParitySuite(VisionMetadataChecks):
         self, backend: str, tmp_path: Path
     ) -> None:
         seed_everything(0)
-        upstream = self._noisy(
-            get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)(self.model.config())
-        )
-        upstream.save_pretrained(tmp_path)
+        upstream_cls = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)
+        self._noisy(upstream_cls(self.model.config())).save_pretrained(tmp_path)
         generated_cls = get_model_class(self.model.model_type, self.model.causal_lm, backend)
         generated = generated_cls.from_pretrained(tmp_path, **self.model.load_options())
         assert type(generated) is generated_cls
+        upstream = loaded_alike(upstream_cls, tmp_path, **self.model.load_options())
         assert torch.equal(self._logits(generated), self._logits(upstream))
 
     def test_generated_save_pretrained_loads_in_upstream_from_pretrained(self, backend: str, tmp_path: Path) -> None:
         seed_everything(0)
-        generated = self._noisy(
-            get_model_class(self.model.model_type, self.model.causal_lm, backend)(self.model.config())
-        )
-        generated.save_pretrained(tmp_path)
+        generated_cls = get_model_class(self.model.model_type, self.model.causal_lm, backend)
+        self._noisy(generated_cls(self.model.config())).save_pretrained(tmp_path)
         upstream_cls = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)
         upstream, info = upstream_cls.from_pretrained(tmp_path, output_loading_info=True, **self.model.load_options())
         assert not info["missing_keys"] and not info["unexpected_keys"], info
+        generated = loaded_alike(generated_cls, tmp_path, **self.model.load_options())
         assert torch.equal(self._logits(upstream), self._logits(generated))
 
     def _saved_by_upstream(self, folder: Path) -> PreTrainedModel:

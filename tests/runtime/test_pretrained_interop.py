@@ -29,6 +29,7 @@ from modelgraft.models.checkpoint import CheckpointError
 from modelgraft.models.loader import get_model_class
 from modelgraft.models.registry import MODEL_CONFIG_REGISTRY, MODEL_PROCESSOR_REGISTRY, MODELING_REGISTRY
 from modelgraft.models.testing.batches import causal_lm_batch
+from modelgraft.models.testing.loading import loaded_alike
 from modelgraft.models.testing.preloaded_python import run_code
 from modelgraft.models.testing.seed import seed_everything
 from modelgraft.models.testing.tiny import tiny_config_for
@@ -160,11 +161,12 @@ def _assert_same_outputs(actual: list[torch.Tensor], expected: list[torch.Tensor
 def test_upstream_save_pretrained_loads_in_the_generated_from_pretrained_to_equal_outputs(
     model_type: str, backend: str, name: str, tmp_path: Path
 ) -> None:
-    upstream = _source(get_model_class(model_type, name, use_hf=True), _config(model_type))
-    upstream.save_pretrained(tmp_path)
+    upstream_cls = get_model_class(model_type, name, use_hf=True)
+    _source(upstream_cls, _config(model_type)).save_pretrained(tmp_path)
     generated_cls = get_model_class(model_type, name, backend=backend)
     generated = generated_cls.from_pretrained(tmp_path, **EAGER)
     assert type(generated) is generated_cls
+    upstream = loaded_alike(upstream_cls, tmp_path, **EAGER)
     _assert_same_outputs(_outputs(generated), _outputs(upstream))
 
 
@@ -172,12 +174,13 @@ def test_upstream_save_pretrained_loads_in_the_generated_from_pretrained_to_equa
 def test_generated_save_pretrained_loads_in_upstream_from_pretrained_to_equal_outputs(
     model_type: str, backend: str, name: str, tmp_path: Path
 ) -> None:
-    generated = _source(get_model_class(model_type, name, backend=backend), _config(model_type))
-    generated.save_pretrained(tmp_path)
+    generated_cls = get_model_class(model_type, name, backend=backend)
+    _source(generated_cls, _config(model_type)).save_pretrained(tmp_path)
     upstream, info = get_model_class(model_type, name, use_hf=True).from_pretrained(
         tmp_path, output_loading_info=True, **EAGER
     )
     assert not info["missing_keys"] and not info["unexpected_keys"], info
+    generated = loaded_alike(generated_cls, tmp_path, **EAGER)
     _assert_same_outputs(_outputs(upstream), _outputs(generated))
 
 
