@@ -155,21 +155,23 @@ class ComposedVlmSuite(SlotIsolatedSuite):
     def test_upstream_checkpoint_loads_in_the_generated_class_to_equal_logits(self, tmp_path: Path) -> None:
         config, batch = self._batch("one-image-per-row")
         upstream_cls = get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
-        build_upstream(config, upstream_cls).save_pretrained(tmp_path)
+        source = build_upstream(config, upstream_cls)
+        source.save_pretrained(tmp_path)
         generated_cls = get_model_class(self.model.model_type, self.model.architecture)
         generated = generated_cls.from_pretrained(tmp_path, **LOAD_OPTIONS)
         assert type(generated) is generated_cls
-        upstream = loaded_alike(upstream_cls, tmp_path, **LOAD_OPTIONS)
+        upstream = loaded_alike(source, tmp_path, **LOAD_OPTIONS)
         assert torch.equal(self._logits(generated, batch), self._logits(upstream, batch))
 
     def test_generated_checkpoint_loads_in_upstream_with_every_key_used(self, tmp_path: Path) -> None:
         config, batch = self._batch("one-image-per-row")
         upstream_cls = get_model_class(self.model.model_type, self.model.architecture, use_hf=True)
         generated_cls = get_model_class(self.model.model_type, self.model.architecture)
-        build_pair(config, upstream_cls, generated_cls).generated.save_pretrained(tmp_path)
+        source = build_pair(config, upstream_cls, generated_cls).generated
+        source.save_pretrained(tmp_path)
         upstream, info = upstream_cls.from_pretrained(tmp_path, output_loading_info=True, **LOAD_OPTIONS)
         assert not info["missing_keys"] and not info["unexpected_keys"], info
-        generated = loaded_alike(generated_cls, tmp_path, **LOAD_OPTIONS)
+        generated = loaded_alike(source, tmp_path, **LOAD_OPTIONS)
         assert torch.equal(self._logits(upstream, batch), self._logits(generated, batch))
 
 

@@ -305,20 +305,22 @@ class VisionEncoderParitySuite(SlotIsolatedSuite):
         self, tmp_path: Path
     ) -> None:
         upstream_cls, generated_cls = self._classes()
-        build_upstream(self.model.config(), upstream_cls).save_pretrained(tmp_path)
+        source = build_upstream(self.model.config(), upstream_cls)
+        source.save_pretrained(tmp_path)
         generated = generated_cls.from_pretrained(tmp_path, attn_implementation="eager")
         assert type(generated) is generated_cls
-        upstream = loaded_alike(upstream_cls, tmp_path, attn_implementation="eager")
+        upstream = loaded_alike(source, tmp_path, attn_implementation="eager")
         assert all(map(torch.equal, self._outputs(generated), self._outputs(upstream)))
 
     def test_generated_save_pretrained_loads_in_upstream_from_pretrained_to_equal_outputs(
         self, tmp_path: Path
     ) -> None:
         upstream_cls, generated_cls = self._classes()
-        build_upstream(self.model.config(), generated_cls).save_pretrained(tmp_path)
+        source = build_upstream(self.model.config(), generated_cls)
+        source.save_pretrained(tmp_path)
         upstream, info = upstream_cls.from_pretrained(tmp_path, attn_implementation="eager", output_loading_info=True)
         assert not info["missing_keys"] and not info["unexpected_keys"], info
-        generated = loaded_alike(generated_cls, tmp_path, attn_implementation="eager")
+        generated = loaded_alike(source, tmp_path, attn_implementation="eager")
         assert all(map(torch.equal, self._outputs(upstream), self._outputs(generated)))
 
     def test_generated_from_pretrained_raises_on_a_missing_weight(self, tmp_path: Path) -> None:

@@ -488,21 +488,23 @@ class VlmParitySuite(VisionMetadataChecks):
     ) -> None:
         seed_everything(0)
         upstream_cls = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)
-        self._noisy(upstream_cls(self.model.config())).save_pretrained(tmp_path)
+        source = self._noisy(upstream_cls(self.model.config()))
+        source.save_pretrained(tmp_path)
         generated_cls = get_model_class(self.model.model_type, self.model.causal_lm, backend)
         generated = generated_cls.from_pretrained(tmp_path, **self.model.load_options())
         assert type(generated) is generated_cls
-        upstream = loaded_alike(upstream_cls, tmp_path, **self.model.load_options())
+        upstream = loaded_alike(source, tmp_path, **self.model.load_options())
         assert torch.equal(self._logits(generated), self._logits(upstream))
 
     def test_generated_save_pretrained_loads_in_upstream_from_pretrained(self, backend: str, tmp_path: Path) -> None:
         seed_everything(0)
         generated_cls = get_model_class(self.model.model_type, self.model.causal_lm, backend)
-        self._noisy(generated_cls(self.model.config())).save_pretrained(tmp_path)
+        source = self._noisy(generated_cls(self.model.config()))
+        source.save_pretrained(tmp_path)
         upstream_cls = get_model_class(self.model.model_type, self.model.causal_lm, use_hf=True)
         upstream, info = upstream_cls.from_pretrained(tmp_path, output_loading_info=True, **self.model.load_options())
         assert not info["missing_keys"] and not info["unexpected_keys"], info
-        generated = loaded_alike(generated_cls, tmp_path, **self.model.load_options())
+        generated = loaded_alike(source, tmp_path, **self.model.load_options())
         assert torch.equal(self._logits(upstream), self._logits(generated))
 
     def _saved_by_upstream(self, folder: Path) -> PreTrainedModel:

@@ -162,11 +162,12 @@ def test_upstream_save_pretrained_loads_in_the_generated_from_pretrained_to_equa
     model_type: str, backend: str, name: str, tmp_path: Path
 ) -> None:
     upstream_cls = get_model_class(model_type, name, use_hf=True)
-    _source(upstream_cls, _config(model_type)).save_pretrained(tmp_path)
+    source = _source(upstream_cls, _config(model_type))
+    source.save_pretrained(tmp_path)
     generated_cls = get_model_class(model_type, name, backend=backend)
     generated = generated_cls.from_pretrained(tmp_path, **EAGER)
     assert type(generated) is generated_cls
-    upstream = loaded_alike(upstream_cls, tmp_path, **EAGER)
+    upstream = loaded_alike(source, tmp_path, **EAGER)
     _assert_same_outputs(_outputs(generated), _outputs(upstream))
 
 
@@ -175,12 +176,13 @@ def test_generated_save_pretrained_loads_in_upstream_from_pretrained_to_equal_ou
     model_type: str, backend: str, name: str, tmp_path: Path
 ) -> None:
     generated_cls = get_model_class(model_type, name, backend=backend)
-    _source(generated_cls, _config(model_type)).save_pretrained(tmp_path)
+    source = _source(generated_cls, _config(model_type))
+    source.save_pretrained(tmp_path)
     upstream, info = get_model_class(model_type, name, use_hf=True).from_pretrained(
         tmp_path, output_loading_info=True, **EAGER
     )
     assert not info["missing_keys"] and not info["unexpected_keys"], info
-    generated = loaded_alike(generated_cls, tmp_path, **EAGER)
+    generated = loaded_alike(source, tmp_path, **EAGER)
     _assert_same_outputs(_outputs(upstream), _outputs(generated))
 
 
