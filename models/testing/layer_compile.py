@@ -314,13 +314,16 @@ def _train_compiled(
     """The layer's compiled training step, and its graph breaks under the bindings in force.
 
     Compiled whole first (``fullgraph=True``), which proves it traces as one graph without a separate ``explain``;
-    only where that raises are the breaks counted and the layer compiled around them. A failure that upstream's own
-    layer shares is skipped (:func:`_skip_where_upstream_fails_alike`).
+    only where that raises are the breaks counted and the layer compiled around them. ``fullgraph`` raises
+    ``Unsupported`` where dynamo would break the graph, and ``UserError`` where code branches or loops on a value
+    known only at run time (DBRX's experts iterate over the experts a batch routes to), which dynamo also splits the
+    graph at without ``fullgraph``. A failure that upstream's own layer shares is skipped
+    (:func:`_skip_where_upstream_fails_alike`).
     """
     try:
         try:
             return compiled_step(layer, inputs, fullgraph=True), []
-        except torch._dynamo.exc.Unsupported as broken:
+        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as broken:
             breaks = graph_breaks(layer, inputs) or [_first_line(broken)]
             return compiled_step(layer, inputs, fullgraph=False), breaks
     except Exception as error:

@@ -45,6 +45,22 @@ def _break_first_layer(model: nn.Module) -> None:
     layer.__class__ = type("BrokenDecoderLayer", (parent,), {"forward": forward})
 
 
+def _loop_over_routed_rows(model: nn.Module) -> None:
+    """Make the first decoder layer loop over the rows a run-time test selects, as DBRX's experts loop over the experts
+    a batch routes to: ``fullgraph=True`` raises ``UserError`` there (a data-dependent loop), not ``Unsupported``."""
+    layer = decoder_layers(model)[0]
+    parent = type(layer)
+
+    def forward(self: nn.Module, hidden_states: torch.Tensor, *args: object, **kwargs: object) -> object:
+        with torch.no_grad():
+            routed = torch.greater(hidden_states.sum(-1).flatten(), 0).nonzero()
+        for _ in routed:
+            hidden_states = hidden_states * 1.0
+        return parent.forward(self, hidden_states, *args, **kwargs)
+
+    layer.__class__ = type("RoutedDecoderLayer", (parent,), {"forward": forward})
+
+
 def test_a_generated_layer_breaking_where_upstreams_does_not_fails_the_check_naming_the_break() -> None:
     upstream, generated, batch = _pair()
     _break_first_layer(generated)
@@ -57,6 +73,22 @@ def test_a_generated_layer_breaking_only_where_upstreams_does_passes_and_trains_
     _break_first_layer(upstream)
     _break_first_layer(generated)
     check_first_layers_compile(upstream, generated, batch)
+
+
+def test_a_data_dependent_loop_upstreams_layer_has_too_is_counted_as_its_breaks_and_trains_compiled() -> None:
+    upstream, generated, batch = _pair()
+    _loop_over_routed_rows(upstream)
+    _loop_over_routed_rows(generated)
+    check_first_layers_compile(upstream, generated, batch)
+
+
+def test_a_data_dependent_loop_in_the_generated_layer_alone_fails_the_check_naming_it() -> None:
+    upstream, generated, batch = _pair()
+    _loop_over_routed_rows(generated)
+    with pytest.raises(
+        AssertionError, match=r"decoder layer 0 with unbound kernels breaks its graph 1 times.*Dynamic"
+    ):
+        check_first_layers_compile(upstream, generated, batch)
 
 
 def test_a_moe_models_first_sparse_layer_is_taken_after_its_dense_first_layer() -> None:
