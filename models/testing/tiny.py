@@ -152,6 +152,7 @@ _ROLE_NAMES: dict[str, tuple[str, ...]] = {
         "shared_expert_intermediate_size",
         "shared_intermediate_size",
         "moe_shared_expert_intermediate_size",
+        "share_expert_dim",  # Step-3.5's text decoder (step3p7)
     ),
     "shared_experts": ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"),
     "q_lora_rank": ("q_lora_rank",),

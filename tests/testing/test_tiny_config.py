@@ -422,3 +422,8 @@ def test_composites_and_hybrids_outside_the_population_get_tiny_sizes() -> None:
     assert moss.audio_config.hidden_size == TINY["hidden"]
     kimi = tiny_config_for(CONFIG_MAPPING["kimi_linear"])
     assert kimi.linear_num_heads * kimi.linear_head_dim < kimi.hidden_size
+
+
+def test_a_shared_expert_width_named_share_expert_dim_is_tiny() -> None:
+    step = tiny_config_for(CONFIG_MAPPING["step3p7"])
+    assert step.text_config.share_expert_dim == TINY["shared_intermediate"]
