@@ -41,6 +41,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch._dynamo.utils import counters
 from torch.utils import _pytree as pytree
 
 from modelgraft.models.ops import KERNEL_FAMILIES, SLOTS, OpsConfig, bound_ops
@@ -209,20 +210,39 @@ def bound(called: frozenset[str], kernels: str) -> Iterator[None]:
             yield
 
 
-def graph_breaks(layer: nn.Module, inputs: LayerInputs) -> list[str]:
-    """Where dynamo breaks the layer's graph: each break's reason and the site in the code, as ``explain`` finds them."""
+def graph_breaks(layer: Callable[..., Any], inputs: LayerInputs) -> list[str]:
+    """Where dynamo breaks the graph of ``layer`` (a module or function) called on ``inputs``: each break's reason and
+    its site in the code.
+
+    ``explain`` lists a break only where dynamo compiled a graph before it. A break taken before any traced operation
+    (at a layer's first statement, or right after another break) leaves no graph, and ``explain`` neither lists nor
+    counts it: a layer that breaks only there would look like one graph. Dynamo also counts every break it takes by
+    reason (``counters["graph_break"]``, which counts a break again each time dynamo restarts its analysis, so only
+    which reasons occur is read from it). A reason found there that ``explain`` lists no break of is listed once, by
+    that reason alone.
+    """
     args, kwargs = inputs
+    before = Counter(counters["graph_break"])
     torch._dynamo.reset()
     try:
         explanation = torch._dynamo.explain(layer)(*args, **kwargs)
+        taken = Counter(counters["graph_break"])
     finally:
         torch._dynamo.reset()
-    return [
-        f"{reason.reason.splitlines()[0]} at {reason.user_stack[-1].filename}:{reason.user_stack[-1].lineno}"
+    taken.subtract(before)
+    listed = [
+        f"{_first_line_of(reason.reason)} at {reason.user_stack[-1].filename}:{reason.user_stack[-1].lineno}"
         if reason.user_stack
-        else reason.reason.splitlines()[0]
+        else _first_line_of(reason.reason)
         for reason in explanation.break_reasons
     ]
+    explained = {_first_line_of(reason.reason) for reason in explanation.break_reasons}
+    unlisted = sorted({_first_line_of(reason) for reason, count in taken.items() if count > 0} - explained)
+    return listed + [f"{reason} (before any traced operation)" for reason in unlisted]
+
+
+def _first_line_of(reason: str) -> str:
+    return reason.splitlines()[0] if reason else ""
 
 
 @dataclass

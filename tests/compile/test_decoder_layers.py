@@ -5,7 +5,7 @@ MoE model, and the first layer calling a slot none of those calls. The first and
 model's parity suite's (``layer_compile.check_first_layers_compile``: traced in every kernel case with no more graph
 breaks than upstream's, none at this pin, and trained compiled in fp32); a test here checks that each one's suite
 runs the check. Here, for every layer taken for the slots it calls and every kernel case of it (slots unbound, the
-reference kernels, the CPU kernel families the layer calls), ``torch._dynamo.explain`` finds no graph break; and
+reference kernels, the CPU kernel families the layer calls), ``layer_compile.graph_breaks`` finds no graph break; and
 compiled by ``torch.compile(layer, fullgraph=True, backend="aot_eager")``, each CPU family in bf16 on the first
 layer that calls it gives the eager outputs, input gradient and every parameter's gradient within
 ``layers.TOLERANCES`` (bf16: rtol 1.6e-2, atol 1e-5): the casts inside a kernel are ours, and the same in every
@@ -23,6 +23,7 @@ import torch
 
 from modelgraft.models.testing.declarations import parity_suite_class
 from modelgraft.models.testing.dense_suite import DenseParitySuite
+from modelgraft.models.testing.layer_compile import graph_breaks
 from modelgraft.models.testing.vlm_suite import VlmParitySuite
 
 from .layers import (
@@ -92,14 +93,7 @@ def test_a_layer_left_to_its_models_parity_suite_is_compiled_there() -> None:
 def test_the_layer_traces_as_one_graph(layer: LayerCase, kernels: str) -> None:
     module, args, kwargs = layer_and_inputs(layer, torch.float32)
     with bound(layer, kernels):
-        explanation = torch._dynamo.explain(module)(*args, **kwargs)
-    breaks = [
-        f"{reason.reason.splitlines()[0]} at {reason.user_stack[-1].filename}:{reason.user_stack[-1].lineno}"
-        if reason.user_stack
-        else reason.reason.splitlines()[0]
-        for reason in explanation.break_reasons
-    ]
-    assert (explanation.graph_break_count, breaks) == (0, [])
+        assert graph_breaks(module, (args, kwargs)) == []
 
 
 @pytest.mark.parametrize(("layer", "kernels", "dtype"), COMPILED)

@@ -11,7 +11,12 @@ from torch import nn
 
 from modelgraft.models.loader import get_model_class
 from modelgraft.models.testing import build_pair, causal_lm_batch, layer_compile, tiny_config
-from modelgraft.models.testing.layer_compile import check_first_layers_compile, decoder_layers, first_layers
+from modelgraft.models.testing.layer_compile import (
+    check_first_layers_compile,
+    decoder_layers,
+    first_layers,
+    graph_breaks,
+)
 from modelgraft.models.testing.parity import eager_slots_on_one_thread
 
 ARCHITECTURE = "LlamaForCausalLM"
@@ -89,6 +94,33 @@ def test_a_data_dependent_loop_in_the_generated_layer_alone_fails_the_check_nami
         AssertionError, match=r"decoder layer 0 with unbound kernels breaks its graph 1 times.*Dynamic"
     ):
         check_first_layers_compile(upstream, generated, batch)
+
+
+class _BreaksFirst(nn.Module):
+    """Breaks the graph before any operation: ``explain`` lists no break and counts one graph."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.graph_break()
+        return hidden_states * 2
+
+
+class _BreaksAfterAnOperation(nn.Module):
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = hidden_states + 1
+        torch._dynamo.graph_break()
+        return hidden_states * 2
+
+
+def test_a_break_before_any_traced_operation_is_found_by_its_reason() -> None:
+    assert graph_breaks(_BreaksFirst(), ((torch.ones(2),), {})) == [
+        "Call to `torch._dynamo.graph_break()` (before any traced operation)"
+    ]
+
+
+def test_a_break_after_an_operation_is_found_at_its_site() -> None:
+    (found,) = graph_breaks(_BreaksAfterAnOperation(), ((torch.ones(2),), {}))
+    assert found.startswith("Call to `torch._dynamo.graph_break()` at ")
+    assert found.endswith(f"test_layer_compile.py:{_BreaksAfterAnOperation.forward.__code__.co_firstlineno + 2}")
 
 
 def test_a_moe_models_first_sparse_layer_is_taken_after_its_dense_first_layer() -> None:
