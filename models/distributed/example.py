@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from modelgraft.models.compiling import compile_layers
 from modelgraft.models.distributed import (
     ParallelState,
     apply_activation_checkpointing,
@@ -106,8 +107,7 @@ def train(args: argparse.Namespace) -> None:
     if args.activation_checkpointing:
         apply_activation_checkpointing(model)
     if args.compile:  # each decoder layer in place, before fully_shard, as torchtitan orders it
-        for layer in model.model.layers:
-            layer.compile(backend=args.compile)
+        compile_layers(model.model.layers, backend=args.compile)
         if state.rank == 0:
             print(f"compiled {len(model.model.layers)} decoder layers with {args.compile}", flush=True)
     apply_fsdp(model, state)

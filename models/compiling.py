@@ -1,0 +1,58 @@
+"""Compiling a model one decoder layer at a time, as training frameworks do (docs/compile.md).
+
+:func:`compile_layers` compiles each layer's ``forward`` in place rather than its whole call
+(``nn.Module.compile``): the hooks registered on the layer itself run outside the compiled code. Those are FSDP2's
+(``fully_shard`` registers its all-gather and reshard hooks on each unit, and dynamo does not trace them, so a
+compiled call would break its graph at each), and upstream's hook that records the layer's output as a hidden
+state. Names, parameters and state-dict keys stay the layer's. Hooks on modules inside the layer (upstream's
+recording of router logits and attentions) run inside the compiled code, which :func:`trace_recorded_outputs`
+makes traceable; what they record is moved to the running forward's collector after each layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from modelgraft.models.output_capture import TracedCollector, trace_recorded_outputs
+
+__all__ = ["compile_layers"]
+
+
+def _class_forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    # The class's forward as the call finds it, not as it was when compiled: fully_shard swaps a layer's class for a
+    # subclass, and transformers' checkpointing wrapper checks that it is the outermost forward of that class.
+    return type(module).forward(module, *args, **kwargs)
+
+
+def _compiled_forward(
+    compiled: Callable[..., Any], collector: TracedCollector, module: nn.Module
+) -> Callable[..., Any]:
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return compiled(module, *args, **kwargs)
+        finally:
+            collector.flush()
+
+    return forward
+
+
+def compile_layers(layers: Iterable[nn.Module], **options: Any) -> list[nn.Module]:
+    """Compile each of ``layers`` in place with ``torch.compile(**options)`` (``fullgraph``, ``backend``, ...);
+    returns them.
+
+    Each layer's ``forward`` is replaced by the compiled one, so its hooks stay outside the compiled code (FSDP2's
+    among them: compile before or after ``fully_shard``). Recorded outputs are made traceable first
+    (:func:`~modelgraft.models.output_capture.trace_recorded_outputs`), so a forward that records router logits for
+    the aux loss, or hidden states, runs the layers as one graph each. Layers of one class share their compiled code.
+    """
+    collector = trace_recorded_outputs()
+    compiled = torch.compile(_class_forward, **options)
+    done = []
+    for layer in layers:
+        layer.forward = _compiled_forward(compiled, collector, layer)
+        done.append(layer)
+    return done
