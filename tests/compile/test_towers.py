@@ -22,15 +22,20 @@ calling ``rope_vision``, the only tower slot no other family calls) on the refer
 A composed VLM asks its tower for hidden states, and its first forward hangs transformers' output-capturing hooks
 on the tower's modules; dynamo cannot trace their ``ContextVar.get``, so such a block compiled on its own breaks
 there. The whole tower traces as one graph with them: upstream's ``capture_outputs`` switches the hooks to a
-plain global while it is being traced.
+plain global while it is being traced. Compiled by ``compile_layers``, which makes the hooks' reads traceable, every
+block is one graph in the VLM's own forward.
 """
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch._dynamo.backends.debugging import ExplainOutput
+from transformers.utils import output_capturing
 
+from modelgraft.models.compiling import compile_layers
 from modelgraft.models.ops import KERNEL_FAMILIES
 from modelgraft.models.testing.layer_compile import graph_breaks
 
@@ -42,6 +47,7 @@ from .tower_layers import (
     TowerCase,
     bound,
     called_slots,
+    fresh_model,
     is_composed,
     recorded,
     zoo_towers,
@@ -164,6 +170,21 @@ def test_a_composed_vlms_tower_block_breaks_at_upstreams_output_capturing_hooks(
     explanation = torch._dynamo.explain(block.hooked_block)(*block.args, **block.kwargs)
     assert explanation.break_reasons
     assert all("ContextVar" in reason.reason for reason in explanation.break_reasons), _breaks(explanation)
+
+
+@pytest.mark.parametrize("case", COMPOSED)
+def test_a_composed_vlms_tower_blocks_compiled_by_compile_layers_run_one_graph_each_in_the_models_forward(
+    case: TowerCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compile_layers`` makes the hooks' reads traceable: ``fullgraph=True`` holds in the VLM's own forward, which
+    records the tower's hidden states, and the logits are the eager model's."""
+    monkeypatch.setattr(output_capturing, "_active_collector", output_capturing.CompileableContextVar("collector"))
+    model, batch, blocks = fresh_model(case)
+    eager = copy.deepcopy(model)
+    compile_layers(blocks, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        expected, actual = eager(**batch).logits, model(**batch).logits
+    torch.testing.assert_close(actual, expected, rtol=1.3e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", WHOLE)

@@ -173,6 +173,17 @@ def _blocks(tower: nn.Module) -> nn.ModuleList:
     return max(lists, key=lambda blocks: sum(p.numel() for p in blocks.parameters()))
 
 
+def fresh_model(case: TowerCase) -> tuple[nn.Module, dict[str, Any], nn.ModuleList]:
+    """A new fp32 model of ``case``'s package in eval mode, its batch and its tower's blocks (a test may change
+    them, unlike :func:`recorded`'s)."""
+    declaration = parity_declaration(case.package)
+    config = declaration.config()
+    torch.manual_seed(0)
+    model = _model(declaration, config).eval()
+    path = _towers_of(declaration)[case.tower]
+    return model, _batch(declaration, config), _blocks(model.get_submodule(path) if path else model)
+
+
 @dataclass
 class Recorded:
     """The first block of a tower, its inputs, and the same block as the whole model's forward left it."""
