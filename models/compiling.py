@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from modelgraft.models.output_capture import TracedCollector, trace_recorded_outputs
+from modelgraft.models.output_capture import flush_recorded_outputs, trace_recorded_outputs
 
 __all__ = ["compile_layers"]
 
@@ -28,16 +28,19 @@ def _class_forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
     return type(module).forward(module, *args, **kwargs)
 
 
-def _compiled_forward(
-    compiled: Callable[..., Any], collector: TracedCollector, module: nn.Module
-) -> Callable[..., Any]:
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return compiled(module, *args, **kwargs)
-        finally:
-            collector.flush()
+class _CompiledForward:
+    """A layer's compiled ``forward``: an object holding the layer, so that ``copy.deepcopy`` of the model gives the
+    copy's layers a forward of their own (a closure would be shared, and run the original layer's weights)."""
 
-    return forward
+    def __init__(self, compiled: Callable[..., Any], module: nn.Module) -> None:
+        self.compiled = compiled
+        self.module = module
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.compiled(self.module, *args, **kwargs)
+        finally:
+            flush_recorded_outputs()
 
 
 def compile_layers(layers: Iterable[nn.Module], **options: Any) -> list[nn.Module]:
@@ -49,10 +52,10 @@ def compile_layers(layers: Iterable[nn.Module], **options: Any) -> list[nn.Modul
     (:func:`~modelgraft.models.output_capture.trace_recorded_outputs`), so a forward that records router logits for
     the aux loss, or hidden states, runs the layers as one graph each. Layers of one class share their compiled code.
     """
-    collector = trace_recorded_outputs()
+    trace_recorded_outputs()
     compiled = torch.compile(_class_forward, **options)
     done = []
     for layer in layers:
-        layer.forward = _compiled_forward(compiled, collector, layer)
+        layer.forward = _CompiledForward(compiled, layer)
         done.append(layer)
     return done

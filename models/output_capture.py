@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from transformers.utils import output_capturing
 from transformers.utils.import_utils import is_torchdynamo_compiling
 
-__all__ = ["TracedCollector", "trace_recorded_outputs"]
+__all__ = ["TracedCollector", "flush_recorded_outputs", "trace_recorded_outputs"]
 
 
 class _Saved(NamedTuple):
@@ -87,6 +87,14 @@ class TracedCollector(output_capturing.CompileableContextVar):
             if isinstance(staged, list) and staged:
                 self.collector[key].extend(staged)
                 staged.clear()
+
+
+def flush_recorded_outputs() -> None:
+    """Move what compiled layers recorded to the running forward's collector, where :func:`trace_recorded_outputs`
+    replaced upstream's (otherwise nothing was staged)."""
+    collector = output_capturing._active_collector
+    if isinstance(collector, TracedCollector):
+        collector.flush()
 
 
 def trace_recorded_outputs() -> TracedCollector:

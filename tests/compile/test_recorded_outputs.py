@@ -128,6 +128,19 @@ def test_a_hook_on_the_layer_runs_outside_its_compiled_forward() -> None:
     assert compiling == [False]
 
 
+def test_a_copy_of_a_model_with_compiled_layers_runs_its_own_weights() -> None:
+    """An EMA copy is a ``copy.deepcopy`` of the trained model: its compiled layers must read the copy's weights."""
+    model = _model("llama", num_hidden_layers=2)
+    eager = copy.deepcopy(model)
+    compile_layers(model.model.layers, fullgraph=True, backend="aot_eager")
+    copied = copy.deepcopy(model)
+    ids = _ids()
+    with torch.no_grad():
+        for parameter in (*copied.parameters(), *eager.parameters()):
+            parameter.mul_(0.5)
+        torch.testing.assert_close(copied(input_ids=ids).logits, eager(input_ids=ids).logits, rtol=1.3e-6, atol=1e-5)
+
+
 def test_the_whole_model_compiled_records_through_the_replaced_collector() -> None:
     """Upstream's own path under a compile of the whole model still works once the collector is replaced."""
     model = _qwen3_moe(layers=3)
