@@ -1,7 +1,8 @@
 """Compiled train steps on CPU: each zoo model compiled per decoder layer, generated vs upstream.
 
 What a user of ``docs/compile.md`` runs: every decoder layer compiled in place with ``nn.Module.compile()``
-(inductor, torch's defaults otherwise), then training steps of forward, backward and an AdamW step. Both sides
+(inductor, torch's defaults otherwise; the figures of docs/performance.md were measured so; in steps that record
+no outputs, on layers without hooks, ``compile_layers`` compiles the same forward), then training steps of forward, backward and an AdamW step. Both sides
 are built from the same config and seed (so the same weights: the generated class initialises as upstream's
 does), run upstream's default attention on CPU (sdpa where the class supports it, else eager;
 ``moe_bench.default_attention``) and every op slot unbound, so any difference is the generated code's own under

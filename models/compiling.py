@@ -1,12 +1,13 @@
 """Compiling a model one decoder layer at a time, as training frameworks do (docs/compile.md).
 
 :func:`compile_layers` compiles each layer's ``forward`` in place rather than its whole call
-(``nn.Module.compile``): the hooks registered on the layer itself run outside the compiled code. Those are FSDP2's
-(``fully_shard`` registers its all-gather and reshard hooks on each unit, and dynamo does not trace them, so a
-compiled call would break its graph at each), and upstream's hook that records the layer's output as a hidden
-state. Names, parameters and state-dict keys stay the layer's. Hooks on modules inside the layer (upstream's
-recording of router logits and attentions) run inside the compiled code, which :func:`trace_recorded_outputs`
-makes traceable; what they record is moved to the running forward's collector after each layer.
+(``nn.Module.compile``): the hooks registered on the layer itself run outside the compiled code. Those are
+upstream's hook that records the layer's output as a hidden state, and whatever a framework hangs on its layers
+(``apply_fsdp``'s check that no layer modifies its MoE block's output in place reads a version counter, which broke
+a compiled call's graph). Names, parameters and state-dict keys stay the layer's. Hooks on modules inside the layer
+(upstream's recording of router logits and attentions) run inside the compiled code, which
+:func:`trace_recorded_outputs` makes traceable; what they record is moved to the running forward's collector after
+each layer.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def compile_layers(layers: Iterable[nn.Module], **options: Any) -> list[nn.Modul
     """Compile each of ``layers`` in place with ``torch.compile(**options)`` (``fullgraph``, ``backend``, ...);
     returns them.
 
-    Each layer's ``forward`` is replaced by the compiled one, so its hooks stay outside the compiled code (FSDP2's
-    among them: compile before or after ``fully_shard``). Recorded outputs are made traceable first
+    Each layer's ``forward`` is replaced by the compiled one, so its hooks stay outside the compiled code. Compile
+    before ``fully_shard``, as torchtitan orders it. Recorded outputs are made traceable first
     (:func:`~modelgraft.models.output_capture.trace_recorded_outputs`), so a forward that records router logits for
     the aux loss, or hidden states, runs the layers as one graph each. Layers of one class share their compiled code.
     """

@@ -119,7 +119,8 @@ def test_compiled_layers_record_hidden_states_and_attentions_as_eager_layers_do(
 
 
 def test_a_hook_on_the_layer_runs_outside_its_compiled_forward() -> None:
-    """FSDP2 registers its hooks on each layer, and dynamo does not trace them: they must stay outside."""
+    """Upstream's recording of hidden states and a framework's own checks (``apply_fsdp``'s in-place check) hang hooks
+    on each layer: they run eagerly around the compiled forward, whatever they do."""
     model = _model("llama", num_hidden_layers=2)
     compiling: list[bool] = []
     model.model.layers[0].register_forward_hook(lambda *_: compiling.append(torch.compiler.is_compiling()))
