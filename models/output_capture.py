@@ -10,7 +10,8 @@ compiles each block) fails at the first hooked module of a forward that records 
 
 :func:`trace_recorded_outputs` replaces that collector with :class:`TracedCollector`. Eager code sees upstream's
 behaviour unchanged (the context variable: each thread and context records its own outputs). Code being compiled
-reads a staging copy of the running collector instead, an attribute: the same keys, each list empty. Dynamo guards
+reads a staging copy of the running collector instead, an attribute: the same keys, each list empty but the hidden
+states' (their hook reads how many the list holds, and hangs on the layers themselves). Dynamo guards
 on what it reads, so reading the collector's lists themselves, which grow by one entry per layer, would compile
 each layer of a deep model again (a guard on each list's length); the staging lists are empty at every layer's
 entry, and after each compiled layer :meth:`TracedCollector.flush` moves what the layer recorded to the running
@@ -38,10 +39,16 @@ class _Saved(NamedTuple):
     staging: Any
 
 
+#: The recorded output whose hook reads how much its list holds (the first hidden state is the first layer's
+#: input; an ``output_hidden_states`` selection counts the layers): compiled code gets the running list itself.
+#: Its hook hangs on the layers, which ``compile_layers`` keeps outside the compiled code.
+_COUNTED = "hidden_states"
+
+
 def _staging(collector: Any) -> Any:
     if not isinstance(collector, dict):
         return collector
-    return {key: [] if isinstance(value, list) else value for key, value in collector.items()}
+    return {key: [] if isinstance(value, list) and key != _COUNTED else value for key, value in collector.items()}
 
 
 class TracedCollector(output_capturing.CompileableContextVar):
@@ -84,7 +91,7 @@ class TracedCollector(output_capturing.CompileableContextVar):
         if not isinstance(self.staging, dict):
             return
         for key, staged in self.staging.items():
-            if isinstance(staged, list) and staged:
+            if isinstance(staged, list) and staged and staged is not self.collector[key]:
                 self.collector[key].extend(staged)
                 staged.clear()
 

@@ -182,6 +182,20 @@ def test_a_nested_collection_restores_the_outer_one_and_flushes_in_order() -> No
     assert collector.get() is None
 
 
+def test_compiled_code_reads_the_running_hidden_states_list_itself() -> None:
+    """The hidden states' hook counts what its list holds (the first entry is the first layer's input): a staging
+    list, empty at every layer, would record that input again for each layer."""
+    collector = trace_recorded_outputs()
+    running = {"hidden_states": [], "router_logits": []}
+    token = collector.set(running)
+    assert collector.staging["hidden_states"] is running["hidden_states"]
+    assert collector.staging["router_logits"] is not running["router_logits"]
+    running["hidden_states"].append("embeddings")
+    collector.flush()
+    collector.reset(token)
+    assert running == {"hidden_states": ["embeddings"], "router_logits": []}
+
+
 def test_a_collector_of_another_kind_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(output_capturing, "_active_collector", object())
     with pytest.raises(TypeError, match="_active_collector is object, not the CompileableContextVar"):
