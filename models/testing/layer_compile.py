@@ -31,6 +31,7 @@ upstream's per-expert loop, which breaks the graph by design.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -43,7 +44,9 @@ import torch
 from torch import nn
 from torch._dynamo.utils import counters
 from torch.utils import _pytree as pytree
+from transformers.utils import output_capturing
 
+from modelgraft.models.compiling import compile_layers
 from modelgraft.models.ops import KERNEL_FAMILIES, SLOTS, OpsConfig, bound_ops
 from modelgraft.models.ops.kernels import eager
 from modelgraft.models.testing.reference import reference_kernel
@@ -57,6 +60,7 @@ __all__ = [
     "assert_steps_match",
     "bound",
     "check_first_layers_compile",
+    "check_layers_compiled_while_recording",
     "compiled_step",
     "decoder_layers",
     "first_layers",
@@ -326,6 +330,56 @@ def _check_first_layers(upstream: nn.Module, generated: nn.Module, batch: Mappin
                     f"{len(upstream_breaks)} times: {found} (upstream's: {upstream_breaks})"
                 )
         assert_steps_match(actual, expected, torch.float32)
+
+
+def check_layers_compiled_while_recording(model: nn.Module, batch: Mapping[str, Any]) -> None:
+    """Every decoder layer of ``model`` compiled by ``compile_layers(fullgraph=True)``: one training step on ``batch``
+    that records router logits (where the model has them) and hidden states gives the eager step's loss, aux loss,
+    recorded outputs and every gradient, within :data:`TOLERANCES` (fp32).
+
+    This is a MoE training step as a user compiles it: the aux loss needs the router logits, which upstream's hooks
+    record inside each layer (docs/compile.md, "Recorded outputs in compiled layers"). Dynamo's capture is what is
+    checked (backend ``eager``: each layer one graph, the recorded outputs appended from its outputs); the first
+    layers' aot_eager numerics are :func:`check_first_layers_compile`'s. ``model`` is left as it was (a copy is
+    compiled, in eval mode: no dropout draw differs), and so is the process's output collector.
+    """
+    compiled = copy.deepcopy(model).eval()
+    if any(is_sparse(layer) for layer in decoder_layers(compiled)):
+        compiled.set_experts_implementation(TRACED_EXPERTS)
+    eager = copy.deepcopy(compiled)
+    recording = {**batch, "output_hidden_states": True}
+    if getattr(compiled.config.get_text_config(), "output_router_logits", None) is not None:
+        recording["output_router_logits"] = True
+    upstreams = output_capturing._active_collector
+    torch._dynamo.reset()
+    try:
+        compile_layers(decoder_layers(compiled), fullgraph=True, backend="eager")
+        actual = _recorded_step(compiled, recording)
+    finally:
+        output_capturing._active_collector = upstreams
+        torch._dynamo.reset()
+    expected = _recorded_step(eager, recording)
+    rtol, atol = TOLERANCES[torch.float32]
+    assert actual.keys() == expected.keys(), f"recorded {sorted(actual)} compiled, {sorted(expected)} eagerly"
+    for name, want in expected.items():
+        torch.testing.assert_close(actual[name], want, rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def _recorded_step(model: nn.Module, batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """Loss, aux loss, each recorded hidden state and router logit, and every parameter's gradient, by name."""
+    model.zero_grad(set_to_none=True)
+    out = model(**batch)
+    loss = out.loss
+    found: dict[str, torch.Tensor] = {"loss": loss.detach()}
+    aux = getattr(out, "aux_loss", None)
+    if isinstance(aux, torch.Tensor):
+        found["aux_loss"] = aux.detach()
+    for key in ("hidden_states", "router_logits"):
+        for index, tensor in enumerate(getattr(out, key, None) or ()):
+            found[f"{key}[{index}]"] = tensor.detach()
+    loss.backward()
+    found.update({f"gradient of {name}": p.grad for name, p in model.named_parameters() if p.grad is not None})
+    return found
 
 
 def _train_compiled(

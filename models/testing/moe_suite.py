@@ -49,6 +49,7 @@ from modelgraft.models.testing.dense_suite import (
     reference_kernels_bound,
     slot_visible_values,
 )
+from modelgraft.models.testing.layer_compile import check_layers_compiled_while_recording
 from modelgraft.models.testing.tiny import tiny_config_for
 
 __all__ = ["GROUPED_EXPERTS", "MoeModel", "MoeParitySuite", "per_expert_state_dict", "plan_matches"]
@@ -196,6 +197,13 @@ class MoeParitySuite(DenseParitySuite):
             routed = model(**batch, output_router_logits=True)
         assert routed.aux_loss == 0 and not isinstance(routed.aux_loss, torch.Tensor)
         assert torch.equal(routed.loss, plain)
+
+    # -- compiled with every layer, in a step that records router logits for the aux loss ----------------
+    def test_decoder_layers_compiled_by_compile_layers_record_router_logits_and_train_as_eagerly(self) -> None:
+        """``layer_compile.check_layers_compiled_while_recording``, on the model's first backend."""
+        config = self.model.config()
+        model = build_model(config, architecture=self.model.causal_lm, backend=self.model.backends[0])
+        check_layers_compiled_while_recording(model, causal_lm_batch(config))
 
     def _router_batch(self, config: PreTrainedConfig) -> dict[str, Any]:
         batch: dict[str, Any] = causal_lm_batch(config)

@@ -32,6 +32,7 @@ from modelgraft.models.checkpoint import load_checkpoint
 from modelgraft.models.converters import converter_for
 from modelgraft.models.loader import build_model, get_model_class
 from modelgraft.models.testing.dense_suite import reference_kernels_bound
+from modelgraft.models.testing.layer_compile import check_layers_compiled_while_recording
 from modelgraft.models.testing.moe_suite import GROUPED_EXPERTS, _write_sharded, per_expert_state_dict, plan_matches
 from modelgraft.models.testing.parity import check_parity
 from modelgraft.models.testing.seed import seed_everything
@@ -76,6 +77,13 @@ class VlmMoeParitySuite(VlmParitySuite):
 
     def _sparse_layers(self, model: PreTrainedModel) -> int:
         return sum(name.endswith(".experts.gate_up_proj") for name, _ in model.named_parameters())
+
+    # -- compiled with every text layer, in a step that records router logits for the aux loss ---------
+    def test_text_decoder_layers_compiled_by_compile_layers_record_router_logits_and_train_as_eagerly(self) -> None:
+        """``layer_compile.check_layers_compiled_while_recording`` on the text decoder, on the multimodal batch,
+        on the model's first backend."""
+        model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=self.model.backends[0])
+        check_layers_compiled_while_recording(model, self.model.multimodal_batch())
 
     # -- router logits and the aux loss --------------------------------------------------------------
     def test_router_logits_and_aux_loss_equal_upstreams(self, backend: str) -> None:
