@@ -12,6 +12,7 @@ each layer.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,6 +28,16 @@ def _class_forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
     # The class's forward as the call finds it, not as it was when compiled: fully_shard swaps a layer's class for a
     # subclass, and transformers' checkpointing wrapper checks that it is the outermost forward of that class.
     return type(module).forward(module, *args, **kwargs)
+
+
+def _class_forward_of_its_own() -> Callable[..., Any]:
+    """:func:`_class_forward` under a code object of its own.
+
+    Dynamo keeps compiled code per code object, and its recompile limit (8) counts every layer class and input shape
+    compiled through that object: one function shared by every layer class would run the ninth class eagerly, or fail
+    it under ``fullgraph=True``, the way ``nn.Module.compile``'s one ``_call_impl`` does.
+    """
+    return types.FunctionType(_class_forward.__code__.replace(), _class_forward.__globals__, _class_forward.__name__)
 
 
 class _CompiledForward:
@@ -51,12 +62,16 @@ def compile_layers(layers: Iterable[nn.Module], **options: Any) -> list[nn.Modul
     Each layer's ``forward`` is replaced by the compiled one, so its hooks stay outside the compiled code. Compile
     before ``fully_shard``, as torchtitan orders it. Recorded outputs are made traceable first
     (:func:`~modelgraft.models.output_capture.trace_recorded_outputs`), so a forward that records router logits for
-    the aux loss, or hidden states, runs the layers as one graph each. Layers of one class share their compiled code.
+    the aux loss, or hidden states, runs the layers as one graph each. Layers of one class share their compiled code;
+    each class compiled by one call has code, and a recompile limit, of its own.
     """
     trace_recorded_outputs()
-    compiled = torch.compile(_class_forward, **options)
+    compiled_by_class: dict[type[nn.Module], Callable[..., Any]] = {}
     done = []
     for layer in layers:
-        layer.forward = _CompiledForward(compiled, layer)
+        cls = type(layer)
+        if cls not in compiled_by_class:
+            compiled_by_class[cls] = torch.compile(_class_forward_of_its_own(), **options)
+        layer.forward = _CompiledForward(compiled_by_class[cls], layer)
         done.append(layer)
     return done
