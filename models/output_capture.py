@@ -55,7 +55,7 @@ class TracedCollector(output_capturing.CompileableContextVar):
     """Upstream's collector of recorded outputs, whose running value compiled code reads from a staging copy.
 
     Built from the collector it replaces and sharing its context variable, so a forward that is recording when the
-    replacement happens keeps its collector.
+    replacement happens keeps its collector, for its eager code and its compiled layers alike.
     """
 
     def __init__(self, replaced: output_capturing.CompileableContextVar) -> None:
@@ -65,6 +65,12 @@ class TracedCollector(output_capturing.CompileableContextVar):
         #: The running collector (eager code's value) and its staging copy, which compiled layers append to.
         self.collector: Any = None
         self.staging: Any = None
+        self._follow_context()
+
+    def _follow_context(self) -> None:
+        """Take the context variable's collector as the running one: it was set before this object took over."""
+        running = self.context_var.get()
+        self.collector, self.staging = running, _staging(running)
 
     def get(self) -> Any:
         if is_torchdynamo_compiling():
@@ -83,8 +89,12 @@ class TracedCollector(output_capturing.CompileableContextVar):
             self.flush()
             super().reset(token.token)
             self.collector, self.staging = token.collector, token.staging
-        else:
+        elif self.compiling or token is None:
             super().reset(token)
+        else:  # a forward that began recording before the replacement ends
+            self.flush()
+            super().reset(token)
+            self._follow_context()
 
     def flush(self) -> None:
         """Move what compiled code recorded into the staging lists to the running collector's lists."""

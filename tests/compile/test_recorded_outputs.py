@@ -165,6 +165,17 @@ def test_replacing_the_collector_is_idempotent_and_keeps_a_running_collection() 
     assert first.get() is None
 
 
+def test_a_forward_recording_when_the_collector_is_replaced_gets_what_its_compiled_layers_record() -> None:
+    running = {"router_logits": ["eager layer 0"]}
+    token = output_capturing._active_collector.set(running)
+    collector = trace_recorded_outputs()
+    collector.staging["router_logits"].append("compiled layer 1")
+    collector.reset(token)  # upstream's token: the forward began before the replacement
+    assert running == {"router_logits": ["eager layer 0", "compiled layer 1"]}
+    assert collector.get() is None
+    assert collector.staging is None
+
+
 def test_a_nested_collection_restores_the_outer_one_and_flushes_in_order() -> None:
     collector = trace_recorded_outputs()
     outer = {"router_logits": []}
