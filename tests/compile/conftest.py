@@ -1,4 +1,5 @@
-"""Every compile test starts from a clean dynamo cache, every slot eager and one torch thread, and leaves them so."""
+"""Every compile test starts from a clean dynamo cache, every slot eager, one torch thread and a fresh collector of
+upstream's recorded outputs, and leaves them so."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from transformers.utils import output_capturing
 
 from modelgraft.models.testing.parity import eager_slots_on_one_thread
 
@@ -17,6 +19,13 @@ def _fresh_dynamo_and_eager_slots() -> Iterator[None]:
     with eager_slots_on_one_thread():
         yield
     torch._dynamo.reset()
+
+
+@pytest.fixture(autouse=True)
+def _upstreams_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compile_layers`` replaces upstream's collector process-wide: a test that checks upstream's own hooks must
+    not find the replacement an earlier test of its worker left."""
+    monkeypatch.setattr(output_capturing, "_active_collector", output_capturing.CompileableContextVar("collector"))
 
 
 @pytest.fixture

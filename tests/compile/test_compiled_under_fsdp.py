@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from transformers.utils import output_capturing
 
 from modelgraft.models.compiling import compile_layers
 from modelgraft.models.distributed import ParallelState, apply_fsdp
@@ -23,9 +22,8 @@ from modelgraft.models.testing.declarations import parity_declaration
 
 
 @pytest.fixture
-def one_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ParallelState]:
-    """A gloo world of one rank, and upstream's own output collector back afterwards."""
-    monkeypatch.setattr(output_capturing, "_active_collector", output_capturing.CompileableContextVar("collector"))
+def one_rank(tmp_path: Path) -> Iterator[ParallelState]:
+    """A gloo world of one rank."""
     store = torch.distributed.FileStore(str(tmp_path / "store"), 1)
     torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:

@@ -12,7 +12,6 @@ see upstream's hooks as a user who never calls ``compile_layers`` does.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,13 +27,6 @@ from modelgraft.models.testing.declarations import parity_declaration
 
 #: Deeper than any layer count a guard on the collector's lists could hide in: one graph must serve every layer.
 LAYERS = 4
-
-
-@pytest.fixture(autouse=True)
-def upstreams_collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A fresh upstream collector for the test, and the process's own back afterwards."""
-    monkeypatch.setattr(output_capturing, "_active_collector", output_capturing.CompileableContextVar("collector"))
-    yield
 
 
 def _model(package: str, **overrides: Any) -> nn.Module:

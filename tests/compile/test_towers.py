@@ -33,7 +33,6 @@ import copy
 import pytest
 import torch
 from torch._dynamo.backends.debugging import ExplainOutput
-from transformers.utils import output_capturing
 
 from modelgraft.models.compiling import compile_layers
 from modelgraft.models.ops import KERNEL_FAMILIES
@@ -174,11 +173,10 @@ def test_a_composed_vlms_tower_block_breaks_at_upstreams_output_capturing_hooks(
 
 @pytest.mark.parametrize("case", COMPOSED)
 def test_a_composed_vlms_tower_blocks_compiled_by_compile_layers_run_one_graph_each_in_the_models_forward(
-    case: TowerCase, monkeypatch: pytest.MonkeyPatch
+    case: TowerCase,
 ) -> None:
     """``compile_layers`` makes the hooks' reads traceable: ``fullgraph=True`` holds in the VLM's own forward, which
     records the tower's hidden states, and the logits are the eager model's."""
-    monkeypatch.setattr(output_capturing, "_active_collector", output_capturing.CompileableContextVar("collector"))
     model, batch, blocks = fresh_model(case)
     eager = copy.deepcopy(model)
     compile_layers(blocks, fullgraph=True, backend="eager")
