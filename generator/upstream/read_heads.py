@@ -11,7 +11,14 @@ from __future__ import annotations
 import ast
 
 from modelgraft.generator.upstream.shapes import expr_binding, match_body
-from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in, dotted, is_self_attr
+from modelgraft.generator.upstream.source import (
+    ModelSource,
+    called_name,
+    calls_in,
+    constructed_class,
+    dotted,
+    is_self_attr,
+)
 from modelgraft.generator.upstream.structure import CausalLmInfo, Multipliers, SequenceClassificationInfo
 
 HEAD_SUFFIXES = {
@@ -74,6 +81,9 @@ def read_causal_lm(source: ModelSource, cls: str) -> CausalLmInfo:
     head_at = _find_lm_head(body, head_attr)
     if head_at is None:
         return CausalLmInfo(**base, reason=f"{where}: no top-level `logits = self.{head_attr}(...)`")
+    own_head = _head_with_own_forward(source, cls, head_attr)
+    if own_head:
+        return CausalLmInfo(**base, reason=own_head)
     head_stmt = body[head_at]
     assert isinstance(head_stmt, ast.Assign)
     logits_var = dotted(head_stmt.targets[0])
@@ -142,6 +152,25 @@ def _head_attr(source: ModelSource, cls: str) -> str:
             if isinstance(value, ast.Call) and called_name(value) == "Linear" and "vocab_size" in ast.unparse(value):
                 return attr
     return "lm_head"
+
+
+def _head_with_own_forward(source: ModelSource, cls: str, attr: str) -> str:
+    """Why the head's projection is not its weight alone, or "": the fused loss multiplies by the weight itself.
+
+    Dory's ``DoryLMHead(nn.Linear)`` scales each vocabulary entry's logit in its own forward, and Ergo's head
+    upcasts to fp32 before projecting: a loss fused with ``self.<attr>.weight`` would skip what that forward does.
+    """
+    for value in source.init_assigns(cls).get(attr, []):
+        head_cls = constructed_class(value) if isinstance(value, ast.Call) else None
+        if head_cls is None or head_cls not in source.classes:
+            continue
+        forward = source.local_method(head_cls, "forward")
+        if forward is not None:
+            return (
+                f"self.{attr} is {head_cls} (line {source.classes[head_cls].lineno}), whose own forward "
+                f"(line {forward.lineno}) a loss fused with its weight would skip"
+            )
+    return ""
 
 
 def _is_loss_call(call: ast.Call) -> bool:

@@ -129,6 +129,12 @@ def test_output_projection_under_another_name_is_found() -> None:
     assert (lm.head_attr, lm.reason) == ("output_projection", "")
 
 
+def test_an_lm_head_class_with_its_own_forward_keeps_the_loss_unguarded_naming_it() -> None:
+    lm = read("dory").causal_lm
+    assert "self.lm_head is DoryLMHead (line " in lm.reason
+    assert "whose own forward (line " in lm.reason
+
+
 def test_neutral_methods_and_a_scale_on_the_lm_head_call_are_read() -> None:
     assert read("opt").causal_lm.reason == ""
     assert read("hyperclovax").causal_lm.postprocess == (("scale_mul", "self.config.logits_scaling"),)
