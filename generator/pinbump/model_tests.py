@@ -73,6 +73,9 @@ def run_model_tests(
     command = [
         str(python), "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider", "-o", "addopts=",
         f"--junitxml={xml}", "-o", "junit_family=xunit2",
+        # A base folder of its own: sessions sharing pytest's default root race in removing its pytest-current
+        # link at their end, and the loser exits 1 after its tests passed.
+        "--basetemp", str(xml.with_name(xml.stem + "-tmp")),
     ]  # fmt: skip
     if jobs > 1:
         command += ["-n", str(jobs)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,10 @@ def survey_model(clone: Path, model: str, category: str, runner: Runner, setting
         if copy.returncode == 0 and dest_exists and not stray:
             left = settings.timeout - (time.monotonic() - start)
             pytest_argv = [sys.executable, "-m", "pytest", f"models/{model}", "-q", "-x", "-p", "no:cacheprovider"]
-            tests = runner.run(pytest_argv, clone, env, left)
+            # A base folder of its own: pytest sessions sharing the default root race in removing its
+            # pytest-current link at their end, and the loser exits 1 after its tests passed.
+            with tempfile.TemporaryDirectory(prefix=f"survey-{model}-") as private:
+                tests = runner.run([*pytest_argv, "--basetemp", str(Path(private) / "tmp")], clone, env, left)
         generated = dest / "generated" / f"patched_modeling_{model}_gpu.py"
         slots = guarded_slots(generated.read_text(encoding="utf-8")) if generated.is_file() else ()
         for module in sub_model_modules(dest, clone / "models"):  # a composed copy's towers guard the rest

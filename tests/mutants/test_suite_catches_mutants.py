@@ -158,7 +158,7 @@ def _regenerate(root: Path) -> str:
 def _suite(root: Path, tests: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
     """The named tests of the copy, in a process that starts with torch and transformers imported (not modelgraft)."""
     nodes = [f"{SUITE}::{test}" for test in tests]
-    args = ("-q", "-rf", "-p", "no:cacheprovider", "-n", "0", *nodes)
+    args = ("-q", "-rf", "-p", "no:cacheprovider", "-n", "0", "--basetemp", str(root.parent / "suite-tmp"), *nodes)
     return run_module("pytest", *args, cwd=root, env=_env(root), timeout=600)
 
 

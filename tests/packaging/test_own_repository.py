@@ -53,7 +53,8 @@ def trainer(python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     copied = run(
         [str(python), "-m", "copier", "copy", "--trust", "--defaults", str(source), f"models/{MODEL}"], cwd=repo
     )
-    tests = run([str(python), "-m", "pytest", f"models/{MODEL}", "-q", "-p", "no:cacheprovider"], cwd=repo)
+    basetemp = ["--basetemp", str(base / "pytest-tmp")]  # not the shared root, whose cleanup races other sessions
+    tests = run([str(python), "-m", "pytest", f"models/{MODEL}", "-q", "-p", "no:cacheprovider", *basetemp], cwd=repo)
     where = run([str(python), "-c", "import modelgraft.models.testing as t; print(t.__file__)"], cwd=repo)
     _git(repo, "add", "--all")
     _git(repo, "commit", "-q", "-m", MODEL)

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -245,7 +246,11 @@ def run(repo: Path, *args: str, timeout: float = 300) -> subprocess.CompletedPro
     env = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "PYTEST_ADDOPTS"}}
     env["PYTHONPATH"] = str(import_root(repo))
     if args[:2] == ("-m", "pytest"):
-        return run_module("pytest", *args[2:], cwd=repo, env=env, timeout=timeout)
+        # A base folder of its own: pytest sessions of other workers sharing the default root race in removing its
+        # pytest-current link at their end, and the loser exits 1 after its tests passed.
+        with tempfile.TemporaryDirectory(prefix="scaffold-tests-") as private:
+            basetemp = ("--basetemp", str(Path(private) / "tmp"))
+            return run_module("pytest", *args[2:], *basetemp, cwd=repo, env=env, timeout=timeout)
     return subprocess.run(
         [sys.executable, *args], cwd=repo, env=env, capture_output=True, text=True, check=False, timeout=timeout
     )
