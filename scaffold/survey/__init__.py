@@ -8,7 +8,8 @@ of this repository, the survey does what a new user would:
     python -m pytest models/<m> -q -x -p no:cacheprovider
 
 and classifies the outcome: pass, refused, broken or wrong, with the reason and the op slots the generated
-GPU modeling guards. A summary per category ends the run. One module per job:
+GPU modeling guards. The tests get a ``--basetemp`` of their own: pytest sessions sharing the default root race in
+cleaning it up when they end, and the loser exits 1 after its tests passed. A summary per category ends the run. One module per job:
 
 - ``population``: which models (found by path) and which of them the command asked for;
 - ``categories``: each model's category, by the clone's upstream reader;
