@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from modelgraft.generator import parse_cache
 from modelgraft.generator.errors import SnippetError
 from modelgraft.generator.syntax import dotted_name, same_syntax, walk
-from modelgraft.generator.upstream.index import ModuleIndex
+from modelgraft.generator.upstream.index import ModuleIndex, UpstreamSources
+from modelgraft.generator.upstream.read_heads import head_with_own_forward
+from modelgraft.generator.upstream.source import ModelSource
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers")
 
@@ -210,6 +212,18 @@ class UpstreamMember:
         args = tuple(self.index.segment(a) or ast.unparse(a) for a in call.args)
         keywords = tuple((k.arg, self.index.segment(k.value) or ast.unparse(k.value)) for k in call.keywords)
         return CallSite(target=target, args=args, keywords=keywords, assigned=assigned, whole=whole)
+
+    def weight_projection(self, attr: str) -> str:
+        """``attr``, the output projection a fused loss multiplies by its weight, checked to be no more than that.
+
+        Refused, naming the class, where the method's class builds ``self.<attr>`` as a class of this module with a
+        forward of its own (Dory's per-entry logit scale): the fused loss would skip that forward.
+        """
+        source = ModelSource(self.index.path.stem, self.index, UpstreamSources())
+        reason = head_with_own_forward(source, self.qualname.split(".")[0], attr)
+        if reason:
+            raise self._fail(f"{reason}; the loss cannot go behind causal_lm_loss_slot")
+        return attr
 
     def has_call(self, pattern: str) -> bool:
         return bool(_calls(self.node, pattern))

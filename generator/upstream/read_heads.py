@@ -81,7 +81,7 @@ def read_causal_lm(source: ModelSource, cls: str) -> CausalLmInfo:
     head_at = _find_lm_head(body, head_attr)
     if head_at is None:
         return CausalLmInfo(**base, reason=f"{where}: no top-level `logits = self.{head_attr}(...)`")
-    own_head = _head_with_own_forward(source, cls, head_attr)
+    own_head = head_with_own_forward(source, cls, head_attr)
     if own_head:
         return CausalLmInfo(**base, reason=own_head)
     head_stmt = body[head_at]
@@ -154,7 +154,7 @@ def _head_attr(source: ModelSource, cls: str) -> str:
     return "lm_head"
 
 
-def _head_with_own_forward(source: ModelSource, cls: str, attr: str) -> str:
+def head_with_own_forward(source: ModelSource, cls: str, attr: str) -> str:
     """Why the head's projection is not its weight alone, or "": the fused loss multiplies by the weight itself.
 
     Dory's ``DoryLMHead(nn.Linear)`` scales each vocabulary entry's logit in its own forward, and Ergo's head

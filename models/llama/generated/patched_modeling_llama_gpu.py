@@ -4,7 +4,7 @@
 # Source: transformers.models.llama.modeling_llama (transformers==5.25.0)
 # Config: models.llama.llama_gpu_patch_gen_config
 # Description: Llama with op-slot guards and slot-backed losses
-# Fingerprint: 4788154560b924c9d175
+# Fingerprint: fe153a0a33eb53478937
 # Patches:
 #   - override_method LlamaRMSNorm.forward: rms_norm slot guard
 #   - override_method LlamaMLP.forward: glu_activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3.modeling_qwen3 (transformers==5.25.0)
 # Config: models.qwen3.qwen3_gpu_patch_gen_config
 # Description: Qwen3 with op-slot guards and slot-backed losses
-# Fingerprint: cced6b0441c828104f2e
+# Fingerprint: 364791e7c25ff58714ad
 # Patches:
 #   - override_method Qwen3RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MLP.forward: glu_activation slot guard
