@@ -72,6 +72,9 @@ def _run(command: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
     """``command`` in ``folder``, with this interpreter's folder first on PATH (``torchrun`` is its own)."""
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTEST_ADDOPTS"}}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    # Temporary files in the test's folder: torchrun leaves its log folder (torchelastic_*) behind otherwise.
+    (temporary := folder / "tmp").mkdir(exist_ok=True)
+    env["TMPDIR"] = str(temporary)
     return subprocess.run(command, check=False, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
