@@ -4,9 +4,10 @@ The kernels are ``grouped`` and ``grouped_compiled`` (``grouped``'s loops with i
 compiled by inductor: ``OURS``); ``--smoke`` runs ``grouped`` alone, since inductor's compile would cost more
 than the toy steps.
 
-Two levels, both forward + backward, fp32, each figure timed in a fresh child process of its own (one per
-kernel layout, one per model, so no measurement inherits another's allocator state), with the variants
-interleaved and their order rotated every round (so drift of a shared machine hits all alike):
+Three kinds of figure, all forward + backward, fp32, each timed in a fresh child process of its own (one per
+kernel layout, one per model, one per configuration and round in the last kind, so no measurement inherits
+another's allocator state), with the variants interleaved and their order rotated every round (so drift of a
+shared machine hits all alike):
 
 - kernel: one routed-experts layer at several (experts, top-k, tokens) shapes, in each expert layout
   of ``KERNEL_LAYOUTS``: ``Qwen3MoeExperts``'s fused gate-first ``[E, 2I, H]`` weights (also DeepSeek-V3's
@@ -28,6 +29,10 @@ interleaved and their order rotated every round (so drift of a shared machine hi
   attention ``from_pretrained`` picks (``default_attention``); the generated side runs
   ``modelgraft.models.attention``'s ``fused_attention`` where upstream's attention misses torch's fused CPU kernel
   (MLA widths, sinks, DSA indices: ``generated_attention``).
+
+- model, a process per configuration: qwen3_moe's step again (``PROCESS_PER_CONFIGURATION_MODELS``), each
+  kernel and upstream's default in a fresh process of their own every round, the order rotated each round (the
+  MoE budget's protocol; above, the variants share one process and so its allocator).
 
 Each figure is a speed-up: the median over rounds of ``upstream time / kernel time`` (above 1: the kernel
 is faster), judged against ``budgets.MOE_SPEEDUP_VS_DEFAULT`` for upstream's default and
@@ -69,6 +74,11 @@ OURS = (GROUPED, COMPILED)
 #: Upstream's experts implementations that run on CPU; the first is its default there.
 UPSTREAM = ("grouped_mm", "eager")
 UPSTREAM_DEFAULT = UPSTREAM[0]
+#: Models whose train step is also timed with each configuration in a process of its own
+#: (:func:`_process_per_configuration_rows`): the step the MoE budget names, qwen3_moe's.
+PROCESS_PER_CONFIGURATION_MODELS = ("qwen3_moe",)
+#: Timed steps in each of those processes, after the warm-up; the process's figure is their median.
+STEPS_PER_PROCESS = 3
 #: The generated model's kernels in the train-step rows: ``grouped`` experts (or the kernel of ``OURS`` a row
 #: times), the ``chunked`` causal-LM loss, and the ``shared_keys`` indexers of the models that have a
 #: sparse-attention indexer (a slot a model never calls costs nothing). None of them needs a compiler.
@@ -332,6 +342,38 @@ def _model_timing(model_type: str, sizes: MoeSizes, repeats: int, kernels: Seque
     }
 
 
+def _step_timing(model_type: str, variant: str, sizes: MoeSizes, steps: int) -> dict[str, Any]:
+    """One configuration's train steps alone in this process: the first (timed apart, a compiled kernel compiles
+    there), the rest of the warm-up, then ``steps`` timed ones. The pair is built as in :func:`_model_timing` (same
+    seed, same weights, so the first-step losses of separate processes compare) and the other side dropped, so the
+    process's allocator serves this configuration alone."""
+    from modelgraft.models.ops import OpsConfig, bound_ops
+    from modelgraft.models.testing import build_pair, causal_lm_batch
+
+    config, upstream_cls, generated_cls, attention = _prepare(model_type, sizes)
+    pair = build_pair(config, upstream_cls, generated_cls, seed=0)
+    if variant in OURS:
+        model, ops = pair.generated, OpsConfig(generated_kernels(variant))
+        model.set_attn_implementation(attention)
+    else:
+        model, ops = pair.upstream, OpsConfig()
+        model.set_experts_implementation(variant)
+    del pair
+    batch = causal_lm_batch(config, batch_size=sizes.batch_size, seq_len=sizes.seq_len, seed=0)
+    with bound_ops(ops):
+        start = time.perf_counter()
+        loss = train_step(model, batch)
+        first_s = time.perf_counter() - start
+        for _ in range(sizes.warmup - 1):
+            train_step(model, batch)
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            train_step(model, batch)
+            times.append(time.perf_counter() - start)
+    return {"times": times, "first_s": first_s, "loss": loss}
+
+
 def _child_models(model_types: Sequence[str], sizes: MoeSizes, repeats: int, kernels: Sequence[str]) -> dict[str, Any]:
     import torch
 
@@ -372,18 +414,20 @@ def _child_memory(model_type: str, variant: str, sizes: MoeSizes) -> dict[str, A
 
 def child_main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="MoE benchmark child process (run by benchmarks.run)")
-    parser.add_argument("mode", choices=("kernel", "models", "memory", "list"))
+    parser.add_argument("mode", choices=("kernel", "models", "step", "memory", "list"))
     parser.add_argument("--models", default="", help="comma-separated model types (default: every sparse one)")
     parser.add_argument(
         "--layout", choices=tuple(KERNEL_LAYOUTS), action="append", help="kernel mode: an expert layout (repeatable)"
     )
-    parser.add_argument("--variant", choices=(*OURS, *UPSTREAM), action="append", help="memory mode (repeatable)")
+    parser.add_argument(
+        "--variant", choices=(*OURS, *UPSTREAM), action="append", help="memory mode (repeatable); step mode (once)"
+    )
     parser.add_argument(
         "--kernels",
         default=",".join(OURS),
         help=f"kernel and models modes: this repo's kernels to time ({', '.join(OURS)})",
     )
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds; step mode: timed steps")
     parser.add_argument("--sizes", required=True, help="MoeSizes as JSON")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args(argv)
@@ -402,6 +446,9 @@ def child_main(argv: Sequence[str] | None = None) -> None:
         emit_result({layout: _kernel_timing(layout, sizes, args.repeats, kernels) for layout in args.layout})
     elif args.mode == "models":
         emit_result(_child_models(models, sizes, args.repeats, kernels))
+    elif args.mode == "step":
+        (variant,) = args.variant
+        emit_result(_step_timing(models[0], variant, sizes, args.repeats))
     else:
         emit_result({variant: _child_memory(models[0], variant, sizes) for variant in args.variant})
 
@@ -541,12 +588,74 @@ def bench_moe(
         listed = []
     for model_type in listed:
         rows += _model_rows(model_type, sizes, common, threads, kernels, child_per_figure=child_per_figure)
+        if model_type in PROCESS_PER_CONFIGURATION_MODELS:
+            rows += _process_per_configuration_rows(model_type, sizes, repeats, threads, kernels)
     setup = f"moe: {sizes.describe()}; kernels {', '.join(kernels)}; {threads_used} torch thread(s); " + (
         "each layout, each model and each peak-memory variant in a process of its own"
         if child_per_figure
         else "the kernel layouts in one process, each model's step times in one, its peaks in one"
     )
     return rows, setup
+
+
+def _process_per_configuration_rows(
+    model_type: str, sizes: MoeSizes, rounds: int, threads: int, kernels: Sequence[str]
+) -> list[Row]:
+    """The budget's protocol for a model's step: each configuration (each kernel of ``kernels``, and upstream's
+    default) in a fresh process of its own, ``rounds`` rounds with the order rotated each round; a round's ratio is
+    upstream's figure over the kernel's, each the median of :data:`STEPS_PER_PROCESS` timed steps of its process.
+
+    The in-process rows (:func:`_model_rows`) run every variant in one process, where each side's allocations also
+    shape the other's (glibc's ``mmap`` threshold adapts to what the process freed before); here neither side
+    inherits the other's heap.
+    """
+    variants = (*kernels, UPSTREAM_DEFAULT)
+    figures: dict[str, list[float]] = {variant: [] for variant in variants}
+    losses: dict[str, float] = {}
+    try:
+        for round_ in range(rounds):
+            for variant in _rotated(variants, round_):
+                args = ["step", "--models", model_type, "--variant", variant, "--repeats", str(STEPS_PER_PROCESS)]
+                args += ["--sizes", json.dumps(asdict(sizes)), "--threads", str(threads)]
+                result = run_child(MODULE, args, extra_env=COMPILE_ENV)
+                figures[variant].append(summarize(result["times"]).median)
+                losses.setdefault(variant, result["loss"])
+    except ChildError as exc:
+        return [Row(SECTION, _process_per_configuration_name(model_type, kernels[0]), "error", status=FAILED,
+                    notes=str(exc)[-500:])]  # fmt: skip
+    return [process_per_configuration_row(model_type, kernel, figures, losses) for kernel in kernels]
+
+
+def _process_per_configuration_name(model_type: str, kernel: str) -> str:
+    return f"{model_type}: train step, a process per configuration: {kernel} vs upstream default ({UPSTREAM_DEFAULT})"
+
+
+def process_per_configuration_row(
+    model_type: str, kernel: str, figures: dict[str, list[float]], losses: dict[str, float]
+) -> Row:
+    """The judged row of ``kernel`` from each configuration's per-round step times (s) and first-step losses."""
+    per_round = [b / g for b, g in zip(figures[UPSTREAM_DEFAULT], figures[kernel], strict=True)]
+    ratios = summarize(per_round)
+    floor = budgets.MOE_SPEEDUP_VS_DEFAULT
+    every = "yes" if ratios.low >= floor else "no"
+    medians = {
+        variant: summarize(times).median for variant, times in figures.items() if variant in (kernel, UPSTREAM_DEFAULT)
+    }
+    notes = (
+        f"median: {', '.join(f'{v} {t:.3f} s' for v, t in medians.items())}; "
+        f"rounds: {', '.join(f'{r:.2f}' for r in per_round)} (every round >= {floor:g}x: {every}); "
+        f"first-step loss |diff| {abs(losses[kernel] - losses[UPSTREAM_DEFAULT]):.1e}; "
+        f"{STEPS_PER_PROCESS} timed steps per process after its warm-up"
+    )
+    return Row(
+        SECTION,
+        _process_per_configuration_name(model_type, kernel),
+        f"{ratios.median:.2f}x faster",
+        ratios.spread("{:.2f}"),
+        f">= {floor:g}x (-{budgets.MOE_SPEEDUP_NOISE:g} noise)",
+        judge_at_least(ratios.median, floor, noise=budgets.MOE_SPEEDUP_NOISE),
+        notes,
+    )
 
 
 def _kernel_rows(name: str, shapes: list[dict[str, Any]]) -> list[Row]:

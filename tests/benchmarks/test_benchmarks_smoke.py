@@ -38,6 +38,7 @@ EXPECTED_ROWS = {
         "| moe | experts layer E=8 k=2 256 tokens, fwd+bwd: grouped vs upstream default (grouped_mm) |",
         "| moe | qwen3_moe: train step: grouped vs fastest upstream (",
         "| moe | qwen3_moe: train step peak memory, grouped / upstream default |",
+        "| moe | qwen3_moe: train step, a process per configuration: grouped vs upstream default (grouped_mm) |",
     ),
 }
 
