@@ -29,8 +29,21 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
-#: What the server imports once, before any fork: the bulk of a test process's start.
-PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "transformers.models.auto.modeling_auto", "pytest")
+#: What the server imports once, before any fork: the bulk of a test process's start. The ``torch._inductor`` and
+#: ``torch._functorch`` modules are what a process's first ``torch.compile`` imports, aot_eager's included (dynamo's
+#: backends, aot_autograd, most of inductor and networkx): 1.2 s of the first compile of every scaffold's suite,
+#: which checks its first decoder layers compiled (torch 2.13's modules; a name a torch version lacks is skipped).
+#: Importing them starts no thread and no process.
+PRELOAD = (
+    "torch",
+    "transformers",
+    "transformers.modeling_utils",
+    "transformers.models.auto.modeling_auto",
+    "torch._inductor.compile_fx",
+    "torch._inductor.compiler_bisector",
+    "torch._functorch._aot_autograd.subclass_codegen",
+    "pytest",
+)
 
 _SERVER = r"""
 import gc, json, os, runpy, sys, traceback

@@ -49,3 +49,22 @@ def test_a_script_finds_modules_in_its_directory_first(tmp_path: Path) -> None:
 def test_the_preloaded_modules_are_left_out_of_the_childs_garbage_collection(tmp_path: Path) -> None:
     done = run_code("import gc\nprint(gc.get_freeze_count())", cwd=tmp_path)
     assert int(done.stdout) > 100_000, done.stderr  # torch and transformers alone make several hundred thousand
+
+
+_FIRST_COMPILE = """
+import sys, torch
+before = set(sys.modules)
+step = torch.compile(lambda x: (x.sin() * 2).sum(), backend="aot_eager", fullgraph=True)
+step(torch.randn(8, requires_grad=True)).backward()
+print(sorted(m for m in set(sys.modules) - before if m.startswith(("torch._inductor", "torch._functorch", "networkx"))))
+"""
+
+
+def test_a_childs_first_compile_finds_what_it_imports_preloaded(tmp_path: Path) -> None:
+    """Every scaffold's suite compiles its first decoder layers; what a first compile imports comes with the fork.
+
+    The modules are torch 2.13's: a torch version that imports others lazily lists them here (add them to
+    ``PRELOAD``)."""
+    done = run_code(_FIRST_COMPILE, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[]\n"
