@@ -62,7 +62,7 @@ from typing import Any
 from benchmarks import budgets
 from benchmarks.child import ChildError, emit_result, run_child
 from benchmarks.report import FAILED, INFO, SKIPPED, Row, judge_at_most
-from benchmarks.stats import summarize
+from benchmarks.stats import seconds_per_call, summarize
 
 SECTION = "compile"
 MODULE = "benchmarks.compile_bench"
@@ -305,15 +305,6 @@ def _trainer(
     return step
 
 
-def _timed(step: Callable[[], float], count: int) -> list[float]:
-    times = []
-    for _ in range(count):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def _compile_layers(model: Any) -> None:
     import torch._inductor.config
 
@@ -332,13 +323,13 @@ def _side(model_type: str, side: str, sizes: CompileSizes) -> dict[str, Any]:
     seed_everything(0)
     model = (subject.upstream if side == "upstream" else subject.generated)(subject.config).float().train()
     step = _trainer(model, subject.batch(), subject.loss)
-    _timed(step, sizes.warmup)  # eager: the optimizer's state and the allocator warmed up, as in a real run
+    seconds_per_call(step, sizes.warmup)  # eager: the optimizer's state and the allocator warmed up, as in a real run
     _compile_layers(model)
-    first = _timed(step, 1)[0]
-    _timed(step, sizes.warmup)
+    first = seconds_per_call(step, 1)[0]
+    seconds_per_call(step, sizes.warmup)
     return {
         "first": first,
-        "compiled": _timed(step, sizes.steps),
+        "compiled": seconds_per_call(step, sizes.steps),
         "graphs": int(counters["stats"]["unique_graphs"]),
         "breaks": int(sum(counters["graph_break"].values())),
     }
@@ -347,11 +338,11 @@ def _side(model_type: str, side: str, sizes: CompileSizes) -> dict[str, Any]:
 def _interleaved(steps: dict[str, Callable[[], float]], sizes: CompileSizes) -> dict[str, list[float]]:
     """``warmup`` steps of each side, then ``steps`` rounds of one step each, the first side alternating."""
     for step in steps.values():
-        _timed(step, sizes.warmup)
+        seconds_per_call(step, sizes.warmup)
     times: dict[str, list[float]] = {side: [] for side in SIDES}
     for round_ in range(sizes.steps):
         for side in SIDES if round_ % 2 == 0 else SIDES[::-1]:
-            times[side] += _timed(steps[side], 1)
+            times[side] += seconds_per_call(steps[side], 1)
     return times
 
 

@@ -28,13 +28,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.child import ChildError, emit_result, run_child
 from benchmarks.peak_memory import MEASURE_ENV
 from benchmarks.report import FAILED, Row, render_report
+from benchmarks.stats import seconds_per_call
 
 SECTION = "delta_rule"
 MODULE = "benchmarks.delta_rule_bench"
@@ -94,11 +94,7 @@ def _child_run(side: str, length: int, heads: int, key_heads: int, width: int) -
     _step(kernel, {name: tensor.detach()[:, :64].clone().requires_grad_() for name, tensor in inputs.items()})
     with peak_memory() as peak:
         _step(kernel, inputs)
-    seconds = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        _step(kernel, inputs)
-        seconds.append(time.perf_counter() - start)
+    seconds = seconds_per_call(lambda: _step(kernel, inputs), REPEATS)
     return {"s": statistics.median(seconds), "peak_mib": peak.peak_delta_mib, "method": peak.method}
 
 

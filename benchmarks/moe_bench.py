@@ -57,7 +57,7 @@ from benchmarks.moe_sizes import EXPERT_KEYS, SMOKE_SIZES, MoeSizes
 from benchmarks.peak_memory import MEASURE_ENV
 from benchmarks.report import FAILED, INFO, SKIPPED, Row, judge_at_least
 from benchmarks.runtime_bench import train_step
-from benchmarks.stats import summarize
+from benchmarks.stats import seconds_per_call, summarize
 
 # The sizes live in benchmarks.moe_sizes; run.py picks them from here with the section.
 __all__ = ["SMOKE_SIZES", "MoeSizes", "bench_moe", "child_main", "sparse_models"]
@@ -366,11 +366,7 @@ def _step_timing(model_type: str, variant: str, sizes: MoeSizes, steps: int) -> 
         first_s = time.perf_counter() - start
         for _ in range(sizes.warmup - 1):
             train_step(model, batch)
-        times = []
-        for _ in range(steps):
-            start = time.perf_counter()
-            train_step(model, batch)
-            times.append(time.perf_counter() - start)
+        times = seconds_per_call(lambda: train_step(model, batch), steps)
     return {"times": times, "first_s": first_s, "loss": loss}
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 
@@ -26,3 +27,13 @@ def summarize(values: Sequence[float]) -> Summary:
     if not values:
         raise ValueError("no measurements to summarize")
     return Summary(median=statistics.median(values), low=min(values), high=max(values), count=len(values))
+
+
+def seconds_per_call(call: Callable[[], object], count: int) -> list[float]:
+    """Wall seconds of each of ``count`` calls of ``call``, one after the other: the repeats a summary is made of."""
+    seconds = []
+    for _ in range(count):
+        start = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - start)
+    return seconds
