@@ -11,7 +11,9 @@ and a pattern that matches no statement, or more than one, is an error naming th
 from __future__ import annotations
 
 import ast
+import copy
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from modelgraft.generator import parse_cache
@@ -109,6 +111,30 @@ def _owned_calls_by_callee(root: ast.AST) -> dict[str, list[tuple[ast.stmt, ast.
     return found
 
 
+class _GuardRemover(ast.NodeTransformer):
+    """Replaces each ``if <condition>: ... else: ...`` by its ``else:`` statements, counting them."""
+
+    def __init__(self, condition: str) -> None:
+        self.condition = condition
+        self.removed = 0
+
+    def visit_If(self, node: ast.If) -> ast.AST | list[ast.stmt]:
+        self.generic_visit(node)
+        if node.orelse and ast.unparse(node.test) == self.condition:
+            self.removed += 1
+            return node.orelse
+        return node
+
+
+def _without_guards(node: ast.FunctionDef | ast.AsyncFunctionDef, condition: str) -> tuple[ast.AST, int]:
+    """A copy of ``node`` with every guard on ``condition`` replaced by upstream's statements, and their number.
+
+    A copy: trees are shared (parse_cache) and never changed in place.
+    """
+    remover = _GuardRemover(condition)
+    return remover.visit(copy.deepcopy(node)), remover.removed
+
+
 def _is_block(value: list) -> bool:
     return bool(value) and isinstance(value[0], (ast.stmt, ast.excepthandler))
 
@@ -202,7 +228,16 @@ class UpstreamMember:
 
     def call(self, pattern: str) -> CallSite:
         """The one call of ``pattern`` (e.g. ``"self.experts"``) in the body, as source text."""
-        statement, call = self._find(pattern)
+        return self._call_site(*self._find(pattern))
+
+    def calls(self, pattern: str) -> tuple[CallSite, ...]:
+        """Every call of ``pattern`` in the body, in source order, as source text (see :meth:`replacing_calls`)."""
+        return tuple(self._call_site(statement, call) for statement, call in self._in_source_order(pattern))
+
+    def _in_source_order(self, pattern: str) -> list[tuple[ast.stmt, ast.Call]]:
+        return sorted(_owned_calls(self.node, pattern), key=lambda found: (found[1].lineno, found[1].col_offset))
+
+    def _call_site(self, statement: ast.stmt, call: ast.Call) -> CallSite:
         target = assigned = None
         if isinstance(statement, (ast.Assign, ast.AnnAssign)):
             targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
@@ -266,6 +301,52 @@ class UpstreamMember:
         edited = source[first:begin] + replacement + source[end:last]
         guarded = self._reindent(edited, statement.col_offset, 0)
         return self.wrapping(pattern, condition, guarded)
+
+    def replacing_calls(self, pattern: str, condition: str, replacements: Sequence[str]) -> UpstreamMember:
+        """The function with each statement calling ``pattern`` under ``else:`` of ``if condition:`` that same
+        statement with the call replaced by its replacement (``replacements``: one per call of :meth:`calls`, in
+        that order).
+
+        :meth:`replacing_call` for a module that upstream calls in more than one place: OPT's decoder layer calls
+        each of its layer norms in two statements, before the attention or MLP where ``do_layer_norm_before`` is
+        set and after it where it is not. Each statement is guarded alone, so whichever runs goes behind the slot.
+        Every call must be the only call of ``pattern`` in its statement. Verified as a whole: with every new guard
+        replaced by its ``else:`` branch, the function is the one it was.
+        """
+        whole = self._derived(self.source)
+        found = whole._in_source_order(pattern)
+        if not found:
+            raise self._fail(f"it calls no {pattern}(...)")
+        if len(replacements) != len(found):
+            raise self._fail(f"{len(found)} calls of {pattern}(...) and {len(replacements)} replacements")
+        if len({id(statement) for statement, _ in found}) != len(found):
+            raise self._fail(f"one statement calls {pattern}(...) more than once: its calls cannot be guarded alone")
+        positions = whole.index.source_lines
+        source = whole.index.source
+        # Last call first, so that the offsets of the calls before it stay valid.
+        for (statement, call), replacement in reversed(list(zip(found, replacements, strict=True))):
+            first = positions.offset(self._stmt_start(statement), 0)
+            begin = positions.offset(call.lineno, call.col_offset)
+            end = positions.offset(call.end_lineno, call.end_col_offset)
+            last = positions.offset(statement.end_lineno + 1, 0)
+            column = statement.col_offset
+            pad = " " * column
+            guarded = (
+                f"{pad}if {condition}:\n"
+                + self._reindent(source[first:begin] + replacement + source[end:last], column, column + 4)
+                + f"{pad}else:\n"
+                + self._reindent(source[first:last], column, column + 4)
+            )
+            source = source[:first] + guarded + source[last:]
+        try:
+            derived = self._derived(source)
+        except SyntaxError as exc:
+            raise self._fail(f"guarding its calls of {pattern}(...) gave invalid Python ({exc.msg})") from exc
+        before, guards_before = _without_guards(whole.node, condition)
+        after, guards_after = _without_guards(derived.node, condition)
+        if guards_after - guards_before != len(found) or not same_syntax(after.body, before.body):
+            raise self._fail("its statements change when re-indented under the guards (a multi-line string?)")
+        return derived
 
     def calling_instead(self, pattern: str, function: str) -> UpstreamMember:
         """The function with every call of ``pattern`` calling ``function`` instead, with the same arguments.

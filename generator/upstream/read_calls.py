@@ -4,7 +4,9 @@ Older decoders (opt, gpt_neo, bloom, biogpt) have no norm or MLP class of their 
 builds ``self.ln_1 = nn.LayerNorm(...)`` and ``self.act = ACT2FN[config.activation_function]`` and calls
 them in its forward. Each such call is a site a guard can reach without rewriting the class: the one
 statement holding the call goes behind the layer_norm or activation slot. A site counts only when the
-attribute is built exactly that way in ``__init__`` and called exactly once in the class's own forward.
+attribute is built exactly that way in ``__init__`` and called exactly once in the class's own forward, or, for a
+layer norm, in several assignments of its own (OPT calls each norm before its block or after it, as
+``do_layer_norm_before`` says): each of those statements goes behind the slot.
 
 A norm that a config switch chooses (InternViT's ``NORM2FN[config.norm_type](...)``, Janus's
 ``nn.LayerNorm(...) if config.use_qk_norm else nn.Identity()``) is a site too, kept apart as a chosen one: its
@@ -97,6 +99,19 @@ def _calls_of(forward: ast.FunctionDef, attr: str) -> list[ast.Call]:
     return [c for c in calls_in(forward) if is_self_attr(c.func, attr)]
 
 
+def _each_assigned_alone(forward: ast.FunctionDef, attr: str) -> bool:
+    """Whether every call of ``self.<attr>`` in ``forward`` is the whole value of an assignment of its own, on one
+    argument (OPT's ``hidden_states = self.final_layer_norm(hidden_states)``, once on each side of an
+    ``if self.do_layer_norm_before``): each such statement can go behind the slot alone."""
+    calls = _calls_of(forward, attr)
+    alone = [
+        node.value
+        for node in ast.walk(forward)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and is_self_attr(node.value.func, attr)
+    ]
+    return len(alone) == len(calls) and all(len(call.args) == 1 and not call.keywords for call in alone)
+
+
 def read_call_sites(source: ModelSource, skip: set[str]) -> tuple[CallSites, ...]:
     """Per class (other than ``skip``, the classes patched whole), the guardable module calls of its forward."""
     found = []
@@ -111,10 +126,14 @@ def read_call_sites(source: ModelSource, skip: set[str]) -> tuple[CallSites, ...
         chosen: list[str] = []
         activation = config_attr = name = None
         for attr, values in assigns.items():
-            if len(values) != 1 or len(_calls_of(forward, attr)) != 1:
+            calls = _calls_of(forward, attr)
+            if len(values) != 1 or not calls:
                 continue
             if _layer_norm(source, values[0]):
-                norms.append(attr)
+                if len(calls) == 1 or _each_assigned_alone(forward, attr):
+                    norms.append(attr)
+            elif len(calls) != 1:
+                continue
             elif _chosen_layer_norm(source, values[0]):
                 if len(_calls_of(forward, attr)[0].args) == 1 and not _calls_of(forward, attr)[0].keywords:
                     chosen.append(attr)

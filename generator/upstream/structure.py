@@ -86,7 +86,8 @@ class CallSites:
 
     cls: str
     line: int
-    #: Attributes holding an ``nn.LayerNorm``, each called once in forward.
+    #: Attributes holding an ``nn.LayerNorm``, each called once in forward, or in several assignments of its own
+    #: (OPT's, before or after a block as ``do_layer_norm_before`` says).
     layer_norms: tuple[str, ...] = ()
     #: Attributes whose module a config switch chooses, ``nn.LayerNorm`` among the choices (InternViT's
     #: ``NORM2FN[config.norm_type](...)``, ``nn.Identity() if ... else nn.LayerNorm(...)``), each called once in
