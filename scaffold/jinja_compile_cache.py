@@ -42,9 +42,21 @@ _COMPILED: dict[tuple[Any, ...], Any] = {}
 _LIMIT = 4096
 
 
+#: :func:`_passing`'s answer by the filters or tests themselves: every compile of a source reads it, over the
+#: hundred or so filters an environment of Copier's has, and the environments of a process have a few sets. The
+#: functions are held here, so no key's function can be freed and its id taken by another.
+_PASSING: dict[tuple[tuple[str, Callable[..., Any]], ...], tuple[tuple[str, Any], ...]] = {}
+
+
 def _passing(functions: Mapping[str, Callable[..., Any]]) -> tuple[tuple[str, Any], ...]:
     """Each filter's or test's name and what the compiled code passes it first (nothing, context, ...)."""
-    return tuple(sorted((name, _PassArg.from_obj(function)) for name, function in functions.items()))
+    key = tuple(functions.items())
+    passing = _PASSING.get(key)
+    if passing is None:
+        if len(_PASSING) >= _LIMIT:
+            _PASSING.clear()
+        passing = _PASSING[key] = tuple(sorted((name, _PassArg.from_obj(function)) for name, function in key))
+    return passing
 
 
 def _settings(environment: Environment) -> tuple[Any, ...]:

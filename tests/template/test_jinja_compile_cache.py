@@ -24,6 +24,7 @@ from modelgraft.scaffold.jinja_compile_cache import share_compiled_code
 def compiles(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Every source Jinja itself compiles, with the cache empty at the start."""
     monkeypatch.setattr(jinja_compile_cache, "_COMPILED", {})
+    monkeypatch.setattr(jinja_compile_cache, "_PASSING", {})
     compiled: list[str] = []
     real = Environment.compile
 
@@ -62,6 +63,21 @@ def test_a_filter_passed_the_context_in_one_environment_only_compiles_apart(comp
     assert plain.from_string("{{ 1 | who }}").render(name="x") == "plain 1"
     assert with_context.from_string("{{ 1 | who }}").render(name="x") == "x 1"
     assert len(compiles) == 2
+
+
+def test_what_each_filter_is_passed_is_read_once_per_set_of_filters(monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[object] = []
+    real = jinja_compile_cache._PassArg.from_obj
+
+    def counting(function: object) -> object:
+        read.append(function)
+        return real(function)
+
+    monkeypatch.setattr(jinja_compile_cache._PassArg, "from_obj", counting)
+    first, second = _shared(), _shared()
+    for environment, source in ((first, "{{ 1 }}"), (first, "{{ 2 }}"), (second, "{{ 3 }}")):
+        environment.from_string(source).render()
+    assert len(read) == len(first.filters) + len(first.tests)
 
 
 def test_an_environment_left_alone_compiles_every_time(compiles: list[str]) -> None:
