@@ -10,7 +10,8 @@ virtual environments it is installed into.
 - :func:`install_with_base_requirements`: the wheel and only what its base requirements need, recursively:
   a base install, as ``pip install modelgraft`` makes it, without the tools extra. The distributions are the
   ones this environment has installed, linked file by file from its site-packages (no download, no copy:
-  torch alone is 900 MiB); which of them, and at which versions, the wheel's metadata decides.
+  torch alone is 900 MiB); which of them, and at which versions, the wheel's metadata decides. Their folders'
+  ``__pycache__`` folders are linked too: the bytecode an installed environment would hold.
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ def install_with_base_requirements(wheel: Path) -> Callable[[Path], None]:
     def build(venv: Path) -> None:
         python, site = _venv(venv)
         _pip_install_alone(python, wheel)
+        folders: dict[Path, Path] = {}  # a folder made here -> the folder its files are linked from
         for distribution in closure(base_requirements(wheel)).values():
             root = Path(distribution.locate_file("")).resolve()
             for file in distribution.files or []:
@@ -151,5 +153,12 @@ def install_with_base_requirements(wheel: Path) -> Callable[[Path], None]:
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.symlink_to(root / file)
+                folders.setdefault(target.parent, (root / file).parent)
+        # The bytecode this environment has compiled for those files, as an installed environment has its own: a
+        # module's cached bytecode is looked up next to the path it is imported from, and without these links the
+        # new environment would compile torch's modules from source again at every start.
+        for folder, linked_from in folders.items():
+            if (linked_from / "__pycache__").is_dir() and not (folder / "__pycache__").exists():
+                (folder / "__pycache__").symlink_to(linked_from / "__pycache__")
 
     return build
