@@ -92,8 +92,13 @@ for _line in sys.stdin:
 """
 
 
-class _Server:
-    """One server process, its request pipe, and the lock that keeps one run at a time on it."""
+class PreloadedInterpreter:
+    """One server process, its request pipe, and the lock that keeps one run at a time on it.
+
+    :func:`run_module` and :func:`run_code` share one per test process. A caller running several at once (the
+    scaffold survey, one per worker) makes its own: ``env`` is what the server imports torch in (its thread
+    settings included), a run's own import path aside.
+    """
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.process = subprocess.Popen(
@@ -105,6 +110,35 @@ class _Server:
             text=True,
         )
         self.lock = threading.Lock()
+        #: The process group of the run in flight (its child's pid), None between runs.
+        self.running: int | None = None
+
+    def kill_running(self) -> None:
+        """End the run in flight, with every process it started (its process group); :meth:`run` then returns
+        the killed run's status."""
+        pid = self.running
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self) -> None:
+        """End the server; a run in flight is killed first."""
+        self.kill_running()
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
+
+    def run_module(
+        self, module: str, *args: str, cwd: Path, env: Mapping[str, str], timeout: float | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``python -m module args`` in ``cwd`` with exactly ``env`` (see :func:`run_module`)."""
+        request = {"module": module, "args": list(args)}
+        return self.run([sys.executable, "-m", module, *args], request, cwd=cwd, env=env, timeout=timeout)
 
     def _reply(self, timeout: float | None) -> dict[str, int] | None:
         assert self.process.stdout is not None
@@ -136,11 +170,15 @@ class _Server:
             started = self._reply(timeout=60)
             if started is None:
                 raise RuntimeError("the preloaded Python server did not fork within 60 s")
-            done = self._reply(timeout)
-            if done is None:
-                os.killpg(started["pid"], signal.SIGKILL)
-                self._reply(timeout=60)
-                raise subprocess.TimeoutExpired(command, timeout or 0, out.read_text(), err.read_text())
+            self.running = started["pid"]
+            try:
+                done = self._reply(timeout)
+                if done is None:
+                    self.kill_running()
+                    self._reply(timeout=60)
+                    raise subprocess.TimeoutExpired(command, timeout or 0, out.read_text(), err.read_text())
+            finally:
+                self.running = None
             return subprocess.CompletedProcess(command, done["returncode"], out.read_text(), err.read_text())
 
 
@@ -150,8 +188,8 @@ def _server_env() -> dict[str, str]:
 
 
 @cache
-def _server(env: tuple[tuple[str, str], ...]) -> _Server:
-    return _Server(dict(env))
+def _server(env: tuple[tuple[str, str], ...]) -> PreloadedInterpreter:
+    return PreloadedInterpreter(dict(env))
 
 
 def run_module(

@@ -173,6 +173,7 @@ def _survey(argv: Sequence[str] | None) -> int:
         print("scaffold-survey: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
+        runner.close()
         if base is not None:
             if args.keep:
                 print(f"scaffold-survey: clones kept in {base}", file=sys.stderr)

@@ -76,11 +76,12 @@ def survey_model(clone: Path, model: str, category: str, runner: Runner, setting
         tests = None
         if copy.returncode == 0 and dest_exists and not stray:
             left = settings.timeout - (time.monotonic() - start)
-            pytest_argv = [sys.executable, "-m", "pytest", f"models/{model}", "-q", "-x", "-p", "no:cacheprovider"]
+            pytest_args = [f"models/{model}", "-q", "-x", "-p", "no:cacheprovider"]
             # A base folder of its own: pytest sessions sharing the default root race in removing its
             # pytest-current link at their end, and the loser exits 1 after its tests passed.
             with tempfile.TemporaryDirectory(prefix=f"survey-{model}-") as private:
-                tests = runner.run([*pytest_argv, "--basetemp", str(Path(private) / "tmp")], clone, env, left)
+                pytest_args += ["--basetemp", str(Path(private) / "tmp")]
+                tests = runner.run_module("pytest", pytest_args, clone, env, left)
         generated = dest / "generated" / f"patched_modeling_{model}_gpu.py"
         slots = guarded_slots(generated.read_text(encoding="utf-8")) if generated.is_file() else ()
         for module in sub_model_modules(dest, clone / "models"):  # a composed copy's towers guard the rest

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -284,6 +285,62 @@ def test_a_timeout_ends_the_process_and_its_children(tmp_path: Path) -> None:
     assert time.monotonic() - start < 10
 
 
+#: A module a forked test run runs: it starts a child that outlives it unless its process group is ended, then waits.
+SLEEPER = """
+import subprocess, time
+subprocess.Popen(["sleep", "30"])
+print("started", flush=True)
+time.sleep(30)
+"""
+
+
+def test_a_timeout_ends_a_forked_run_and_its_children(tmp_path: Path) -> None:
+    write(tmp_path / "sleeper.py", SLEEPER)
+    runner = processes.Runner()
+    try:
+        start = time.monotonic()
+        step = runner.run_module("sleeper", [], tmp_path, {"PATH": "/usr/bin:/bin"}, 1)
+        assert step.timed_out and step.returncode is None and "started" in step.output
+        assert time.monotonic() - start < 10
+    finally:
+        runner.close()
+
+
+def test_stopping_the_runner_ends_a_forked_run_in_flight(tmp_path: Path) -> None:
+    write(tmp_path / "sleeper.py", SLEEPER)
+    runner = processes.Runner()
+    steps: list[StepResult] = []
+    try:
+        worker = threading.Thread(
+            target=lambda: steps.append(runner.run_module("sleeper", [], tmp_path, {"PATH": "/usr/bin:/bin"}, 60))
+        )
+        start = time.monotonic()
+        worker.start()
+        while not (tmp_path / "ready").exists() and time.monotonic() - start < 30:
+            if any(i.running for _, i in runner._interpreters.values()):
+                (tmp_path / "ready").touch()
+            time.sleep(0.05)
+        runner.stop()
+        worker.join(timeout=30)
+        (step,) = steps
+        assert step.timed_out and step.returncode is None
+        assert time.monotonic() - start < 30
+    finally:
+        runner.close()
+
+
+def test_a_forked_run_imports_modelgraft_from_the_clone_it_is_given(tmp_path: Path) -> None:
+    clone = fake_clone(tmp_path, None)
+    write(tmp_path / "probe.py", "import modelgraft.models\nprint(modelgraft.models.__file__)\n")
+    runner = processes.Runner()
+    try:
+        step = runner.run_module("probe", [], tmp_path, clones.subprocess_env(clone, 1), 60)
+    finally:
+        runner.close()
+    assert step.returncode == 0, step.output
+    assert Path(step.output.strip()).resolve() == (clone / "models" / "__init__.py").resolve()
+
+
 # -- the workers and the command --------------------------------------------------------------------------------------
 
 
@@ -385,7 +442,6 @@ def test_an_interrupt_returns_only_after_every_worker_has_ended() -> None:
     """The clones are removed after run_survey returns: no worker may still be resetting one then."""
     import _thread
     import signal
-    import threading
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("interrupt_main needs the test to run in the main thread")
