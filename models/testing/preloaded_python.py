@@ -112,16 +112,20 @@ class PreloadedInterpreter:
         self.lock = threading.Lock()
         #: The process group of the run in flight (its child's pid), None between runs.
         self.running: int | None = None
+        # Guards running and the two flags: a kill asked for between the request and the fork's reply is kept
+        # for the run, which ends its child as soon as it knows the pid.
+        self._state = threading.Lock()
+        self._in_run = False
+        self._kill_asked = False
 
     def kill_running(self) -> None:
         """End the run in flight, with every process it started (its process group); :meth:`run` then returns
-        the killed run's status."""
-        pid = self.running
-        if pid is not None:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        the killed run's status. Asked while the server is still forking, the kill follows the fork."""
+        with self._state:
+            if self.running is not None:
+                _kill_group(self.running)
+            elif self._in_run:
+                self._kill_asked = True
 
     def close(self) -> None:
         """End the server; a run in flight is killed first."""
@@ -165,21 +169,41 @@ class PreloadedInterpreter:
             out, err = Path(folder) / "stdout", Path(folder) / "stderr"
             request = {**request, "cwd": str(cwd), "env": dict(env), "stdout": str(out), "stderr": str(err)}
             assert self.process.stdin is not None
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
-            started = self._reply(timeout=60)
-            if started is None:
-                raise RuntimeError("the preloaded Python server did not fork within 60 s")
-            self.running = started["pid"]
+            with self._state:
+                self._in_run, self._kill_asked = True, False
             try:
+                self.process.stdin.write(json.dumps(request) + "\n")
+                self.process.stdin.flush()
+                started = self._reply(timeout=60)
+                if started is None:
+                    raise RuntimeError("the preloaded Python server did not fork within 60 s")
+                with self._state:
+                    self.running = started["pid"]
+                    if self._kill_asked:
+                        _kill_group(self.running)
                 done = self._reply(timeout)
                 if done is None:
                     self.kill_running()
                     self._reply(timeout=60)
                     raise subprocess.TimeoutExpired(command, timeout or 0, out.read_text(), err.read_text())
             finally:
-                self.running = None
+                with self._state:
+                    self.running, self._in_run = None, False
             return subprocess.CompletedProcess(command, done["returncode"], out.read_text(), err.read_text())
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL to the process group a forked child leads (it calls ``setpgid(0, 0)`` first); to the child alone
+    where it has not made its group yet, when it has started nothing either."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    except PermissionError:
+        pass
 
 
 def _server_env() -> dict[str, str]:

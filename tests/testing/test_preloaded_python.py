@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
-from modelgraft.models.testing.preloaded_python import run_code
+from modelgraft.models.testing.preloaded_python import PreloadedInterpreter, run_code
 
 _REPORT = """
 import json, os, sys
@@ -68,3 +70,24 @@ def test_a_childs_first_compile_finds_what_it_imports_preloaded(tmp_path: Path) 
     done = run_code(_FIRST_COMPILE, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[]\n"
+
+
+def test_a_kill_asked_while_the_server_forks_ends_the_run_once_forked(tmp_path: Path) -> None:
+    """A caller that stops its runs (scaffold-survey on Ctrl-C) may ask before the run knows its child's pid."""
+    (tmp_path / "sleeper.py").write_text("import time\ntime.sleep(30)\n", encoding="utf-8")
+    interpreter = PreloadedInterpreter({key: value for key, value in os.environ.items() if key != "PYTHONPATH"})
+    replies = interpreter._reply
+
+    def reply_then_kill(timeout: float | None) -> dict[str, int] | None:
+        answer = replies(timeout)
+        if answer is not None and "pid" in answer:  # the fork's reply, before the run has read it
+            interpreter.kill_running()
+        return answer
+
+    interpreter._reply = reply_then_kill  # type: ignore[method-assign]
+    try:
+        start = time.monotonic()
+        done = interpreter.run_module("sleeper", cwd=tmp_path, env={"PATH": os.environ.get("PATH", "")}, timeout=60)
+        assert done.returncode == -9 and time.monotonic() - start < 20
+    finally:
+        interpreter.close()
