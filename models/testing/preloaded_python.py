@@ -17,6 +17,7 @@ The server is POSIX-only (``os.fork``); elsewhere :func:`run_module` starts a pl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -135,7 +136,8 @@ class PreloadedInterpreter:
         self.process.wait()
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
-                stream.close()
+                with contextlib.suppress(OSError):  # a request left unsent to a server that died: a broken pipe
+                    stream.close()
 
     def run_module(
         self, module: str, *args: str, cwd: Path, env: Mapping[str, str], timeout: float | None = None

@@ -91,6 +91,11 @@ class Runner:
         except subprocess.TimeoutExpired as expired:
             output = "".join(part or "" for part in (expired.stdout, expired.stderr))
             return StepResult(argv, None, str(output), time.monotonic() - start, timed_out=True)
+        except (RuntimeError, OSError):  # the interpreter itself ended (killed, out of memory): a fresh one next run
+            with self._lock:
+                self._interpreters.pop(threading.get_ident(), None)
+            interpreter.close()
+            return self.run(argv, cwd, env, max(timeout - (time.monotonic() - start), 1.0))
         interrupted = self.stopped.is_set() and done.returncode < 0
         code = None if interrupted else done.returncode
         return StepResult(argv, code, done.stdout + done.stderr, time.monotonic() - start, interrupted)

@@ -329,6 +329,22 @@ def test_stopping_the_runner_ends_a_forked_run_in_flight(tmp_path: Path) -> None
         runner.close()
 
 
+def test_a_run_whose_interpreter_has_ended_runs_in_a_fresh_process(tmp_path: Path) -> None:
+    write(tmp_path / "hello.py", "print('hello')\n")
+    runner = processes.Runner()
+    env = {"PATH": "/usr/bin:/bin"}
+    try:
+        assert runner.run_module("hello", [], tmp_path, env, 60).output == "hello\n"
+        ((_, interpreter),) = runner._interpreters.values()
+        interpreter.process.kill()  # as the kernel's out-of-memory killer would
+        interpreter.process.wait()
+        step = runner.run_module("hello", [], tmp_path, env, 60)
+        assert (step.returncode, step.output) == (0, "hello\n")
+        assert runner._interpreters == {}  # the next run starts a new one
+    finally:
+        runner.close()
+
+
 def test_a_forked_run_imports_modelgraft_from_the_clone_it_is_given(tmp_path: Path) -> None:
     clone = fake_clone(tmp_path, None)
     write(tmp_path / "probe.py", "import modelgraft.models\nprint(modelgraft.models.__file__)\n")
