@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 
@@ -98,12 +98,13 @@ class PreloadedInterpreter:
 
     :func:`run_module` and :func:`run_code` share one per test process. A caller running several at once (the
     scaffold survey, one per worker) makes its own: ``env`` is what the server imports torch in (its thread
-    settings included), a run's own import path aside.
+    settings included), a run's own import path aside; ``preload``, what it imports (tests of the process
+    handling alone pass none, and start in a fraction of a second).
     """
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], preload: Sequence[str] = PRELOAD) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _SERVER, json.dumps(PRELOAD)],
+            [sys.executable, "-c", _SERVER, json.dumps(list(preload))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=dict(env),
@@ -169,6 +170,8 @@ class PreloadedInterpreter:
         """Run ``request`` (a module and its arguments, or code) as ``command`` would run in a fresh interpreter."""
         with self.lock, tempfile.TemporaryDirectory(prefix="modelgraft-preloaded-") as folder:
             out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+            out.touch()  # there to read even where the child is killed before it opens them
+            err.touch()
             request = {**request, "cwd": str(cwd), "env": dict(env), "stdout": str(out), "stderr": str(err)}
             assert self.process.stdin is not None
             with self._state:

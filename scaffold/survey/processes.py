@@ -27,10 +27,13 @@ if TYPE_CHECKING:
 class Runner:
     """Runs processes in their own process groups, so a timeout or Ctrl-C ends them with their children."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: Sequence[str] | None = None) -> None:
+        """``preload``: what each worker's interpreter imports before it forks a run (None: torch, transformers and
+        what a first compile imports, ``preloaded_python.PRELOAD``)."""
         self._lock = threading.Lock()
         self._running: set[subprocess.Popen] = set()
         self.stopped = threading.Event()
+        self._preload = preload
         #: Each worker thread's preloaded interpreter, with the environment it was started in.
         self._interpreters: dict[int, tuple[dict[str, str], PreloadedInterpreter]] = {}
 
@@ -111,7 +114,10 @@ class Runner:
 
             if found is not None:
                 found[1].close()
-            found = self._interpreters[thread] = (env, PreloadedInterpreter(env))
+            interpreter = (
+                PreloadedInterpreter(env) if self._preload is None else PreloadedInterpreter(env, self._preload)
+            )
+            found = self._interpreters[thread] = (env, interpreter)
         return found[1]
 
     def stop(self) -> None:

@@ -285,6 +285,10 @@ def test_a_timeout_ends_the_process_and_its_children(tmp_path: Path) -> None:
     assert time.monotonic() - start < 10
 
 
+#: What the interpreters of the tests of forked runs import first: nothing, since what is tested is the process
+#: handling (the survey's own runs preload torch and transformers; its end-to-end test runs one).
+NOTHING: tuple[str, ...] = ()
+
 #: A module a forked test run runs: it starts a child that outlives it unless its process group is ended, then waits.
 SLEEPER = """
 import subprocess, time
@@ -296,7 +300,7 @@ time.sleep(30)
 
 def test_a_timeout_ends_a_forked_run_and_its_children(tmp_path: Path) -> None:
     write(tmp_path / "sleeper.py", SLEEPER)
-    runner = processes.Runner()
+    runner = processes.Runner(preload=NOTHING)
     try:
         start = time.monotonic()
         step = runner.run_module("sleeper", [], tmp_path, {"PATH": "/usr/bin:/bin"}, 1)
@@ -308,7 +312,7 @@ def test_a_timeout_ends_a_forked_run_and_its_children(tmp_path: Path) -> None:
 
 def test_stopping_the_runner_ends_a_forked_run_in_flight(tmp_path: Path) -> None:
     write(tmp_path / "sleeper.py", SLEEPER)
-    runner = processes.Runner()
+    runner = processes.Runner(preload=NOTHING)
     steps: list[StepResult] = []
     try:
         worker = threading.Thread(
@@ -331,7 +335,7 @@ def test_stopping_the_runner_ends_a_forked_run_in_flight(tmp_path: Path) -> None
 
 def test_a_run_whose_interpreter_has_ended_runs_in_a_fresh_process(tmp_path: Path) -> None:
     write(tmp_path / "hello.py", "print('hello')\n")
-    runner = processes.Runner()
+    runner = processes.Runner(preload=NOTHING)
     env = {"PATH": "/usr/bin:/bin"}
     try:
         assert runner.run_module("hello", [], tmp_path, env, 60).output == "hello\n"
@@ -348,7 +352,7 @@ def test_a_run_whose_interpreter_has_ended_runs_in_a_fresh_process(tmp_path: Pat
 def test_a_forked_run_imports_modelgraft_from_the_clone_it_is_given(tmp_path: Path) -> None:
     clone = fake_clone(tmp_path, None)
     write(tmp_path / "probe.py", "import modelgraft.models\nprint(modelgraft.models.__file__)\n")
-    runner = processes.Runner()
+    runner = processes.Runner(preload=NOTHING)
     try:
         step = runner.run_module("probe", [], tmp_path, clones.subprocess_env(clone, 1), 60)
     finally:

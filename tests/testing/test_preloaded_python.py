@@ -75,7 +75,8 @@ def test_a_childs_first_compile_finds_what_it_imports_preloaded(tmp_path: Path) 
 def test_a_kill_asked_while_the_server_forks_ends_the_run_once_forked(tmp_path: Path) -> None:
     """A caller that stops its runs (scaffold-survey on Ctrl-C) may ask before the run knows its child's pid."""
     (tmp_path / "sleeper.py").write_text("import time\ntime.sleep(30)\n", encoding="utf-8")
-    interpreter = PreloadedInterpreter({key: value for key, value in os.environ.items() if key != "PYTHONPATH"})
+    # Nothing preloaded: the kill is what is tested, not the imports.
+    interpreter = PreloadedInterpreter({k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, preload=())
     replies = interpreter._reply
 
     def reply_then_kill(timeout: float | None) -> dict[str, int] | None:
