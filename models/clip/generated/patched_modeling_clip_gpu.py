@@ -4,7 +4,7 @@
 # Source: transformers.models.clip.modeling_clip (transformers==5.25.0)
 # Config: models.clip.clip_gpu_patch_gen_config
 # Description: CLIP vision encoder with op-slot guards (LayerNorm calls, MLP activation)
-# Fingerprint: 959fb45e5a53d29b83df
+# Fingerprint: 12280df343c0f180a736
 # Patches:
 #   - override_method CLIPMLP.forward: activation slot guard
 #   - override_method CLIPEncoderLayer.forward: layer_norm and activation slot guards at the module calls

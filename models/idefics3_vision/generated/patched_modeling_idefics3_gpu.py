@@ -4,7 +4,7 @@
 # Source: transformers.models.idefics3.modeling_idefics3 (transformers==5.25.0)
 # Config: models.idefics3_vision.idefics3_vision_gpu_patch_gen_config
 # Description: Idefics3 vision encoder with op-slot guards (LayerNorm calls, MLP activation)
-# Fingerprint: aeed0f1cc0a55718a18c
+# Fingerprint: 35f5dfb50caed22af850
 # Patches:
 #   - override_method Idefics3VisionMLP.forward: activation slot guard
 #   - override_method Idefics3EncoderLayer.forward: layer_norm and activation slot guards at the module calls

@@ -4,7 +4,7 @@
 # Source: transformers.models.internvl.modeling_internvl (transformers==5.25.0)
 # Config: models.internvl.internvl_gpu_patch_gen_config
 # Description: InternVL with op-slot guards and slot-backed losses
-# Fingerprint: 04d3470af0d7b20e117c
+# Fingerprint: 63cb744ead0ab07c390c
 # Patches:
 #   - override_method InternVLVisionRMSNorm.forward: rms_norm slot guard
 #   - override_method InternVLVisionMLP.forward: activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.siglip.modeling_siglip (transformers==5.25.0)
 # Config: models.siglip.siglip_gpu_patch_gen_config
 # Description: SigLIP vision encoder with op-slot guards (LayerNorm calls, MLP activation)
-# Fingerprint: bc7a601217d4c1523818
+# Fingerprint: b140b3a766a8d5ad6cb9
 # Patches:
 #   - override_method SiglipMLP.forward: activation slot guard
 #   - override_method SiglipEncoderLayer.forward: layer_norm and activation slot guards at the module calls
