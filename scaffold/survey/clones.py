@@ -64,6 +64,9 @@ def make_clone(root: Path, dest: Path, *, from_worktree: bool) -> Path:
     git(dest, "init", "--quiet")
     git(dest, "add", "--all")
     git(dest, "commit", "--quiet", "--no-verify", "-m", "scaffold-survey: the working tree of " + str(root))
+    # Copier clones the template source for every model it copies, hardlinking its objects: one pack is two
+    # links where the commit left a thousand loose objects.
+    git(dest, "repack", "-a", "-d", "-q")
     return dest
 
 

@@ -133,6 +133,9 @@ def build_template_source(folder: Path) -> Path:
     record_version(folder, template_version(folder))
     commit_all(folder, "the zoo records the template version")
     assert template_version(folder) == git(folder, "rev-parse", "HEAD~1").strip()
+    # Every clone of it, and each of Copier's clones of those, hardlinks the objects: one pack rather than a
+    # thousand loose files, as in a repository git has packed (about 0.04 s a clone on tmpfs, 0.3 s on disk).
+    git(folder, "repack", "-a", "-d", "-q")
     return folder
 
 
