@@ -14,9 +14,12 @@ import ast
 from modelgraft.generator.errors import UpstreamError
 from modelgraft.generator.upstream.index import UpstreamSources
 
-__all__ = ["auto_model_class", "model_type_package"]
+__all__ = ["CAUSAL_LM_TABLE", "auto_causal_lm_classes", "auto_model_class", "model_type_package", "table_in"]
 
 _MODEL_TABLE = ("transformers.models.auto.modeling_auto", "MODEL_MAPPING_NAMES")
+#: What ``AutoModelForCausalLM`` builds for each model_type: most heads are ``*ForCausalLM``, but the oldest
+#: decoders name theirs otherwise (``GPT2LMHeadModel``, ``CTRLLMHeadModel``, ``OpenAIGPTLMHeadModel``).
+CAUSAL_LM_TABLE = ("transformers.models.auto.modeling_auto", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")
 _PACKAGE_TABLE = ("transformers.models.auto.auto_mappings", "SPECIAL_MODEL_TYPE_TO_MODULE_NAME")
 
 
@@ -30,12 +33,22 @@ def model_type_package(sources: UpstreamSources, model_type: str) -> str:
     return _table(sources, *_PACKAGE_TABLE).get(model_type, model_type.replace("-", "_"))
 
 
+def auto_causal_lm_classes(sources: UpstreamSources) -> frozenset[str]:
+    """Every class name ``AutoModelForCausalLM`` builds, for any model_type (empty where the table is missing)."""
+    return frozenset(_table(sources, *CAUSAL_LM_TABLE).values())
+
+
 def _table(sources: UpstreamSources, module: str, name: str) -> dict[str, str]:
     """``NAME = OrderedDict([("model_type", "value"), ...])`` of ``module``, with string values only."""
     try:
         tree = sources.get(module).tree
     except UpstreamError:
         return {}
+    return table_in(tree, name)
+
+
+def table_in(tree: ast.Module, name: str) -> dict[str, str]:
+    """The table ``name`` of a parsed Auto module: model_type -> value, string entries only; {} where absent."""
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Assign)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 
+from modelgraft.generator.upstream.read_auto import auto_causal_lm_classes
 from modelgraft.generator.upstream.shapes import expr_binding, match_body
 from modelgraft.generator.upstream.source import (
     ModelSource,
@@ -34,7 +35,11 @@ _SOFTCAP_FP32 = "P_l = P_l.float() / E_cap\nP_l = torch.tanh(P_l)\nP_l = P_l * E
 
 
 def read_heads(source: ModelSource, prefix: str) -> dict[str, str]:
-    """Head kind -> class for the heads named ``<prefix><suffix>`` (any prefix when that one is absent)."""
+    """Head kind -> class for the heads named ``<prefix><suffix>`` (any prefix when that one is absent).
+
+    A module without a ``*ForCausalLM`` may still define the class ``AutoModelForCausalLM`` builds under another
+    name (:func:`auto_causal_lm`): that class is its causal LM.
+    """
     heads: dict[str, str] = {}
     for kind, suffix in HEAD_SUFFIXES.items():
         exact = prefix + suffix
@@ -44,7 +49,23 @@ def read_heads(source: ModelSource, prefix: str) -> dict[str, str]:
         candidates = [c for c in source.classes if c.endswith(suffix)]
         if candidates:
             heads[kind] = min(candidates, key=len)
+    if "causal_lm" not in heads and (named := auto_causal_lm(source)) is not None:
+        heads["causal_lm"] = named
     return heads
+
+
+def auto_causal_lm(source: ModelSource) -> str | None:
+    """The class of this module that transformers' Auto causal-LM table names (``GPT2LMHeadModel``), if any.
+
+    A ``*ForConditionalGeneration`` the table names (gemma3's) is not taken: a multimodal head is read as one
+    (the reader's VLM and Omni paths), not as a text causal LM.
+    """
+    named = [
+        cls
+        for cls in source.classes
+        if cls in auto_causal_lm_classes(source.sources) and not cls.endswith("ForConditionalGeneration")
+    ]
+    return min(named, key=len) if named else None
 
 
 def read_sequence_classification(source: ModelSource, cls: str) -> SequenceClassificationInfo:

@@ -81,8 +81,10 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
     decoder_layer = _decoder_layer(source, base_model)
     holders = experts_holders(source)
     gated_delta_net = read_gated_delta_net(source)
-    category, category_reason = classify(source, heads, lm_class, decoder_layer, bool(holders), gated_delta_net)
     config = read_config(source, lm_class)
+    category, category_reason = classify(
+        source, heads, lm_class, decoder_layer, bool(holders), gated_delta_net, config.defaults
+    )
 
     causal_lm = read_causal_lm(source, lm_class) if lm_class else None
     seq_cls = heads.get("sequence_classification")

@@ -1,12 +1,14 @@
 """Which models the survey covers: every decoder-only model of the installed transformers outside the zoo.
 
-The population is found by path (a ``*ForCausalLM`` class in ``transformers/models/<m>/modeling_<m>.py``, or a
+The population is found by path (a ``*ForCausalLM`` class in ``transformers/models/<m>/modeling_<m>.py``, or the
+class transformers' Auto causal-LM table names there under another name, as ``GPT2LMHeadModel``, or a
 ``*ForConditionalGeneration`` the reader puts in a multimodal category: VLMs and Omni models), never by importing
 transformers, so the survey process stays light.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import re
@@ -20,6 +22,10 @@ NOT_MODELS = frozenset({"auto", "deprecated"})
 
 _CAUSAL_LM = re.compile(r"^class\s+(\w+ForCausalLM)\s*[(:]", re.MULTILINE)
 _CONDITIONAL_GENERATION = re.compile(r"^class\s+(\w+ForConditionalGeneration)\s*[(:]", re.MULTILINE)
+_CLASS = re.compile(r"^class\s+(\w+)\s*[(:]", re.MULTILINE)
+#: What ``AutoModelForCausalLM`` builds per model_type (transformers/models/auto/modeling_auto.py); the survey reads
+#: it without the generator (the clone's reader decides each model's category, in the clone's processes).
+_AUTO_CAUSAL_LM_TABLE = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
 
 
 def transformers_models_dir() -> Path:
@@ -42,25 +48,60 @@ def transformers_version() -> str:
 
 
 def causal_lm_models(models_dir: Path) -> dict[str, str]:
-    """Every package of ``models_dir`` whose ``modeling_<m>.py`` defines a ``*ForCausalLM``: name -> class."""
+    """Every package of ``models_dir`` whose ``modeling_<m>.py`` defines a causal LM: name -> class.
+
+    The causal LM is the first ``*ForCausalLM``, else the shortest-named class the Auto causal-LM table names
+    (:func:`auto_causal_lm_names`) that the module defines.
+    """
+    named = auto_causal_lm_names(models_dir)
     found = {}
     for package in sorted(models_dir.iterdir()):
         modeling = package / f"modeling_{package.name}.py"
         if package.name in NOT_MODELS or not modeling.is_file():
             continue
-        match = _CAUSAL_LM.search(modeling.read_text(encoding="utf-8", errors="replace"))
+        source = modeling.read_text(encoding="utf-8", errors="replace")
+        match = _CAUSAL_LM.search(source)
         if match:
             found[package.name] = match.group(1)
+        elif defined := [cls for cls in _CLASS.findall(source) if cls in named]:
+            found[package.name] = min(defined, key=len)
     return found
 
 
+def auto_causal_lm_names(models_dir: Path) -> frozenset[str]:
+    """The classes ``AutoModelForCausalLM`` builds that are neither ``*ForCausalLM`` nor multimodal heads
+    (``*ForConditionalGeneration``, found as such): ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` of
+    ``models_dir/auto/modeling_auto.py``, read by path (empty where that file or table is missing or unreadable)."""
+    path = models_dir / "auto" / "modeling_auto.py"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError):
+        return frozenset()
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and [ast.unparse(target) for target in node.targets] == [_AUTO_CAUSAL_LM_TABLE]
+            and isinstance(node.value, ast.Call)
+            and node.value.args
+        ):
+            try:
+                entries = ast.literal_eval(node.value.args[0])
+            except ValueError:
+                return frozenset()
+            return frozenset(
+                cls for _, cls in entries if not cls.endswith(("ForCausalLM", "ForConditionalGeneration"))
+            )
+    return frozenset()
+
+
 def conditional_generation_models(models_dir: Path) -> dict[str, str]:
-    """Packages whose ``modeling_<m>.py`` defines a ``*ForConditionalGeneration`` and no ``*ForCausalLM``.
+    """Packages whose ``modeling_<m>.py`` defines a ``*ForConditionalGeneration`` and no causal LM (``causal_lm_models``).
 
     These are the multimodal models (glm4v, llava) and the encoder-decoders (t5, whisper); the survey keeps
     those the reader puts in a multimodal category (:func:`~modelgraft.scaffold.survey.categories.multimodal_categories`),
     so encoder-decoders stay out.
     """
+    named = auto_causal_lm_names(models_dir)
     found = {}
     for package in sorted(models_dir.iterdir()):
         modeling = package / f"modeling_{package.name}.py"
@@ -68,7 +109,7 @@ def conditional_generation_models(models_dir: Path) -> dict[str, str]:
             continue
         source = modeling.read_text(encoding="utf-8", errors="replace")
         match = _CONDITIONAL_GENERATION.search(source)
-        if match and not _CAUSAL_LM.search(source):
+        if match and not _CAUSAL_LM.search(source) and not set(_CLASS.findall(source)) & named:
             found[package.name] = match.group(1)
     return found
 
@@ -88,8 +129,8 @@ def select(upstream: dict[str, str], zoo: set[str], requested: Sequence[str]) ->
             problems.append(f"{name} is in the zoo already (models/{name}/)")
         elif name not in upstream:
             problems.append(
-                f"{name}: transformers/models/{name}/modeling_{name}.py defines no *ForCausalLM"
-                " nor *ForConditionalGeneration"
+                f"{name}: transformers/models/{name}/modeling_{name}.py defines no causal LM (*ForCausalLM or"
+                " the class AutoModelForCausalLM builds) nor *ForConditionalGeneration"
             )
     if problems:
         raise SurveyError("; ".join(problems))

@@ -88,6 +88,7 @@ def test_the_reader_tests_of_named_upstream_models_are_marked_and_the_toy_ones_a
     assert files == {
         "tests/upstream/test_model_source_calls.py",
         "tests/upstream/test_read_calls_toys.py",
+        "tests/upstream/test_read_category_toys.py",
         "tests/upstream/test_read_linear_attention_reach.py",
         "tests/upstream/test_read_vlm_toys.py",
         "tests/upstream/test_survey.py",

@@ -155,6 +155,20 @@ def test_population_is_every_modeling_module_with_a_causal_lm(upstream: Path) ->
     }
 
 
+def test_a_causal_lm_named_otherwise_joins_the_population_by_the_auto_causal_lm_table(upstream: Path) -> None:
+    write(
+        upstream / "auto" / "modeling_auto.py",
+        'MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict([("gpt2", "GPT2LMHeadModel"), ("llama", "LlamaForCausalLM")])\n',
+    )
+    write(upstream / "gpt2" / "modeling_gpt2.py", "class GPT2Model(P):\nclass GPT2LMHeadModel(P):\n")
+    write(upstream / "ctrl" / "modeling_ctrl.py", "class CTRLLMHeadModel(P):\n")  # not in the table
+
+    found = population.causal_lm_models(upstream)
+
+    assert found["gpt2"] == "GPT2LMHeadModel"
+    assert "ctrl" not in found
+
+
 def test_multimodal_packages_without_a_causal_lm_are_found_by_their_conditional_generation_head(
     upstream: Path,
 ) -> None:
@@ -176,7 +190,7 @@ def test_select_drops_the_zoo_and_checks_requested_names(upstream: Path, tmp_pat
     found = population.causal_lm_models(upstream)
     assert population.select(found, zoo, []) == ["bart", "mistral", "qwen2_moe"]
     assert population.select(found, zoo, ["qwen2_moe", "mistral", "qwen2_moe"]) == ["qwen2_moe", "mistral"]
-    with pytest.raises(errors.SurveyError, match=r"llama is in the zoo already.*bert: .*defines no \*ForCausalLM"):
+    with pytest.raises(errors.SurveyError, match=r"llama is in the zoo already.*bert: .*defines no causal LM"):
         population.select(found, zoo, ["llama", "bert"])
 
 

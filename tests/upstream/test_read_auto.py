@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from modelgraft.generator.upstream.index import UpstreamSources
-from modelgraft.generator.upstream.read_auto import auto_model_class, model_type_package
+from modelgraft.generator.upstream.read_auto import auto_causal_lm_classes, auto_model_class, model_type_package
 
 #: Entries of the pinned transformers' Auto tables (5.25.0).
 pytestmark = pytest.mark.upstream_facts
@@ -25,3 +25,8 @@ def test_a_sub_type_s_package_is_the_one_the_special_table_names() -> None:
 
 def test_a_type_the_special_table_does_not_name_is_its_own_package() -> None:
     assert model_type_package(UpstreamSources(), "hyperclovax") == "hyperclovax"
+
+
+def test_the_auto_causal_lm_table_names_gpt2_s_lm_head_model() -> None:
+    classes = auto_causal_lm_classes(UpstreamSources())
+    assert {"GPT2LMHeadModel", "LlamaForCausalLM"} <= classes

@@ -287,6 +287,39 @@ def test_out_of_category_names_why(model: str, word: str) -> None:
     assert s.category == "out_of_category" and word in s.category_reason
 
 
+@pytest.mark.parametrize(("model", "head"), [("gpt2", "GPT2LMHeadModel"), ("openai", "OpenAIGPTLMHeadModel")])
+def test_a_causal_lm_named_otherwise_is_the_class_the_auto_causal_lm_table_names(model: str, head: str) -> None:
+    s = read(model)
+    assert (s.category, s.causal_lm.cls) == ("dense", head)
+
+
+def test_gpt2_s_recipe_puts_its_lm_head_model_s_loss_behind_the_slot() -> None:
+    fitted = fit_model(read("gpt2"))
+    _, call = recipe_call("dense", "GPT2", fitted.arguments)
+    assert not fitted.refused
+    assert 'LossHead("GPT2LMHeadModel", softcap="", scale=())' in " ".join(call.split())
+
+
+@pytest.mark.parametrize("model", ["gpt2", "gpt_bigcode", "xglm"])
+def test_cross_attention_behind_add_cross_attention_leaves_a_decoder_only_model(model: str) -> None:
+    assert read(model).category == "dense"
+
+
+def test_a_cross_attention_flag_the_causal_lm_switches_on_is_an_encoder_decoder_s_decoder() -> None:
+    # TrOCRConfig.is_decoder defaults to False; TrOCRForCausalLM sets it before building its decoder.
+    assert "encoder_hidden_states" in read("trocr").category_reason
+
+
+def test_xlm_attends_both_ways_unless_configured_causal() -> None:
+    s = read("xlm")
+    assert s.category == "out_of_category" and "follows config.causal" in s.category_reason
+
+
+def test_xlnet_is_a_permutation_language_model() -> None:
+    s = read("xlnet")
+    assert s.category == "out_of_category" and "perm_mask" in s.category_reason
+
+
 def test_qwen3_omni_moe_lm_is_the_thinker() -> None:
     assert read("qwen3_omni_moe").causal_lm.cls == "Qwen3OmniMoeThinkerForConditionalGeneration"
 
