@@ -131,9 +131,21 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    from modelgraft.models.testing.parity import UpstreamStepError
+
     try:
         smoke(args.model, package=package)
-    except Exception as exc:  # noqa: BLE001 - every failure is the model's, reported and turned into exit 1
+    except UpstreamStepError as exc:
+        traceback.print_exc()
+        cause = exc.__cause__
+        print(
+            f"scaffold smoke check: upstream's own model fails on the tiny config before {package} is compared "
+            f"({type(cause).__name__}: {cause}): the tiny config (modelgraft.models.testing.tiny_config) does not fit "
+            f"{args.model}, whatever the generated code does; Copier removes the directory",
+            file=sys.stderr,
+        )
+        return 1
+    except Exception as exc:  # noqa: BLE001 - every other failure is the model's, reported and turned into exit 1
         traceback.print_exc()
         print(
             f"scaffold smoke check: the new {package} does not match upstream "

@@ -35,6 +35,7 @@ __all__ = [
     "ModelPair",
     "StepResult",
     "Tolerance",
+    "UpstreamStepError",
     "assert_step_parity",
     "build_generated",
     "build_pair",
@@ -48,6 +49,14 @@ __all__ = [
 ]
 
 LogitsCheck = Literal["equal", "close", "skip"]
+
+
+class UpstreamStepError(Exception):
+    """Upstream's own model failed to build or to run its training step on the config and batch a check gave it.
+
+    The inputs are at fault (a tiny config upstream cannot run, a batch it does not take), never the generated
+    model, which the check had not yet run: the scaffold's smoke check says so instead of blaming the new model.
+    """
 
 
 @dataclass(frozen=True)
@@ -367,10 +376,16 @@ def check_parity(
     batch = {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
 
     def upstream_side() -> tuple[dict[str, torch.Tensor], StepResult]:
-        model = build_upstream(config, upstream_cls, seed=seed, dtype=dtype, device=device)
-        # Taken before the step: a forward in train mode may update buffers (running statistics).
-        weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
-        return weights, run_step(model, batch, seed=seed)
+        try:
+            model = build_upstream(config, upstream_cls, seed=seed, dtype=dtype, device=device)
+            # Taken before the step: a forward in train mode may update buffers (running statistics).
+            weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+            return weights, run_step(model, batch, seed=seed)
+        except Exception as error:
+            raise UpstreamStepError(
+                f"upstream {upstream_cls.__name__} itself fails on this config and batch "
+                f"({type(error).__name__}: {error})"
+            ) from error
 
     # Upstream's side depends on none of what this run binds: computed once per inputs (upstream_steps.py).
     key = step_key(upstream_cls, config, batch, seed=seed, dtype=dtype, device=device)

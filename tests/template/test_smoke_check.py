@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from modelgraft.scaffold.smoke import smoke
+from modelgraft.models.testing.parity import UpstreamStepError
+from modelgraft.scaffold.smoke import main, smoke
 
 DECLARATION = """
 from transformers import LlamaConfig
@@ -24,6 +25,7 @@ from modelgraft.models.testing.dense_suite import DenseModel, DenseParitySuite
     causal_lm="LlamaForCausalLM",
     sequence_classification="LlamaForSequenceClassification",
     guarded={guarded!r},
+    sizes={sizes!r},
 )
 
 
@@ -32,13 +34,19 @@ class TestParity(DenseParitySuite):
 """
 
 
-def models_folder(tmp_path: Path, package: str, guarded: tuple[str, ...]) -> Path:
-    """A models/ folder whose ``package`` declares llama with the slots ``guarded``."""
-    tests = tmp_path / "models" / package / "tests"
+def models_folder(
+    tmp_path: Path,
+    package: str,
+    guarded: tuple[str, ...],
+    sizes: dict[str, object] | None = None,
+    folder: str = "models",
+) -> Path:
+    """A models/ folder whose ``package`` declares llama with the slots ``guarded`` and tiny ``sizes`` on top."""
+    tests = tmp_path / folder / package / "tests"
     tests.mkdir(parents=True)
-    text = DECLARATION.format(name=package.upper(), guarded=guarded)
+    text = DECLARATION.format(name=package.upper(), guarded=guarded, sizes=sizes or {})
     (tests / f"test_{package}_parity.py").write_text(text, encoding="utf-8")
-    return tmp_path / "models"
+    return tmp_path / folder
 
 
 LLAMA_SLOTS = ("rms_norm", "glu_activation", "rope", "causal_lm_loss", "sequence_classification_loss")
@@ -61,3 +69,27 @@ def test_a_scaffold_whose_causal_lm_calls_no_guarded_slot_fails(tmp_path: Path) 
 
     with pytest.raises(AssertionError, match="LlamaForCausalLM calls none of the slots the scaffold guards"):
         smoke("smoke_llama_nothing", models_root=root)
+
+
+def test_a_tiny_config_upstream_itself_cannot_run_is_blamed_on_the_config_not_the_scaffold(tmp_path: Path) -> None:
+    """An activation transformers does not know: upstream's own model cannot be built."""
+    root = models_folder(tmp_path, "smoke_llama_bad_config", LLAMA_SLOTS, sizes={"hidden_act": "no_such_activation"})
+
+    with pytest.raises(UpstreamStepError, match=r"upstream LlamaForCausalLM itself fails on this config and batch"):
+        smoke("smoke_llama_bad_config", models_root=root)
+
+
+def test_the_copy_task_says_the_tiny_config_not_the_new_model_is_at_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sizes = {"hidden_act": "no_such_activation"}
+    root = models_folder(tmp_path, "smoke_llama_task", LLAMA_SLOTS, sizes=sizes, folder="smoke_task_models")
+    (root / "__init__.py").write_text("", encoding="utf-8")
+    (root / "smoke_llama_task" / "__init__.py").write_text("", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    assert main(["smoke_llama_task", "--package", "smoke_task_models.smoke_llama_task"]) == 1
+
+    err = capsys.readouterr().err
+    assert "upstream's own model fails on the tiny config before smoke_task_models.smoke_llama_task" in err
+    assert "does not match upstream" not in err
