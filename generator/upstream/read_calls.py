@@ -6,7 +6,9 @@ them in its forward. Each such call is a site a guard can reach without rewritin
 statement holding the call goes behind the layer_norm or activation slot. A site counts only when the
 attribute is built exactly that way in ``__init__`` and called exactly once in the class's own forward, or, for a
 layer norm, in several assignments of its own (OPT calls each norm before its block or after it, as
-``do_layer_norm_before`` says): each of those statements goes behind the slot.
+``do_layer_norm_before`` says): each of those statements goes behind the slot. A layer norm ``__init__`` otherwise
+sets to None (OPT's decoder's final norm, per ``do_layer_norm_before``) is a site too: upstream calls it only where
+it was built.
 
 A norm that a config switch chooses (InternViT's ``NORM2FN[config.norm_type](...)``, Janus's
 ``nn.LayerNorm(...) if config.use_qk_norm else nn.Identity()``) is a site too, kept apart as a chosen one: its
@@ -95,6 +97,10 @@ def _torch_activation_name(value: ast.expr) -> str | None:
     return _TORCH_ACTIVATIONS.get(approximate)
 
 
+def _is_none(value: ast.expr) -> bool:
+    return isinstance(value, ast.Constant) and value.value is None
+
+
 def _calls_of(forward: ast.FunctionDef, attr: str) -> list[ast.Call]:
     return [c for c in calls_in(forward) if is_self_attr(c.func, attr)]
 
@@ -125,14 +131,16 @@ def read_call_sites(source: ModelSource, skip: set[str]) -> tuple[CallSites, ...
         norms: list[str] = []
         chosen: list[str] = []
         activation = config_attr = name = None
-        for attr, values in assigns.items():
+        for attr, assigned in assigns.items():
             calls = _calls_of(forward, attr)
+            # OPT's decoder builds its final norm or sets it to None, and calls it where it is not None.
+            values = [value for value in assigned if not _is_none(value)]
             if len(values) != 1 or not calls:
                 continue
             if _layer_norm(source, values[0]):
                 if len(calls) == 1 or _each_assigned_alone(forward, attr):
                     norms.append(attr)
-            elif len(calls) != 1:
+            elif len(assigned) != 1 or len(calls) != 1:
                 continue
             elif _chosen_layer_norm(source, values[0]):
                 if len(_calls_of(forward, attr)[0].args) == 1 and not _calls_of(forward, attr)[0].keywords:

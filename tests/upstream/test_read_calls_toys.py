@@ -49,10 +49,32 @@ PASSED_A_KEYWORD = """\
 """
 
 
-def _call_sites(tmp_path: Path, body: str) -> tuple[CallSites, ...]:
+#: A decoder in OPT's shape: its final norm built or set to None as the config says, called where it was built.
+OPTIONAL_NORM = """
+from torch import nn
+
+
+class ToyDecoder(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        if config.final_norm:
+            self.norm = nn.LayerNorm(config.hidden_size)
+        else:
+            self.norm = None
+        self.block = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states):
+        hidden_states = self.block(hidden_states)
+        if self.norm is not None:
+            hidden_states = self.norm(hidden_states)
+        return hidden_states
+"""
+
+
+def _call_sites(tmp_path: Path, body: str, layer: str = LAYER) -> tuple[CallSites, ...]:
     package = tmp_path / "transformers" / "models" / "toy"
     package.mkdir(parents=True)
-    (package / "modeling_toy.py").write_text(LAYER.format(body=body), encoding="utf-8")
+    (package / "modeling_toy.py").write_text(layer.format(body=body), encoding="utf-8")
     (package / "configuration_toy.py").write_text(CONFIGURATION, encoding="utf-8")
     return read_model("toy", root=tmp_path).call_sites
 
@@ -68,3 +90,8 @@ def test_a_norm_called_twice_in_one_expression_is_no_site(tmp_path: Path) -> Non
 
 def test_a_norm_called_twice_and_once_with_a_keyword_is_no_site(tmp_path: Path) -> None:
     assert _call_sites(tmp_path, PASSED_A_KEYWORD) == ()
+
+
+def test_a_norm_built_or_set_to_none_is_a_site(tmp_path: Path) -> None:
+    (site,) = _call_sites(tmp_path, "", layer=OPTIONAL_NORM)
+    assert (site.cls, site.layer_norms) == ("ToyDecoder", ("norm",))

@@ -173,10 +173,14 @@ def test_cohere_hand_written_layer_norm_is_unknown_with_reason() -> None:
 
 
 def test_opt_layer_norms_called_on_either_side_of_do_layer_norm_before_are_call_sites() -> None:
-    # Each is called in two assignments of its own, before its block or after it; the decoder's final norm,
-    # built or set to None as the config says, is not a site.
-    (site,) = read("opt").call_sites
-    assert (site.cls, site.layer_norms) == ("OPTDecoderLayer", ("self_attn_layer_norm", "final_layer_norm"))
+    # Each is called in two assignments of its own, before its block or after it.
+    layer, _ = read("opt").call_sites
+    assert (layer.cls, layer.layer_norms) == ("OPTDecoderLayer", ("self_attn_layer_norm", "final_layer_norm"))
+
+
+def test_opt_decoder_s_final_norm_built_or_set_to_none_is_a_call_site() -> None:
+    _, decoder = read("opt").call_sites
+    assert (decoder.cls, decoder.layer_norms) == ("OPTDecoder", ("final_layer_norm",))
 
 
 # --- MLPs -----------------------------------------------------------------------------------------
