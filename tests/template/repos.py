@@ -45,8 +45,9 @@ OUTSIDE_ZOO_CANDIDATES: dict[str, tuple[str, ...]] = {
     "dense": ("mistral", "smollm3", "olmo2", "ministral", "olmo3", "exaone4", "minicpm3"),
     # An MLP that is not gated (up -> act -> down), whose activation the scaffold records in __init__.
     "dense_plain_mlp": ("starcoder2", "gpt_neox", "persimmon", "gpt_neox_japanese"),
-    # An old decoder: nn.LayerNorm modules and an ACT2FN activation called in its blocks, no norm class.
-    "dense_layer_norm_calls": ("gpt_neo", "gptj", "codegen", "biogpt", "mpt"),
+    # An old decoder: nn.LayerNorm modules and an ACT2FN activation called in its blocks, no norm class. GPT-2 first:
+    # its causal LM is GPT2LMHeadModel, found by transformers' Auto causal-LM table rather than by its name.
+    "dense_layer_norm_calls": ("gpt2", "gpt_neo", "gptj", "codegen", "biogpt", "mpt"),
     # MoE with a shared expert behind a sigmoid gate (shared_expert_gate).
     "moe_gated_shared_expert": ("qwen2_moe", "qwen3_next"),
     # MoE guarding so many slots that its parity test's guarded= tuple takes more than one line, ruff-clean as

@@ -110,11 +110,14 @@ def test_a_moe_scaffold_keeps_the_gated_shared_expert_and_passes(repo: Path) -> 
 
 
 def test_an_old_decoder_gets_its_layer_norm_and_activation_calls_guarded_and_passes(repo: Path) -> None:
-    """gpt_neo first: learned positions, nn.LayerNorm modules and an ACT2FN activation, no norm class of its own."""
+    """gpt2 first: learned positions, nn.LayerNorm modules and an ACT2FN activation, no norm class of its own, and a
+    causal LM named otherwise than *ForCausalLM (GPT2LMHeadModel), whose loss goes behind the slot all the same."""
     model = outside_zoo("dense_layer_norm_calls")
     model_dir = copy_and_generate(repo, model)
     generated = (model_dir / "generated" / f"patched_modeling_{model}_gpu.py").read_text(encoding="utf-8")
     assert "layer_norm_slot(" in generated and "activation_slot(" in generated
+    config = (model_dir / f"{model}_gpu_patch_gen_config.py").read_text(encoding="utf-8")
+    assert f'LossHead("{read_model(model).causal_lm.cls}"' in config
     _assert_tests_pass(repo, model)
 
 
