@@ -10,6 +10,7 @@ as the processor reader reads its Auto tables: nothing is imported.
 from __future__ import annotations
 
 import ast
+import weakref
 
 from modelgraft.generator.errors import UpstreamError
 from modelgraft.generator.upstream.index import UpstreamSources
@@ -38,13 +39,20 @@ def auto_causal_lm_classes(sources: UpstreamSources) -> frozenset[str]:
     return frozenset(_table(sources, *CAUSAL_LM_TABLE).values())
 
 
+#: Tables read from each parsed module, kept while its tree lives: the reader asks for one per model it reads.
+_TABLES: weakref.WeakKeyDictionary[ast.Module, dict[str, dict[str, str]]] = weakref.WeakKeyDictionary()
+
+
 def _table(sources: UpstreamSources, module: str, name: str) -> dict[str, str]:
     """``NAME = OrderedDict([("model_type", "value"), ...])`` of ``module``, with string values only."""
     try:
-        tree = sources.get(module).tree
+        tree = sources.get(module).tree  # asked each time: the sources record the file as an input of the caller
     except UpstreamError:
         return {}
-    return table_in(tree, name)
+    tables = _TABLES.setdefault(tree, {})
+    if name not in tables:
+        tables[name] = table_in(tree, name)
+    return tables[name]
 
 
 def table_in(tree: ast.Module, name: str) -> dict[str, str]:

@@ -60,11 +60,8 @@ def auto_causal_lm(source: ModelSource) -> str | None:
     A ``*ForConditionalGeneration`` the table names (gemma3's) is not taken: a multimodal head is read as one
     (the reader's VLM and Omni paths), not as a text causal LM.
     """
-    named = [
-        cls
-        for cls in source.classes
-        if cls in auto_causal_lm_classes(source.sources) and not cls.endswith("ForConditionalGeneration")
-    ]
+    table = auto_causal_lm_classes(source.sources)
+    named = [cls for cls in source.classes if cls in table and not cls.endswith("ForConditionalGeneration")]
     return min(named, key=len) if named else None
 
 
