@@ -76,7 +76,11 @@ def classify(
     if masked:
         return OUT_OF_CATEGORY, f"encoder: defines {masked[0]} (line {classes[masked[0]].lineno})"
     if lm_class is None:
-        return OUT_OF_CATEGORY, "no *ForCausalLM (nor a *ForConditionalGeneration with a vision tower)"
+        return (
+            OUT_OF_CATEGORY,
+            "no causal LM: no *ForCausalLM, no class the Auto causal-LM table names, no *ForConditionalGeneration "
+            "with a vision tower",
+        )
     forward = source.method(lm_class, "forward")
     config_defaults = config_defaults or {}
     if forward is not None and "perm_mask" in {a.arg for a in forward[0].args.args}:

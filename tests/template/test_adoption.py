@@ -87,11 +87,11 @@ REFUSED_BY_THE_SCAFFOLD = {
     "qwen3_5": "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards",
     "qwen3_5_moe": "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards",
     # Vision encoders of composed VLMs (docs/vision-encoders.md): no causal LM, a config of the vision_encoder recipe.
-    "clip": "out of category: no *ForCausalLM",
+    "clip": "out of category: no causal LM",
     # Not a transformers package name: the encoder lives in idefics3's module, the Idefics3 VLM stays in the survey.
     "idefics3_vision": "transformers has no model package",
-    "pixtral": "out of category: no *ForCausalLM",
-    "siglip": "out of category: no *ForCausalLM",
+    "pixtral": "out of category: no causal LM",
+    "siglip": "out of category: no causal LM",
 }
 
 #: A template change that reaches every model and that no hand-written part can conflict with: a new file.
