@@ -37,6 +37,7 @@ __all__ = [
     "Tolerance",
     "UpstreamStepError",
     "assert_step_parity",
+    "assert_within",
     "build_generated",
     "build_pair",
     "build_upstream",
@@ -238,7 +239,8 @@ def run_step(model: PreTrainedModel, batch: Mapping[str, Any], *, seed: int = 0)
     )
 
 
-def _assert_close(what: str, expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance) -> None:
+def assert_within(what: str, expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance) -> None:
+    """``actual`` has ``expected``'s shape and dtype and lies within ``tolerance`` of it; fails naming ``what``."""
     if expected.shape != actual.shape:
         raise AssertionError(f"{what}: shape {tuple(actual.shape)} != upstream {tuple(expected.shape)}")
     if expected.dtype != actual.dtype:
@@ -277,8 +279,8 @@ def assert_step_parity(
             diff = (candidate.logits.float() - upstream.logits.float()).abs().max().item()
             raise AssertionError(f"logits differ from upstream (max |diff| {diff:.3e}); they must be equal")
         if logits == "close":
-            _assert_close("logits", upstream.logits, candidate.logits, tolerance)
-    _assert_close("loss", upstream.loss, candidate.loss, tolerance)
+            assert_within("logits", upstream.logits, candidate.logits, tolerance)
+    assert_within("loss", upstream.loss, candidate.loss, tolerance)
 
     if (upstream.aux_loss is None) != (candidate.aux_loss is None):
         raise AssertionError(
@@ -289,7 +291,7 @@ def assert_step_parity(
         if logits == "equal" and not torch.equal(candidate.aux_loss, upstream.aux_loss):
             diff = (candidate.aux_loss.float() - upstream.aux_loss.float()).abs().max().item()
             raise AssertionError(f"aux loss differs from upstream (|diff| {diff:.3e}); it must be equal")
-        _assert_close("aux loss", upstream.aux_loss, candidate.aux_loss, tolerance)
+        assert_within("aux loss", upstream.aux_loss, candidate.aux_loss, tolerance)
 
     if set(candidate.grads) != set(upstream.grads):
         only_up = sorted(set(upstream.grads) - set(candidate.grads))
@@ -303,7 +305,7 @@ def assert_step_parity(
                 f"generated {'none' if actual is None else 'present'}"
             )
         if expected is not None and actual is not None:
-            _assert_close(f"grad of {name}", expected, actual, tolerance)
+            assert_within(f"grad of {name}", expected, actual, tolerance)
 
 
 @contextmanager

@@ -51,6 +51,7 @@ from modelgraft.models.testing.dense_suite import reference_kernels_bound
 from modelgraft.models.testing.loading import loaded_alike
 from modelgraft.models.testing.parity import (
     Tolerance,
+    assert_within,
     build_generated,
     build_upstream,
     counting_calls,
@@ -180,20 +181,6 @@ def encoder_step(model: PreTrainedModel, inputs: Mapping[str, torch.Tensor]) -> 
     )
 
 
-def _assert_close(what: str, expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance) -> None:
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != upstream {tuple(expected.shape)}"
-    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != upstream {expected.dtype}"
-    if tolerance.norm_wise:
-        error = (actual.float() - expected.float()).norm().item()
-        bound = tolerance.atol + tolerance.rtol * expected.float().norm().item()
-        assert error <= bound, f"{what}: |diff| {error:.3e} exceeds {bound:.3e} (norm-wise)"
-        return
-    diff = (actual.float() - expected.float()).abs().max().item() if actual.numel() else 0.0
-    assert torch.allclose(actual.float(), expected.float(), rtol=tolerance.rtol, atol=tolerance.atol), (
-        f"{what}: max |diff| {diff:.3e} exceeds rtol={tolerance.rtol}, atol={tolerance.atol}"
-    )
-
-
 def assert_encoder_parity(
     upstream: EncoderStep, candidate: EncoderStep, *, tolerance: Tolerance, outputs_equal: bool
 ) -> None:
@@ -208,13 +195,13 @@ def assert_encoder_parity(
                 f"{name} differs from upstream (max |diff| {(actual.float() - expected.float()).abs().max():.3e})"
             )
         else:
-            _assert_close(name, expected, actual, tolerance)
+            assert_within(name, expected, actual, tolerance)
     assert set(candidate.grads) == set(upstream.grads), "parameter names differ from upstream's"
     for name, expected in upstream.grads.items():
         actual = candidate.grads[name]
         assert (expected is None) == (actual is None), f"grad of {name}: only one side has one"
         if expected is not None and actual is not None:
-            _assert_close(f"grad of {name}", expected, actual, tolerance)
+            assert_within(f"grad of {name}", expected, actual, tolerance)
 
 
 @contextmanager
