@@ -262,13 +262,14 @@ def training_step(call: Callable[..., Any], layer: nn.Module, args: tuple[Any, .
     """``call`` (the layer, or its compiled form) on a fresh copy of the hidden states, then backward.
 
     The loss weighs every output element by a fixed random number, so every element and every gradient
-    matters; gradients are taken with ``torch.autograd.grad``, so the layer keeps no ``.grad``.
+    matters; gradients are taken with ``torch.autograd.grad``, so the layer keeps no ``.grad``. The numbers are
+    drawn on the CPU, so a layer on a device is weighed as on the CPU.
     """
     hidden = args[0].detach().clone().requires_grad_(True)
     out = call(hidden, *args[1:], **kwargs)
     outputs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
     generator = torch.Generator().manual_seed(1)
-    loss = sum((o.float() * torch.randn(o.shape, generator=generator)).sum() for o in outputs)
+    loss = sum((o.float() * torch.randn(o.shape, generator=generator).to(o.device)).sum() for o in outputs)
     named = [(name, p) for name, p in layer.named_parameters() if p.requires_grad]
     grads = torch.autograd.grad(loss, [hidden, *(p for _, p in named)], allow_unused=True)
     return Step([o.detach() for o in outputs], dict(zip(["input", *(name for name, _ in named)], grads, strict=True)))

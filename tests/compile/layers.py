@@ -62,6 +62,7 @@ __all__ = [
     "Step",
     "assert_steps_match",
     "bound",
+    "called_slots",
     "kernel_cases",
     "layer_and_inputs",
     "training_step",
@@ -165,11 +166,16 @@ def _slots_called_by(package: str, index: int) -> frozenset[str]:
 LAYERS: list[LayerCase] = _layer_cases()
 
 
+def called_slots(case: LayerCase) -> frozenset[str]:
+    """The slots the layer of ``case`` calls with every reference kernel bound."""
+    return _slots_called_by(case.package, case.index)
+
+
 def kernel_cases(case: LayerCase) -> list[str]:
     """``layer_compile.kernel_cases`` of the layer of ``case``: ``unbound``, ``reference`` and its CPU families."""
-    return layer_compile.kernel_cases(_slots_called_by(case.package, case.index))
+    return layer_compile.kernel_cases(called_slots(case))
 
 
 def bound(case: LayerCase, kernels: str) -> AbstractContextManager[None]:
     """The bindings of the kernel case ``kernels`` for the layer of ``case``, restored after the block."""
-    return layer_compile.bound(_slots_called_by(case.package, case.index), kernels)
+    return layer_compile.bound(called_slots(case), kernels)
