@@ -24,6 +24,7 @@ from modelgraft.models.ops import KERNEL_FAMILIES, SLOTS, KernelUnavailableError
 from modelgraft.models.ops.kernels import delta_rule, eager
 from modelgraft.models.ops.kernels.linear_attention_reference import grouped_query_key
 from modelgraft.models.testing.hub_decorated import torch_body
+from modelgraft.models.testing.parity import Tolerance, assert_within
 from modelgraft.models.testing.preloaded_python import run_code
 
 UPSTREAM_CHUNK = torch_body(upstream.torch_chunk_gated_delta_rule)
@@ -62,8 +63,8 @@ def _run_with_grads(kernel: Callable[..., Any], inputs: dict[str, torch.Tensor],
     state = None if state is None else state.clone().requires_grad_(True)
     out, final = kernel(**leaves, initial_state=state, output_final_state=True, **options)
     weights = torch.Generator().manual_seed(1)
-    loss = (out * torch.randn(out.shape, generator=weights)).sum() + (
-        final * torch.randn(final.shape, generator=weights)
+    loss = (out * torch.randn(out.shape, generator=weights).to(out.device)).sum() + (
+        final * torch.randn(final.shape, generator=weights).to(final.device)
     ).sum()
     loss.backward()
     grads = [leaf.grad for leaf in leaves.values()] + ([] if state is None else [state.grad])
@@ -354,3 +355,106 @@ def test_the_fla_wrappers_hand_fla_one_query_key_head_per_value_head(
     query, key = grouped_query_key(inputs["query"], inputs["key"], inputs["value"])
     assert torch.equal(seen["query"], query) and torch.equal(seen["key"], key)
     assert seen["value"] is inputs["value"] and seen["use_qk_l2norm_in_kernel"] is True
+
+
+# -- the GPU families on a CUDA device: FLA's and causal-conv1d's kernels against upstream's torch bodies -------
+#: Each marked ``gpu``; skipped, naming why, without a CUDA device or without the family's package. Tolerances are
+#: first choices, to be narrowed to what the first device run measures (docs/performance.md, "GPU"): FLA's Triton
+#: kernels run the chunked algorithm in their own order (tensor-wide rtol 1e-3, whatever precision their products
+#: take), causal-conv1d's CUDA kernel the same sums as upstream's convolution (elementwise, torch's fp32 defaults).
+DEVICE = "cuda"
+FLA_TOLERANCE = Tolerance(rtol=1e-3, atol=1e-5, norm_wise=True)
+
+
+def _family(name: str) -> types.ModuleType:
+    """The family's kernel module, or a skip naming why it cannot run here."""
+    why = KERNEL_FAMILIES[name].unavailable_reason()
+    if why is not None:
+        pytest.skip(f"{name} not exercised: {why}")
+    return KERNEL_FAMILIES[name].load()
+
+
+def _on_device(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: tensor.to(DEVICE) for name, tensor in tensors.items()}
+
+
+def _assert_within(actual: list[torch.Tensor], expected: list[torch.Tensor], tolerance: Tolerance) -> None:
+    """The output, the final state and any input gradients, in that order, each within ``tolerance``."""
+    assert len(actual) == len(expected)
+    for index, (got, want) in enumerate(zip(actual, expected, strict=True)):
+        assert_within(f"output, final state or gradient [{index}]", want, got, tolerance)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("l2norm", [True, False], ids=["l2norm", "raw_qk"])
+def test_fla_chunked_delta_rule_on_the_device_matches_upstream_outputs_state_and_gradients(l2norm: bool) -> None:
+    kernels = _family("fla")
+    inputs = _on_device(_delta_inputs())
+    initial = torch.randn(BATCH, HEADS, K_DIM, V_DIM, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    options = {"use_qk_l2norm_in_kernel": l2norm, "initial_state": initial}
+    expected = _run_with_grads(UPSTREAM_CHUNK, inputs, **options)
+    _assert_within(_run_with_grads(kernels.chunk_gated_delta_rule, inputs, **options), expected, FLA_TOLERANCE)
+
+
+@pytest.mark.gpu
+def test_fla_recurrent_delta_rule_on_the_device_matches_upstreams_decode_steps() -> None:
+    """The decode path (the generated mixer calls it with a cache, under no_grad): outputs and final state."""
+    kernels = _family("fla")
+    inputs = _on_device(_delta_inputs(length=3))
+    initial = torch.randn(BATCH, HEADS, K_DIM, V_DIM, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    options = {"use_qk_l2norm_in_kernel": True, "initial_state": initial, "output_final_state": True}
+    with torch.no_grad():
+        expected = UPSTREAM_RECURRENT(**inputs, **options)
+        actual = kernels.recurrent_gated_delta_rule(**inputs, **options)
+    _assert_within(list(actual), list(expected), FLA_TOLERANCE)
+
+
+@pytest.mark.gpu
+def test_fla_packed_documents_on_the_device_give_the_outputs_and_states_each_gives_alone() -> None:
+    kernels = _family("fla")
+    lengths = [70, 5, 33]
+    inputs, cu_seqlens = _documents(lengths)
+    inputs, cu_seqlens = _on_device(inputs), cu_seqlens.to(DEVICE)
+    initial = torch.randn(len(lengths), HEADS, K_DIM, V_DIM, generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    packed, states = kernels.chunk_gated_delta_rule(
+        **inputs, initial_state=initial, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens
+    )
+    for index, (start, end) in enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True)):
+        alone = {name: tensor[:, start:end] for name, tensor in inputs.items()}
+        out, state = UPSTREAM_CHUNK(
+            **alone, initial_state=initial[index : index + 1], output_final_state=True, use_qk_l2norm_in_kernel=True
+        )
+        assert_within(f"document {index}", out, packed[:, start:end], FLA_TOLERANCE)
+        assert_within(f"state of document {index}", state, states[index : index + 1], FLA_TOLERANCE)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["silu", None])
+def test_causal_conv1d_on_the_device_matches_upstream(activation: str | None) -> None:
+    kernels = _family("causal_conv1d")
+    hidden, weight, bias = (tensor.to(DEVICE) for tensor in _conv_inputs())
+    torch.testing.assert_close(
+        kernels.causal_conv1d(hidden, weight, bias, activation), UPSTREAM_CONV(hidden, weight, bias, activation)
+    )
+
+
+@pytest.mark.gpu
+def test_causal_conv1d_of_packed_documents_on_the_device_starts_each_from_zeros() -> None:
+    kernels = _family("causal_conv1d")
+    hidden, weight, bias = (tensor.to(DEVICE) for tensor in _conv_inputs(12))
+    one = hidden[:1]
+    packed = kernels.causal_conv1d(one, weight, bias, "silu", cu_seqlens=torch.tensor([0, 5, 12], device=DEVICE))
+    torch.testing.assert_close(packed[..., :5], UPSTREAM_CONV(one[..., :5], weight, bias, "silu"))
+    torch.testing.assert_close(packed[..., 5:], UPSTREAM_CONV(one[..., 5:], weight, bias, "silu"))
+
+
+@pytest.mark.gpu
+def test_causal_conv1d_update_on_the_device_matches_upstreams_output_and_state() -> None:
+    kernels = _family("causal_conv1d")
+    hidden, weight, bias = (tensor.to(DEVICE) for tensor in _conv_inputs(1))
+    state = torch.randn(2, CHANNELS, WIDTH, generator=torch.Generator().manual_seed(6)).to(DEVICE)
+    ours_state, upstream_state = state.clone(), state.clone()
+    out = kernels.causal_conv1d_update(hidden, ours_state, weight, bias, "silu")
+    want = UPSTREAM_CONV_UPDATE(hidden, upstream_state, weight, bias, "silu")
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(ours_state, upstream_state)
