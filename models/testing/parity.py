@@ -242,9 +242,9 @@ def run_step(model: PreTrainedModel, batch: Mapping[str, Any], *, seed: int = 0)
 def assert_within(what: str, expected: torch.Tensor, actual: torch.Tensor, tolerance: Tolerance) -> None:
     """``actual`` has ``expected``'s shape and dtype and lies within ``tolerance`` of it; fails naming ``what``."""
     if expected.shape != actual.shape:
-        raise AssertionError(f"{what}: shape {tuple(actual.shape)} != upstream {tuple(expected.shape)}")
+        raise AssertionError(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
     if expected.dtype != actual.dtype:
-        raise AssertionError(f"{what}: dtype {actual.dtype} != upstream {expected.dtype}")
+        raise AssertionError(f"{what}: dtype {actual.dtype}, expected {expected.dtype}")
     if tolerance.norm_wise:
         error = (actual.float() - expected.float()).norm().item()
         bound = tolerance.atol + tolerance.rtol * expected.float().norm().item()
