@@ -1,4 +1,5 @@
-"""Compiled train steps on CPU: each zoo model compiled per decoder layer, generated vs upstream.
+"""Compiled train steps on CPU (or a CUDA device, ``--device cuda``): each zoo model compiled per decoder layer,
+generated vs upstream.
 
 What a user of ``docs/compile.md`` runs: every decoder layer compiled in place with ``nn.Module.compile()``
 (inductor, torch's defaults otherwise; the figures of docs/performance.md were measured so; in steps that record
@@ -96,6 +97,9 @@ class CompileSizes:
     #: Steps before each timed series, and timed steps per series (``run.py --repeats`` sets ``steps``).
     warmup: int = 1
     steps: int = 5
+    #: Where the models train (``run.py --device``): ``cpu``, or ``cuda``, where inductor writes Triton kernels and
+    #: each timed step ends by waiting for the device.
+    device: str = "cpu"
 
     def runtime_sizes(self) -> Any:
         """The dense and hybrid models' sizes, as ``runtime_bench`` turns them into a config."""
@@ -138,7 +142,8 @@ class CompileSizes:
         return (
             f"hidden {self.hidden_size}, intermediate {self.intermediate_size}, {self.num_hidden_layers} layers, "
             f"heads {self.num_attention_heads}/kv {self.num_key_value_heads} x {self.head_dim}, vocab "
-            f"{self.vocab_size}, batch {self.batch_size} x seq {self.seq_len}; MoE: {self.num_experts} experts, "
+            f"{self.vocab_size}, batch {self.batch_size} x seq {self.seq_len} on {self.device}; MoE: "
+            f"{self.num_experts} experts, "
             f"top-{self.num_experts_per_tok}, width {self.moe_intermediate_size}; fp32, upstream's default "
             f"attention, slots unbound, AdamW; every decoder layer nn.Module.compile() (inductor), cold cache per "
             f"side; {self.warmup} warm-up + {self.steps} timed steps eager, then the first compiled step, "
@@ -290,27 +295,52 @@ def _trainer(
     model: Any, batch: dict[str, Any], loss: Callable[[Any, dict[str, Any]], Any] | None
 ) -> Callable[[], float]:
     """One training step of ``model`` on ``batch``: forward, backward (``runtime_bench.train_step``: the causal LM's
-    loss, or ``loss`` where given) and AdamW."""
+    loss, or ``loss`` where given) and AdamW; on a CUDA device it returns when the device has done the step."""
     import torch
 
     from benchmarks.runtime_bench import train_step
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    on_cuda = next(model.parameters()).is_cuda
 
     def step() -> float:
         value = train_step(model, batch, loss)
         optimizer.step()
+        if on_cuda:
+            torch.cuda.synchronize()
         return value
 
     return step
 
 
-def _compile_layers(model: Any) -> None:
+def _batch_on(batch: dict[str, Any], device: str) -> dict[str, Any]:
+    """``batch`` with every tensor in it moved to ``device``."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    return pytree.tree_map_only(torch.Tensor, lambda tensor: tensor.to(device), batch)
+
+
+def _compile_layers(model: Any, device: str) -> None:
     import torch._inductor.config
 
-    torch._inductor.config.compile_threads = 1
+    if device == "cpu":  # on a CPU, inductor compiles its C++ in the child itself (the module docstring says why)
+        torch._inductor.config.compile_threads = 1
     for layer in decoder_layers(model):
         layer.compile()
+
+
+def device_missing(device: str) -> str | None:
+    """Why the benchmark cannot train on ``device`` here, or None where it can."""
+    import torch
+
+    if device == "cpu":
+        return None
+    if device != "cuda":
+        return f"unknown device {device!r} (cpu or cuda)"
+    if not torch.cuda.is_available():
+        return "no CUDA device: torch.cuda.is_available() is False"
+    return None
 
 
 def _side(model_type: str, side: str, sizes: CompileSizes) -> dict[str, Any]:
@@ -322,9 +352,10 @@ def _side(model_type: str, side: str, sizes: CompileSizes) -> dict[str, Any]:
     subject = prepare_subject(model_type, sizes)
     seed_everything(0)
     model = (subject.upstream if side == "upstream" else subject.generated)(subject.config).float().train()
-    step = _trainer(model, subject.batch(), subject.loss)
+    model = model.to(sizes.device)
+    step = _trainer(model, _batch_on(subject.batch(), sizes.device), subject.loss)
     seconds_per_call(step, sizes.warmup)  # eager: the optimizer's state and the allocator warmed up, as in a real run
-    _compile_layers(model)
+    _compile_layers(model, sizes.device)
     first = seconds_per_call(step, 1)[0]
     seconds_per_call(step, sizes.warmup)
     return {
@@ -353,12 +384,12 @@ def _pair(model_type: str, sizes: CompileSizes) -> dict[str, Any]:
 
     subject = prepare_subject(model_type, sizes)
     pair = build_pair(subject.config, subject.upstream, subject.generated, seed=0)
-    models = {"upstream": pair.upstream, "generated": pair.generated}
-    batch = subject.batch()
+    models = {"upstream": pair.upstream.to(sizes.device), "generated": pair.generated.to(sizes.device)}
+    batch = _batch_on(subject.batch(), sizes.device)
     steps = {side: _trainer(models[side], batch, subject.loss) for side in SIDES}
     eager = _interleaved(steps, sizes)
     for model in models.values():
-        _compile_layers(model)
+        _compile_layers(model, sizes.device)
     first = {side: steps[side]() for side in SIDES}
     text_config = pair.upstream.config.get_text_config()  # a composite config's decoder, or the config itself
     sparse = any(getattr(text_config, key, 0) for key in EXPERT_KEYS)
@@ -381,12 +412,17 @@ def child_main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args(argv)
     sizes = CompileSizes(**json.loads(args.sizes))
-    if args.threads:
-        import torch
+    import torch
 
+    if args.threads:
         torch.set_num_threads(args.threads)
     if args.mode == "list":
-        emit_result({"skipped": refusals(args.models.split(","), sizes)})
+        missing = device_missing(sizes.device)
+        if missing:
+            emit_result({"device": missing})
+        else:
+            name = torch.cuda.get_device_name() if sizes.device == "cuda" else ""
+            emit_result({"skipped": refusals(args.models.split(","), sizes), "device_name": name})
         return
     try:
         emit_result(_side(args.models, args.side, sizes) if args.mode == "side" else _pair(args.models, sizes))
@@ -504,6 +540,10 @@ def bench_compile(
         listed = run_child(MODULE, ["list", "--models", ",".join(asked), "--sizes", json.dumps(asdict(sizes))])
     except ChildError as exc:
         return [Row(SECTION, "compiled train step, all models", "error", status=FAILED, notes=str(exc)[-500:])], ""
+    if "device" in listed:
+        return [
+            Row(SECTION, f"compiled train step on {sizes.device}", "error", status=FAILED, notes=listed["device"])
+        ], ""
     rows: list[Row] = []
     for model_type in (model for model in asked if model not in listed["skipped"]):
         started = time.perf_counter()
@@ -514,8 +554,10 @@ def bench_compile(
         skipped = "; ".join(f"{model} ({reason})" for model, reason in listed["skipped"].items())
         rows.append(Row(SECTION, f"{len(listed['skipped'])} other models", "-", status=SKIPPED, notes=skipped))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    device_name = f" ({listed['device_name']})" if listed.get("device_name") else ""
     setup = (
-        f"compile: {sizes.describe()}; {threads} torch thread(s); each side alone (both at once on {cores} cores) "
+        f"compile: {sizes.describe()}{device_name}; {threads} torch thread(s); each side alone (both at once on "
+        f"{cores} cores) "
         "for the compile time, then both sides in one process, interleaved, for the steps"
     )
     return rows, setup

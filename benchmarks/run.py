@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
             "(default 1: immune to oversubscription on a shared machine; 0: torch's default)"
         ),
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="compile section: where the models train (default cpu; cuda: a CUDA device, inductor's Triton kernels)",
+    )
     parser.add_argument("--smoke", action="store_true", help="toy sizes, one repeat, one model per section")
     parser.add_argument(
         "--output",
@@ -180,7 +186,7 @@ def run_sections(args: argparse.Namespace) -> tuple[list[Row], list[str]]:
             if args.smoke and models is None:
                 models = [compile_bench.SMOKE_MODEL]
             sizes = compile_bench.SMOKE_SIZES if args.smoke else compile_bench.CompileSizes()
-            sizes = dataclasses.replace(sizes, steps=repeats)  # the interleaved rounds of compiled steps
+            sizes = dataclasses.replace(sizes, steps=repeats, device=args.device)  # rounds: the interleaved steps
             section_rows, line = compile_bench.bench_compile(sizes, models, threads=args.threads)
             rows += section_rows
             setup += [line] if line else []
@@ -197,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
+    if args.device != "cpu" and set(args.only or SECTIONS) != {"compile"}:
+        build_parser().error(f"--device {args.device} applies to the compile section alone: add --only compile")
     load_before = _load()
     started = datetime.datetime.now(datetime.UTC)
     rows, setup = run_sections(args)

@@ -6,10 +6,21 @@ suite; these tests check what the parent makes of its children's results and whi
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from benchmarks import budgets
-from benchmarks.compile_bench import SMOKE_SIZES, decoder_layers, model_rows, prepare_subject, refusals
+import pytest
+import torch
+
+from benchmarks import budgets, compile_bench, run
+from benchmarks.compile_bench import (
+    SMOKE_SIZES,
+    decoder_layers,
+    device_missing,
+    model_rows,
+    prepare_subject,
+    refusals,
+)
 from benchmarks.report import FAILED, INFO, MET, MISSED
 from modelgraft.models.testing import seed_everything
 from modelgraft.models.testing.vision_encoder_suite import probed_loss
@@ -94,3 +105,25 @@ def test_the_step_row_of_a_declared_model_says_what_it_trained_on() -> None:
     assert f"the {declared}" in step.notes
     step, _ = model_rows("llama", _results(_pair([0.1], [0.1])))
     assert "tests' tiny config" not in step.notes
+
+
+def test_a_device_the_machine_lacks_is_named_and_the_cpu_never_is() -> None:
+    assert device_missing("cpu") is None
+    assert device_missing("tpu") == "unknown device 'tpu' (cpu or cuda)"
+    expected = None if torch.cuda.is_available() else "no CUDA device: torch.cuda.is_available() is False"
+    assert device_missing("cuda") == expected
+
+
+def test_a_device_the_listing_child_lacks_gives_one_failed_row_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compile_bench, "run_child", lambda *args, **kwargs: {"device": "no CUDA device: why"})
+    rows, _ = compile_bench.bench_compile(dataclasses.replace(SMOKE_SIZES, device="cuda"), ["llama"])
+    assert [(row.measurement, row.status, row.notes) for row in rows] == [
+        ("compiled train step on cuda", FAILED, "no CUDA device: why")
+    ]
+
+
+def test_the_device_option_without_only_compile_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        run.main(["--device", "cuda"])
+    assert refused.value.code == 2
+    assert "--device cuda applies to the compile section alone: add --only compile" in capsys.readouterr().err
