@@ -14,20 +14,21 @@ compiled by ``torch.compile(layer, fullgraph=True)``, so a graph break fails it,
 
 What "trains as eagerly" means differs by dtype. In fp32 the compiled step's output, input gradient and every
 parameter's gradient lie within :data:`FP32_TOLERANCE` of the eager step's, tensor-wide: Triton's kernels fuse the
-elementwise work and reassociate reductions, which moves each tensor by a few fp32 roundings of its norm, but an
-element near zero of a tensor of large scale by more than its own size (compiled by inductor's C++ on a CPU,
-HyperCLOVA X's input gradient, whose elements reach 203: 2.6e-7 of its norm apart, one element by 5.3e-5). In bf16 they do not: fused kernels keep
-values in fp32 between operators where eager rounds after each, and where the layer clamps (DeepSeek-V4's SwiGLU)
-an element rounded across the limit takes another branch, so the two bf16 steps differ by more than bf16's rounding
-of each (compiled by inductor's C++ on a CPU, DeepSeek-V4's shared-expert weight gradient by 7% in norm). So in bf16
-both steps are measured against the same layer run eagerly in fp32 from the bf16 weights and inputs: each tensor of
-the compiled step lies within the parity suites' bf16 kernel tolerance of that reference (norm-wise rtol 3e-2, atol
-1e-4), or, where the eager bf16 step is itself further off, at most :data:`BF16_ERROR_RATIO` times as far as it.
-(The ratio alone is no test for a small tensor: compiled by inductor's C++ on a CPU, the 3-element gradient of
-DeepSeek-V4's ``ffn_hc.scale`` lay 9 times further from fp32 than eager's, 3.4% of its norm, where eager's was 0.4%.)
-A layer with routed experts runs in fp32 only: its router picks each token's experts by a top-k, and a near-tie that
-bf16 rounds one way in the compiled step and the other way eagerly sends the token to another expert (Qwen3.5-MoE's
-first layer, compiled by inductor's C++: its router weight's gradient 15% of its norm from fp32, eager's 0.6%).
+elementwise work and reassociate reductions, which moves a tensor by a few fp32 roundings of its norm, but can move
+an element near zero of a tensor of large scale by more than its own size (compiled by inductor's C++ on a CPU,
+HyperCLOVA X's input gradient, whose elements reach 203, lay 2.6e-7 of its norm apart, one element by 5.3e-5).
+
+In bf16 the two steps are not compared with each other: fused kernels keep values in fp32 between operators where
+eager rounds after each, and where a layer clamps (DeepSeek-V4's SwiGLU) an element rounded across the limit takes
+the other branch (compiled by inductor's C++ on a CPU, DeepSeek-V4's shared-expert weight gradient differed by 7% in
+norm). Both are measured against the same layer run eagerly in fp32 from the bf16 weights and inputs: each tensor
+of the compiled step lies within the parity suites' bf16 kernel tolerance of that reference (norm-wise rtol 3e-2,
+atol 1e-4), or, where the eager bf16 step is itself further off, at most :data:`BF16_ERROR_RATIO` times as far as
+it. The ratio alone is no test for a small tensor: the 3-element gradient of DeepSeek-V4's ``ffn_hc.scale`` lay 9
+times further from fp32 than eager's, 3.4% of its norm where eager's was 0.4%. A layer with routed experts runs in
+fp32 only: its router picks each token's experts by a top-k, and a near-tie that bf16 rounds one way compiled and
+the other way eagerly sends the token to another expert (Qwen3.5-MoE's first layer: its router weight's gradient
+15% of its norm from fp32, eager's 0.6%).
 """
 
 from __future__ import annotations
