@@ -1,4 +1,5 @@
-"""GPU parity: every text model of the zoo on a CUDA device against upstream, eager and with Liger in every slot.
+"""GPU parity: every text model of the zoo on a CUDA device against upstream, eager and with Liger in every slot;
+every multimodal head eager.
 
 Selected by the ``gpu`` marker (``pip install -e '.[test,gpu]' && python -m pytest -m gpu``). Without a
 CUDA device every test here skips, naming the reason; the Liger tests skip too where ``liger_kernel``
@@ -22,9 +23,10 @@ import torch
 from modelgraft.models import MODEL_PACKAGES
 from modelgraft.models.ops import KERNEL_FAMILIES, OpsConfig
 from modelgraft.models.testing import causal_lm_batch, check_parity
-from modelgraft.models.testing.declarations import parity_declaration
+from modelgraft.models.testing.declarations import MultimodalRun, multimodal_run, parity_declaration
 from modelgraft.models.testing.dense_suite import DenseModel
 from modelgraft.models.testing.parity import BF16_TOLERANCE, EAGER_TOLERANCE, Tolerance, tolerance_for
+from modelgraft.models.testing.reference import DECODE_SLOTS
 
 pytestmark = [
     pytest.mark.gpu,
@@ -44,6 +46,28 @@ TEXT_MODELS = [
     declaration for declaration in map(parity_declaration, MODEL_PACKAGES) if isinstance(declaration, DenseModel)
 ]
 MODELS = [pytest.param(model, id=model.model_type) for model in TEXT_MODELS]
+#: Every multimodal head of the zoo (a VLM, an Omni thinker) as its package's tests declare it.
+MULTIMODAL = [pytest.param(package, run, id=package) for package in MODEL_PACKAGES if (run := multimodal_run(package))]
+
+#: GPU families whose packages upstream's own modules run whenever installed (transformers' hub decorator on the
+#: Gated DeltaNet's conv and delta rule), where the generated model runs them only bound.
+UPSTREAM_BINDS_WHEN_INSTALLED = ("fla", "causal_conv1d")
+
+
+def upstreams_kernels(package: str) -> OpsConfig:
+    """The families of :data:`UPSTREAM_BINDS_WHEN_INSTALLED` installed here, on the slots the package guards that a
+    training step calls: bound on the generated side, both sides run the same kernels."""
+    guarded = set(parity_declaration(package).guarded) - set(DECODE_SLOTS)
+    return OpsConfig(
+        {
+            slot: family
+            for family in UPSTREAM_BINDS_WHEN_INSTALLED
+            if KERNEL_FAMILIES[family].unavailable_reason() is None
+            for slot in KERNEL_FAMILIES[family].slots & guarded
+        }
+    )
+
+
 DTYPES = [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")]
 
 
@@ -90,3 +114,22 @@ def test_liger_in_every_slot_it_has_matches_upstream(model: DenseModel, dtype: t
         if not str(refusal).startswith("liger "):
             raise
         pytest.skip(f"liger not exercised on {model.model_type}: its kernel refuses the formulation ({refusal})")
+
+
+@pytest.mark.parametrize(("package", "run"), MULTIMODAL)
+def test_multimodal_parity_on_the_device(package: str, run: MultimodalRun) -> None:
+    """A multimodal head on its tests' tiny config and processor batch, fp32: what the generated code adds around the
+    towers (placeholder scatter, position ids, dummy inputs, vision metadata) builds its tensors on the device.
+    Eager, but for the kernels upstream runs whenever their package is installed (:func:`upstreams_kernels`), which
+    the generated side then binds: within the kernel tolerance, each bound kernel called."""
+    ops = upstreams_kernels(package)
+    check_parity(
+        run.config,
+        run.architecture,
+        model_type=run.model_type,
+        ops=ops,
+        batch=run.make_batch(),
+        device="cuda",
+        tolerance=None if ops.kernels else EAGER_TOLERANCE,
+        logits="close",
+    )
