@@ -21,8 +21,9 @@ import pytest
 import torch
 
 from modelgraft.models import MODEL_PACKAGES
+from modelgraft.models.loader import get_model_class
 from modelgraft.models.ops import KERNEL_FAMILIES, OpsConfig
-from modelgraft.models.testing import causal_lm_batch, check_parity
+from modelgraft.models.testing import causal_lm_batch, check_parity, seed_everything
 from modelgraft.models.testing.declarations import MultimodalRun, multimodal_run, parity_declaration
 from modelgraft.models.testing.dense_suite import DenseModel
 from modelgraft.models.testing.parity import BF16_TOLERANCE, EAGER_TOLERANCE, Tolerance, tolerance_for
@@ -133,3 +134,18 @@ def test_multimodal_parity_on_the_device(package: str, run: MultimodalRun) -> No
         tolerance=None if ops.kernels else EAGER_TOLERANCE,
         logits="close",
     )
+
+
+@pytest.mark.parametrize(("package", "run"), MULTIMODAL)
+def test_every_dummy_forward_of_a_multimodal_head_is_zero_on_the_device_and_reaches_its_tower(
+    package: str, run: MultimodalRun
+) -> None:
+    """The zero loss term a batch without images (or audio) adds: built on the device of the tower's weights."""
+    seed_everything(0)
+    model = get_model_class(run.model_type, run.architecture)(run.config).to("cuda").train()
+    dummies = [module for module in model.modules() if callable(getattr(type(module), "dummy_forward", None))]
+    assert dummies, f"{package}: no module of {run.architecture} has a dummy_forward"
+    total = sum(module.dummy_forward() for module in dummies)
+    assert total.device.type == "cuda" and total.item() == 0.0
+    total.backward()
+    assert any(param.grad is not None for param in model.parameters())
