@@ -55,8 +55,18 @@ def test_conv_guard_hands_the_slot_the_forwards_packed_document_bounds() -> None
     text = _one_line(_render("causal_conv1d_guard", "causal_conv1d_fn", update=False))
     assert (
         "if causal_conv1d_slot.use_non_eager_impl: return causal_conv1d_slot(hidden_states, weight, bias, "
-        'activation, cu_seqlens=kwargs.get("cu_seq_lens_q")) _, hidden_size, seq_len = hidden_states.shape'
+        'activation, cu_seqlens=kwargs.get("cu_seq_lens_q")) if kwargs.get("cu_seq_lens_q")'
     ) in text
+
+
+def test_conv_guards_eager_path_refuses_more_than_one_packed_document_before_upstreams_body() -> None:
+    text = _one_line(_render("causal_conv1d_guard", "causal_conv1d_fn", update=False))
+    assert (
+        'if kwargs.get("cu_seq_lens_q") is not None and kwargs["cu_seq_lens_q"].numel() > 2: raise ValueError( '
+        '"packed documents (cu_seq_lens_q) reach the causal_conv1d torch path'
+    ) in text
+    assert "bind the chunked_delta kernel family (CPU) or causal_conv1d (GPU)" in text
+    assert text.index("raise ValueError(") < text.index("_, hidden_size, seq_len = hidden_states.shape")
 
 
 def test_conv_update_guard_hands_the_slot_the_state_it_updates_in_place() -> None:

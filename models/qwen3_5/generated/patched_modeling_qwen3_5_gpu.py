@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_5.modeling_qwen3_5 (transformers==5.25.0)
 # Config: models.qwen3_5.qwen3_5_gpu_patch_gen_config
 # Description: Qwen3.5 with op-slot guards (Gated DeltaNet, text and vision), its own towers, the fused-loss heads and training helpers
-# Fingerprint: f39b13d887e053e00b04
+# Fingerprint: b83f713ed855971d9dae
 # Patches:
 #   - override_method Qwen3_5RMSNormGated.forward: rms_norm_gated slot guard
 #   - replace_function causal_conv1d_fn: causal_conv1d slot guard; the torch body, without the hub decorator
@@ -393,6 +393,11 @@ def causal_conv1d_fn(
 ):
     if causal_conv1d_slot.use_non_eager_impl:
         return causal_conv1d_slot(hidden_states, weight, bias, activation, cu_seqlens=kwargs.get("cu_seq_lens_q"))
+    if kwargs.get("cu_seq_lens_q") is not None and kwargs["cu_seq_lens_q"].numel() > 2:
+        raise ValueError(
+            "packed documents (cu_seq_lens_q) reach the causal_conv1d torch path, which convolves across their"
+            " boundaries; bind the chunked_delta kernel family (CPU) or causal_conv1d (GPU), which keep them apart"
+        )
     _, hidden_size, seq_len = hidden_states.shape
     padding = weight.shape[-1] - 1
 

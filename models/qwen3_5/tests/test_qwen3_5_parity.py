@@ -22,7 +22,7 @@ from transformers import Qwen3_5Config, Qwen3VLProcessor
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from modelgraft.models.loader import build_model, get_model_class
-from modelgraft.models.ops import bound_ops
+from modelgraft.models.ops import OpsConfig, bound_ops
 from modelgraft.models.registry import MODELING_REGISTRY
 from modelgraft.models.testing.gated_delta_net_suite import (
     CHUNKED_DELTA,
@@ -265,13 +265,40 @@ def test_packed_documents_through_the_chunked_delta_kernels_give_each_documents_
 
 def test_packed_documents_on_the_eager_path_are_refused_as_upstream_refuses_them() -> None:
     """The eager path is upstream's torch code, which would run packed documents as one sequence (the second
-    document starting from the first one's state); upstream's hub decorator refuses them on CPU, and so does
-    the generated function, naming the kernel families that keep documents apart."""
+    document's conv window and state starting from the first one's); upstream's hub decorator refuses them on CPU
+    at the delta rule, and the generated mixer at its first operation, the conv, naming the kernel families that
+    keep documents apart."""
     with eager_slots_on_one_thread():
         model = _linear_attention_only_model()
         input_ids = torch.randint(10, 40, (1, 12), generator=torch.Generator().manual_seed(0))
         upstream = _linear_attention_only_model(upstream=True)
         with pytest.raises(ValueError, match="packed"):
             _packed_logits(upstream, input_ids, [0, 5, 12])
-        with pytest.raises(ValueError, match=r"packed documents \(cu_seqlens\).*bind the chunked_delta kernel family"):
+        with pytest.raises(
+            ValueError, match=r"packed documents \(cu_seq_lens_q\).*bind the chunked_delta kernel family"
+        ):
             _packed_logits(model, input_ids, [0, 5, 12])
+
+
+def test_the_delta_rules_eager_path_refuses_packed_documents_itself() -> None:
+    """Reached with the conv bound to a kernel that keeps documents apart, the torch delta rule still refuses
+    ``cu_seqlens``: it would start the second document from the first one's state."""
+    with eager_slots_on_one_thread():
+        model = _linear_attention_only_model()
+        input_ids = torch.randint(10, 40, (1, 12), generator=torch.Generator().manual_seed(0))
+        conv_only = OpsConfig({"causal_conv1d": "chunked_delta"})
+        with bound_ops(conv_only), pytest.raises(ValueError, match=r"packed documents \(cu_seqlens\) reach the chunk"):
+            _packed_logits(model, input_ids, [0, 5, 12])
+
+
+def test_one_document_with_its_boundaries_runs_on_the_eager_path_as_without_them() -> None:
+    """``cu_seq_lens_q`` of one document (two entries) is the whole sequence: the conv runs it; the torch delta rule
+    refuses any boundaries, as upstream's decorator does."""
+    with eager_slots_on_one_thread():
+        model = _linear_attention_only_model()
+        input_ids = torch.randint(10, 40, (1, 12), generator=torch.Generator().manual_seed(0))
+        delta_rule = OpsConfig({"chunk_gated_delta_rule": "chunked_delta"})
+        with bound_ops(delta_rule), torch.no_grad():
+            whole = model(input_ids=input_ids, use_cache=False).logits
+            bounded = _packed_logits(model, input_ids, [0, 12])
+        torch.testing.assert_close(bounded, whole, rtol=1e-5, atol=1e-6)
