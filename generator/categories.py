@@ -73,6 +73,9 @@ class Category:
     #: The pass rate ``scaffold-survey`` measures the scaffold against (docs/scaffolding.md, "How far the
     #: scaffold reaches"); None for no target.
     target: float | None = None
+    #: The recipe a short-convolution hybrid of this category calls instead (generator/recipes/hybrid.py); "" for
+    #: none.
+    short_convolution_recipe: str = ""
 
     @property
     def scaffolded(self) -> bool:
@@ -95,6 +98,7 @@ CATEGORIES: tuple[Category, ...] = (
         "dense",
         recipe="dense_text",
         hybrid_recipe="gated_delta_net_text",
+        short_convolution_recipe="short_convolution_text",
         experts=False,
         towers=(),
         text="dense",
@@ -107,6 +111,7 @@ CATEGORIES: tuple[Category, ...] = (
         "moe",
         recipe="moe_text",
         hybrid_recipe="gated_delta_net_moe_text",
+        short_convolution_recipe="short_convolution_moe_text",
         experts=True,
         towers=(),
         text="moe",

@@ -129,6 +129,11 @@ def render(s: ModelStructure) -> str:
         add(f"  conv           {gdn.conv} / decode step {gdn.conv_update}{via}  packed={gdn.packed}")
         norm = f"{gdn.norm} (line {gdn.norm_line}) eps={gdn.norm_eps_attr}" if gdn.norm else "none guardable"
         add(f"  gated norm     {norm}" + (f"  -- {gdn.reason}" if gdn.reason else ""))
+    conv = s.short_convolution
+    if conv is not None:
+        via = f"  (through {' -> '.join(conv.conv_via)})" if conv.conv_via else ""
+        add(f"short conv       {conv.mixer} (line {conv.line})" + (f"  -- {conv.reason}" if conv.reason else ""))
+        add(f"  conv           {conv.conv} / decode step {conv.conv_update}{via}  packed={conv.packed}")
     if s.vlm is not None:
         out.extend(render_vlm(s.vlm))
     if s.omni is not None:

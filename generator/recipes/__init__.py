@@ -1,7 +1,14 @@
 """Category recipes: one call that applies every snippet a model category shares, and the parts they guard."""
 
 from modelgraft.generator.recipes.dense import dense_text
-from modelgraft.generator.recipes.hybrid import GatedDeltaNet, gated_delta_net_moe_text, gated_delta_net_text
+from modelgraft.generator.recipes.hybrid import (
+    GatedDeltaNet,
+    ShortConvolution,
+    gated_delta_net_moe_text,
+    gated_delta_net_text,
+    short_convolution_moe_text,
+    short_convolution_text,
+)
 from modelgraft.generator.recipes.moe import moe_text
 from modelgraft.generator.recipes.omni import AudioTower, omni
 from modelgraft.generator.recipes.omni_moe import omni_moe
@@ -21,6 +28,7 @@ __all__ = [
     "Norm",
     "Rope",
     "Router",
+    "ShortConvolution",
     "VisionTower",
     "composed_vlm",
     "dense_text",
@@ -29,6 +37,8 @@ __all__ = [
     "moe_text",
     "omni",
     "omni_moe",
+    "short_convolution_moe_text",
+    "short_convolution_text",
     "vision_encoder",
     "vlm",
     "vlm_moe",

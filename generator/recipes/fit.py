@@ -459,6 +459,20 @@ def _gated_delta_net(structure: ModelStructure, skipped: list[Finding], refusals
     }
 
 
+def _short_convolution(structure: ModelStructure, refusals: list[Finding]) -> dict[str, Any]:
+    """The short-convolution recipe's conv guards (``ShortConvolution`` part, as plain data), or a refusal where
+    the mixer reaches no conv of the slots' signature (its layers would run unguarded). ``packed`` as for a Gated
+    DeltaNet: the boundaries reach the whole-sequence conv, so its tests check that the chunked_delta conv keeps
+    packed documents apart."""
+    info = structure.short_convolution
+    assert info is not None
+    if info.reason or not info.conv or not info.conv_update:
+        remedy = "guard its calls by hand (replace_function)"
+        refusals.append(Finding("short_convolution", info.mixer, info.line, info.reason, remedy))
+        return {}
+    return {"mixer": info.mixer, "conv": info.conv, "conv_update": info.conv_update, "packed": info.packed}
+
+
 #: The slots a Gated DeltaNet mixer's guards take, the gated norm's first (when it is guarded).
 GATED_DELTA_NET_SLOTS = (
     "causal_conv1d",
@@ -467,6 +481,9 @@ GATED_DELTA_NET_SLOTS = (
     "recurrent_gated_delta_rule",
 )
 
+
+#: The slots a short-convolution mixer's guards take.
+SHORT_CONVOLUTION_SLOTS = GATED_DELTA_NET_SLOTS[:2]
 
 #: Slots of the loss heads: the coverage floor counts the others.
 LOSS_SLOTS = ("causal_lm_loss", "load_balancing_loss", "sequence_classification_loss")
@@ -503,6 +520,8 @@ def guarded_slots(arguments: dict[str, Any]) -> tuple[str, ...]:
     mixer = arguments.get("gated_delta_net")
     if mixer:
         guarded += (["rms_norm_gated"] if mixer.get("norm") else []) + list(GATED_DELTA_NET_SLOTS)
+    if arguments.get("short_convolution"):
+        guarded += list(SHORT_CONVOLUTION_SLOTS)
     # The sub-models another package's generated classes build (glm46v's glm4v towers) consult their own guards.
     guarded += [slot for slot in arguments.get("sub_model_slots") or [] if slot not in guarded]
     if arguments.get("causal_lm"):
@@ -587,6 +606,10 @@ def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
     if "gated_delta_net" in arguments:
         found.append(
             VlmFinding(structure.model, 0, "a Gated DeltaNet text decoder: the vlm recipe has no mixer guards")
+        )
+    if "short_convolution" in arguments:
+        found.append(
+            VlmFinding(structure.model, 0, "a short-convolution text decoder: the vlm recipe has no mixer guards")
         )
     arguments.update(vlm_arguments(structure, found))
     if categories.category(category).experts and not arguments.get("experts"):
@@ -730,6 +753,8 @@ def _fit_scaffold(structure: ModelStructure, category: str) -> Fit:
             arguments["call_sites"] = _without_indexer_sites(arguments["call_sites"], structure, skipped)
     if structure.linear_attention is not None:  # recorded only for a hybrid: other scaffolds' answers stay
         arguments["gated_delta_net"] = _gated_delta_net(structure, skipped, refusals)
+    if structure.short_convolution is not None:  # recorded only for a hybrid, as above
+        arguments["short_convolution"] = _short_convolution(structure, refusals)
 
     guarded = list(guarded_slots(arguments))
     slots = len([slot for slot in guarded if slot not in LOSS_SLOTS])

@@ -63,6 +63,13 @@ def hand_written_patches(arguments: dict[str, Any]) -> tuple[str, ...]:
             "(generator/recipes/hybrid.py), behind the rms_norm_gated, causal_conv1d(_update) and "
             "chunk/recurrent_gated_delta_rule slots"
         )
+    short_convolution = arguments.get("short_convolution")
+    if short_convolution:
+        lines.append(
+            f"{short_convolution['mixer']}'s causal convs ({short_convolution['conv']}, "
+            f"{short_convolution['conv_update']}): apply_causal_conv1d (generator/recipes/hybrid.py), behind the "
+            "causal_conv1d(_update) slots"
+        )
     experts = arguments.get("experts")
     if experts:
         lines.append(f"{experts['sparse_block']}.forward: moe_experts_guard, behind the moe_experts slot")

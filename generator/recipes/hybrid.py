@@ -22,6 +22,8 @@ as the conditional-generation class.
 
 :func:`gated_delta_net_text` and :func:`gated_delta_net_moe_text` are the scaffold's recipes for text-only Gated
 DeltaNet hybrids (olmo_hybrid, qwen3_next): the same mixer guards, then :func:`dense_text` or :func:`moe_text`.
+:func:`short_convolution_text` and :func:`short_convolution_moe_text` are those for short-convolution hybrids
+(lfm2, lfm2_moe), whose mixer gates a depthwise causal conv and runs no delta rule: the two conv guards alone.
 
 :func:`hybrid_moe` is the same over :func:`modelgraft.generator.recipes.vlm_moe.vlm_moe` (Qwen3.5-MoE): the MoE
 pieces on the text decoder, and the text-only head's aux-loss call behind its slot too. Its mixer is a structural
@@ -49,12 +51,16 @@ from modelgraft.generator.recipes.vlm_moe import vlm_moe
 __all__ = [
     "HUB_FALLBACK_DECORATOR",
     "GatedDeltaNet",
+    "ShortConvolution",
+    "apply_causal_conv1d",
     "apply_gated_delta_net",
     "gated_delta_net_moe_text",
     "gated_delta_net_text",
     "hybrid",
     "hybrid_moe",
     "reuse_gated_delta_net",
+    "short_convolution_moe_text",
+    "short_convolution_text",
 ]
 
 #: Upstream's decorator that binds an installed FLA / causal-conv1d at import time; dropped from every guarded
@@ -78,6 +84,29 @@ class GatedDeltaNet:
     recurrent: str = "torch_recurrent_gated_delta_rule"
 
 
+@dataclass(frozen=True)
+class ShortConvolution:
+    """Where a short-convolution mixer's convs live (lfm2's ``Lfm2ShortConv``): the two module-level functions it
+    reaches, the whole-sequence conv and the decode step."""
+
+    conv: str = "causal_conv1d_fn"
+    conv_update: str = "causal_conv1d_update"
+
+
+def apply_causal_conv1d(config: PatchConfig, conv: str, conv_update: str) -> None:
+    """The module-level whole-sequence conv and decode step behind the causal_conv1d(_update) slots, each the torch
+    body without upstream's hub decorator."""
+    for function, update in ((conv, False), (conv_update, True)):
+        config.apply_snippet(
+            "causal_conv1d_guard",
+            function,
+            update=update,
+            keep_decorators=(HUB_FALLBACK_DECORATOR,),
+            description=f"{'causal_conv1d_update' if update else 'causal_conv1d'} slot guard; the torch body, "
+            "without the hub decorator",
+        )
+
+
 def apply_gated_delta_net(config: PatchConfig, mixer: GatedDeltaNet, *, prefix: str) -> None:
     """The mixer's gated norm, causal conv1d (whole and decode step) and gated delta rule behind their slots."""
     if mixer.norm:
@@ -88,16 +117,8 @@ def apply_gated_delta_net(config: PatchConfig, mixer: GatedDeltaNet, *, prefix: 
             activation=mixer.norm_activation,
             description="rms_norm_gated slot guard",
         )
+    apply_causal_conv1d(config, mixer.conv, mixer.conv_update)
     undecorated = (HUB_FALLBACK_DECORATOR,)
-    for function, update in ((mixer.conv, False), (mixer.conv_update, True)):
-        config.apply_snippet(
-            "causal_conv1d_guard",
-            function,
-            update=update,
-            keep_decorators=undecorated,
-            description=f"{'causal_conv1d_update' if update else 'causal_conv1d'} slot guard; the torch body, "
-            "without the hub decorator",
-        )
     for function, slot in ((mixer.chunk, "chunk_gated_delta_rule"), (mixer.recurrent, "recurrent_gated_delta_rule")):
         config.apply_snippet(
             "gated_delta_rule_guard",
@@ -197,4 +218,22 @@ def gated_delta_net_moe_text(
     """A text-only Gated DeltaNet hybrid with routed experts (qwen3_next): the mixer's guards, then
     :func:`moe_text`."""
     apply_gated_delta_net(config, gated_delta_net, prefix=prefix)
+    return moe_text(config, prefix=prefix, **moe_options)
+
+
+def short_convolution_text(
+    config: PatchConfig, *, prefix: str, short_convolution: ShortConvolution, **dense_options: Any
+) -> PatchConfig:
+    """A text-only short-convolution hybrid (lfm2, lfm3): the mixer's two convs behind their slots, then
+    :func:`dense_text`."""
+    apply_causal_conv1d(config, short_convolution.conv, short_convolution.conv_update)
+    return dense_text(config, prefix=prefix, **dense_options)
+
+
+def short_convolution_moe_text(
+    config: PatchConfig, *, prefix: str, short_convolution: ShortConvolution, **moe_options: Any
+) -> PatchConfig:
+    """A text-only short-convolution hybrid with routed experts (lfm2_moe): the mixer's two convs behind their
+    slots, then :func:`moe_text`."""
+    apply_causal_conv1d(config, short_convolution.conv, short_convolution.conv_update)
     return moe_text(config, prefix=prefix, **moe_options)

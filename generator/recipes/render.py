@@ -64,6 +64,9 @@ def _router_fields(router: Mapping[str, Any]) -> dict[str, Any]:
 #: The GatedDeltaNet part's fields, in its order (every one written: the mixer's functions are named upstream).
 GATED_DELTA_NET_FIELDS = ("norm", "norm_eps", "norm_activation", "conv", "conv_update", "chunk", "recurrent")
 
+#: The ShortConvolution part's fields, in its order (both written, as the GatedDeltaNet part's are).
+SHORT_CONVOLUTION_FIELDS = ("conv", "conv_update")
+
 
 def _gated_delta_net_line(mixer: Mapping[str, Any]) -> str:
     """The ``gated_delta_net=GatedDeltaNet(...)`` argument of a hybrid's recipe call."""
@@ -118,9 +121,16 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
     if mixer:  # a Gated DeltaNet hybrid: its text recipe after the mixer's guards (generator/recipes/hybrid.py)
         recipe = categories.category(spec.text).hybrid_recipe
         parts.add("GatedDeltaNet")
+    short_convolution = arguments.get("short_convolution")
+    if short_convolution:  # a short-convolution hybrid: its text recipe after the conv guards (the same module)
+        recipe = categories.category(spec.text).short_convolution_recipe
+        parts.add("ShortConvolution")
     lines = [f"{recipe}(", "    config,", f"    prefix={prefix!r},"]
     if mixer:
         lines.append(_gated_delta_net_line(mixer))
+    if short_convolution:
+        fields = ", ".join(f"{name}={short_convolution[name]!r}" for name in SHORT_CONVOLUTION_FIELDS)
+        lines.append(f"    short_convolution=ShortConvolution({fields}),")
     vision = arguments.get("vision")
     if vision:  # a VLM (generator/recipes/vlm.py): the tower first, as the zoo's configs name it
         parts.add("VisionTower")

@@ -15,12 +15,12 @@ import re
 import weakref
 
 from modelgraft.generator.categories import OUT_OF_CATEGORY, category_for
-from modelgraft.generator.upstream.read_linear_attention import gated_delta_net_classes, mixer_kind
+from modelgraft.generator.upstream.read_linear_attention import mixer_classes, mixer_kind
 from modelgraft.generator.upstream.source import ModelSource, called_name, is_self_attr
-from modelgraft.generator.upstream.structure import GatedDeltaNetInfo
+from modelgraft.generator.upstream.structure import GatedDeltaNetInfo, ShortConvolutionInfo
 
-# Class names that only state-space / recurrent / convolutional mixers carry (a Gated DeltaNet mixer, which
-# the hybrid guards cover, and the classes holding it are not matched: see read_linear_attention).
+# Class names that only state-space / recurrent / convolutional mixers carry (a Gated DeltaNet or short-convolution
+# mixer, which the hybrid guards cover, and the classes holding it are not matched: see read_linear_attention).
 # Matched against the class name with the model's own prefix removed (recurrent_gemma's "RecurrentGemmaRMSNorm"
 # says nothing; its "RecurrentGemmaRecurrentBlock" does). Mixers first: they name the reason best.
 _RECURRENT_NAMES = (
@@ -63,11 +63,12 @@ def classify(
     lm_class: str | None,
     decoder_layer: str | None,
     is_moe: bool,
-    gated_delta_net: GatedDeltaNetInfo | None = None,
+    mixer: GatedDeltaNetInfo | ShortConvolutionInfo | None = None,
     config_defaults: dict[str, str] | None = None,
 ) -> tuple[str, str]:
-    """The category of the model and why; ``config_defaults``: its config class's defaults (as source text), which
-    say whether a cross-attention behind a config flag is built."""
+    """The category of the model and why; ``mixer``: the linear mixer the hybrid recipes guard (its classes are
+    no reason to refuse), ``config_defaults``: its config class's defaults (as source text), which say whether a
+    cross-attention behind a config flag is built."""
     model = source.model
     if model in OVERRIDES:
         return OVERRIDES[model]
@@ -102,7 +103,7 @@ def classify(
     if cross is not None:
         return OUT_OF_CATEGORY, cross
     prefix = _common_prefix(source)
-    covered = gated_delta_net_classes(source, gated_delta_net) if gated_delta_net else set()
+    covered = mixer_classes(source, mixer) if mixer else set()
     for pattern in _RECURRENT_NAMES:
         recurrent = [
             c for c in classes if pattern.search(c[len(prefix) :]) and not _VISION_NAME.search(c) and c not in covered
@@ -122,7 +123,7 @@ def classify(
         )
     text_path = reachable(source, decoder_layer) if decoder_layer else []
     for cls in text_path:
-        if cls in covered:  # the Gated DeltaNet's depthwise conv: its causal_conv1d call is guarded
+        if cls in covered:  # the mixer's depthwise conv: its causal_conv1d calls are guarded
             continue
         for attr, values in source.init_assigns(cls).items():
             if any("Conv1d" in _text(v) for v in values):

@@ -14,8 +14,13 @@ themselves; 5.25's call ``causal_conv1d_forward(self.conv1d, hidden_states, cach
 convs, handing ``causal_conv1d_fn`` the mixer's ``**kwargs``. The guards stay on the two convs, which every
 path still calls; the report names the functions in between (``conv_via``).
 
+A short-convolution hybrid (lfm2, lfm2_moe, lfm3) has no delta rule: its mixer gates a depthwise causal conv
+(``B * x``, conv, ``C *``), and reaches the same module-level convs through ``causal_conv1d_forward``
+(:func:`read_short_convolution`); the hybrid recipe guards those two convs alone.
+
 Every other linear or recurrent mixer gets a kind and a reason for the refusal (:func:`mixer_kind`): a short
-convolution alone, a Mamba-style state space, lightning attention, Kimi-delta attention; no snippet covers them.
+convolution computing its own windows (inkling2's dynamic one), a Mamba-style state space, lightning attention,
+Kimi-delta attention; no snippet covers them.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import re
 from dataclasses import dataclass
 
 from modelgraft.generator.upstream.source import ModelSource, called_name, calls_in
-from modelgraft.generator.upstream.structure import GatedDeltaNetInfo
+from modelgraft.generator.upstream.structure import GatedDeltaNetInfo, ShortConvolutionInfo
 
 #: The parameters the conv slots take first, in upstream's order (the snippets check them again).
 _CONV_PARAMS = ("hidden_states", "weight", "bias", "activation")
@@ -58,7 +63,8 @@ _REFUSED_KINDS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
         "short_convolution",
         re.compile(r"ShortConv"),
-        "a short convolution alone, without a gated delta rule: no slot takes it",
+        "a short convolution that runs no causal conv1d of the slots' signature (its own windows or taps): "
+        "no slot takes it",
     ),
     (
         "state_space",
@@ -303,8 +309,62 @@ def read_gated_delta_net(source: ModelSource) -> GatedDeltaNetInfo | None:
     return None
 
 
-def gated_delta_net_classes(source: ModelSource, info: GatedDeltaNetInfo) -> set[str]:
-    """The mixer and the classes that hold it (olmo_hybrid's LinearAttentionDecoderLayer): what the guards cover."""
+#: How a short-convolution mixer's class is named (the prefix removed or not): lfm2's ``Lfm2ShortConv``,
+#: inkling's ``InklingShortConvolution``. The kind's refusal in :data:`_REFUSED_KINDS` keys on the same name.
+_SHORT_CONVOLUTION = re.compile(r"ShortConv")
+
+
+def read_short_convolution(source: ModelSource) -> ShortConvolutionInfo | None:
+    """The short-convolution mixer of a module without a gated delta rule, or None.
+
+    The mixer is the first class named for one (:data:`_SHORT_CONVOLUTION`) whose forward reaches both causal
+    convs of the slots' signature, itself or through module-level functions (:func:`reached_calls`: lfm2's
+    ``Lfm2ShortConv.forward`` calls ``causal_conv1d_forward``, which calls ``causal_conv1d_fn`` or, on a cached
+    decode step, ``causal_conv1d_update``). Without such a class the first one named for it is returned with the
+    reason, so the fit refuses it naming what is missing. Another short-convolution class of the module (inkling2's
+    dynamic one) is not covered: the category reader refuses the model for it.
+    """
+    if _delta_rules(source) is not None:
+        return None
+    named = [cls for cls in source.classes if _SHORT_CONVOLUTION.search(cls)]
+    first: ShortConvolutionInfo | None = None
+    for mixer in named:
+        forward = source.own_method(mixer, "forward")
+        reached = reached_calls(source, forward) if forward is not None else []
+        conv = _conv_functions(source, reached, _CONV_PARAMS)
+        update = _conv_functions(source, reached, _CONV_UPDATE_PARAMS)
+        if not conv or not update:
+            first = first or ShortConvolutionInfo(
+                mixer=mixer,
+                line=source.classes[mixer].lineno,
+                reason="calls no causal conv1d of the slots' signature (hidden_states, [conv_state,] weight, ...), "
+                f"itself or through the module-level functions it calls ({CALL_DEPTH} deep)",
+            )
+            continue
+        assert forward is not None
+        conv_name = _module_function(source, conv[0].call)
+        assert conv_name is not None
+        conv_calls = [item for item in conv if _module_function(source, item.call) == conv_name]
+        packed = (
+            _kwargs_name(source.functions[conv_name]) is not None
+            and all(_kwargs_reach(source, forward, item) for item in conv_calls)
+            and _layer_passes_kwargs(source, mixer)
+        )
+        return ShortConvolutionInfo(
+            mixer=mixer,
+            line=source.classes[mixer].lineno,
+            conv=conv_name,
+            conv_update=_module_function(source, update[0].call),
+            conv_via=conv[0].via,
+            conv_update_via=update[0].via,
+            packed=packed,
+        )
+    return first
+
+
+def mixer_classes(source: ModelSource, info: GatedDeltaNetInfo | ShortConvolutionInfo) -> set[str]:
+    """The mixer and the classes that hold it (olmo_hybrid's LinearAttentionDecoderLayer, lfm2's decoder layer):
+    what the guards cover."""
     holders = {
         cls
         for cls in source.classes

@@ -27,7 +27,7 @@ from modelgraft.generator.upstream.read_heads import (
     read_sequence_classification,
 )
 from modelgraft.generator.upstream.read_indexer import read_dsa_indexer
-from modelgraft.generator.upstream.read_linear_attention import read_gated_delta_net
+from modelgraft.generator.upstream.read_linear_attention import read_gated_delta_net, read_short_convolution
 from modelgraft.generator.upstream.read_mlps import read_mlps
 from modelgraft.generator.upstream.read_moe import experts_holders, read_moe
 from modelgraft.generator.upstream.read_norms import read_norms
@@ -81,9 +81,10 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
     decoder_layer = _decoder_layer(source, base_model)
     holders = experts_holders(source)
     gated_delta_net = read_gated_delta_net(source)
+    short_convolution = read_short_convolution(source)
     config = read_config(source, lm_class)
     category, category_reason = classify(
-        source, heads, lm_class, decoder_layer, bool(holders), gated_delta_net, config.defaults
+        source, heads, lm_class, decoder_layer, bool(holders), gated_delta_net or short_convolution, config.defaults
     )
 
     causal_lm = read_causal_lm(source, lm_class) if lm_class else None
@@ -149,6 +150,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         vlm_config=vlm_config,
         omni=omni,
         linear_attention=gated_delta_net if category != categories.OUT_OF_CATEGORY else None,
+        short_convolution=short_convolution if category != categories.OUT_OF_CATEGORY else None,
         call_sites=read_call_sites(
             source,
             {n.cls for n in norms if n.kind != "unknown"}

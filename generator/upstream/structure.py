@@ -267,6 +267,27 @@ class GatedDeltaNetInfo:
 
 
 @dataclass(frozen=True)
+class ShortConvolutionInfo:
+    """A short-convolution mixer (``read_linear_attention``, lfm2's ``Lfm2ShortConv``): a gated depthwise causal
+    conv and no recurrence of its own, whose convs the hybrid recipe's conv guards take as they take a Gated
+    DeltaNet's."""
+
+    mixer: str  # "Lfm2ShortConv"
+    line: int
+    #: The whole-sequence and decode-step causal conv the mixer reaches (None: none of the slots' signature), and
+    #: the module-level functions in between (transformers 5.25: ``causal_conv1d_forward``).
+    conv: str | None = None
+    conv_update: str | None = None
+    conv_via: tuple[str, ...] = ()
+    conv_update_via: tuple[str, ...] = ()
+    #: The mixer's ``**kwargs``, ``cu_seq_lens_q`` still in them, reach the whole-sequence conv, and its decoder
+    #: layer hands the mixer its ``**kwargs``: a conv kernel that honours the boundaries keeps documents apart.
+    packed: bool = False
+    #: Why a conv cannot be guarded ("" when both can).
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Multipliers:
     """Scalars some models apply around the decoder (granite, minicpm, gemma): expressions as in upstream."""
 
@@ -316,6 +337,8 @@ class ModelStructure:
     vlm: VlmInfo | None = None
     #: For a Gated DeltaNet hybrid (qwen3_next, olmo_hybrid): its mixer (``read_linear_attention``); else None.
     linear_attention: GatedDeltaNetInfo | None = None
+    #: For a short-convolution hybrid (lfm2, lfm2_moe): its mixer (``read_linear_attention``); else None.
+    short_convolution: ShortConvolutionInfo | None = None
     #: For an Omni model (categories omni, omni_moe): the thinker, the speech side's attributes and the classes
     #: only they reach (``read_omni``); None for every other category.
     omni: OmniInfo | None = None

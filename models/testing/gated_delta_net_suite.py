@@ -24,18 +24,24 @@ from transformers import PreTrainedConfig
 from modelgraft.models.loader import build_model, get_model_class
 from modelgraft.models.ops import SLOTS, OpsConfig, bound_ops
 from modelgraft.models.testing.batches import causal_lm_batch
-from modelgraft.models.testing.parity import build_pair
+from modelgraft.models.testing.parity import Tolerance, assert_within, build_pair
 from modelgraft.models.testing.reference import DECODE_SLOTS, reference_kernel
 
 __all__ = [
     "CHUNKED_DELTA",
     "DECODE_SLOTS",
     "GatedDeltaNetSuite",
+    "check_cached_decode_step",
+    "check_packed_documents",
     "decode_logits",
     "decode_logits_with_reference",
+    "decode_step_reason",
     "packed_document_kwargs",
     "packed_document_ops",
 ]
+
+#: A document's packed outputs against its outputs alone: the same operations on the same rows, up to reassociation.
+_DOCUMENT_TOLERANCE = Tolerance(rtol=1e-5, atol=0.0, norm_wise=True)
 
 #: The chunked_delta CPU family on both slots it serves.
 CHUNKED_DELTA = OpsConfig({"chunk_gated_delta_rule": "chunked_delta", "causal_conv1d": "chunked_delta"})
@@ -88,6 +94,53 @@ def decode_logits_with_reference(
     return logits, calls
 
 
+def check_cached_decode_step(declared: Any, backend: str, slot: str) -> None:
+    """Prefill then one token from the cache: ``slot``'s reference kernel, bound alone on the generated model, gives
+    upstream's logits, and is called."""
+    config = declared.config()
+    cls = declared.causal_lm
+    pair = build_pair(
+        config,
+        get_model_class(declared.model_type, cls, use_hf=True),
+        get_model_class(declared.model_type, cls, backend),
+    )
+    pair.upstream.eval(), pair.generated.eval()
+    batch = causal_lm_batch(config, batch_size=2, seq_len=6)
+    del batch["labels"]
+    batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+    next_tokens = batch["input_ids"][:, :1].flip(0)
+    expected = decode_logits(pair.upstream, batch, next_tokens)
+    actual, calls = decode_logits_with_reference(pair.generated, slot, batch, next_tokens)
+    assert calls > 0
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+def check_packed_documents(declared: Any, backend: str, mixer_class: str, ops: OpsConfig) -> None:
+    """The generated model's ``mixer_class``, called as its decoder layer calls it (the reader checked that the
+    layer hands it the batch's ``**kwargs``) on two packed documents with ``cu_seq_lens_q`` and ``ops`` bound, gives
+    each document the outputs it has alone.
+
+    Compared against each output's own norm: a tiny short-convolution mixer's outputs are products of three small
+    projections (about 5e-5), below any fixed ``atol`` a leak from the other document would exceed.
+    """
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = build_model(declared.config(), architecture=declared.causal_lm, backend=backend).eval()
+    mixer = next(module for module in model.modules() if type(module).__name__ == mixer_class)
+    hidden = torch.randn(1, 12, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    cu_seqlens = torch.tensor([0, 5, 12], dtype=torch.int32)
+    with bound_ops(ops), torch.no_grad():
+        packed = mixer(hidden_states=hidden, cu_seq_lens_q=cu_seqlens, cu_seq_lens_k=cu_seqlens)
+        first, second = mixer(hidden_states=hidden[:, :5]), mixer(hidden_states=hidden[:, 5:])
+    assert_within("the first document", first, packed[:, :5], _DOCUMENT_TOLERANCE)
+    assert_within("the second document", second, packed[:, 5:], _DOCUMENT_TOLERANCE)
+
+
+def decode_step_reason(slot: str, test: str) -> str:
+    """Why a training step never calls a decode-step slot, and which test binds it instead."""
+    return f"{slot} is called only from a cache, one token at a time, never by a training step: {test} binds it"
+
+
 class GatedDeltaNetSuite:
     """Decode-step and packed-document checks of a Gated DeltaNet hybrid; subclasses also derive a parity suite."""
 
@@ -97,48 +150,18 @@ class GatedDeltaNetSuite:
 
     def _unreachable(self, slot: str) -> str | None:
         if slot in DECODE_SLOTS:
-            return (
-                f"{slot} is called only from a cache, one token at a time, never by a training step: "
-                "test_reference_decode_kernel_matches_upstreams_cached_decode_step binds it"
-            )
+            return decode_step_reason(slot, "test_reference_decode_kernel_matches_upstreams_cached_decode_step")
         return super()._unreachable(slot)  # type: ignore[misc]
 
     @pytest.mark.parametrize("slot", DECODE_SLOTS)
     def test_reference_decode_kernel_matches_upstreams_cached_decode_step(self, backend: str, slot: str) -> None:
         """Prefill then one token from the cache: the decode-step slot's reference kernel, bound alone and called."""
-        config = self.model.config()
-        cls = self.model.causal_lm
-        pair = build_pair(
-            config,
-            get_model_class(self.model.model_type, cls, use_hf=True),
-            get_model_class(self.model.model_type, cls, backend),
-        )
-        pair.upstream.eval(), pair.generated.eval()
-        batch = causal_lm_batch(config, batch_size=2, seq_len=6)
-        del batch["labels"]
-        batch["attention_mask"] = torch.ones_like(batch["input_ids"])
-        next_tokens = batch["input_ids"][:, :1].flip(0)
-        expected = decode_logits(pair.upstream, batch, next_tokens)
-        actual, calls = decode_logits_with_reference(pair.generated, slot, batch, next_tokens)
-        assert calls > 0
-        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+        check_cached_decode_step(self.model, backend, slot)
 
     def test_packed_documents_through_the_chunked_delta_kernels_give_each_documents_own_outputs(
         self, backend: str
     ) -> None:
-        """With cu_seq_lens_q, each document's conv window and delta-rule state start afresh in the mixer.
-
-        The mixer of the generated model, called as its decoder layer calls it (the reader checked that the layer
-        hands it the batch's ``**kwargs``), on two packed documents and on each alone.
-        """
+        """With cu_seq_lens_q, each document's conv window and delta-rule state start afresh in the mixer."""
         if self.packed_mixer is None:
             pytest.skip(f"upstream's {self.model.causal_lm} hands no cu_seq_lens_q to its delta rule")
-        model = build_model(self.model.config(), architecture=self.model.causal_lm, backend=backend).eval()
-        mixer = next(module for module in model.modules() if type(module).__name__ == self.packed_mixer)
-        hidden = torch.randn(1, 12, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
-        cu_seqlens = torch.tensor([0, 5, 12], dtype=torch.int32)
-        with bound_ops(CHUNKED_DELTA), torch.no_grad():
-            packed = mixer(hidden_states=hidden, cu_seq_lens_q=cu_seqlens, cu_seq_lens_k=cu_seqlens)
-            first, second = mixer(hidden_states=hidden[:, :5]), mixer(hidden_states=hidden[:, 5:])
-        torch.testing.assert_close(packed[:, :5], first, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(packed[:, 5:], second, rtol=1e-5, atol=1e-5)
+        check_packed_documents(self.model, backend, self.packed_mixer, CHUNKED_DELTA)

@@ -407,6 +407,42 @@ def _is_layer_index_map(name: str, value: Sequence[Any]) -> bool:
     return all(0 <= v <= i for i, v in enumerate(value)) and 2 * own >= len(value)
 
 
+def _second_layer_kind(
+    config_class: type[PreTrainedConfig],
+    out: Mapping[str, Any],
+    values: Mapping[str, Any],
+    declared: Mapping[str, Any],
+    default_layers: int | None,
+    n_layers: int,
+) -> dict[str, list[Any]]:
+    """A layer-index list the class derives as every layer, from which it also derives ``layer_types`` with a
+    single kind, set to every tiny layer but the first where that gives ``layer_types`` a second kind.
+
+    lfm2's ``full_attn_idxs``: declared None, every layer attention by default, its conv layers only where a
+    checkpoint's config names the attention layers; a tiny config of the defaults would never run the conv. As the
+    ``mlp_layer_types`` rule does for dense and sparse MLPs, the tiny model gets both kinds of layer. Tried by
+    building the config (``kv_source_layers`` of mistral_large4, also every layer by default, names no kind).
+    """
+    if default_layers is None or "layer_types" not in declared or declared["layer_types"] is not None:
+        return {}
+    every = list(range(default_layers))
+    derived = {key: value for key, value in out.items() if key != "layer_types"}  # derived again from the list
+    for name, value in values.items():
+        if declared.get(name, ...) is not None or not isinstance(value, list) or value != every:
+            continue
+        if not name.endswith(_LAYER_INDEX_SUFFIXES):
+            continue
+        changed = {**derived, name: list(range(1, n_layers))}
+        try:
+            before = set(config_class(**derived).layer_types or ())
+            after = set(config_class(**changed).layer_types or ())
+        except (TypeError, ValueError, StrictDataclassError):  # a config refusing the trial keeps the rules' values
+            continue
+        if len(after) > len(before) == 1:
+            return {name: changed[name], "layer_types": config_class(**changed).layer_types}
+    return {}
+
+
 def _even_rotary_factor(factor: float, head_dim: int) -> float:
     """``factor`` if it gives an even, non-zero rotary dim on ``head_dim``, else 0.5."""
     rotary = int(head_dim * factor)
@@ -594,6 +630,8 @@ def _rule_overrides(
         # every layer sparse by default, but the "dense" kind is the same config's other branch: layer 0
         # dense so both kinds of MLP are exercised (mellum, inkling, minimax_m3, cohere2_moe)
         out["mlp_layer_types"] = ["dense", *out["mlp_layer_types"][1:]]
+
+    out.update(_second_layer_kind(config_class, out, values, declared, default_layers, n_layers))
 
     # rope: partial rotary factors giving an even rotary dim on the head dim the rope applies to
     rope_head_dim = out.get("head_dim", head_dim)

@@ -61,7 +61,8 @@ SLOT_ORDER = (
     "layer_norm",
     "glu_activation",
     "rope",
-    # a Gated DeltaNet mixer: its gated norm, whole and decode-step conv, chunked and recurrent delta rule
+    # a Gated DeltaNet mixer: its gated norm, whole and decode-step conv (a short convolution's two slots),
+    # chunked and recurrent delta rule
     "rms_norm_gated",
     "causal_conv1d",
     "causal_conv1d_update",

@@ -411,6 +411,35 @@ def test_layer_counts_indices_and_periods_fit_the_tiny_depth() -> None:
     assert config.kv_source_layers == [0, 0, 2]  # derived again for the tiny depth
 
 
+def test_an_index_list_derived_as_every_layer_leaves_the_first_tiny_layer_of_the_kind_it_names_not() -> None:
+    """lfm2's layout: every layer attention unless a checkpoint names the attention layers; the tiny model runs the
+    other kind (a short convolution) in layer 0. An index list naming no kind (``rope_layer_idxs`` below) stays."""
+    from huggingface_hub.dataclasses import strict
+    from transformers import LlamaConfig
+
+    @strict
+    class ConvHybridConfig(LlamaConfig):
+        model_type = "conv_hybrid_test"
+        attention_layer_idxs: list[int] | None = None
+        rope_layer_idxs: list[int] | None = None
+        layer_types: list[str] | None = None
+
+        def __post_init__(self, **kwargs):
+            every = list(range(self.num_hidden_layers))
+            if self.layer_types is None:
+                attention = every if self.attention_layer_idxs is None else self.attention_layer_idxs
+                self.attention_layer_idxs = attention
+                self.layer_types = ["full_attention" if i in attention else "conv" for i in every]
+            if self.rope_layer_idxs is None:
+                self.rope_layer_idxs = every
+            super().__post_init__(**kwargs)
+
+    config = tiny_config_for(ConvHybridConfig)
+    assert config.layer_types == ["conv", "full_attention", "full_attention"]
+    assert config.attention_layer_idxs == [1, 2]
+    assert config.rope_layer_idxs == [0, 1, 2]
+
+
 def test_composites_and_hybrids_outside_the_population_get_tiny_sizes() -> None:
     dots3 = tiny_config_for(CONFIG_MAPPING["dots3_note"])
     assert dots3.text_config.hidden_size == TINY["hidden"]

@@ -1,10 +1,13 @@
-"""Gated DeltaNet hybrids are a structure of the dense and MoE categories; other linear mixers are refused.
+"""Gated DeltaNet and short-convolution hybrids are a structure of the dense and MoE categories; other linear mixers
+are refused.
 
-The reader keys on the gated delta rule and the mixer class that calls it, never on the causal conv alone; the
-fit plans the hybrid recipe's mixer guards for a text-only hybrid and refuses, with the kind, a short
-convolution alone, a Mamba-style state space, lightning attention and Kimi-delta attention. Fit level only: the
-copy of one hybrid is tests/template/test_copy_gated_delta_net.py, the others are in the survey's table
-(docs/scaffolding.md, "How far the scaffold reaches").
+The reader keys on the gated delta rule and the mixer class that calls it, never on the causal conv alone; a
+short-convolution mixer is a class named for one whose forward reaches both causal convs of the slots' signature.
+The fit plans the hybrid recipes' guards for a text-only hybrid and refuses, with the kind, a short convolution
+computing its own windows, a Mamba-style state space, lightning attention and Kimi-delta attention. Fit level only:
+the copies of one hybrid of each kind are tests/template/test_copy_gated_delta_net.py and
+test_copy_short_convolution.py, the others are in the survey's table (docs/scaffolding.md, "How far the scaffold
+reaches").
 """
 
 from __future__ import annotations
@@ -95,15 +98,53 @@ def test_a_hybrid_with_a_second_convolutional_state_is_refused_for_it() -> None:
     assert "Qwen4ExpTextPLELayer.conv1d" in result.refusal_message()
 
 
+def test_a_short_convolution_mixer_is_read_with_the_convs_it_reaches_through_causal_conv1d_forward() -> None:
+    mixer = structure("lfm2").short_convolution
+    assert mixer is not None
+    assert (mixer.mixer, mixer.conv, mixer.conv_update) == (
+        "Lfm2ShortConv",
+        "causal_conv1d_fn",
+        "causal_conv1d_update",
+    )
+    assert (mixer.conv_via, mixer.conv_update_via) == (("causal_conv1d_forward",), ("causal_conv1d_forward",))
+    assert mixer.packed  # the decoder layer hands the mixer its **kwargs, and they reach causal_conv1d_fn
+    assert structure("lfm2").linear_attention is None
+
+
+def test_a_gated_delta_net_is_no_short_convolution() -> None:
+    assert structure("olmo_hybrid").short_convolution is None
+
+
+@pytest.mark.parametrize(("model", "category"), [("lfm2", "dense"), ("lfm3", "dense"), ("lfm2_moe", "moe")])
+def test_a_short_convolution_hybrid_fits_its_text_category_with_both_conv_slots_guarded(
+    model: str, category: str
+) -> None:
+    result = fit(model)
+    assert not result.refused, result.refusal_message()
+    assert result.category == category
+    assert {"causal_conv1d", "causal_conv1d_update"} <= set(result.guarded)
+    assert not {"chunk_gated_delta_rule", "recurrent_gated_delta_rule", "rms_norm_gated"} & set(result.guarded)
+    assert result.arguments["short_convolution"]["mixer"] == structure(model).short_convolution.mixer
+    assert "gated_delta_net" not in result.arguments
+
+
+def test_a_second_short_convolution_computing_its_own_windows_is_refused_naming_it() -> None:
+    """inkling2's static short conv reaches the convs; its dynamic one, for keys and values, unfolds windows itself."""
+    assert structure("inkling2").category == "out_of_category"
+    result = fit("inkling2")
+    assert result.refused
+    assert "Inkling2DynamicShortConvolution" in result.refusal_message()
+    assert "runs no causal conv1d of the slots' signature" in result.refusal_message()
+
+
 @pytest.mark.parametrize(
     ("model", "kind"),
     [
-        ("lfm2", "a short convolution alone, without a gated delta rule"),
         ("jamba", "a Mamba-style state space"),
         ("minimax", "lightning attention"),
         ("glm5_next", "Kimi-delta attention"),
     ],
-    ids=["short-convolution", "state-space", "lightning", "kimi-delta"],
+    ids=["state-space", "lightning", "kimi-delta"],
 )
 def test_other_linear_mixers_are_refused_naming_their_kind(model: str, kind: str) -> None:
     result = fit(model)

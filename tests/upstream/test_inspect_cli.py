@@ -46,3 +46,12 @@ def test_report_of_a_gated_deltanet_hybrid_names_its_mixer_and_the_functions_it_
     assert inspect_cli.main(["olmo_hybrid"]) == 0
     out = capsys.readouterr().out
     assert "gated deltanet   OlmoHybridGatedDeltaNet" in out and "torch_chunk_gated_delta_rule" in out
+
+
+def test_report_of_a_short_convolution_hybrid_names_its_mixer_and_the_convs_it_reaches(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert inspect_cli.main(["lfm2"]) == 0
+    out = capsys.readouterr().out
+    assert "short conv       Lfm2ShortConv" in out
+    assert "causal_conv1d_fn / decode step causal_conv1d_update  (through causal_conv1d_forward)  packed=True" in out
