@@ -35,7 +35,7 @@ from modelgraft.generator.recipes.fit_vlm import (
 )
 from modelgraft.generator.recipes.hand_patches import hand_written_patches
 from modelgraft.generator.recipes.parts import ROUTER_OPTIONS, Router, router_roles
-from modelgraft.generator.upstream.structure import MlpInfo, ModelStructure
+from modelgraft.generator.upstream.structure import GatedDeltaNetInfo, MlpInfo, ModelStructure, ShortConvolutionInfo
 
 DOCS = "docs/adding-a-model.md#hand-written-patches"
 
@@ -422,6 +422,18 @@ def _gate_first_unit_experts(structure: ModelStructure) -> dict[str, Any]:
     return fitted
 
 
+def _refused_mixer(
+    structure_name: str, info: GatedDeltaNetInfo | ShortConvolutionInfo, refusals: list[Finding]
+) -> bool:
+    """Refuse a mixer without both convs of the slots' signature, or with a piece the reader could not read: its
+    layers would run unguarded."""
+    if not (info.reason or not info.conv or not info.conv_update):
+        return False
+    remedy = "guard its calls by hand (replace_function)"
+    refusals.append(Finding(structure_name, info.mixer, info.line, info.reason, remedy))
+    return True
+
+
 def _gated_delta_net(structure: ModelStructure, skipped: list[Finding], refusals: list[Finding]) -> dict[str, str]:
     """The hybrid recipe's mixer guards for a Gated DeltaNet hybrid (``GatedDeltaNet`` part, as plain data).
 
@@ -439,9 +451,7 @@ def _gated_delta_net(structure: ModelStructure, skipped: list[Finding], refusals
     """
     info = structure.linear_attention
     assert info is not None
-    if info.reason or not info.conv or not info.conv_update:
-        remedy = "guard its calls by hand (replace_function)"
-        refusals.append(Finding("linear_attention", info.mixer, info.line, info.reason, remedy))
+    if _refused_mixer("linear_attention", info, refusals):
         return {}
     if info.norm is None:
         reason = "the mixer's gated output norm is not the formulation rms_norm_gated recomputes"
@@ -466,9 +476,7 @@ def _short_convolution(structure: ModelStructure, refusals: list[Finding]) -> di
     packed documents apart."""
     info = structure.short_convolution
     assert info is not None
-    if info.reason or not info.conv or not info.conv_update:
-        remedy = "guard its calls by hand (replace_function)"
-        refusals.append(Finding("short_convolution", info.mixer, info.line, info.reason, remedy))
+    if _refused_mixer("short_convolution", info, refusals):
         return {}
     return {"mixer": info.mixer, "conv": info.conv, "conv_update": info.conv_update, "packed": info.packed}
 
