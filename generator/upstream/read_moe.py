@@ -676,9 +676,24 @@ def _is_doubled(dim: ast.expr) -> bool:
     )
 
 
+#: ``torch.nn.functional`` activations whose ``ACT2FN`` entry of the same name computes the same function
+#: (``ACT2FN["gelu"]`` is the exact, erf GELU, as ``F.gelu`` is by default).
+_FUNCTIONAL_ACTIVATIONS = ("silu", "relu", "gelu")
+
+#: How a module spells ``torch.nn.functional``.
+_FUNCTIONAL_MODULES = ("F", "nn.functional", "torch.nn.functional")
+
+
 def _experts_activation(source: ModelSource, block: str, cls: str) -> str | None:
     """How the sparse block's forward can name the experts' activation, when it can."""
     for value in source.init_assigns(cls).get("act_fn", []):
+        if (
+            isinstance(value, ast.Attribute)
+            and value.attr in _FUNCTIONAL_ACTIVATIONS
+            and ast.unparse(value.value) in _FUNCTIONAL_MODULES
+        ):
+            # F.silu: a literal function, the same whatever the config (lfm2_moe's experts).
+            return json.dumps(value.attr)
         if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant):
             # ACT2FN["silu"]: a literal name, the same whatever the config (Aria's routed experts).
             if isinstance(value.slice.value, str):

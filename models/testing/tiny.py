@@ -232,6 +232,9 @@ MODEL_OVERRIDES: MappingProxyType[str, Mapping[str, Any]] = MappingProxyType(
             "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
             "num_kv_shared_layers": 1,
         },
+        # The config derives no layer_types (None by default, which the decoder indexes: a checkpoint's config
+        # names them); a short-convolution layer first, then attention, as lfm2's defaults get (tiny.py's rules).
+        "lfm2_moe": {"layer_types": ["conv", "full_attention", "full_attention"]},
         # Full-attention layers take their head dim from the global_head_dim kwarg (default 512).
         "gemma4_text": {"global_head_dim": 24},
         "gemma4_unified_text": {"global_head_dim": 24},

@@ -349,6 +349,12 @@ def test_qwen3_moe_block_router_and_experts() -> None:
     )
 
 
+def test_experts_whose_act_fn_is_a_functional_activation_name_it_literally() -> None:
+    """lfm2_moe's experts hold ``self.act_fn = F.silu``: the same function as ``ACT2FN["silu"]``, whatever the config."""
+    experts = read("lfm2_moe").moe.experts
+    assert (experts.cls, experts.layout, experts.activation_expr) == ("Lfm2MoeExperts", "gate_up", '"silu"')
+
+
 def test_mixtral_counts_experts_with_num_local_experts() -> None:
     moe = read("mixtral").moe
     assert moe.num_experts_attr == "num_local_experts"
