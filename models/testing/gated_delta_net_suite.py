@@ -47,25 +47,33 @@ _DOCUMENT_TOLERANCE = Tolerance(rtol=1e-5, atol=0.0, norm_wise=True)
 CHUNKED_DELTA = OpsConfig({"chunk_gated_delta_rule": "chunked_delta", "causal_conv1d": "chunked_delta"})
 
 
-def _has_linear_attention(text_config: PreTrainedConfig) -> bool:
-    return "linear_attention" in (getattr(text_config, "layer_types", None) or ())
+#: Upstream's layer kinds whose mixers read packed documents' boundaries from ``cu_seq_lens_q`` (transformers'
+#: ``ALLOWED_LAYER_TYPES``): a Gated DeltaNet's, and a short convolution's (lfm2, lfm3).
+_MIXER_KINDS = ("linear_attention", "conv")
+
+
+def _mixer_kinds(text_config: PreTrainedConfig) -> set[str]:
+    return set(getattr(text_config, "layer_types", None) or ()) & set(_MIXER_KINDS)
 
 
 def packed_document_kwargs(text_config: PreTrainedConfig, lengths: Sequence[int]) -> dict[str, torch.Tensor]:
-    """What a row packing documents of ``lengths`` also hands a model whose text layers include Gated DeltaNet
-    mixers: the documents' boundaries (``cu_seq_lens_q``, ``cu_seq_lens_k``), which those mixers read where
-    attention layers read the positions. Nothing for a text model without them."""
-    if not _has_linear_attention(text_config):
+    """What a row packing documents of ``lengths`` also hands a model whose text layers include Gated DeltaNet or
+    short-convolution mixers: the documents' boundaries (``cu_seq_lens_q``, ``cu_seq_lens_k``), which those mixers
+    read where attention layers read the positions. Nothing for a text model without them."""
+    if not _mixer_kinds(text_config):
         return {}
     cu_seqlens = torch.tensor([0, *lengths]).cumsum(0).to(torch.int32)
     return {"cu_seq_lens_q": cu_seqlens, "cu_seq_lens_k": cu_seqlens}
 
 
 def packed_document_ops(text_config: PreTrainedConfig) -> OpsConfig:
-    """The slots a packed row runs on: eager, and for a Gated DeltaNet hybrid the chunked_delta kernels, since
-    upstream's torch fallbacks ignore ``cu_seq_lens_q`` (docs/design.md, "Where the code departs from the design
-    contract")."""
-    return CHUNKED_DELTA if _has_linear_attention(text_config) else OpsConfig()
+    """The slots a packed row runs on: eager, and for the mixers' slots the chunked_delta kernels, since upstream's
+    torch fallbacks ignore ``cu_seq_lens_q`` (docs/design.md, "Where the code departs from the design contract"):
+    both of its slots for a Gated DeltaNet hybrid, the conv alone for a short convolution's."""
+    kinds = _mixer_kinds(text_config)
+    if "linear_attention" in kinds:
+        return CHUNKED_DELTA
+    return OpsConfig({"causal_conv1d": "chunked_delta"}) if kinds else OpsConfig()
 
 
 def decode_logits(model: Any, batch: dict[str, torch.Tensor], next_tokens: torch.Tensor) -> torch.Tensor:
