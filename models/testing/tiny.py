@@ -438,11 +438,11 @@ def _second_layer_kind(
         changed = {**derived, name: list(range(1, n_layers))}
         try:
             before = set(config_class(**derived).layer_types or ())
-            after = set(config_class(**changed).layer_types or ())
+            after = config_class(**changed).layer_types or []
         except (TypeError, ValueError, StrictDataclassError):  # a config refusing the trial keeps the rules' values
             continue
-        if len(after) > len(before) == 1:
-            return {name: changed[name], "layer_types": config_class(**changed).layer_types}
+        if len(set(after)) > len(before) == 1:
+            return {name: changed[name], "layer_types": list(after)}
     return {}
 
 
