@@ -566,13 +566,7 @@ def _contradiction(structure: ModelStructure, answered: str, towers: tuple[str, 
     return Finding("category answer", structure.model, 0, reason)
 
 
-def fit_model(
-    structure: ModelStructure,
-    category: str | None = None,
-    *,
-    root: Path | None = None,
-    models_roots: tuple[Path, ...] = (),
-) -> Fit:
+def fit_model(structure: ModelStructure, category: str | None = None, *, root: Path | None = None) -> Fit:
     """The scaffold ``structure`` calls for in ``category`` (default: the detected one).
 
     An answer other than the detected category is refused, with the detected category's own refusals (if
@@ -580,8 +574,6 @@ def fit_model(
     package holding a vision or audio tower whose causal LM builds none (gemma3's ``Gemma3ForCausalLM``),
     that causal LM is a text model of its own, and its text category (dense, or moe) is an answer that
     fits. ``root`` is the transformers tree the structure was read from (None: the installed one).
-    ``models_roots``: the folders of a training repository's own model packages, where the scaffold is copied;
-    a VLM's sub-model types they register count as this project's do.
     """
     answered = category or structure.category
     if answered != structure.category:
@@ -590,7 +582,7 @@ def fit_model(
             towers = towers_on_causal_lm_path(structure, root=root)
             if not towers and answered == _text_category(structure):
                 return _fit_scaffold(structure, answered)
-        detected = fit_model(structure, root=root, models_roots=models_roots)
+        detected = fit_model(structure, root=root)
         refusals = (_contradiction(structure, answered, towers), *detected.refusals)
         return replace(detected, category=answered, arguments={}, guarded=(), skipped=(), refusals=refusals)
     if structure.category == OUT_OF_CATEGORY:
@@ -599,7 +591,7 @@ def fit_model(
         return Fit(structure, answered, refusals=(finding,), no_patches_because=why)
     row = categories.lookup(answered)
     if row is not None and row.vlm:  # fitted by fit_vlm over the text fit
-        return _fit_vlm(structure, answered, models_roots)
+        return _fit_vlm(structure, answered)
     if row is not None and row.omni:  # fitted by fit_omni over the text fit (docs/scaffolding.md, "Omni scaffolds")
         return _fit_omni(structure, answered)
     if row is None or not row.scaffolded:
@@ -609,14 +601,14 @@ def fit_model(
     return _fit_scaffold(structure, answered)
 
 
-def _fit_vlm(structure: ModelStructure, category: str, models_roots: tuple[Path, ...] = ()) -> Fit:
+def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
     """The vlm / vlm_moe recipe's fit: the text decoder's as the dense / MoE fit's, the vision side's read
     from the reader's VLM report (:func:`modelgraft.generator.recipes.fit_vlm.vlm_arguments`), over the VLM's
     own head where the package also defines a text-only causal LM (:meth:`ModelStructure.for_vlm`)."""
     structure = structure.for_vlm()
     text = _fit_scaffold(structure, categories.category(category).text)
     if structure.vlm is not None and structure.vlm.contract == "composed":
-        return _fit_composed(structure, category, text, models_roots)
+        return _fit_composed(structure, category, text)
     found: list[VlmFinding] = []
     arguments = {key: value for key, value in text.arguments.items() if key != "sequence_classification"}
     if "gated_delta_net" in arguments:
@@ -627,7 +619,7 @@ def _fit_vlm(structure: ModelStructure, category: str, models_roots: tuple[Path,
         found.append(
             VlmFinding(structure.model, 0, "a short-convolution text decoder: the vlm recipe has no mixer guards")
         )
-    arguments.update(vlm_arguments(structure, found, models_roots))
+    arguments.update(vlm_arguments(structure, found))
     if categories.category(category).experts and not arguments.get("experts"):
         why = "; ".join(f.reason for f in text.skipped if f.structure == "experts") or "no experts class found"
         found.append(
@@ -665,14 +657,14 @@ COMPOSED_TEXT_ARGUMENTS = ("norms", "mlps", "call_sites", "causal_lm")
 OWN_TEXT_ARGUMENTS = ("rope", "experts", "router", "aux_loss")
 
 
-def _fit_composed(structure: ModelStructure, category: str, text: Fit, models_roots: tuple[Path, ...] = ()) -> Fit:
+def _fit_composed(structure: ModelStructure, category: str, text: Fit) -> Fit:
     """The composed_vlm recipe's fit: the module's own pieces as the text fit reads them, the towers built as
     the generated classes of their sub-configs' types (:func:`modelgraft.generator.recipes.fit_composed.composed_arguments`).
 
     No coverage floor: the towers' guards are their packages', and every type is checked to have one."""
     found: list[VlmFinding] = []
     arguments = {key: value for key, value in text.arguments.items() if key in COMPOSED_TEXT_ARGUMENTS}
-    arguments.update(composed_arguments(structure, found, models_roots))
+    arguments.update(composed_arguments(structure, found))
     own = bool(arguments.get("composed", {}).get("own_text"))
     if own:
         arguments.update({key: value for key, value in text.arguments.items() if key in OWN_TEXT_ARGUMENTS})

@@ -1,9 +1,7 @@
 """What this project's model packages register: their model types, their generated modules, the slots those consult.
 
 The fits check that a sub-model a VLM builds with ``AutoModel.from_config`` has a generated class
-(docs/scaffolding.md, "The composed-VLM contract" and "The Qwen-VL contract"): registered by this project's packages
-or, where a scaffold is copied into a training repository, by that repository's own (``models_roots``: the folders
-holding its model packages). Generation-time code imports
+(docs/scaffolding.md, "The composed-VLM contract" and "The Qwen-VL contract"). Generation-time code imports
 neither torch nor the model packages, so the ``register_model(...)`` calls of ``models/*/__init__.py`` and the
 generated files they name are read here as source, with ``ast``.
 """
@@ -21,9 +19,7 @@ __all__ = [
     "MODELS_ROOT",
     "registered_model_types",
     "registered_module_file",
-    "registered_types_in",
     "sub_model_slots",
-    "sub_model_slots_in",
 ]
 
 #: This project's model packages (the zoo and the library of vision encoders), beside the generator.
@@ -131,21 +127,3 @@ def _loop_constants(tree: ast.Module, name: str) -> set[str]:
                     if isinstance(item, ast.Constant) and isinstance(item.value, str):
                         values.add(item.value)
     return values
-
-
-def registered_types_in(models_roots: tuple[Path, ...] = ()) -> frozenset[str]:
-    """The model types this project's packages register, and those of the packages under ``models_roots``."""
-    found = registered_model_types()
-    for root in models_roots:
-        found |= registered_model_types(root)
-    return found
-
-
-def sub_model_slots_in(model_type: str, cls: str, models_roots: tuple[Path, ...] = ()) -> tuple[str, ...] | None:
-    """:func:`sub_model_slots` of the first of this project's models and ``models_roots`` that registers a
-    generated file for ``model_type`` defining ``cls``."""
-    for root in (MODELS_ROOT, *models_roots):
-        found = sub_model_slots(model_type, cls, root)
-        if found is not None:
-            return found
-    return None
