@@ -50,6 +50,7 @@ from modelgraft.models.ops import bound_ops
 from modelgraft.models.ops.binding import consulted_slots
 from modelgraft.models.processor_imports import importable_processor_class
 from modelgraft.models.processors import build_processor
+from modelgraft.models.registry import MODELING_REGISTRY
 from modelgraft.models.testing.batches import IGNORE_INDEX
 from modelgraft.models.testing.composed_vlm_suite import (
     ComposedVlm,
@@ -599,7 +600,7 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
         model = get_model_class(self.model.model_type, self.model.architecture)(config)
         for attr, sub_config in ((self.model.tower, "vision_config"), (self.model.language_model, "text_config")):
             cls = type(getattr(model.model, attr))
-            assert cls.__module__.startswith("modelgraft.models."), (attr, cls)
+            assert cls.__module__ in MODELING_REGISTRY.module_paths(), (attr, cls)  # generated, not upstream's
             if cls.__module__ != type(model).__module__:
                 assert cls is sub_model_class(getattr(config, sub_config)), (attr, cls)
 
