@@ -5,7 +5,9 @@ Copier renders defaults and files with Jinja; this extension gives them the upst
 what upstream cannot say and every other answer defaults to what the reader found:
 
 - ``upstream(model)``: the structure report as a dict (``ModelStructure.to_dict()``);
-- ``scaffold_fit(model, category)``: the fit as a dict (arguments, guarded slots, skipped, refusal);
+- ``scaffold_fit(model, category)``: the fit as a dict (arguments, guarded slots, skipped, refusal); this and
+  the next two read the copy's destination from Copier's context, so the model packages of a training repository
+  the copy goes into count for a VLM's sub-models (:func:`destination_models`);
 - ``scaffold_refusal(model, category)``: "" when a scaffold fits, else the message listing each
   unsupported structure, where it is upstream and the patch that would cover it;
 - ``scaffold_arguments(model, category)``: the recipe arguments, raising the refusal instead;
@@ -29,17 +31,21 @@ Reading a model takes milliseconds and is cached per process, so Copier may ask 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from copier.errors import UserMessageError
-from jinja2 import Environment
+from jinja2 import Environment, pass_context
 from jinja2.ext import Extension
+from jinja2.runtime import Context
 
 from modelgraft.generator import categories
-from modelgraft.generator.errors import PatchgenError
+from modelgraft.generator.discovery import find_settings
+from modelgraft.generator.errors import DiscoveryError, PatchgenError
 from modelgraft.generator.recipes.fit import Fit, fit_model, guarded_slots
+from modelgraft.generator.recipes.registered import MODELS_ROOT, registering_packages
 from modelgraft.generator.recipes.render import init_weights_override, recipe_call
 from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import ModelStructure
@@ -56,9 +62,9 @@ def _structure(model: str) -> ModelStructure | None:
 
 
 @lru_cache(maxsize=64)
-def _fit(model: str, category: str) -> Fit | None:
+def _fit(model: str, category: str, models_roots: tuple[Path, ...] = ()) -> Fit | None:
     structure = _structure(model)
-    return None if structure is None else fit_model(structure, category or None)
+    return None if structure is None else fit_model(structure, category or None, models_roots=models_roots)
 
 
 def upstream(model: str, category: str = "") -> dict[str, Any]:
@@ -73,10 +79,10 @@ def upstream(model: str, category: str = "") -> dict[str, Any]:
     return (structure.for_vlm() if row is not None and row.vlm else structure).to_dict()
 
 
-def scaffold_fit(model: str, category: str = "") -> dict[str, Any]:
+def scaffold_fit(model: str, category: str = "", models_roots: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The fit as plain data for the questionnaire's defaults (category, arguments, guarded, skipped, refused
-    and, for a VLM, the processor classes its tests build)."""
-    fit = _fit(model, category)
+    and, for a VLM, the processor classes its tests build). ``models_roots``: see :func:`destination_models`."""
+    fit = _fit(model, category, models_roots)
     if fit is None:
         return {}
     return {
@@ -86,30 +92,37 @@ def scaffold_fit(model: str, category: str = "") -> dict[str, Any]:
         "skipped": [finding.describe() for finding in fit.skipped],
         "refused": fit.refused,
         "processors": fit.processors,
+        "sub_model_packages": list(registering_packages(_sub_model_types(fit.arguments), models_roots)),
     }
+
+
+def _sub_model_types(arguments: dict[str, Any]) -> list[str]:
+    """The model types a VLM builds sub-models of by name: a composed VLM's, a Qwen-VL tower of another package."""
+    composed = arguments.get("composed") or {}
+    return [*(composed.get("sub_models") or {}).values(), *(arguments.get("sub_models") or {}).values()]
 
 
 class ScaffoldRefused(UserMessageError):
     """The model has structures no snippet handles: the copy stops before anything is written."""
 
 
-def scaffold_arguments(model: str, category: str = "") -> dict[str, Any]:
+def scaffold_arguments(model: str, category: str = "", models_roots: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The fit's recipe arguments, or a refusal (raised while Copier asks, so before it writes any file).
 
     Copier runs no validator on a default it takes under ``--defaults``; this default cannot be taken for
     a model that does not fit, so the refusal holds in every mode.
     """
-    refusal = scaffold_refusal(model, category)
+    refusal = scaffold_refusal(model, category, models_roots)
     if refusal:
         raise ScaffoldRefused(refusal)
-    return scaffold_fit(model, category)["arguments"]
+    return scaffold_fit(model, category, models_roots)["arguments"]
 
 
-def scaffold_refusal(model: str, category: str = "") -> str:
+def scaffold_refusal(model: str, category: str = "", models_roots: tuple[Path, ...] = ()) -> str:
     """The category validator's message: "" when a scaffold fits ``category``, else why not and the way on."""
     if _structure(model) is None:
         return f"transformers has no model package {model!r} (transformers/models/{model}/modeling_{model}.py)"
-    fit = _fit(model, category)
+    fit = _fit(model, category, models_roots)
     return fit.refusal_message() if fit is not None and fit.refused else ""
 
 
@@ -196,6 +209,46 @@ def scaffold_destination(dst: Path | str, model: str) -> dict[str, str]:
     return {"folder": folder, "package": found.package, "relative": found.relative, "root": found.root_from_folder}
 
 
+def destination_models(dst: Path | str, model: str, recorded_package: object = None) -> tuple[Path, ...]:
+    """The folder of model packages a copy goes into (``models`` of ``models/<m>``), where it is not this
+    project's own: a training repository's packages register sub-model types a VLM's fit may need (a composed VLM
+    over a text model scaffolded there first). Empty where no package can be made there.
+
+    Copier's update renders the recorded and the new template version into temporary folders, where no
+    repository holds ``dst``: there the folder is the one of the scaffold's ``recorded_package`` answer
+    (``models`` of ``models.lfm3_vl``) in the repository the command runs in (``scaffold-update`` runs Copier
+    at the repository root, ``copier update`` runs inside it)."""
+    try:
+        folder = destination(dst, model).folder.parent
+    except DestinationError:
+        if not isinstance(recorded_package, str) or "." not in recorded_package:
+            return ()
+        try:
+            root = find_settings(Path.cwd()).root
+        except DiscoveryError:
+            return ()
+        folder = root.joinpath(*recorded_package.split(".")[:-1])
+        if not folder.is_dir():
+            return ()
+    folder = folder.resolve()
+    return () if folder == MODELS_ROOT.resolve() else (folder,)
+
+
+def _at_destination(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function(model, category)`` as the questionnaire and the templates call it, with the copy's destination
+    read from Copier's context (``_copier_conf.dst_path``, and the recorded ``package`` answer) and handed on as
+    ``models_roots`` (:func:`destination_models`)."""
+
+    @pass_context
+    def called(context: Context, model: str, category: str = "") -> Any:
+        conf = context.get("_copier_conf")  # a mapping (Copier's LazyDict)
+        dst = conf.get("dst_path") if isinstance(conf, Mapping) else None
+        roots = destination_models(dst, model, context.get("package")) if dst else ()
+        return function(model, category, roots)
+
+    return called
+
+
 class ScaffoldExtension(Extension):
     """Registers the reader, the fit and the category table with Copier's Jinja environment, which compiles each
     source once per process (``modelgraft.scaffold.jinja_compile_cache``)."""
@@ -204,9 +257,9 @@ class ScaffoldExtension(Extension):
         super().__init__(environment)
         share_compiled_code(environment)
         environment.globals["upstream"] = upstream
-        environment.globals["scaffold_fit"] = scaffold_fit
-        environment.globals["scaffold_refusal"] = scaffold_refusal
-        environment.globals["scaffold_arguments"] = scaffold_arguments
+        environment.globals["scaffold_fit"] = _at_destination(scaffold_fit)
+        environment.globals["scaffold_refusal"] = _at_destination(scaffold_refusal)
+        environment.globals["scaffold_arguments"] = _at_destination(scaffold_arguments)
         environment.globals["recipe_guards"] = recipe_guards
         environment.globals["omni_init_weights"] = omni_init_weights
         environment.globals["recipe_import"] = recipe_import

@@ -566,7 +566,13 @@ def _contradiction(structure: ModelStructure, answered: str, towers: tuple[str, 
     return Finding("category answer", structure.model, 0, reason)
 
 
-def fit_model(structure: ModelStructure, category: str | None = None, *, root: Path | None = None) -> Fit:
+def fit_model(
+    structure: ModelStructure,
+    category: str | None = None,
+    *,
+    root: Path | None = None,
+    models_roots: tuple[Path, ...] = (),
+) -> Fit:
     """The scaffold ``structure`` calls for in ``category`` (default: the detected one).
 
     An answer other than the detected category is refused, with the detected category's own refusals (if
@@ -574,6 +580,8 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
     package holding a vision or audio tower whose causal LM builds none (gemma3's ``Gemma3ForCausalLM``),
     that causal LM is a text model of its own, and its text category (dense, or moe) is an answer that
     fits. ``root`` is the transformers tree the structure was read from (None: the installed one).
+    ``models_roots``: the folders of a training repository's own model packages, where the scaffold is copied;
+    a VLM's sub-model types they register count as this project's do.
     """
     answered = category or structure.category
     if answered != structure.category:
@@ -582,7 +590,7 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
             towers = towers_on_causal_lm_path(structure, root=root)
             if not towers and answered == _text_category(structure):
                 return _fit_scaffold(structure, answered)
-        detected = fit_model(structure, root=root)
+        detected = fit_model(structure, root=root, models_roots=models_roots)
         refusals = (_contradiction(structure, answered, towers), *detected.refusals)
         return replace(detected, category=answered, arguments={}, guarded=(), skipped=(), refusals=refusals)
     if structure.category == OUT_OF_CATEGORY:
@@ -591,7 +599,7 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
         return Fit(structure, answered, refusals=(finding,), no_patches_because=why)
     row = categories.lookup(answered)
     if row is not None and row.vlm:  # fitted by fit_vlm over the text fit
-        return _fit_vlm(structure, answered)
+        return _fit_vlm(structure, answered, models_roots)
     if row is not None and row.omni:  # fitted by fit_omni over the text fit (docs/scaffolding.md, "Omni scaffolds")
         return _fit_omni(structure, answered)
     if row is None or not row.scaffolded:
@@ -601,14 +609,14 @@ def fit_model(structure: ModelStructure, category: str | None = None, *, root: P
     return _fit_scaffold(structure, answered)
 
 
-def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
+def _fit_vlm(structure: ModelStructure, category: str, models_roots: tuple[Path, ...] = ()) -> Fit:
     """The vlm / vlm_moe recipe's fit: the text decoder's as the dense / MoE fit's, the vision side's read
     from the reader's VLM report (:func:`modelgraft.generator.recipes.fit_vlm.vlm_arguments`), over the VLM's
     own head where the package also defines a text-only causal LM (:meth:`ModelStructure.for_vlm`)."""
     structure = structure.for_vlm()
     text = _fit_scaffold(structure, categories.category(category).text)
     if structure.vlm is not None and structure.vlm.contract == "composed":
-        return _fit_composed(structure, category, text)
+        return _fit_composed(structure, category, text, models_roots)
     found: list[VlmFinding] = []
     arguments = {key: value for key, value in text.arguments.items() if key != "sequence_classification"}
     if "gated_delta_net" in arguments:
@@ -619,7 +627,7 @@ def _fit_vlm(structure: ModelStructure, category: str) -> Fit:
         found.append(
             VlmFinding(structure.model, 0, "a short-convolution text decoder: the vlm recipe has no mixer guards")
         )
-    arguments.update(vlm_arguments(structure, found))
+    arguments.update(vlm_arguments(structure, found, models_roots))
     if categories.category(category).experts and not arguments.get("experts"):
         why = "; ".join(f.reason for f in text.skipped if f.structure == "experts") or "no experts class found"
         found.append(
@@ -657,14 +665,14 @@ COMPOSED_TEXT_ARGUMENTS = ("norms", "mlps", "call_sites", "causal_lm")
 OWN_TEXT_ARGUMENTS = ("rope", "experts", "router", "aux_loss")
 
 
-def _fit_composed(structure: ModelStructure, category: str, text: Fit) -> Fit:
+def _fit_composed(structure: ModelStructure, category: str, text: Fit, models_roots: tuple[Path, ...] = ()) -> Fit:
     """The composed_vlm recipe's fit: the module's own pieces as the text fit reads them, the towers built as
     the generated classes of their sub-configs' types (:func:`modelgraft.generator.recipes.fit_composed.composed_arguments`).
 
     No coverage floor: the towers' guards are their packages', and every type is checked to have one."""
     found: list[VlmFinding] = []
     arguments = {key: value for key, value in text.arguments.items() if key in COMPOSED_TEXT_ARGUMENTS}
-    arguments.update(composed_arguments(structure, found))
+    arguments.update(composed_arguments(structure, found, models_roots))
     own = bool(arguments.get("composed", {}).get("own_text"))
     if own:
         arguments.update({key: value for key, value in text.arguments.items() if key in OWN_TEXT_ARGUMENTS})

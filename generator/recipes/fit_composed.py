@@ -16,10 +16,11 @@ Anything else is refused, naming the type and the way to add it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from modelgraft.generator.recipes.fit_vlm import VlmFinding
-from modelgraft.generator.recipes.registered import registered_model_types
+from modelgraft.generator.recipes.registered import registered_model_types, registered_types_in
 from modelgraft.generator.upstream.composed_contract import TEXT_CONFIG, VISION_CONFIG
 from modelgraft.generator.upstream.structure import ModelStructure
 
@@ -29,8 +30,11 @@ ADD_DECODER = "scaffold a package for it first (copier copy, docs/adding-a-model
 ADD_ENCODER = 'add it to the library of vision encoders (docs/vision-encoders.md, "Adding an encoder")'
 
 
-def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict[str, Any]:
-    """The composed recipe's own arguments (``composed``); each difference and unbuildable type appended."""
+def composed_arguments(
+    structure: ModelStructure, refusals: list[VlmFinding], models_roots: tuple[Path, ...] = ()
+) -> dict[str, Any]:
+    """The composed recipe's own arguments (``composed``); each difference and unbuildable type appended.
+    ``models_roots``: a training repository's folders of model packages, whose registrations count too."""
     vlm = structure.vlm
     assert vlm is not None
     model = vlm.model_class or structure.model
@@ -39,7 +43,7 @@ def composed_arguments(structure: ModelStructure, refusals: list[VlmFinding]) ->
         refusals.append(VlmFinding(model, line, f"differs from the composed-VLM contract: {difference}"))
     if vlm.composed_differences:
         return {}
-    registered = registered_model_types()
+    registered = registered_types_in(models_roots)
     sub_models: dict[str, str] = {}
     own: dict[str, str] = {}
     for composition in vlm.compositions:

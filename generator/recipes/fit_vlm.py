@@ -31,9 +31,10 @@ anything is written.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from modelgraft.generator.recipes.registered import registered_model_types, sub_model_slots
+from modelgraft.generator.recipes.registered import registered_types_in, sub_model_slots_in
 from modelgraft.generator.upstream.structure import ModelStructure
 from modelgraft.generator.upstream.vlm_structure import ProcessorInfo, VlmInfo
 
@@ -66,8 +67,11 @@ def text_rope_is_plain(structure: ModelStructure) -> bool:
     return rope is not None and bool(rope.reason) and _VISION_ROPE_NOTE in rope.reason
 
 
-def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict[str, Any]:
-    """The vision-side recipe arguments (``vision``, ``mrope``, ``towers``, ``model``); refusals appended."""
+def vlm_arguments(
+    structure: ModelStructure, refusals: list[VlmFinding], models_roots: tuple[Path, ...] = ()
+) -> dict[str, Any]:
+    """The vision-side recipe arguments (``vision``, ``mrope``, ``towers``, ``model``); refusals appended.
+    ``models_roots``: a training repository's folders of model packages, whose registrations count too."""
     vlm = structure.vlm
     assert vlm is not None
     model = vlm.model_class or structure.model
@@ -78,7 +82,7 @@ def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict
         return {}
     tower = vlm.vision
     assert tower is not None and tower.cls is not None  # the contract holds
-    sub_models, slots = _sub_models(vlm, refusals)
+    sub_models, slots = _sub_models(vlm, refusals, models_roots)
     if not tower.patch_weight:
         reason = "no patch embedding (a Conv3d, Conv2d or Linear under patch_embed) that dummy_forward can size"
         refusals.append(VlmFinding(tower.cls, tower.line, reason))
@@ -135,12 +139,14 @@ def vlm_arguments(structure: ModelStructure, refusals: list[VlmFinding]) -> dict
     return arguments
 
 
-def _sub_models(vlm: VlmInfo, refusals: list[VlmFinding]) -> tuple[dict[str, str], tuple[str, ...]]:
+def _sub_models(
+    vlm: VlmInfo, refusals: list[VlmFinding], models_roots: tuple[Path, ...]
+) -> tuple[dict[str, str], tuple[str, ...]]:
     """The ``Model``'s ``AutoModel`` sub-models of another package's type (config attribute -> default
     model_type), and the slots their generated classes consult; each type no package of this project registers
     is refused by name, with the package to scaffold."""
     where, line = vlm.model_class or "-", vlm.model_line
-    registered = registered_model_types()
+    registered = registered_types_in(models_roots)
     towers = {t.config_attr: t for t in (vlm.vision, vlm.language_model) if t is not None and t.config_attr}
     sub_models: dict[str, str] = {}
     slots: list[str] = []
@@ -159,7 +165,7 @@ def _sub_models(vlm: VlmInfo, refusals: list[VlmFinding]) -> tuple[dict[str, str
             )
             refusals.append(VlmFinding(where, line, reason))
             continue
-        found = sub_model_slots(composition.model_type, tower.cls) if tower.cls else None
+        found = sub_model_slots_in(composition.model_type, tower.cls, models_roots) if tower.cls else None
         if found is None:
             reason = (
                 f"{composition.config_attr}'s default model_type {composition.model_type} is registered, but not as"

@@ -1,7 +1,9 @@
 """What this project's model packages register: their model types, their generated modules, the slots those consult.
 
 The fits check that a sub-model a VLM builds with ``AutoModel.from_config`` has a generated class
-(docs/scaffolding.md, "The composed-VLM contract" and "The Qwen-VL contract"). Generation-time code imports
+(docs/scaffolding.md, "The composed-VLM contract" and "The Qwen-VL contract"): registered by this project's packages
+or, where a scaffold is copied into a training repository, by that repository's own (``models_roots``: the folders
+holding its model packages). Generation-time code imports
 neither torch nor the model packages, so the ``register_model(...)`` calls of ``models/*/__init__.py`` and the
 generated files they name are read here as source, with ``ast``.
 """
@@ -9,6 +11,7 @@ generated files they name are read here as source, with ``ast``.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
@@ -19,21 +22,35 @@ __all__ = [
     "MODELS_ROOT",
     "registered_model_types",
     "registered_module_file",
+    "registered_packages",
+    "registered_types_in",
+    "registering_packages",
     "sub_model_slots",
+    "sub_model_slots_in",
 ]
 
 #: This project's model packages (the zoo and the library of vision encoders), beside the generator.
 MODELS_ROOT = Path(__file__).resolve().parents[2] / "models"
 
 
-@cache
-def registered_model_types(root: Path = MODELS_ROOT) -> frozenset[str]:
-    """The model types ``register_model("<type>", ...)`` calls register in ``root/*/__init__.py``.
+def registered_packages(root: Path = MODELS_ROOT) -> dict[str, str]:
+    """Each model type ``register_model("<type>", ...)`` calls register in ``root/*/__init__.py``, with the folder
+    name of the package registering it (the first, in name order, where two do).
 
     Read with ``ast``: a call whose first argument is a string constant, or a loop over a tuple of them
-    (qwen3_omni_moe registers two types in one loop).
+    (qwen3_omni_moe registers two types in one loop). This project's packages are read once per process; a
+    training repository's are read on every call, since a copy there adds one.
     """
-    found: set[str] = set()
+    return dict(_own_packages()) if root == MODELS_ROOT else _read_packages(root)
+
+
+@cache
+def _own_packages() -> tuple[tuple[str, str], ...]:
+    return tuple(_read_packages(MODELS_ROOT).items())
+
+
+def _read_packages(root: Path) -> dict[str, str]:
+    found: dict[str, str] = {}
     for init in sorted(root.glob("*/__init__.py")):
         tree = ast.parse(init.read_text(encoding="utf-8"))
         constants = {
@@ -44,10 +61,19 @@ def registered_model_types(root: Path = MODELS_ROOT) -> frozenset[str]:
                 continue
             first = node.args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                found.add(first.value)
+                types = {first.value}
             elif isinstance(first, ast.Name):  # a loop variable: every string of the loops over constants
-                found.update(_loop_constants(tree, first.id) & constants)
-    return frozenset(found)
+                types = _loop_constants(tree, first.id) & constants
+            else:
+                continue
+            for model_type in sorted(types):
+                found.setdefault(model_type, init.parent.name)
+    return found
+
+
+def registered_model_types(root: Path = MODELS_ROOT) -> frozenset[str]:
+    """The model types the packages in ``root`` register (:func:`registered_packages`)."""
+    return frozenset(registered_packages(root))
 
 
 def registered_module_file(model_type: str, root: Path = MODELS_ROOT) -> Path | None:
@@ -127,3 +153,41 @@ def _loop_constants(tree: ast.Module, name: str) -> set[str]:
                     if isinstance(item, ast.Constant) and isinstance(item.value, str):
                         values.add(item.value)
     return values
+
+
+def registered_types_in(models_roots: tuple[Path, ...] = ()) -> frozenset[str]:
+    """The model types this project's packages register, and those of the packages under ``models_roots``."""
+    found = registered_model_types()
+    for root in models_roots:
+        found |= registered_model_types(root)
+    return found
+
+
+def registering_packages(model_types: Iterable[str], models_roots: tuple[Path, ...] = ()) -> tuple[str, ...]:
+    """The packages under ``models_roots`` (folder names, sorted) that register those of ``model_types`` this
+    project's own packages do not.
+
+    modelgraft imports each of its own model packages when ``modelgraft.models`` is imported; a training
+    repository's are imported by name, so a package building a sub-model of such a type imports these first.
+    """
+    own = registered_model_types()
+    found: set[str] = set()
+    for model_type in model_types:
+        if model_type in own:
+            continue
+        for root in models_roots:
+            package = registered_packages(root).get(model_type)
+            if package is not None:
+                found.add(package)
+                break
+    return tuple(sorted(found))
+
+
+def sub_model_slots_in(model_type: str, cls: str, models_roots: tuple[Path, ...] = ()) -> tuple[str, ...] | None:
+    """:func:`sub_model_slots` of the first of this project's models and ``models_roots`` that registers a
+    generated file for ``model_type`` defining ``cls``."""
+    for root in (MODELS_ROOT, *models_roots):
+        found = sub_model_slots(model_type, cls, root)
+        if found is not None:
+            return found
+    return None

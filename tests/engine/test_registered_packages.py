@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelgraft.generator.recipes.registered import registered_module_file, sub_model_slots
+from modelgraft.generator.recipes.registered import (
+    registered_module_file,
+    registered_packages,
+    registering_packages,
+    sub_model_slots,
+)
 
 INIT = """from modelgraft.models.registry import register_model
 
@@ -92,3 +97,24 @@ def test_a_type_nobody_registers_has_no_slots_to_count(tmp_path: Path) -> None:
 
 def test_a_class_the_registered_module_lacks_has_no_slots_to_count(tmp_path: Path) -> None:
     assert sub_model_slots("toy_vision", "ToyAudioModel", _toy_models(tmp_path)) is None
+
+
+def test_each_registered_type_is_read_with_the_package_registering_it(tmp_path: Path) -> None:
+    assert registered_packages(_toy_models(tmp_path)) == {"toy": "toy", "toy_vision": "toy"}
+
+
+def test_a_type_only_a_training_repository_registers_names_its_package_there(tmp_path: Path) -> None:
+    """A VLM over such a type imports that package first: nothing else would register it."""
+    assert registering_packages(["toy_vision"], (_toy_models(tmp_path),)) == ("toy",)
+
+
+def test_a_type_this_project_registers_needs_no_package_of_the_repository(tmp_path: Path) -> None:
+    """modelgraft imports its own packages with ``modelgraft.models``; a repository's namesake is not imported."""
+    root = tmp_path / "models"
+    (root / "llama").mkdir(parents=True)
+    (root / "llama" / "__init__.py").write_text('register_model("llama", modeling={})\n', encoding="utf-8")
+    assert registering_packages(["llama"], (root,)) == ()
+
+
+def test_a_type_nobody_registers_names_no_package(tmp_path: Path) -> None:
+    assert registering_packages(["toy_audio"], (_toy_models(tmp_path),)) == ()

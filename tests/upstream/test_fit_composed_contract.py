@@ -9,6 +9,7 @@ structure across releases, and the tests say which fact each one relies on.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -318,3 +319,27 @@ def test_a_patch_grid_and_ids_handed_to_the_placeholder_mask_fit_the_composed_co
     _, call = recipe_call("vlm", "MiniCPMOcr", fit(model).arguments)
     assert '    image_patch_grid="target_sizes",\n' in call
     assert '(("vision_config", "window_kernel_size", ""), ("", "merge_kernel_size", "merger_times"))' in call
+
+
+def _training_repository_registering(tmp_path: Path, model_type: str) -> Path:
+    """A training repository's folder of model packages, one of which registers ``model_type``."""
+    package = tmp_path / "models" / model_type
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "from modelgraft.models.registry import register_model\n\n"
+        f'register_model("{model_type}", modeling={{"gpu": "models.{model_type}.generated.m"}}, config="x")\n',
+        encoding="utf-8",
+    )
+    return tmp_path / "models"
+
+
+def test_a_text_model_type_a_training_repository_registers_counts_for_a_composed_vlm_copied_there(
+    tmp_path: Path,
+) -> None:
+    """lfm3_vl's language model is an lfm3 (5.25.0), which no package of this project registers: refused, until the
+    copy goes into a repository whose own packages register it (lfm3 scaffolded there first)."""
+    structure = read_model("lfm3_vl")
+    assert "model_type lfm3 has no generated class" in fit_model(structure).refusal_message()
+    there = fit_model(structure, models_roots=(_training_repository_registering(tmp_path, "lfm3"),))
+    assert not there.refused, there.refusal_message()
+    assert there.arguments["composed"]["sub_models"]["text_config"] == "lfm3"

@@ -237,7 +237,7 @@ def test_composed_towers_render_as_build_sub_model_calls_without_this_module_s_t
 def test_a_tower_type_no_package_of_this_project_registers_is_refused_naming_the_package_to_scaffold(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(fit_vlm, "registered_model_types", lambda: frozenset({"glm4v_text"}))
+    monkeypatch.setattr(fit_vlm, "registered_types_in", lambda models_roots=(): frozenset({"glm4v_text"}))
     reasons = [f.describe() for f in fit_model(read_model("glm46v")).refusals if f.structure == "vlm"]
     assert len(reasons) == 1
     assert "vision_config's default model_type glm4v_vision has no generated class in this project" in reasons[0]
