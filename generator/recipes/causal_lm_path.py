@@ -11,6 +11,7 @@ what a tower is (``modelgraft.generator.upstream.read_category``).
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 from modelgraft.generator.upstream.index import UpstreamSources
@@ -36,6 +37,63 @@ def _builds_tower(value: ast.expr) -> bool:
     return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _FACTORIES
 
 
+def _source(structure: ModelStructure, root: Path | None) -> ModelSource:
+    sources = UpstreamSources(root)
+    return ModelSource(model=structure.model, index=sources.get(structure.modeling_module), sources=sources)
+
+
+def _built_classes(source: ModelSource, start: str) -> list[str]:
+    """Module classes ``start.__init__`` builds, directly or transitively: constructed (``Foo(...)``) or made by a
+    factory (``MllamaTextModel._from_config(...)``, which ``reachable`` does not follow)."""
+    seen = [start]
+    for cls in seen:  # grows while it is walked
+        for values in source.init_assigns(cls).values():
+            for value in values:
+                for node in ast.walk(value):
+                    if not (isinstance(node, ast.Call) and _builds_tower(node)):
+                        continue
+                    func = (
+                        node.func.value
+                        if isinstance(node.func, ast.Attribute) and node.func.attr in _FACTORIES
+                        else node.func
+                    )
+                    name = func.id if isinstance(func, ast.Name) else None
+                    if name in source.classes and name not in seen:
+                        seen.append(name)
+    return seen
+
+
+def text_model_classes(structure: ModelStructure, *, root: Path | None = None) -> frozenset[str] | None:
+    """The module classes the causal LM's ``__init__`` builds, directly or transitively; None where that walk does
+    not reach the decoder layer the reader found (mllama's text model builds its layers in a loop of its own)."""
+    if structure.causal_lm is None:
+        return None
+    path = frozenset(_built_classes(_source(structure, root), structure.causal_lm.cls))
+    return path if structure.decoder_layer is not None and structure.decoder_layer in path else None
+
+
+def text_model_alone(structure: ModelStructure, path: frozenset[str]) -> ModelStructure:
+    """``structure`` as its causal LM alone builds it (``path``: :func:`text_model_classes`): the classes
+    instantiated and the module calls kept only where the causal LM builds them.
+
+    For a text answer of a package with towers (llama4's ``Llama4ForCausalLM``): the package's vision classes
+    instantiate norms and activations too, and a guard there is one the text model never reaches.
+    """
+    return replace(
+        structure,
+        instantiated=tuple(cls for cls in structure.instantiated if cls in path),
+        call_sites=tuple(site for site in structure.call_sites if site.cls in path),
+    )
+
+
+def causal_lm_is_public(structure: ModelStructure, *, root: Path | None = None) -> bool:
+    """The causal LM is upstream's public API (the modeling module's ``__all__``): what transformers exports, and
+    so what a registered architecture can name (kosmos2's ``Kosmos2TextForCausalLM`` is not)."""
+    if structure.causal_lm is None:
+        return False
+    return structure.causal_lm.cls in _source(structure, root).index.public_names
+
+
 def towers_on_causal_lm_path(structure: ModelStructure, *, root: Path | None = None) -> tuple[str, ...]:
     """The towers the causal LM builds: tower classes, and ``<class>.<attr>`` attributes holding a built tower.
 
@@ -44,8 +102,7 @@ def towers_on_causal_lm_path(structure: ModelStructure, *, root: Path | None = N
     """
     if structure.causal_lm is None:
         return ()
-    sources = UpstreamSources(root)
-    source = ModelSource(model=structure.model, index=sources.get(structure.modeling_module), sources=sources)
+    source = _source(structure, root)
     path = reachable(source, structure.causal_lm.cls)
     towers = [cls for cls in path if (_VISION_NAME.search(cls) or _AUDIO_NAME.search(cls)) and "Output" not in cls]
     for cls in path:

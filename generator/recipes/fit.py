@@ -23,7 +23,12 @@ from typing import Any
 
 from modelgraft.generator import categories
 from modelgraft.generator.categories import OUT_OF_CATEGORY
-from modelgraft.generator.recipes.causal_lm_path import towers_on_causal_lm_path
+from modelgraft.generator.recipes.causal_lm_path import (
+    causal_lm_is_public,
+    text_model_alone,
+    text_model_classes,
+    towers_on_causal_lm_path,
+)
 from modelgraft.generator.recipes.fit_composed import composed_arguments, text_layers
 from modelgraft.generator.recipes.fit_omni import omni_arguments, omni_processors
 from modelgraft.generator.recipes.fit_vlm import (
@@ -77,6 +82,9 @@ class Fit:
     #: For a VLM: the processor class and the PIL image processor the scaffold's tests build
     #: (``processor``, ``image_processor``); empty for the other categories.
     processors: dict[str, str] = field(default_factory=dict)
+    #: For a refused VLM or Omni model whose package's causal LM builds no tower (llama4's ``Llama4ForCausalLM``):
+    #: that class, and the text category that scaffolds it alone, when its fit holds; else empty.
+    text_answer: tuple[str, str] = ()
 
     @property
     def refused(self) -> bool:
@@ -108,6 +116,12 @@ class Fit:
         else:
             why = self.no_patches_because or "the reader recognised no structure a snippet guards"
             lines.append(f"No patch can be named for a hand-written config: {why} ({DOCS}).")
+        if self.text_answer:
+            causal_lm, answer = self.text_answer
+            lines.append(
+                f"Its causal LM {causal_lm} builds no tower: -d category={answer} scaffolds that text model alone "
+                '(docs/scaffolding.md, "Overriding a decision").'
+            )
         return "\n".join(lines)
 
 
@@ -551,6 +565,21 @@ def _text_category(structure: ModelStructure) -> str:
     return categories.category_for(experts=structure.moe is not None).name
 
 
+def _text_answer(structure: ModelStructure, root: Path | None) -> tuple[str, str]:
+    """The package's causal LM and the text category that scaffolds it alone, where it is public, builds no tower,
+    its classes can be told from the towers' (:func:`text_model_classes`) and that fit holds (llama4's
+    ``Llama4ForCausalLM``, moe); else empty."""
+    if not causal_lm_is_public(structure, root=root) or towers_on_causal_lm_path(structure, root=root):
+        return ()
+    path = text_model_classes(structure, root=root)
+    if path is None:
+        return ()
+    answer = _text_category(structure)
+    return (
+        () if _fit_scaffold(text_model_alone(structure, path), answer).refused else (structure.causal_lm.cls, answer)
+    )
+
+
 def _contradiction(structure: ModelStructure, answered: str, towers: tuple[str, ...]) -> Finding:
     """The answered category against the one upstream's structure shows, with what the reader detected."""
     detected = structure.category
@@ -589,7 +618,8 @@ def fit_model(
         if categories.category(structure.category).towers and answered in _text_categories():
             towers = towers_on_causal_lm_path(structure, root=root)
             if not towers and answered == _text_category(structure):
-                return _fit_scaffold(structure, answered)
+                path = text_model_classes(structure, root=root)
+                return _fit_scaffold(structure if path is None else text_model_alone(structure, path), answered)
         detected = fit_model(structure, root=root, models_roots=models_roots)
         refusals = (_contradiction(structure, answered, towers), *detected.refusals)
         return replace(detected, category=answered, arguments={}, guarded=(), skipped=(), refusals=refusals)
@@ -598,10 +628,10 @@ def fit_model(
         why = "the snippets cover decoder-only text models, and this one is out of category"
         return Fit(structure, answered, refusals=(finding,), no_patches_because=why)
     row = categories.lookup(answered)
-    if row is not None and row.vlm:  # fitted by fit_vlm over the text fit
-        return _fit_vlm(structure, answered, models_roots)
-    if row is not None and row.omni:  # fitted by fit_omni over the text fit (docs/scaffolding.md, "Omni scaffolds")
-        return _fit_omni(structure, answered)
+    if row is not None and (row.vlm or row.omni):
+        # fitted by fit_vlm / fit_omni over the text fit (docs/scaffolding.md, "VLM scaffolds", "Omni scaffolds")
+        fit = _fit_vlm(structure, answered, models_roots) if row.vlm else _fit_omni(structure, answered)
+        return replace(fit, text_answer=_text_answer(structure, root)) if fit.refused else fit
     if row is None or not row.scaffolded:
         scaffolded = categories.names(scaffolded=True)
         finding = Finding("category", structure.model, 0, f"{answered} is not a category ({', '.join(scaffolded)})")

@@ -89,6 +89,55 @@ def test_a_package_with_a_tower_whose_causal_lm_is_a_text_model_fits_its_text_ca
     assert fit("gemma3", "moe").refusals[0].reason.endswith("; upstream has no routed experts")
 
 
+def test_a_refused_vlm_whose_causal_lm_builds_no_tower_names_the_text_answer_that_fits() -> None:
+    """llama4's VLM is refused; its Llama4ForCausalLM is a MoE text model of its own, which the message offers."""
+    refused = fit("llama4")
+
+    assert refused.refused and refused.text_answer == ("Llama4ForCausalLM", "moe")
+    assert refused.refusal_message().endswith(
+        "Its causal LM Llama4ForCausalLM builds no tower: -d category=moe scaffolds that text model alone "
+        '(docs/scaffolding.md, "Overriding a decision").'
+    )
+
+
+def test_a_refused_vlm_whose_causal_lm_builds_its_tower_offers_no_text_answer() -> None:
+    """lfm2_vl's only causal LM is the conditional-generation head over both towers."""
+    refused = fit("lfm2_vl")
+
+    assert refused.refused and refused.text_answer == ()
+    assert "builds no tower" not in refused.refusal_message()
+
+
+def test_a_vlm_that_fits_offers_no_text_answer() -> None:
+    assert fit("gemma3").text_answer == ()
+
+
+def test_a_text_answer_guards_only_what_the_causal_lm_builds() -> None:
+    """llama4's vision encoder layers call nn.LayerNorm; Llama4ForCausalLM never builds them, so no layer_norm
+    guard, whose smoke check would find the bound kernel never called."""
+    text = fit("llama4", "moe")
+
+    assert not text.refused and "layer_norm" not in text.guarded
+    assert all(not site["cls"].startswith("Llama4Vision") for site in text.arguments["call_sites"])
+
+
+def test_a_text_model_whose_layers_the_walk_cannot_reach_is_offered_no_text_answer() -> None:
+    """mllama's text model builds its decoder layers in a loop of its own: its classes cannot be told from the
+    vision tower's, and the text fit would guard the tower's MLP."""
+    assert fit("mllama").text_answer == ()
+
+
+def test_a_causal_lm_outside_upstreams_public_api_is_offered_no_text_answer() -> None:
+    """kosmos2's Kosmos2TextForCausalLM is not in its module's __all__: transformers does not export it."""
+    assert fit("kosmos2").text_answer == ()
+
+
+def test_a_decoder_layer_holding_its_experts_itself_has_no_sparse_block_attribute() -> None:
+    """gemma4's experts are model.layers.<i>.experts: the expert-parallel plan names them on the layer."""
+    assert structure("gemma4").moe.block_attr == ""
+    assert fit("gemma4", "moe").arguments["experts"]["block_attr"] == ""
+
+
 def test_dense_answered_for_routed_experts_names_the_sparse_block() -> None:
     reason = fit("qwen2_moe", "dense").refusals[0].reason
 
