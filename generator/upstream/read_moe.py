@@ -322,7 +322,7 @@ def read_moe(
         dense_layers=dense_layers,
         dense_mlp=dense_mlp,
         reason="; ".join(reasons),
-        block_attr=attr or "mlp",
+        block_attr=attr,
     )
 
 
@@ -335,7 +335,7 @@ def _sparse_block(
 ) -> tuple[str, str, str | None, str | None]:
     """(block class, decoder attribute holding it, dense-layer config names, dense MLP class)."""
     if decoder_layer in holders:
-        return decoder_layer, "experts", None, None
+        return decoder_layer, "", None, None
     if decoder_layer is not None:
         assigns = source.init_assigns(decoder_layer)
         ordered = [a for a in _FEED_FORWARD_ATTRS if a in assigns] + [

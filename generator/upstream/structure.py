@@ -230,7 +230,8 @@ class MoeInfo:
     #: per-expert projection names (gate, up, down) it fuses; empty when it fuses none.
     hf_conversion: str | None = None
     hub_projections: tuple[str, ...] = ()
-    #: The decoder layer's attribute holding the sparse block ("mlp"; granitemoe "block_sparse_moe").
+    #: The decoder layer's attribute holding the sparse block ("mlp"; granitemoe "block_sparse_moe"); "" where the
+    #: decoder layer is the sparse block and holds ``self.experts`` itself (gemma4).
     block_attr: str = "mlp"
 
 

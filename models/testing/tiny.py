@@ -235,8 +235,16 @@ MODEL_OVERRIDES: MappingProxyType[str, Mapping[str, Any]] = MappingProxyType(
         # The config derives no layer_types (None by default, which the decoder indexes: a checkpoint's config
         # names them); a short-convolution layer first, then attention, as lfm2's defaults get (tiny.py's rules).
         "lfm2_moe": {"layer_types": ["conv", "full_attention", "full_attention"]},
-        # Full-attention layers take their head dim from the global_head_dim kwarg (default 512).
-        "gemma4_text": {"global_head_dim": 24},
+        # Full-attention layers take their head dim from the global_head_dim kwarg (default 512). Gemma 4's MoE
+        # block is off by default (the 26B-A4B checkpoint turns it on) with its sizes None, which no rule sizes: a
+        # text model scaffolded as moe must build its experts.
+        "gemma4_text": {
+            "global_head_dim": 24,
+            "enable_moe_block": True,
+            "num_experts": TINY["experts"],
+            "top_k_experts": TINY["top_k"],
+            "moe_intermediate_size": TINY["moe_intermediate"],
+        },
         "gemma4_unified_text": {"global_head_dim": 24},
         # attention_types is [[kinds, repeat], ...], expanded to one kind per layer (validated against
         # num_layers): global, local, global.

@@ -121,3 +121,22 @@ def test_recipe_refuses_an_unknown_router_kind() -> None:
         PatchApiError, match="kind must be one of group_limited, softmax_topk, topk_softmax, got 'softmax'"
     ):
         _moe_text(_config(), mlps=[], router=Router(kind="softmax"))
+
+
+def _parallel_plan(block: str) -> str:
+    variables = {"prefix": "Toy", "layers": "model.layers", "block": block, "biases": []}
+    text, _ = render(SnippetRef(name="moe_parallel_plan", variables=variables), None, environment())
+    return text
+
+
+def test_the_parallel_plan_reaches_the_experts_through_the_layers_sparse_block() -> None:
+    text = _parallel_plan("mlp")
+    assert '"model.layers.*.mlp.experts.gate_up_proj": "shard(0)"' in text
+    assert '"model.layers.*.mlp.experts.down_proj": "shard(0)"' in text
+
+
+def test_the_parallel_plan_of_a_layer_holding_its_experts_itself_names_them_on_the_layer() -> None:
+    """gemma4's decoder layer is its own sparse block: its experts are ``model.layers.<i>.experts``."""
+    text = _parallel_plan("")
+    assert '"model.layers.*.experts.gate_up_proj": "shard(0)"' in text
+    assert '"model.layers.*.experts.down_proj": "shard(0)"' in text
