@@ -102,6 +102,9 @@ class Observation:
     timeout: float | None = None
     #: The slots the generated GPU modeling guards (:func:`guarded_slots`); empty when nothing was generated.
     slots: tuple[str, ...] = ()
+    #: For a refusal naming the text answer that scaffolds the package's causal LM alone (:func:`text_answer_of`):
+    #: that answer and the copy made with it.
+    text: tuple[str, Observation] | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,23 @@ class Verdict:
 
     outcome: str  # one of OUTCOMES
     reason: str = ""  # may hold several lines; the first is the headline
+
+
+@dataclass(frozen=True)
+class TextAnswerResult:
+    """A refused model's text model, copied with the category answer its refusal names (llama4 as moe)."""
+
+    category: str
+    outcome: str
+    reason: str = ""
+    slots: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line for a table: ``-d category=moe: pass (rms_norm, ...)``, or the outcome and its reason."""
+        what = f"-d category={self.category}: {self.outcome}"
+        if self.outcome == PASS:
+            return f"{what} ({', '.join(self.slots)})" if self.slots else what
+        return f"{what}: {headline(self.reason)}" if self.reason else what
 
 
 @dataclass
@@ -125,10 +145,23 @@ class ModelResult:
     seconds: float = 0.0
     template_version: str | None = None
     details: dict = field(default_factory=dict)
+    #: For a refused model whose refusal names a text answer: that copy's outcome (not counted in the summary).
+    text_answer: TextAnswerResult | None = None
 
     @property
     def headline(self) -> str:
         return headline(self.reason)
+
+
+#: The last line of a refusal whose package's causal LM is a text model of its own that fits a text category
+#: (the fit's ``Fit.refusal_message``): the answer that scaffolds it alone.
+_TEXT_ANSWER = re.compile(r"builds no tower: -d category=(\w+) scaffolds that text model alone")
+
+
+def text_answer_of(copy_output: str) -> str | None:
+    """The category answer a refusal names for the package's text model alone (``moe`` for llama4), else None."""
+    found = _TEXT_ANSWER.search(strip_ansi(copy_output))
+    return found.group(1) if found else None
 
 
 def strip_ansi(text: str) -> str:

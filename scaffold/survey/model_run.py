@@ -6,17 +6,19 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from modelgraft.scaffold.survey.classify import (
     ModelResult,
     Observation,
+    TextAnswerResult,
     classify,
     guarded_slots,
     merged_slots,
     strip_ansi,
     template_version,
+    text_answer_of,
 )
 from modelgraft.scaffold.survey.clones import changed_paths, reset_clone, subprocess_env
 from modelgraft.scaffold.survey.processes import Runner
@@ -57,11 +59,25 @@ def copier_categories(clone: Path) -> tuple[str, ...]:
 
 
 def survey_model(clone: Path, model: str, category: str, runner: Runner, settings: Settings) -> Observation:
-    """Copy ``model`` into ``clone`` as a new user would, run its tests; what happened (the clone is reset)."""
+    """Copy ``model`` into ``clone`` as a new user would, run its tests; what happened (the clone is reset).
+
+    A refusal that names the category answer scaffolding the package's text model alone (llama4's
+    ``-d category=moe``) is followed as a user would follow it: that copy is made too (``Observation.text``).
+    """
+    answer = category if settings.pass_category and category in copier_categories(clone) else None
+    observation = _copy_and_test(clone, model, answer, runner, settings)
+    text = text_answer_of(observation.copy.output) if observation.copy.returncode != 0 else None
+    if text is None or observation.dest_exists or runner.stopped.is_set():
+        return observation
+    return replace(observation, text=(text, _copy_and_test(clone, model, text, runner, settings)))
+
+
+def _copy_and_test(clone: Path, model: str, answer: str | None, runner: Runner, settings: Settings) -> Observation:
+    """One ``copier copy`` (with ``-d category=<answer>`` when given) and, where it wrote the package, its tests."""
     env = subprocess_env(clone, settings.threads)
     argv = [*copier_command(), "copy", "--trust", "--defaults", "-d", f"model={model}"]
-    if settings.pass_category and category in copier_categories(clone):
-        argv += ["-d", f"category={category}"]
+    if answer is not None:
+        argv += ["-d", f"category={answer}"]
     if settings.vcs_ref:
         argv += ["--vcs-ref", settings.vcs_ref]
     argv += [".", f"models/{model}"]
@@ -107,6 +123,11 @@ def result_of(observation: Observation, category: tuple[str, str], seconds: floa
         }
     if observation.stray:
         details["stray"] = list(observation.stray)
+    text_answer = None
+    if observation.text is not None:
+        answer, text = observation.text
+        text_verdict = classify(text)
+        text_answer = TextAnswerResult(answer, text_verdict.outcome, text_verdict.reason, text.slots)
     return ModelResult(
         model=observation.model,
         category=category[0],
@@ -117,4 +138,5 @@ def result_of(observation: Observation, category: tuple[str, str], seconds: floa
         seconds=round(seconds, 2),
         template_version=template_version(observation.copy.output),
         details=details,
+        text_answer=text_answer,
     )

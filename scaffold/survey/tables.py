@@ -76,9 +76,15 @@ def markdown_tables(results: Sequence[ModelResult], *, width: int = 160, caption
         slots = ", ".join(f"`{s}`" for s in result.slots)
         out.append(
             f"| `{result.model}` | {_label(result.category)} | {result.outcome} | {slots} "
-            f"| {_md_cell(headline(result.reason, width))} |"
+            f"| {_md_cell(_reason(result, width))} |"
         )
     return "\n".join(out) + "\n"
+
+
+def _reason(result: ModelResult, width: int) -> str:
+    """The reason's headline, then what the copy with the refusal's text answer did (not in the counts)."""
+    text = headline(result.reason, width)
+    return f"{text}; {result.text_answer.describe()}" if result.text_answer is not None else text
 
 
 def plain_tables(results: Sequence[ModelResult]) -> str:
@@ -94,7 +100,7 @@ def plain_tables(results: Sequence[ModelResult]) -> str:
     if failures:
         lines += ["", "not passing:"]
         for r in sorted(failures, key=lambda r: (OUTCOMES.index(r.outcome), r.model)):
-            lines.append(f"  {r.model} [{_label(r.category)}] {r.outcome}: {headline(r.reason, 200)}")
+            lines.append(f"  {r.model} [{_label(r.category)}] {r.outcome}: {_reason(r, 200)}")
     return "\n".join(lines) + "\n"
 
 
@@ -114,11 +120,12 @@ def rich_summary(results: Sequence[ModelResult]):  # -> rich.table.Table
 
 def exit_code(results: Sequence[ModelResult]) -> int:
     """The shared table's status (``modelgraft.generator.entrypoint.ExitStatus``): findings (1) when a model is
-    broken or wrong, else ok (0)."""
+    broken or wrong, or the copy its refusal's text answer leads to is, else ok (0)."""
     # Imported here: importing the survey loads nothing of the generator.
     from modelgraft.generator.entrypoint import ExitStatus
 
-    return ExitStatus.FINDINGS if any(r.outcome in (BROKEN, WRONG) for r in results) else ExitStatus.OK
+    outcomes = [r.outcome for r in results] + [r.text_answer.outcome for r in results if r.text_answer is not None]
+    return ExitStatus.FINDINGS if any(outcome in (BROKEN, WRONG) for outcome in outcomes) else ExitStatus.OK
 
 
 def model_line(result: ModelResult, done: int, total: int) -> str:
@@ -127,7 +134,7 @@ def model_line(result: ModelResult, done: int, total: int) -> str:
     text = f"[{done}/{total}] {result.model} ({_label(result.category)}): {result.outcome} in {result.seconds:.1f} s"
     text += f"; slots: {slots}"
     if result.reason:
-        text += f"; {headline(result.reason, 240)}"
+        text += f"; {_reason(result, 240)}"
     return text
 
 
