@@ -43,23 +43,24 @@ def _source(structure: ModelStructure, root: Path | None) -> ModelSource:
 
 
 def _built_classes(source: ModelSource, start: str) -> list[str]:
-    """Module classes ``start.__init__`` builds, directly or transitively: constructed (``Foo(...)``) or made by a
-    factory (``MllamaTextModel._from_config(...)``, which ``reachable`` does not follow)."""
+    """Module classes ``start.__init__`` builds, directly or transitively: anywhere in its ``__init__`` (a list of
+    layers appended in a loop, as mllama's text model builds its cross-attention and self-attention layers),
+    constructed (``Foo(...)``) or made by a factory (``MllamaTextModel._from_config(...)``), which ``reachable``
+    does not follow."""
     seen = [start]
     for cls in seen:  # grows while it is walked
-        for values in source.init_assigns(cls).values():
-            for value in values:
-                for node in ast.walk(value):
-                    if not (isinstance(node, ast.Call) and _builds_tower(node)):
-                        continue
-                    func = (
-                        node.func.value
-                        if isinstance(node.func, ast.Attribute) and node.func.attr in _FACTORIES
-                        else node.func
-                    )
-                    name = func.id if isinstance(func, ast.Name) else None
-                    if name in source.classes and name not in seen:
-                        seen.append(name)
+        init = source.local_method(cls, "__init__")  # own, or a base's of this module
+        if init is None:
+            continue
+        for node in ast.walk(init):
+            if not (isinstance(node, ast.Call) and _builds_tower(node)):
+                continue
+            func = (
+                node.func.value if isinstance(node.func, ast.Attribute) and node.func.attr in _FACTORIES else node.func
+            )
+            name = func.id if isinstance(func, ast.Name) else None
+            if name in source.classes and name not in seen:
+                seen.append(name)
     return seen
 
 

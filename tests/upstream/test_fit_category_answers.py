@@ -11,7 +11,7 @@ from functools import cache
 import pytest
 
 from modelgraft.generator.categories import category_names
-from modelgraft.generator.recipes.causal_lm_path import towers_on_causal_lm_path
+from modelgraft.generator.recipes.causal_lm_path import text_model_classes, towers_on_causal_lm_path
 from modelgraft.generator.recipes.fit import Fit, fit_model
 from modelgraft.generator.upstream.structure import ModelStructure
 
@@ -121,10 +121,16 @@ def test_a_text_answer_guards_only_what_the_causal_lm_builds() -> None:
     assert all(not site["cls"].startswith("Llama4Vision") for site in text.arguments["call_sites"])
 
 
-def test_a_text_model_whose_layers_the_walk_cannot_reach_is_offered_no_text_answer() -> None:
-    """mllama's text model builds its decoder layers in a loop of its own: its classes cannot be told from the
-    vision tower's, and the text fit would guard the tower's MLP."""
-    assert fit("mllama").text_answer == ()
+def test_layers_built_in_a_loop_of_the_text_models_init_are_on_its_path() -> None:
+    """mllama's text model appends its cross-attention and self-attention layers in a loop: the walk reads the
+    whole ``__init__``, so the vision MLP's activation is no guard of the text answer."""
+    assert fit("mllama").text_answer == ("MllamaForCausalLM", "dense")
+    assert "activation" not in fit("mllama", "dense").guarded
+
+
+def test_a_walk_that_misses_the_decoder_layer_leaves_the_structure_whole() -> None:
+    """kosmos2_5's text causal LM builds its transformer in a way the walk does not follow: no text-only reading."""
+    assert text_model_classes(structure("kosmos2_5")) is None
 
 
 def test_a_causal_lm_outside_upstreams_public_api_is_offered_no_text_answer() -> None:
@@ -209,3 +215,9 @@ def test_a_moe_model_with_a_dsa_indexer_puts_it_behind_the_dsa_indexer_slot() ->
 
 def test_a_moe_model_without_a_dsa_indexer_records_none() -> None:
     assert "indexer" not in fit("qwen3_moe", "moe").arguments
+
+
+def test_a_head_call_upcasting_its_logits_makes_the_loss_head_return_fp32_logits() -> None:
+    """MllamaForCausalLM computes ``self.lm_head(hidden_states).float()``: its logits are fp32 in a bf16 model."""
+    assert structure("mllama").causal_lm.postprocess == (("upcast", ""),)
+    assert fit("mllama", "dense").arguments["causal_lm"]["logits_fp32"] is True
