@@ -131,6 +131,8 @@ def apply_causal_lm(
     options = {"forward_kwargs": True} if forward_kwargs else {}
     if head.softcap_fp32:
         options["softcap_fp32"] = True
+    if head.logits_fp32:
+        options["logits_fp32"] = True
     config.apply_snippet(
         "causal_lm_loss_guard",
         f"{cls}.forward",

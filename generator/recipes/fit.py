@@ -292,9 +292,11 @@ def _causal_lm(structure: ModelStructure, refusals: list[Finding]) -> dict[str, 
     if head.reason:
         refusals.append(Finding("causal_lm", head.cls, head.line, head.reason, remedy))
         return None
-    softcap, scale, softcap_fp32 = "", [], False
+    softcap, scale, softcap_fp32, logits_fp32 = "", [], False, False
     for op, expression in head.postprocess:
-        if op in ("softcap", "softcap_fp32") and not softcap:
+        if op == "upcast":
+            logits_fp32 = True
+        elif op in ("softcap", "softcap_fp32") and not softcap:
             softcap, softcap_fp32 = expression, op == "softcap_fp32"
         elif op in ("scale_div", "scale_mul") and not scale and not softcap:
             scale = ["div" if op == "scale_div" else "mul", expression]
@@ -308,6 +310,8 @@ def _causal_lm(structure: ModelStructure, refusals: list[Finding]) -> dict[str, 
     fitted = {"cls": head.cls, "softcap": softcap, "scale": scale, "head": head.head_attr, "bias": head.lm_head_bias}
     if softcap_fp32:
         fitted["softcap_fp32"] = True
+    if logits_fp32 and not softcap_fp32:
+        fitted["logits_fp32"] = True
     return fitted
 
 

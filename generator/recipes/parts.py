@@ -58,7 +58,9 @@ class LossHead:
     """The causal LM whose logits and loss go behind the causal_lm_loss slot.
 
     ``softcap`` is the expression of the final-logit soft-cap upstream applies ("" for none), and
-    ``softcap_fp32`` says upstream upcasts the logits to fp32 before it (so its logits come out fp32); ``scale``
+    ``softcap_fp32`` says upstream upcasts the logits to fp32 before it (so its logits come out fp32);
+    ``logits_fp32`` that upstream upcasts them on the head call with no soft-cap (mllama's
+    ``self.lm_head(h).float()``), so the guard returns the kernel's logits in fp32 too; ``scale``
     is ("div" | "mul", expression) when upstream scales the logits before the loss, else (); ``head`` is the
     output projection's attribute and ``bias`` says it has a bias (handed to the kernel as lm_head_bias).
     ``router_logits`` is (output class, expression) where upstream builds its MoE output without the router
@@ -68,6 +70,7 @@ class LossHead:
     cls: str = "{prefix}ForCausalLM"
     softcap: str = ""
     softcap_fp32: bool = False
+    logits_fp32: bool = False
     scale: tuple[str, ...] = ()
     head: str = "lm_head"
     bias: bool = False

@@ -97,6 +97,8 @@ def _head_fields(arguments: Mapping[str, Any]) -> dict[str, Any]:
         fields["head"] = head["head"]
     if head.get("softcap_fp32"):
         fields["softcap_fp32"] = True
+    if head.get("logits_fp32"):
+        fields["logits_fp32"] = True
     if head.get("bias"):
         fields["bias"] = True
     if head.get("router_logits"):  # an output upstream builds without the router logits it has

@@ -105,7 +105,7 @@ def read_causal_lm(source: ModelSource, cls: str) -> CausalLmInfo:
     head_stmt = body[head_at]
     assert isinstance(head_stmt, ast.Assign)
     logits_var = dotted(head_stmt.targets[0])
-    call, in_place_scale = _head_call(head_stmt.value, head_attr)
+    call, on_head = _head_call(head_stmt.value, head_attr)
     assert call is not None
     base["hidden_arg"] = dotted(call.args[0]) if call.args else None
     base["logits_var"] = logits_var
@@ -114,8 +114,7 @@ def read_causal_lm(source: ModelSource, cls: str) -> CausalLmInfo:
         return CausalLmInfo(**base, reason=f"{where}: no self.loss_function(...) call after the lm_head")
     base["vocab_size_expr"] = _vocab_size(loss_call)
     postprocess, problem = _between(body[head_at + 1 : loss_at], logits_var)
-    if in_place_scale is not None:
-        postprocess = (in_place_scale, *postprocess)
+    postprocess = (*on_head, *postprocess)
     if problem is None:
         problem = _loss_statement_problem(body[loss_at], logits_var)
     if problem is None and base["vocab_size_expr"] is None:
@@ -123,18 +122,26 @@ def read_causal_lm(source: ModelSource, cls: str) -> CausalLmInfo:
     return CausalLmInfo(**base, postprocess=postprocess, reason=f"{where}: {problem}" if problem else "")
 
 
-#: Methods on the projected logits that change neither values nor what a fused loss computes.
+#: Methods on the projected logits that change no value a fused loss computes: ``.float()`` changes the dtype of
+#: the logits the model returns, which is recorded as an "upcast" step.
 _NEUTRAL_METHODS = ("float", "contiguous")
 
+#: The postprocess step of logits upcast to fp32 on the head call itself (mllama's ``self.lm_head(h).float()``).
+UPCAST = ("upcast", "")
 
-def _head_call(value: ast.expr, attr: str) -> tuple[ast.Call | None, tuple[str, str] | None]:
+
+def _head_call(value: ast.expr, attr: str) -> tuple[ast.Call | None, tuple[tuple[str, str], ...]]:
     """``self.<attr>(h)``, possibly ``.float()`` / ``.contiguous()``, possibly times or over a scale.
 
-    Returns the head call and the scale step, e.g. hyperclovax's ``self.lm_head(h) * self.config.logits_scaling``.
+    Returns the head call and the steps on it: the scale step, e.g. hyperclovax's ``self.lm_head(h) *
+    self.config.logits_scaling``, and :data:`UPCAST` for a ``.float()``.
     """
-    scale = None
+    steps: list[tuple[str, str]] = []
     if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Mult, ast.Div)):
         scale = ("scale_mul" if isinstance(value.op, ast.Mult) else "scale_div", dotted(value.right))
+        if not scale[1]:
+            return None, ()
+        steps.append(scale)
         value = value.left
     while (
         isinstance(value, ast.Call)
@@ -142,10 +149,12 @@ def _head_call(value: ast.expr, attr: str) -> tuple[ast.Call | None, tuple[str, 
         and isinstance(value.func, ast.Attribute)
         and value.func.attr in _NEUTRAL_METHODS
     ):
+        if value.func.attr == "float" and UPCAST not in steps:
+            steps.insert(0, UPCAST)
         value = value.func.value
-    if isinstance(value, ast.Call) and is_self_attr(value.func, attr) and (scale is None or scale[1]):
-        return value, scale
-    return None, None
+    if isinstance(value, ast.Call) and is_self_attr(value.func, attr):
+        return value, tuple(steps)
+    return None, ()
 
 
 def _find_lm_head(body: list[ast.stmt], attr: str = "lm_head") -> int | None:
@@ -399,7 +408,7 @@ def read_multipliers(
         for op, expr in causal_lm.postprocess:
             if op in ("softcap", "softcap_fp32"):
                 softcap = True
-            elif logits is None:
+            elif op in ("scale_div", "scale_mul") and logits is None:
                 logits = expr
     return Multipliers(embedding=embedding, residual=residual, logits=logits, final_logit_softcapping=softcap)
 

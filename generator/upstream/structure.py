@@ -132,7 +132,8 @@ class CausalLmInfo:
     vocab_size_expr: str | None = None
     #: Recognised steps between the lm_head call and the loss, in order, as (op, expression):
     #: ("softcap", "self.config.final_logit_softcapping"), ("scale_div", "self.config.logits_scaling"),
-    #: ("scale_mul", "self.logit_scale"); "softcap_fp32" is a soft-cap of logits upcast to fp32 first.
+    #: ("scale_mul", "self.logit_scale"); "softcap_fp32" is a soft-cap of logits upcast to fp32 first; ("upcast", "")
+    #: the head call's own ``.float()`` (mllama), which makes the returned logits fp32.
     postprocess: tuple[tuple[str, str], ...] = ()
     #: The forward computes the MoE aux loss with a call of this module-level function (MoE models).
     aux_loss_function: str | None = None
