@@ -4,7 +4,7 @@
 # Source: transformers.models.cohere2.modeling_cohere2 (transformers==5.25.0)
 # Config: models.cohere2.cohere2_gpu_patch_gen_config
 # Description: Cohere2 with op-slot guards and slot-backed losses
-# Fingerprint: e9abe86341f7d7675a95
+# Fingerprint: eafda3f290ed198041bf
 # Patches:
 #   - override_method Cohere2MLP.forward: glu_activation slot guard
 #   - replace_function apply_rotary_pos_emb: rope slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.deepseek_v3.modeling_deepseek_v3 (transformers==5.25.0)
 # Config: models.deepseek_v3.deepseek_v3_gpu_patch_gen_config
 # Description: DeepSeek-V3 with op-slot guards and slot-backed losses
-# Fingerprint: 91d164991ed04c94c9af
+# Fingerprint: 45668da205259a62451b
 # Patches:
 #   - override_method DeepseekV3RMSNorm.forward: rms_norm slot guard
 #   - override_method DeepseekV3MLP.forward: the whole MLP behind the gated_mlp slot

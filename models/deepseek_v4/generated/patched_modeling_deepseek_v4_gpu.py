@@ -4,7 +4,7 @@
 # Source: transformers.models.deepseek_v4.modeling_deepseek_v4 (transformers==5.25.0)
 # Config: models.deepseek_v4.deepseek_v4_gpu_patch_gen_config
 # Description: DeepSeek-V4 with op-slot guards (norms, experts, routers, mHC, indexer) and slot-backed losses
-# Fingerprint: 3ac95adbe52342947b1c
+# Fingerprint: 3ee2363d18b1a2fece91
 # Patches:
 #   - override_method DeepseekV4RMSNorm.forward: rms_norm slot guard
 #   - override_method DeepseekV4UnweightedRMSNorm.forward: rms_norm slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.exaone4.modeling_exaone4 (transformers==5.25.0)
 # Config: models.exaone4.exaone4_gpu_patch_gen_config
 # Description: Exaone4 with op-slot guards and slot-backed losses
-# Fingerprint: dfa7e43b2edf82a65ac4
+# Fingerprint: c59dca996687b2b0e562
 # Patches:
 #   - override_method Exaone4RMSNorm.forward: rms_norm slot guard
 #   - override_method Exaone4MLP.forward: glu_activation slot guard

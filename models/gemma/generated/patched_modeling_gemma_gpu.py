@@ -4,7 +4,7 @@
 # Source: transformers.models.gemma.modeling_gemma (transformers==5.25.0)
 # Config: models.gemma.gemma_gpu_patch_gen_config
 # Description: Gemma with op-slot guards and slot-backed losses
-# Fingerprint: 32ecbd7ad6dd3a467ad2
+# Fingerprint: 9a6a2b6ffe394398f189
 # Patches:
 #   - override_method GemmaRMSNorm.forward: rms_norm slot guard
 #   - override_method GemmaMLP.forward: glu_activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.glm4v.modeling_glm4v (transformers==5.25.0)
 # Config: models.glm4v.glm4v_gpu_patch_gen_config
 # Description: Glm4v with op-slot guards and slot-backed losses
-# Fingerprint: b29924a83c7497b59242
+# Fingerprint: 832ccf11de08b0e48979
 # Patches:
 #   - override_method Glm4vRMSNorm.forward: rms_norm slot guard
 #   - modify_init Glm4VisionMlp: record the activation's name for the slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.glm_moe_dsa.modeling_glm_moe_dsa (transformers==5.25.0)
 # Config: models.glm_moe_dsa.glm_moe_dsa_gpu_patch_gen_config
 # Description: GLM-MoE-DSA with op-slot guards (norms, MLPs, experts, router, DSA indexer) and slot-backed losses
-# Fingerprint: 742a75d1dbabdb2b175d
+# Fingerprint: 3cdb4385abaf6bd48047
 # Patches:
 #   - override_method GlmMoeDsaRMSNorm.forward: rms_norm slot guard
 #   - override_method GlmMoeDsaMLP.forward: the whole MLP behind the gated_mlp slot

@@ -4,7 +4,7 @@
 # Source: transformers.models.gpt_oss.modeling_gpt_oss (transformers==5.25.0)
 # Config: models.gpt_oss.gpt_oss_gpu_patch_gen_config
 # Description: GptOss with op-slot guards and slot-backed losses
-# Fingerprint: 7425835a527bb17292a6
+# Fingerprint: 3257f173710e848ae7bf
 # Patches:
 #   - override_method GptOssRMSNorm.forward: rms_norm slot guard
 #   - override_method GptOssMLP.forward: routed experts behind the moe_experts slot

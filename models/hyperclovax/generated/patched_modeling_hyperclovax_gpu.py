@@ -4,7 +4,7 @@
 # Source: transformers.models.hyperclovax.modeling_hyperclovax (transformers==5.25.0)
 # Config: models.hyperclovax.hyperclovax_gpu_patch_gen_config
 # Description: HyperCLOVAX with op-slot guards and slot-backed losses
-# Fingerprint: 3d678ed99f9ee27bda0d
+# Fingerprint: 97066759eb04003e242e
 # Patches:
 #   - override_method HyperCLOVAXRMSNorm.forward: rms_norm slot guard
 #   - override_method HyperCLOVAXMLP.forward: glu_activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.llama.modeling_llama (transformers==5.25.0)
 # Config: models.llama.llama_gpu_patch_gen_config
 # Description: Llama with op-slot guards and slot-backed losses
-# Fingerprint: fe153a0a33eb53478937
+# Fingerprint: 80877418fe5d79327e76
 # Patches:
 #   - override_method LlamaRMSNorm.forward: rms_norm slot guard
 #   - override_method LlamaMLP.forward: glu_activation slot guard

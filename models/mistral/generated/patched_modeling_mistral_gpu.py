@@ -4,7 +4,7 @@
 # Source: transformers.models.mistral.modeling_mistral (transformers==5.25.0)
 # Config: models.mistral.mistral_gpu_patch_gen_config
 # Description: Mistral with op-slot guards and slot-backed losses
-# Fingerprint: f05f4dfaecb635997ce2
+# Fingerprint: 874c1876a70d37988adb
 # Patches:
 #   - override_method MistralRMSNorm.forward: rms_norm slot guard
 #   - override_method MistralMLP.forward: glu_activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3.modeling_qwen3 (transformers==5.25.0)
 # Config: models.qwen3.qwen3_gpu_patch_gen_config
 # Description: Qwen3 with op-slot guards and slot-backed losses
-# Fingerprint: 364791e7c25ff58714ad
+# Fingerprint: 4a863bf98b83504955db
 # Patches:
 #   - override_method Qwen3RMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3MLP.forward: glu_activation slot guard
