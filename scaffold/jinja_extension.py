@@ -45,7 +45,7 @@ from modelgraft.generator import categories
 from modelgraft.generator.discovery import find_settings
 from modelgraft.generator.errors import DiscoveryError, PatchgenError
 from modelgraft.generator.recipes.fit import Fit, fit_model, guarded_slots
-from modelgraft.generator.recipes.registered import MODELS_ROOT, registering_packages
+from modelgraft.generator.recipes.registered import MODELS_ROOT, registered_types_in, registering_packages
 from modelgraft.generator.recipes.render import init_weights_override, recipe_call
 from modelgraft.generator.upstream.reader import read_model
 from modelgraft.generator.upstream.structure import ModelStructure
@@ -61,8 +61,16 @@ def _structure(model: str) -> ModelStructure | None:
         return None
 
 
-@lru_cache(maxsize=64)
 def _fit(model: str, category: str, models_roots: tuple[Path, ...] = ()) -> Fit | None:
+    """The fit, cached per process and per set of types the destination's packages register: one process may
+    copy a text model into a training repository, then a VLM over it (Copier's API, the tests)."""
+    registered = registered_types_in(models_roots) if models_roots else frozenset()
+    return _cached_fit(model, category, models_roots, registered)
+
+
+@lru_cache(maxsize=64)
+def _cached_fit(model: str, category: str, models_roots: tuple[Path, ...], registered: frozenset[str]) -> Fit | None:
+    del registered  # a part of the cache key only
     structure = _structure(model)
     return None if structure is None else fit_model(structure, category or None, models_roots=models_roots)
 

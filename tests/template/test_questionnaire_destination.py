@@ -5,6 +5,7 @@ context."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,15 @@ def test_a_composed_vlm_whose_text_model_the_repository_registers_fits_there(tmp
 def test_the_same_copy_into_a_repository_without_it_is_refused_naming_the_type(tmp_path: Path) -> None:
     repo = _training_repository(tmp_path, with_lfm3=False)
     assert UNREGISTERED in _validate(repo / "models" / "lfm3_vl", "lfm3_vl", "vlm")
+
+
+def test_a_text_model_copied_in_after_a_refusal_fits_the_vlm_in_the_same_process(tmp_path: Path) -> None:
+    """Copier's API may ask twice in one process: before lfm3's package exists, and after it was copied in."""
+    repo = _training_repository(tmp_path, with_lfm3=False)
+    assert UNREGISTERED in _validate(repo / "models" / "lfm3_vl", "lfm3_vl", "vlm")
+    registering = _training_repository(tmp_path / "with", with_lfm3=True) / "models" / "lfm3"
+    shutil.copytree(registering, repo / "models" / "lfm3")
+    assert _validate(repo / "models" / "lfm3_vl", "lfm3_vl", "vlm") == ""
 
 
 def test_this_projects_own_models_folder_adds_no_root(tmp_path: Path) -> None:
