@@ -243,6 +243,8 @@ def apply_sequence_parallel_forward(
     packed_text: bool = False,
     language_model: str = "",
     both_ways: bool = False,
+    audio_id: str = "",
+    audio_attribute: str = "",
 ) -> None:
     """``vlm_sequence_parallel_forward`` on ``target`` (the forward that scatters the towers' features), with its
     helpers. ``towers``: (tower, forward parameter feeding one call of it), one per tower call;
@@ -250,7 +252,9 @@ def apply_sequence_parallel_forward(
     that checks the features' count (a composed VLM's); empty: its own masks. ``packed_text``: the forward also
     turns the cache off for packed documents of 1-D position ids (:func:`packs_text_documents`).
     ``language_model``: the attribute of the text model the forward calls, where not the snippet's default.
-    ``both_ways`` (with ``packed_text``): some tokens attend both ways. Where a sequence is split over ranks, the
+    ``audio_id`` and ``audio_attribute``: a composed audio language model's audio placeholder id and the field of
+    ``get_audio_features``' output its forward scatters. ``both_ways`` (with ``packed_text``): some tokens attend
+    both ways. Where a sequence is split over ranks, the
     forward's ``token_type_ids`` (which the mask reads) are gathered into the whole sequence's
     (:func:`whole_sequence`), and a forward without them refuses image batches; packed rows with images are refused
     (the snippet says why; :func:`sequence_parallel_ranks`)."""
@@ -260,6 +264,10 @@ def apply_sequence_parallel_forward(
         options["placeholder_ids"] = list(placeholder_ids)
     if language_model:
         options["language_model"] = language_model
+    if audio_id:
+        options["audio_id"] = audio_id
+    if audio_attribute:
+        options["audio_attribute"] = audio_attribute
     if packed_text:
         config.add_import("transformers.masking_utils", ["find_packed_sequence_indices"])
         config.add_helper(packs_text_documents, description="a call whose packed documents need the mask builder")

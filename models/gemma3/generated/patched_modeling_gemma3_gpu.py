@@ -4,7 +4,7 @@
 # Source: transformers.models.gemma3.modeling_gemma3 (transformers==5.25.0)
 # Config: models.gemma3.gemma3_gpu_patch_gen_config
 # Description: Gemma3 text and VLM with op-slot guards (RMSNorm, gated MLP, RoPE), generated towers and slot-backed losses
-# Fingerprint: f30dc9de7cf67d141376
+# Fingerprint: 1306ddde137ad89ec71a
 # Patches:
 #   - override_method Gemma3RMSNorm.forward: rms_norm slot guard
 #   - override_method Gemma3MLP.forward: glu_activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.glm4v.modeling_glm4v (transformers==5.25.0)
 # Config: models.glm4v.glm4v_gpu_patch_gen_config
 # Description: Glm4v with op-slot guards and slot-backed losses
-# Fingerprint: 832ccf11de08b0e48979
+# Fingerprint: b55cb5ba88649a798821
 # Patches:
 #   - override_method Glm4vRMSNorm.forward: rms_norm slot guard
 #   - modify_init Glm4VisionMlp: record the activation's name for the slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.internvl.modeling_internvl (transformers==5.25.0)
 # Config: models.internvl.internvl_gpu_patch_gen_config
 # Description: InternVL with op-slot guards and slot-backed losses
-# Fingerprint: dab3c13298d480c91b6e
+# Fingerprint: a2b81115a7d6db8f5f53
 # Patches:
 #   - override_method InternVLVisionRMSNorm.forward: rms_norm slot guard
 #   - override_method InternVLVisionMLP.forward: activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.llava_onevision.modeling_llava_onevision (transformers==5.25.0)
 # Config: models.llava_onevision.llava_onevision_gpu_patch_gen_config
 # Description: LlavaOnevision with op-slot guards and slot-backed losses
-# Fingerprint: 1c55aea8772215728440
+# Fingerprint: 4f45ac955e7c1e193488
 # Patches:
 #   - modify_init LlavaOnevisionMultiModalProjector: record the activation's name for the slot guard
 #   - override_method LlavaOnevisionMultiModalProjector.forward: layer_norm and activation slot guards at the module calls

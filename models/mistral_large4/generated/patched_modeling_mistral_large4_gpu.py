@@ -4,7 +4,7 @@
 # Source: transformers.models.mistral_large4.modeling_mistral_large4 (transformers==5.25.0)
 # Config: models.mistral_large4.mistral_large4_gpu_patch_gen_config
 # Description: MistralLarge4 with op-slot guards and slot-backed losses
-# Fingerprint: b86cb65d19f9bb46798a
+# Fingerprint: c3af0b9185f1339ce06b
 # Patches:
 #   - override_method MistralLarge4RMSNorm.forward: rms_norm slot guard
 #   - override_method MistralLarge4TextMLP.forward: the whole MLP behind the gated_mlp slot

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_omni.modeling_qwen2_5_omni (transformers==5.25.0)
 # Config: models.qwen2_5_omni.qwen2_5_omni_gpu_patch_gen_config
 # Description: Qwen2.5-Omni thinker with op-slot guards (text, vision, audio), the fused-loss head and training helpers; the talker and token2wav left out
-# Fingerprint: d98ae4ef7b10b7812ac6
+# Fingerprint: 5cdab595a3095a59ac86
 # Patches:
 #   - override_method Qwen2_5OmniRMSNorm.forward: rms_norm slot guard
 #   - modify_init Qwen2MLP: record the activation's name for the slot guard

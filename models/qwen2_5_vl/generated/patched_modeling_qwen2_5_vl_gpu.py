@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_5_vl.modeling_qwen2_5_vl (transformers==5.25.0)
 # Config: models.qwen2_5_vl.qwen2_5_vl_gpu_patch_gen_config
 # Description: Qwen2.5-VL with op-slot guards (text and vision), the fused-loss head and training helpers
-# Fingerprint: 6577aedbff93e2659dbe
+# Fingerprint: e18289d9a7c1222e6e00
 # Patches:
 #   - override_method Qwen2_5_VLRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen2_vl.modeling_qwen2_vl (transformers==5.25.0)
 # Config: models.qwen2_vl.qwen2_vl_gpu_patch_gen_config
 # Description: Qwen2-VL with op-slot guards (text and vision), the fused-loss head and training helpers
-# Fingerprint: 34e378d9c0f4c7fe7a44
+# Fingerprint: 4e855dce42eb69d714e1
 # Patches:
 #   - override_method Qwen2VLRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen2MLP.forward: glu_activation slot guard

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_5.modeling_qwen3_5 (transformers==5.25.0)
 # Config: models.qwen3_5.qwen3_5_gpu_patch_gen_config
 # Description: Qwen3.5 with op-slot guards (Gated DeltaNet, text and vision), its own towers, the fused-loss heads and training helpers
-# Fingerprint: d681c5dc81d86c87e55b
+# Fingerprint: 0d1e47bbb09c4acaeaf0
 # Patches:
 #   - override_method Qwen3_5RMSNormGated.forward: rms_norm_gated slot guard
 #   - replace_function causal_conv1d_fn: causal_conv1d slot guard; the torch body, without the hub decorator

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_5_moe.modeling_qwen3_5_moe (transformers==5.25.0)
 # Config: models.qwen3_5_moe.qwen3_5_moe_gpu_patch_gen_config
 # Description: Qwen3.5-MoE with op-slot guards (Gated DeltaNet, text, vision, experts, router), its own towers, the fused-loss heads with the aux loss, the expert-parallel plan and training helpers
-# Fingerprint: b0d79708a328d3c733d7
+# Fingerprint: f050eb6e9ad6ac682406
 # Patches:
 #   - override_method Qwen3_5MoeRMSNormGated.forward: rms_norm_gated slot guard
 #   - replace_function causal_conv1d_fn: causal_conv1d slot guard; the torch body, without the hub decorator

@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe (transformers==5.25.0)
 # Config: models.qwen3_omni_moe.qwen3_omni_moe_gpu_patch_gen_config
 # Description: Qwen3-Omni-MoE thinker with op-slot guards (text, vision, audio, experts, router), the fused-loss head with the aux loss, the expert-parallel plan and training helpers; the talker and code2wav left out
-# Fingerprint: c0f4e819a4242f043d64
+# Fingerprint: e4fa909f4757ed6570c3
 # Patches:
 #   - override_method Qwen3OmniMoeThinkerTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3OmniMoeTextRMSNorm.forward: rms_norm slot guard

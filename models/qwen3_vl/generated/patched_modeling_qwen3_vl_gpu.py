@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_vl.modeling_qwen3_vl (transformers==5.25.0)
 # Config: models.qwen3_vl.qwen3_vl_gpu_patch_gen_config
 # Description: Qwen3-VL with op-slot guards (text and vision), its own towers, the fused-loss head and training helpers
-# Fingerprint: bfd239ee3cd3d1be0398
+# Fingerprint: 13fb3b517903fa785fc8
 # Patches:
 #   - override_method Qwen3VLTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3VLTextMLP.forward: glu_activation slot guard

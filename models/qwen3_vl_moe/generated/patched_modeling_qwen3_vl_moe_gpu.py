@@ -4,7 +4,7 @@
 # Source: transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe (transformers==5.25.0)
 # Config: models.qwen3_vl_moe.qwen3_vl_moe_gpu_patch_gen_config
 # Description: Qwen3-VL-MoE with op-slot guards (text, vision, experts, router), its own towers, the fused-loss head with the aux loss, the expert-parallel plan and training helpers
-# Fingerprint: 9facda9bdf6587ace1aa
+# Fingerprint: 880c97f1330f687a08ef
 # Patches:
 #   - override_method Qwen3VLMoeTextRMSNorm.forward: rms_norm slot guard
 #   - override_method Qwen3VLMoeTextMLP.forward: glu_activation slot guard
