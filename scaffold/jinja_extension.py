@@ -105,9 +105,15 @@ def scaffold_fit(model: str, category: str = "", models_roots: tuple[Path, ...] 
 
 
 def _sub_model_types(arguments: dict[str, Any]) -> list[str]:
-    """The model types a VLM builds sub-models of by name: a composed VLM's, a Qwen-VL tower of another package."""
+    """The model types a VLM or an audio language model builds sub-models of by name: a composed VLM's, a Qwen-VL
+    tower of another package, an audio language model's towers."""
     composed = arguments.get("composed") or {}
-    return [*(composed.get("sub_models") or {}).values(), *(arguments.get("sub_models") or {}).values()]
+    audio = arguments.get("audio_lm") or {}
+    return [
+        *(composed.get("sub_models") or {}).values(),
+        *(arguments.get("sub_models") or {}).values(),
+        *(audio.get("sub_models") or {}).values(),
+    ]
 
 
 class ScaffoldRefused(UserMessageError):

@@ -38,6 +38,7 @@ def smoke(model: str, *, models_root: Path | None = None, package: str | None = 
     )
     from modelgraft.models.testing.parity import eager_slots_on_one_thread
     from modelgraft.models.testing.reference import reference_kernels
+    from modelgraft.models.testing.scaffold_audio_lm import ScaffoldAudioLm
     from modelgraft.models.testing.scaffold_composed import ScaffoldComposedVlm
     from modelgraft.models.testing.vlm_suite import VlmModel
 
@@ -48,6 +49,9 @@ def smoke(model: str, *, models_root: Path | None = None, package: str | None = 
         return
     if isinstance(declaration, ScaffoldComposedVlm):
         _smoke_composed(declaration)
+        return
+    if isinstance(declaration, ScaffoldAudioLm):
+        _smoke_audio_lm(declaration)
         return
     config = declaration.config()
     with eager_slots_on_one_thread():  # as the model's own tests run: one order of reductions, fast on tiny sizes
@@ -98,6 +102,31 @@ def _smoke_composed(declaration: Any) -> None:
 
     config = declaration.config()
     batch = declaration.batch(config, (1, 1))
+    model = get_model_class(declaration.model_type, declaration.causal_lm)(config)
+    slots = sorted(training_step_slots(model))
+    with eager_slots_on_one_thread():
+        check_parity(config, declaration.causal_lm, batch=batch)
+        check_parity(
+            config,
+            declaration.causal_lm,
+            kernels=reference_kernels(slots),
+            batch=batch,
+            tolerance=EAGER_TOLERANCE,
+            logits="close",
+        )
+
+
+def _smoke_audio_lm(declaration: Any) -> None:
+    """An audio language model's smoke check: the processor's batch of two clips through the conditional-generation
+    head, eager, then with the reference kernel in every slot the built model consults (its language model's
+    included), each of them called."""
+    from modelgraft.models.loader import get_model_class
+    from modelgraft.models.testing import EAGER_TOLERANCE, check_parity
+    from modelgraft.models.testing.parity import eager_slots_on_one_thread
+    from modelgraft.models.testing.reference import reference_kernels, training_step_slots
+
+    config = declaration.config()
+    batch = declaration.batch("audio")
     model = get_model_class(declaration.model_type, declaration.causal_lm)(config)
     slots = sorted(training_step_slots(model))
     with eager_slots_on_one_thread():

@@ -1,5 +1,6 @@
 """Category recipes: one call that applies every snippet a model category shares, and the parts they guard."""
 
+from modelgraft.generator.recipes.audio_lm import composed_audio
 from modelgraft.generator.recipes.dense import dense_text
 from modelgraft.generator.recipes.hybrid import (
     GatedDeltaNet,
@@ -30,6 +31,7 @@ __all__ = [
     "Router",
     "ShortConvolution",
     "VisionTower",
+    "composed_audio",
     "composed_vlm",
     "dense_text",
     "gated_delta_net_moe_text",

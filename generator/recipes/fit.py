@@ -29,6 +29,7 @@ from modelgraft.generator.recipes.causal_lm_path import (
     text_model_classes,
     towers_on_causal_lm_path,
 )
+from modelgraft.generator.recipes.fit_audio_lm import audio_lm_arguments, audio_lm_processors
 from modelgraft.generator.recipes.fit_composed import composed_arguments, text_layers
 from modelgraft.generator.recipes.fit_omni import omni_arguments, omni_processors
 from modelgraft.generator.recipes.fit_vlm import (
@@ -634,7 +635,7 @@ def fit_model(
     row = categories.lookup(answered)
     if row is not None and (row.vlm or row.omni):
         # fitted by fit_vlm / fit_omni over the text fit (docs/scaffolding.md, "VLM scaffolds", "Omni scaffolds")
-        fit = _fit_vlm(structure, answered, models_roots) if row.vlm else _fit_omni(structure, answered)
+        fit = _fit_vlm(structure, answered, models_roots) if row.vlm else _fit_omni(structure, answered, models_roots)
         return replace(fit, text_answer=_text_answer(structure, root)) if fit.refused else fit
     if row is None or not row.scaffolded:
         scaffolded = categories.names(scaffolded=True)
@@ -741,12 +742,16 @@ def _fit_composed(structure: ModelStructure, category: str, text: Fit, models_ro
     return Fit(structure, category, arguments, guarded, skipped, processors=processors)
 
 
-def _fit_omni(structure: ModelStructure, category: str) -> Fit:
+def _fit_omni(structure: ModelStructure, category: str, models_roots: tuple[Path, ...] = ()) -> Fit:
     """The omni / omni_moe recipe's fit: the thinker's text decoder as the dense / MoE fit's, less the classes
     only the speech side uses, and the thinker's towers, speech side and top-level class read from upstream's
-    class tree (:func:`modelgraft.generator.recipes.fit_omni.omni_arguments`)."""
+    class tree (:func:`modelgraft.generator.recipes.fit_omni.omni_arguments`). An Omni model that holds no
+    thinker but an audio tower next to its language model gets the composed audio fit (:func:`_fit_audio_lm`)."""
     answered = categories.category(category)
     text = _fit_scaffold(structure, answered.text)
+    audio_lm = structure.audio_lm
+    if audio_lm is not None and audio_lm.model_class is not None and not answered.experts:
+        return _fit_audio_lm(structure, category, text, models_roots)
     found: list[tuple[str, str]] = []
     arguments = omni_arguments(structure, text.arguments, found, moe=answered.experts)
     processors = omni_processors(structure, found) if arguments else {}
@@ -769,6 +774,44 @@ def _fit_omni(structure: ModelStructure, category: str) -> Fit:
     if refusals:
         patches = hand_written_patches(arguments or text.arguments)
         return Fit(structure, category, arguments, guarded, skipped, tuple(refusals), patches, processors=processors)
+    return Fit(structure, category, arguments, guarded, skipped, processors=processors)
+
+
+#: The text fit's arguments a composed audio language model keeps: its module's own norms, MLPs, call sites and
+#: RoPE function (the audio encoder's, the projector's) and the loss head; the language model's are its package's.
+AUDIO_LM_TEXT_ARGUMENTS = ("norms", "mlps", "call_sites", "rope", "causal_lm")
+
+
+def _fit_audio_lm(structure: ModelStructure, category: str, text: Fit, models_roots: tuple[Path, ...] = ()) -> Fit:
+    """The composed_audio recipe's fit: the module's own pieces as the text fit reads them, the towers built as
+    the generated classes of their sub-configs' types (:func:`modelgraft.generator.recipes.fit_audio_lm.audio_lm_arguments`).
+
+    No coverage floor: the language model's guards are its own package's, and every type is checked to have one.
+    What sets the model apart from a Qwen-Omni-like one is named after the composed contract's differences."""
+    found: list[tuple[str, str]] = []
+    arguments = {key: value for key, value in text.arguments.items() if key in AUDIO_LM_TEXT_ARGUMENTS}
+    arguments.update(audio_lm_arguments(structure, found, models_roots))
+    processors = audio_lm_processors(structure, found) if "audio_lm" in arguments else {}
+    refusals = [Finding("omni", where, 0, reason) for where, reason in found]
+    if refusals and structure.omni is not None:
+        where = structure.omni.top_level or structure.model
+        refusals += [Finding("omni", where, 0, f"not Qwen-Omni-like: {d}") for d in structure.omni.differences]
+    refusals += [finding for finding in text.refusals if finding.structure == "causal_lm"]
+    guarded = guarded_slots(arguments)
+    # No RoPE function in the module is no finding: the language model's RoPE is its package's.
+    skipped = tuple(f for f in text.skipped if not (f.structure == "rope" and f.where == "-"))
+    if refusals:
+        why = "an audio language model's config is its recipe call once every difference above is resolved"
+        return Fit(
+            structure,
+            category,
+            arguments,
+            guarded,
+            skipped,
+            tuple(refusals),
+            no_patches_because=why,
+            processors=processors,
+        )
     return Fit(structure, category, arguments, guarded, skipped, processors=processors)
 
 

@@ -117,6 +117,8 @@ def recipe_call(category: str, prefix: str, arguments: Mapping[str, Any]) -> tup
         spec = categories.category_for(experts=False)
     if arguments.get("composed"):  # a composed (LLaVA-style) VLM, either category (generator/recipes/vlm_composed.py)
         return _composed_call(prefix, arguments)
+    if arguments.get("audio_lm"):  # a composed audio language model (generator/recipes/audio_lm.py)
+        return _audio_lm_call(prefix, arguments)
     recipe = spec.recipe
     parts = {"LossHead"}
     mixer = arguments.get("gated_delta_net")
@@ -268,6 +270,53 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
         lines += _own_text_lines(arguments, parts)
     lines.append(")")
     imports = f"from modelgraft.generator.recipes import {', '.join(sorted(parts) + ['composed_vlm'])}"
+    if len(imports) > LINE_LENGTH:
+        imports = format_source(imports).rstrip("\n")
+    return imports, format_source("\n".join(lines) + "\n").rstrip("\n")
+
+
+#: The composed_audio recipe's defaults (generator/recipes/audio_lm.py): an argument is written only where the fit
+#: read something else.
+AUDIO_LM_DEFAULTS = {
+    "tower": "audio_tower",
+    "language_model": "language_model",
+    "model": "{prefix}Model",
+    "features_mask": "input_features_mask",
+    "features_attribute": "pooler_output",
+    "placeholder_id": "self.config.audio_token_id",
+}
+
+
+def _audio_lm_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
+    """(import line, call) of ``composed_audio``: the Model's attributes and inputs where not the defaults, the
+    module's own norms, MLPs, call sites and RoPE function, and the loss head."""
+    audio = arguments["audio_lm"]
+    parts = {"LossHead"}
+    lines = ["composed_audio(", "    config,", f"    prefix={prefix!r},"]
+    for name, default in AUDIO_LM_DEFAULTS.items():
+        if audio[name] != default.format(prefix=prefix):
+            lines.append(f"    {name}={audio[name]!r},")
+    if audio.get("features_unread"):
+        lines.append(f"    features_unread={tuple(audio['features_unread'])!r},")
+    norms = [
+        _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
+        for n in arguments.get("norms") or []
+    ]
+    mlps = [_call("Mlp", m["cls"], _mlp_fields(m)) for m in arguments.get("mlps") or []]
+    sites = [_call("CallSites", site["cls"], _site_fields(site)) for site in arguments.get("call_sites") or []]
+    for name, items, part in (("norms", norms, "Norm"), ("mlps", mlps, "Mlp"), ("call_sites", sites, "CallSites")):
+        if items:
+            parts.add(part)
+            lines.append(f"    {name}=[{', '.join(items)}],")
+    rope = arguments.get("rope")
+    if isinstance(rope, Mapping):
+        parts.add("Rope")
+        lines.append("    rope=" + _call("Rope", rope["function"], {"formulation": rope["formulation"]}) + ",")
+    elif rope:
+        lines.append(f"    rope={rope!r},")
+    lines.append("    causal_lm=" + _call("LossHead", arguments["causal_lm"]["cls"], _head_fields(arguments)) + ",")
+    lines.append(")")
+    imports = f"from modelgraft.generator.recipes import {', '.join(sorted(parts) + ['composed_audio'])}"
     if len(imports) > LINE_LENGTH:
         imports = format_source(imports).rstrip("\n")
     return imports, format_source("\n".join(lines) + "\n").rstrip("\n")

@@ -16,6 +16,7 @@ from modelgraft.generator import categories
 from modelgraft.generator.errors import UpstreamError
 from modelgraft.generator.upstream.index import UpstreamSources
 from modelgraft.generator.upstream.locate import package_root
+from modelgraft.generator.upstream.read_audio_lm import read_audio_lm
 from modelgraft.generator.upstream.read_calls import read_call_sites
 from modelgraft.generator.upstream.read_category import classify
 from modelgraft.generator.upstream.read_config import read_config
@@ -113,6 +114,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
     detected = categories.category(category)
     vlm = read_vlm(source, config.model_type) if detected.vlm else None
     omni = read_omni(source) if detected.omni else None
+    audio_lm = read_audio_lm(source, config.model_type) if omni is not None and omni.differences else None
     head = _vlm_head(source, vlm, causal_lm)
     vlm_head = vlm_config = None
     if head is not None:
@@ -149,6 +151,7 @@ def read_model(model: str, *, root: Path | None = None, sources: UpstreamSources
         vlm_head=vlm_head,
         vlm_config=vlm_config,
         omni=omni,
+        audio_lm=audio_lm,
         linear_attention=gated_delta_net if category != categories.OUT_OF_CATEGORY else None,
         short_convolution=short_convolution if category != categories.OUT_OF_CATEGORY else None,
         call_sites=read_call_sites(

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from modelgraft.generator.upstream.read_audio_lm import AudioLmInfo
     from modelgraft.generator.upstream.read_omni import OmniInfo
     from modelgraft.generator.upstream.vlm_structure import VlmInfo
 
@@ -344,6 +345,9 @@ class ModelStructure:
     #: For an Omni model (categories omni, omni_moe): the thinker, the speech side's attributes and the classes
     #: only they reach (``read_omni``); None for every other category.
     omni: OmniInfo | None = None
+    #: For an Omni model that is not Qwen-Omni-like: its composed audio structure (an audio tower, a projector and
+    #: a language model built from the sub-configs, ``read_audio_lm``); None for every other model.
+    audio_lm: AudioLmInfo | None = None
     #: For a VLM that also defines a text-only ``*ForCausalLM`` (cohere_compass, aria): its conditional-generation
     #: head, and that head's config module, class and model_type. The fields above keep the text head's, which
     #: a text answer scaffolds (gemma3's ``Gemma3ForCausalLM``); :meth:`for_vlm` reads these instead.

@@ -180,9 +180,15 @@ def test_a_thinker_output_built_with_its_router_logits_needs_no_patch_for_them()
 
 
 def test_an_audio_model_without_a_thinker_is_refused_as_not_qwen_omni_like() -> None:
-    for model in ("gemma3n", "moshi", "phi4_multimodal"):
+    for model in ("moshi", "phi4_multimodal"):
         reasons = [f.reason for f in fit(model).refusals if f.structure == "omni"]
         assert reasons == ["not Qwen-Omni-like: no class holds a thinker (self.thinker)"], model
+
+
+def test_an_audio_model_that_is_neither_omni_nor_a_composed_audio_model_names_both_differences() -> None:
+    reasons = [f.reason for f in fit("gemma3n").refusals if f.structure == "omni"]
+    assert reasons[0].startswith("differs from the composed audio contract: Gemma3nModel.get_placeholder_mask")
+    assert reasons[-1] == "not Qwen-Omni-like: no class holds a thinker (self.thinker)"
 
 
 def test_a_text_model_has_no_omni_report() -> None:
