@@ -3,8 +3,9 @@
 A composed VLM's generated module builds its vision tower and language model with ``build_sub_model``, so their
 guards live in the packages registered for the sub-configs' model types (the zoo's decoders, the library's vision
 encoders), not in the copy's own module; so does a Qwen-VL copy built with ``compose=True`` (glm46v's towers are
-glm4v's). The survey's count of what a copy guards (its "thin scaffold" note) reads those modules too.
-Everything is read from files: the copy's answers (``recipe.composed.sub_models``, or ``recipe.sub_models``)
+glm4v's), nor an audio language model's language model. The survey's count of what a copy guards (its "thin
+scaffold" note) reads those modules too. Everything is read from files: the copy's answers
+(``recipe.composed.sub_models``, ``recipe.audio_lm.sub_models``, or ``recipe.sub_models``)
 and each package's ``register_model("<type>", modeling={"gpu": "<module>"})`` call, with ``ast``; nothing is
 imported. The generator reads those calls too (``generator/recipes/registered.py``), but the survey imports no
 generator code (tests/scaffold_survey/test_survey.py), so it keeps this reader of its own.
@@ -52,17 +53,17 @@ def registered_modules(models: Path) -> dict[str, Path]:
 
 
 def sub_model_modules(copy: Path, models: Path) -> tuple[Path, ...]:
-    """The generated modules of a composed copy's sub-models (empty for any other copy), as its answers name
-    their types and the packages under ``models`` register them."""
+    """The generated modules of a composed copy's sub-models (a composed VLM's, an audio language model's; empty for
+    any other copy), as its answers name their types and the packages under ``models`` register them."""
     answers = copy / ".copier-answers.yml"
     if not answers.is_file():
         return ()
     recipe = (yaml.safe_load(answers.read_text(encoding="utf-8")) or {}).get("recipe") or {}
     if not isinstance(recipe, dict):
         return ()
-    # A composed VLM's answers hold them under recipe.composed; a Qwen-VL one built with compose=True
-    # (glm46v's towers are glm4v's) at the recipe's top level.
-    holder = recipe.get("composed") if isinstance(recipe.get("composed"), dict) else recipe
+    # A composed VLM's answers hold them under recipe.composed, an audio language model's under recipe.audio_lm;
+    # a Qwen-VL one built with compose=True (glm46v's towers are glm4v's) at the recipe's top level.
+    holder = next((recipe[key] for key in ("composed", "audio_lm") if isinstance(recipe.get(key), dict)), recipe)
     sub_models = holder.get("sub_models")
     if not isinstance(sub_models, dict):
         return ()

@@ -75,3 +75,14 @@ def test_a_qwen_vl_copy_built_from_sub_models_reaches_their_modules_too(tmp_path
     answers = "recipe:\n  sub_models:\n    text_config: gemma\n    vision_config: siglip_vision_model\n"
     (models / "paligemma" / ".copier-answers.yml").write_text(answers)
     assert len(sub_model_modules(models / "paligemma", models)) == 2
+
+
+def test_an_audio_language_model_copy_reaches_its_language_models_module(tmp_path: Path) -> None:
+    """An audio language model's answers name its sub-models' types under recipe.audio_lm (its own encoder's type
+    is registered by the copy itself, so only the language model's module is another package's)."""
+    models = _models(tmp_path)
+    answers = "recipe:\n  audio_lm:\n    sub_models:\n      audio_config: glmasr_encoder\n      text_config: gemma\n"
+    (models / "paligemma" / ".copier-answers.yml").write_text(answers)
+    assert sub_model_modules(models / "paligemma", models) == (
+        models / "gemma" / "generated" / "patched_modeling_gemma_gpu.py",
+    )
