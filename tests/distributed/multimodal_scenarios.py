@@ -257,3 +257,74 @@ def sequence_parallel_omni_thinker_matches_one_process(package: str) -> None:
     audio_here = bool((local["input_ids"] == spec.token_id("<|AUDIO|>")).any())
     assert audio_here == (state.sp_rank == 0) and bool((local["input_ids"] == spec.token_id("<|IMAGE|>")).any())
     _check_sequence_parallel_step(model, local, state, batch, ref_out, ref_grads)
+
+
+def sequence_parallel_audio_lm_matches_one_process(package: str) -> None:
+    """SP=2 on a composed audio language model equals one process: the text is sharded with its 1-D positions,
+    every rank runs the audio tower on the whole batch's clips, and each keeps the features of its own
+    placeholders (found by ``input_ids == config.audio_token_id``); row 1's placeholders straddle the two slices."""
+    state = ParallelState.build(sp=2)
+    spec = parity_declaration(package)
+    config = spec.config()
+    batch = spec.batch("audio")
+    ref_out, ref_grads = _reference(spec, config, batch, OpsConfig())
+
+    model = _fresh(spec, config)
+    rows, length = batch["input_ids"].shape
+    positions = torch.arange(length).expand(rows, length)  # the text's own 1-D positions, as one process numbers them
+    attach_parallel(model, state)
+    local = shard_multimodal({**batch, "position_ids": positions}, state, pad_token_id=config.text_config.pad_token_id)
+    placeholders = (local["input_ids"] == config.audio_token_id).sum(dim=1)
+    assert bool(placeholders[1]), "row 1's placeholders reach both slices"
+    _check_sequence_parallel_step(model, local, state, batch, ref_out, ref_grads)
+
+
+def _padding_independent(batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch`` as one row's step does not depend on how much left padding it gets in one batch or another: its
+    real tokens numbered from 0 (``attention_mask``'s cumulative sum), and no label predicted from a padding
+    position (a left-padded row's first token: the shifted loss would read a padding position's logits there)."""
+    mask = batch["attention_mask"]
+    after_padding = torch.nn.functional.pad(mask[:, :-1], (1, 0), value=0) == 0
+    labels = batch["labels"].masked_fill(after_padding, -100)
+    return {**batch, "labels": labels, "position_ids": (mask.cumsum(dim=1) - 1).clamp(min=0)}
+
+
+def _padded_rows(side: str, *batches: dict[str, Any]) -> dict[str, Any]:
+    """The rows of ``batches`` in one batch, each padded on ``side`` to the longest (ids with 0, mask 0, labels
+    ignored), the clips of the batches that have them kept as they are."""
+    length = max(part["input_ids"].shape[1] for part in batches)
+    merged: dict[str, Any] = {}
+    for key, fill in (("input_ids", 0), ("attention_mask", 0), ("labels", -100)):
+        rows = []
+        for part in batches:
+            extra = length - part[key].shape[1]
+            rows.append(torch.nn.functional.pad(part[key], (extra, 0) if side == "left" else (0, extra), value=fill))
+        merged[key] = torch.cat(rows)
+    for part in batches:
+        merged.update({key: value for key, value in part.items() if key not in merged})
+    return merged
+
+
+def data_parallel_audio_lm_matches_one_process(package: str) -> None:
+    """FSDP2 over 2 data ranks on a composed audio language model: rank 0's two rows hold a clip each, rank 1's are
+    text only, so rank 1 runs the tower's ``dummy_forward``, which keeps FSDP's collectives of the audio blocks in
+    step and gives every audio parameter its (zero) share of the gradient; the step equals one process on the four
+    rows."""
+    state = ParallelState.build()
+    spec = parity_declaration(package)
+    config = spec.config()
+    shares = [spec.batch("audio"), spec.batch("text")]
+    side = "left" if not bool(shares[0]["attention_mask"][:, 0].all()) else "right"
+    batch = _padding_independent(_padded_rows(side, *shares))
+    ref_out, ref_grads = _reference(spec, config, batch, OpsConfig())
+
+    model = apply_fsdp(attach_parallel(_fresh(spec, config), state, OpsConfig()), state)
+    local = _padding_independent(shares[state.rank])
+    assert ("input_features" in local) == (state.rank == 0)
+    out = model(**local)
+    share = slice(state.rank * 2, state.rank * 2 + 2)
+    real, ref_real = local["attention_mask"].bool(), batch["attention_mask"][share].bool()
+    assert_close(out.logits[real], ref_out.logits[share][ref_real], "logits at real tokens")
+    assert_close(out.loss, ref_out.loss, "loss")
+    out.loss.backward()
+    assert_same_grads(full_state(model, state, grads=True), ref_grads)

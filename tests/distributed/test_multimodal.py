@@ -97,6 +97,15 @@ def test_sp2_on_the_qwen3_omni_moe_thinker_with_audio_images_and_its_aux_loss_ma
     )
 
 
+def test_sp2_on_glmasr_with_a_clips_placeholders_across_both_ranks_matches_one_process() -> None:
+    """A composed audio language model: its clips' features, each rank's placeholders' own."""
+    spawn(multimodal_scenarios.sequence_parallel_audio_lm_matches_one_process, 2, "glmasr", timeout=TIMEOUT)
+
+
+def test_fsdp2_on_glmasr_with_a_rank_without_audio_matches_one_process() -> None:
+    spawn(multimodal_scenarios.data_parallel_audio_lm_matches_one_process, 2, "glmasr", timeout=TIMEOUT)
+
+
 def test_packed_position_ids_number_the_text_row_from_zero_in_each_document() -> None:
     first, second = torch.arange(6).view(3, 1, 2), torch.arange(9).view(3, 1, 3) + 10
     packed = packed_position_ids([first, second])
