@@ -92,41 +92,25 @@ def _smoke_vlm(declaration: Any) -> None:
 
 
 def _smoke_composed(declaration: Any) -> None:
-    """A composed VLM's smoke check: the processor's batch with one image per row through the conditional-generation
-    head, eager, then with the reference kernel in every slot the built model consults (its towers' included),
-    each of them called."""
-    from modelgraft.models.loader import get_model_class
-    from modelgraft.models.testing import EAGER_TOLERANCE, check_parity
-    from modelgraft.models.testing.parity import eager_slots_on_one_thread
-    from modelgraft.models.testing.reference import reference_kernels, training_step_slots
-
+    """A composed VLM's smoke check: the processor's batch with one image per row (:func:`_smoke_every_consulted_slot`)."""
     config = declaration.config()
-    batch = declaration.batch(config, (1, 1))
-    model = get_model_class(declaration.model_type, declaration.causal_lm)(config)
-    slots = sorted(training_step_slots(model))
-    with eager_slots_on_one_thread():
-        check_parity(config, declaration.causal_lm, batch=batch)
-        check_parity(
-            config,
-            declaration.causal_lm,
-            kernels=reference_kernels(slots),
-            batch=batch,
-            tolerance=EAGER_TOLERANCE,
-            logits="close",
-        )
+    _smoke_every_consulted_slot(declaration, config, declaration.batch(config, (1, 1)))
 
 
 def _smoke_audio_lm(declaration: Any) -> None:
-    """An audio language model's smoke check: the processor's batch of two clips through the conditional-generation
-    head, eager, then with the reference kernel in every slot the built model consults (its language model's
-    included), each of them called."""
+    """An audio language model's smoke check: the processor's batch of two clips
+    (:func:`_smoke_every_consulted_slot`)."""
+    _smoke_every_consulted_slot(declaration, declaration.config(), declaration.batch("audio"))
+
+
+def _smoke_every_consulted_slot(declaration: Any, config: Any, batch: dict[str, Any]) -> None:
+    """``batch`` through the conditional-generation head, eager, then with the reference kernel in every slot the
+    built model consults (its sub-models' included), each of them called."""
     from modelgraft.models.loader import get_model_class
     from modelgraft.models.testing import EAGER_TOLERANCE, check_parity
     from modelgraft.models.testing.parity import eager_slots_on_one_thread
     from modelgraft.models.testing.reference import reference_kernels, training_step_slots
 
-    config = declaration.config()
-    batch = declaration.batch("audio")
     model = get_model_class(declaration.model_type, declaration.causal_lm)(config)
     slots = sorted(training_step_slots(model))
     with eager_slots_on_one_thread():

@@ -255,16 +255,7 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
     ids = composed.get("placeholder_ids") or list(COMPOSED_DEFAULTS["placeholder_ids"])
     if ids != list(COMPOSED_DEFAULTS["placeholder_ids"]):
         lines.append(f"    placeholder_ids={tuple(ids)!r},")
-    norms = [
-        _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
-        for n in arguments.get("norms") or []
-    ]
-    mlps = [_call("Mlp", m["cls"], _mlp_fields(m)) for m in arguments.get("mlps") or []]
-    sites = [_call("CallSites", site["cls"], _site_fields(site)) for site in arguments.get("call_sites") or []]
-    for name, items, part in (("norms", norms, "Norm"), ("mlps", mlps, "Mlp"), ("call_sites", sites, "CallSites")):
-        if items:
-            parts.add(part)
-            lines.append(f"    {name}=[{', '.join(items)}],")
+    lines += _module_piece_lines(arguments, parts)
     lines.append("    causal_lm=" + _call("LossHead", arguments["causal_lm"]["cls"], _head_fields(arguments)) + ",")
     if composed.get("own_text"):  # the module's own language model: its RoPE and experts are guarded here
         lines += _own_text_lines(arguments, parts)
@@ -273,6 +264,23 @@ def _composed_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
     if len(imports) > LINE_LENGTH:
         imports = format_source(imports).rstrip("\n")
     return imports, format_source("\n".join(lines) + "\n").rstrip("\n")
+
+
+def _module_piece_lines(arguments: Mapping[str, Any], parts: set[str]) -> list[str]:
+    """A composed recipe's ``norms``, ``mlps`` and ``call_sites`` arguments (the module's own pieces), each written
+    where the fit read any; the parts they name are added to ``parts``."""
+    norms = [
+        _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
+        for n in arguments.get("norms") or []
+    ]
+    mlps = [_call("Mlp", m["cls"], _mlp_fields(m)) for m in arguments.get("mlps") or []]
+    sites = [_call("CallSites", site["cls"], _site_fields(site)) for site in arguments.get("call_sites") or []]
+    lines: list[str] = []
+    for name, items, part in (("norms", norms, "Norm"), ("mlps", mlps, "Mlp"), ("call_sites", sites, "CallSites")):
+        if items:
+            parts.add(part)
+            lines.append(f"    {name}=[{', '.join(items)}],")
+    return lines
 
 
 #: The composed_audio recipe's defaults (generator/recipes/audio_lm.py): an argument is written only where the fit
@@ -298,16 +306,7 @@ def _audio_lm_call(prefix: str, arguments: Mapping[str, Any]) -> tuple[str, str]
             lines.append(f"    {name}={audio[name]!r},")
     if audio.get("features_unread"):
         lines.append(f"    features_unread={tuple(audio['features_unread'])!r},")
-    norms = [
-        _call("Norm", n["cls"], {"formulation": n["formulation"], "eps": n["eps"], "weight": n["weight"]})
-        for n in arguments.get("norms") or []
-    ]
-    mlps = [_call("Mlp", m["cls"], _mlp_fields(m)) for m in arguments.get("mlps") or []]
-    sites = [_call("CallSites", site["cls"], _site_fields(site)) for site in arguments.get("call_sites") or []]
-    for name, items, part in (("norms", norms, "Norm"), ("mlps", mlps, "Mlp"), ("call_sites", sites, "CallSites")):
-        if items:
-            parts.add(part)
-            lines.append(f"    {name}=[{', '.join(items)}],")
+    lines += _module_piece_lines(arguments, parts)
     rope = arguments.get("rope")
     if isinstance(rope, Mapping):
         parts.add("Rope")

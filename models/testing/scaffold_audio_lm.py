@@ -43,6 +43,7 @@ from modelgraft.models.testing.parity import (
     tolerance_for,
 )
 from modelgraft.models.testing.reference import reference_kernels, training_step_slots
+from modelgraft.models.testing.scaffold_composed import assert_each_half_scatters_its_own_placeholders
 from modelgraft.models.testing.scaffold_vlm import KEPT_UPSTREAM_PACKAGES, generated_modules
 from modelgraft.models.testing.slot_isolation import SlotIsolatedSuite
 
@@ -249,31 +250,10 @@ class ScaffoldAudioLmSuite(SlotIsolatedSuite):
         sequence gets, through upstream's own get_placeholder_mask and scatter."""
         config = self.scaffold.config()
         model = self._generated_from_upstream(config)
-        received: list[torch.Tensor] = []
         language_model = getattr(model.model, self.scaffold.language_model)
-        language_model.register_forward_pre_hook(
-            lambda _, args, kwargs: received.append(kwargs["inputs_embeds"]), with_kwargs=True
+        assert_each_half_scatters_its_own_placeholders(
+            model, language_model, self.scaffold.batch("audio"), config.audio_token_id
         )
-        inputs = {key: value for key, value in self.scaffold.batch("audio").items() if key != "labels"}
-        ids = inputs["input_ids"]
-        whole_mask = ids == config.audio_token_id
-        ordinals = whole_mask.flatten().cumsum(0).view(whole_mask.shape) - 1
-        with torch.no_grad():
-            model(**inputs, use_cache=False)
-            whole = received[-1]
-            half = -(-ids.shape[1] // 2)
-            for window in (slice(0, half), slice(half, ids.shape[1])):
-
-                def this_half(mask: torch.Tensor, features: torch.Tensor, window: slice = window) -> torch.Tensor:
-                    local = mask[..., 0] if mask.dim() == 3 else mask
-                    return features[ordinals[:, window][local.bool()]]
-
-                local = {
-                    key: value[:, window] for key, value in inputs.items() if key in ("input_ids", "attention_mask")
-                }
-                with _kernels_bound({"placeholder_features": this_half}):
-                    model(**{**inputs, **local}, use_cache=False)
-                assert torch.equal(received[-1], whole[:, window])
 
     def test_packed_documents_each_get_the_logits_they_get_alone(self) -> None:
         """A row packing a text-only document and a document with a clip, 1-D positions restarting at each and no

@@ -69,7 +69,12 @@ from modelgraft.models.testing.seed import seed_everything
 from modelgraft.models.testing.tiny import TINY, tiny_overrides_for
 from modelgraft.models.testing.vlm_processor import read_tokenizer_attributes, synthetic_image, tiny_tokenizer
 
-__all__ = ["VISION_SIZES", "ScaffoldComposedSuite", "ScaffoldComposedVlm"]
+__all__ = [
+    "VISION_SIZES",
+    "ScaffoldComposedSuite",
+    "ScaffoldComposedVlm",
+    "assert_each_half_scatters_its_own_placeholders",
+]
 
 #: The tiny image side; its patches are 7 x 7, so one image is 4 x 4 patches.
 IMAGE_SIDE = 28
@@ -637,31 +642,8 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
         (get_placeholder_mask, or Idefics3's inputs_merger)."""
         config, batch = self._batch("several-images-in-a-row")
         model = generated_from_upstream(self.model, config)
-        received: list[torch.Tensor] = []
         language_model = getattr(model.model, self.model.language_model)
-        language_model.register_forward_pre_hook(
-            lambda _, args, kwargs: received.append(kwargs["inputs_embeds"]), with_kwargs=True
-        )
-        inputs = {key: value for key, value in batch.items() if key != "labels"}
-        ids = inputs["input_ids"]
-        whole_mask = ids == config.image_token_id
-        ordinals = whole_mask.flatten().cumsum(0).view(whole_mask.shape) - 1
-        with torch.no_grad():
-            model(**inputs, use_cache=False)
-            whole = received[-1]
-            half = -(-ids.shape[1] // 2)
-            for window in (slice(0, half), slice(half, ids.shape[1])):
-
-                def this_half(mask: torch.Tensor, features: torch.Tensor, window: slice = window) -> torch.Tensor:
-                    local = mask[..., 0] if mask.dim() == 3 else mask
-                    return features[ordinals[:, window][local.bool()]]
-
-                local = {
-                    key: value[:, window] for key, value in inputs.items() if key in ("input_ids", "attention_mask")
-                }
-                with _kernels_bound({"placeholder_features": this_half}):
-                    model(**{**inputs, **local}, use_cache=False)
-                assert torch.equal(received[-1], whole[:, window])
+        assert_each_half_scatters_its_own_placeholders(model, language_model, batch, config.image_token_id)
 
     def test_packed_documents_each_get_the_logits_they_get_alone(self) -> None:
         """A row packing a text-only document and an image document, 1-D positions restarting at each and no
@@ -704,3 +686,34 @@ class ScaffoldComposedSuite(ComposedVlmSuite):
             logits="close",
         )
         assert set(candidate.calls) == slots
+
+
+def assert_each_half_scatters_its_own_placeholders(
+    model: torch.nn.Module, language_model: torch.nn.Module, batch: Mapping[str, Any], placeholder_id: int
+) -> None:
+    """Two sequence-parallel ranks in one process: with the placeholder_features slot bound to a kernel that keeps
+    the features of one half's placeholders (``input_ids == placeholder_id``), as the sp kernel does from the ranks'
+    masks, each half of the ids, with the whole batch's tower inputs, hands ``language_model`` that half of the
+    embeddings the whole sequence gets."""
+    received: list[torch.Tensor] = []
+    language_model.register_forward_pre_hook(
+        lambda _, args, kwargs: received.append(kwargs["inputs_embeds"]), with_kwargs=True
+    )
+    inputs = {key: value for key, value in batch.items() if key != "labels"}
+    ids = inputs["input_ids"]
+    whole_mask = ids == placeholder_id
+    ordinals = whole_mask.flatten().cumsum(0).view(whole_mask.shape) - 1
+    with torch.no_grad():
+        model(**inputs, use_cache=False)
+        whole = received[-1]
+        half = -(-ids.shape[1] // 2)
+        for window in (slice(0, half), slice(half, ids.shape[1])):
+
+            def this_half(mask: torch.Tensor, features: torch.Tensor, window: slice = window) -> torch.Tensor:
+                local = mask[..., 0] if mask.dim() == 3 else mask
+                return features[ordinals[:, window][local.bool()]]
+
+            local = {key: value[:, window] for key, value in inputs.items() if key in ("input_ids", "attention_mask")}
+            with _kernels_bound({"placeholder_features": this_half}):
+                model(**{**inputs, **local}, use_cache=False)
+            assert torch.equal(received[-1], whole[:, window])
